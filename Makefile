@@ -1,0 +1,71 @@
+# gpuops.cluster: every target does its own set-up, idempotently.
+#   make test   lint + unit tests + collection build + every Molecule scenario
+#   make demo   provision a disposable local "GPU node" container with site.yml
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
+export ANSIBLE_FORCE_COLOR := false
+export PY_COLORS := 0
+export NO_COLOR := 1
+export MOLECULE_NO_LOG := false
+
+SCENARIO ?=
+
+.PHONY: help setup host venv images lint unit collection molecule test demo demo-clean bench clean
+
+help:
+	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
+	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
+	@echo "make molecule SCENARIO=name   run one Molecule scenario"
+	@echo "make lint | unit | collection | bench | clean"
+
+host:
+	@scripts/bootstrap.sh
+
+# The venv is rebuilt only when requirements.txt changes.
+$(VENV)/.installed: requirements.txt
+	@command -v python3 >/dev/null || { echo "setup: ERROR: python3 not found. Fix: apt-get install python3 python3-venv" >&2; exit 1; }
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV) || { echo "setup: ERROR: python3 -m venv failed. Fix: apt-get install python3-venv" >&2; exit 1; }
+	@echo "setup: installing pinned Python dependencies into .venv"
+	@$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt \
+	  || { echo "setup: ERROR: pip install -r requirements.txt failed (see above). Fix: check access to PyPI, then rerun." >&2; exit 1; }
+	@touch $@
+
+venv: $(VENV)/.installed
+
+images: host
+	@scripts/build-images.sh all
+
+setup: host venv images
+
+lint: venv
+	@scripts/run-tests.sh lint
+
+unit: venv
+	@scripts/run-tests.sh unit
+
+collection: venv
+	@scripts/run-tests.sh collection
+
+molecule: setup
+	@scripts/run-tests.sh molecule $(SCENARIO)
+
+test: setup
+	@scripts/run-tests.sh all
+
+demo: setup
+	@scripts/demo.sh
+
+demo-clean: host
+	@scripts/demo.sh --destroy
+
+bench: venv
+	@$(VENV)/bin/python bench/run.py
+
+clean:
+	rm -rf build reports .cache .pytest_cache .ruff_cache

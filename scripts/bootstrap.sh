@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Host set-up shared by `make test` and `make demo`, idempotent:
+#   - refuses early, in one line with the fix, when it cannot work (not root, no apt);
+#   - installs docker.io and debootstrap with apt when missing;
+#   - starts dockerd in the background when no daemon answers.
+# The Python virtualenv and the test images are built by the Makefile targets.
+set -euo pipefail
+
+die() { echo "setup: ERROR: $*" >&2; exit 1; }
+say() { echo "setup: $*"; }
+
+[ "$(id -u)" -eq 0 ] || die "running as uid $(id -u); the test harness installs packages and runs dockerd, so it needs root. Fix: run as root (sudo make test)."
+command -v apt-get >/dev/null 2>&1 || die "apt-get not found; set-up supports Debian/Ubuntu controllers. Fix: run on Debian 12 or 13, or install docker.io and debootstrap yourself and rerun."
+command -v python3 >/dev/null 2>&1 || die "python3 not found. Fix: apt-get install python3 python3-venv."
+python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || die "python3 is $(python3 -V 2>&1); ansible-core 2.19 needs Python >= 3.11 on the controller. Fix: install python3.11 or newer."
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]} with apt"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null || die "apt-get update failed. Fix: check /etc/apt/sources.list and network access to the Debian mirror."
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || die "apt-get install ${missing[*]} failed. Fix: run 'apt-get install ${missing[*]}' by hand to see why."
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if pgrep -x dockerd >/dev/null 2>&1; then
+    say "dockerd is starting; waiting for it"
+  else
+    say "no Docker daemon answers; starting dockerd in the background (log: /var/log/gpuops-dockerd.log)"
+    nohup dockerd >/var/log/gpuops-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/gpuops-dockerd.log. Fix: start a Docker daemon (dockerd &) and rerun."
+fi
+say "host ready: $(docker version -f 'docker {{.Server.Version}}' 2>/dev/null), $(debootstrap --version 2>/dev/null | head -1 || echo debootstrap)"

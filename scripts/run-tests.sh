@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The test runner behind `make test`: lint -> unit -> collection -> molecule.
+# Every stage runs even when an earlier one failed, so one run shows everything;
+# the closing line is the plain "summary: N passed, N failed" form.
+# Usage: run-tests.sh all | lint | unit | collection | molecule [scenario...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+mkdir -p build/logs build/junit
+passed=0
+failed=0
+failures=()
+
+ok()   { passed=$((passed + ${2:-1})); echo "  ok    $1"; }
+bad()  { failed=$((failed + ${2:-1})); failures+=("$1"); echo "  FAIL  $1"; }
+# check NAME LOG CMD...: run CMD with output to LOG, count one pass or fail.
+check() {
+  local name=$1 log=$2; shift 2
+  if "$@" >"$log" 2>&1; then ok "$name"; else bad "$name (log: $log)"; tail -40 "$log" | sed 's/^/        /'; fi
+}
+# junit_counts FILE -> "passed failed" (skipped tests count as neither)
+junit_counts() {
+  python3 - "$1" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError):
+    print("0 0"); sys.exit()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = f = s = 0
+for su in suites:
+    t += int(su.get("tests", 0)); s += int(su.get("skipped", 0))
+    f += int(su.get("failures", 0)) + int(su.get("errors", 0))
+print(t - f - s, f)
+PY
+}
+stage_start() { echo "== $1"; stage_t0=$(date +%s); }
+stage_end() { echo "   ($1 took $(( $(date +%s) - stage_t0 )) s)"; }
+
+lint() {
+  stage_start lint
+  check "yamllint (strict)" build/logs/yamllint.log yamllint --strict .
+  check "ruff check" build/logs/ruff.log ruff check .
+  check "ansible-lint (production profile)" build/logs/ansible-lint.log ansible-lint --profile production --offline
+  stage_end lint
+}
+
+unit() {
+  stage_start unit
+  rm -f build/junit/unit.xml
+  pytest -q -p no:cacheprovider --junitxml=build/junit/unit.xml tests/unit >build/logs/unit.log 2>&1
+  local rc=$? counts
+  counts=$(junit_counts build/junit/unit.xml)
+  tail -3 build/logs/unit.log | sed 's/^/        /'
+  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+  if [ "$rc" -ne 0 ]; then
+    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
+    failures+=("unit tests (log: build/logs/unit.log)"); grep -E '^(FAILED|ERROR)' build/logs/unit.log | head -30 | sed 's/^/        /'
+  fi
+  stage_end unit
+}
+
+collection() {
+  stage_start collection
+  local tmp; tmp=$(mktemp -d)
+  check "ansible-galaxy collection build" build/logs/collection-build.log \
+    ansible-galaxy collection build --force --output-path build .
+  local tarball; tarball=$(ls -t build/gpuops-cluster-*.tar.gz 2>/dev/null | head -1)
+  check "collection installs on a clean collections path" build/logs/collection-install.log \
+    ansible-galaxy collection install --offline -p "$tmp" "${tarball:-missing-tarball}"
+  # The installed copy, not the in-place one, must list and run its modules.
+  check "installed collection: ansible-doc lists gpuops.cluster modules" build/logs/collection-doc.log \
+    env ANSIBLE_COLLECTIONS_PATH="$tmp" bash -c 'out=$(ansible-doc -t module -l gpuops.cluster) && echo "$out" && grep -q "^gpuops.cluster.gpu_facts" <<<"$out"'
+  check "installed collection: gpu_facts runs on this host" build/logs/collection-run.log \
+    env ANSIBLE_COLLECTIONS_PATH="$tmp" ANSIBLE_CONFIG=/dev/null ansible localhost -c local -m gpuops.cluster.gpu_facts
+  check "in place: ansible-doc renders every module and filter" build/logs/ansible-doc.log scripts/check-docs.sh
+  rm -rf "$tmp"
+  stage_end collection
+}
+
+molecule_scenarios() {
+  local names=("$@") s
+  if [ ${#names[@]} -eq 0 ]; then
+    for s in molecule/*/molecule.yml; do names+=("$(basename "$(dirname "$s")")"); done
+  fi
+  for s in "${names[@]}"; do
+    stage_start "molecule $s"
+    [ -f "molecule/$s/molecule.yml" ] || { bad "molecule $s (no molecule/$s/molecule.yml)"; continue; }
+    rm -f "build/junit/molecule-$s.xml"
+    if molecule test -s "$s" >"build/logs/molecule-$s.log" 2>&1; then
+      ok "molecule $s: create, converge, idempotence, verify, destroy"
+    else
+      bad "molecule $s (log: build/logs/molecule-$s.log)"
+      grep -nE 'fatal:|FAILED|ERROR|failed=[1-9]|changed=[1-9]' "build/logs/molecule-$s.log" | tail -30 | sed 's/^/        /'
+    fi
+    local counts; counts=$(junit_counts "build/junit/molecule-$s.xml")
+    passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+    echo "        testinfra: ${counts% *} passed, ${counts#* } failed"
+    stage_end "molecule $s"
+  done
+}
+
+t0=$(date +%s)
+what=${1:-all}; shift || true
+case "$what" in
+  lint) lint ;;
+  unit) unit ;;
+  collection) collection ;;
+  molecule) molecule_scenarios "$@" ;;
+  all) lint; unit; collection; molecule_scenarios ;;
+  *) echo "usage: $0 all|lint|unit|collection|molecule [scenario...]" >&2; exit 2 ;;
+esac
+echo
+echo "== total time $(( $(date +%s) - t0 )) s"
+for f in "${failures[@]}"; do echo "failed: $f"; done
+echo "summary: $passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ $((passed + failed)) -gt 0 ]
