@@ -1,0 +1,533 @@
+"""Read the text of ``nvidia-smi topo -m`` into GPU topology facts.
+
+Pure string processing (no regular expressions, no subprocess): the caller hands in the text, which may
+come from the host, from a capture in an inventory, or from a test. The parser never raises on bad input;
+it reads what is there and explains what it could not read in ``warnings``.
+
+Decisions (they are also the module's documented behaviour):
+
+* Connection types are ranked, closest first: ``X`` (self), ``NV#`` (NVLink, any count), ``PIX``, ``PXB``,
+  ``PHB``, ``NODE``, ``SYS`` (``SOC``, the old name of ``SYS``, ranks with it). See ``LINK_ORDER``.
+* ``nvlink_peers`` maps the peer GPU index, as a string, to the link count (``NV12`` -> 12). The keys are
+  strings because that is what every Ansible result turns them into (JSON object keys are strings).
+* ``nearest_nics``: the NICs with the best-ranked connection to the GPU, in column order. NIC names come
+  from the NIC Legend (``NIC0: mlx5_0``) when it is there, else they are the column names (``NIC0``, or
+  ``mlx5_0`` on older drivers that print names in the header). Empty when any GPU-NIC link is unknown.
+* NUMA: ``numa_node`` is an int only when ``NUMA Affinity`` names exactly one node. ``N/A`` or a
+  multi-node value (``0-1``, ``0,2``, seen in VMs) gives ``numa_node: null``; the text is kept in
+  ``numa_affinity`` and a warning says so. ``numa_groups`` is a list of ``{numa_node, gpus}`` sorted by
+  node; GPUs whose node is unknown are in no group.
+* ``nvlink_all_to_all``: every pair of GPUs is NVLinked. One GPU: true (no pair of GPUs has to talk over
+  PCIe). No GPUs: false. An unknown pair (truncated capture) makes it false.
+* ``placements``: disjoint sets of ``gpus_per_job`` GPUs, pairwise NVLinked, chosen greedily: first
+  inside each NUMA node (nodes in ascending order), then across nodes from what is left. Sorted by
+  lowest index. ``[]`` when no such set exists or ``gpus_per_job`` is not given.
+* ``topo -mp`` prints the PCIe-only matrix: no ``NV#`` cells even on NVLink machines, and its legend has
+  no ``NV#`` line. Seeing that legend (or ``-mp`` on a command line above the matrix) gives a warning;
+  a multi-GPU matrix without NVLink and without a complete legend gives a weaker warning, because the
+  two cannot be told apart.
+* Truncated captures: columns without a row are reported; when the text ends inside the matrix, the last
+  field of the last row is ignored (it may be cut: ``0-23,48-71`` cut to ``0-23,4`` still looks valid).
+"""
+
+from __future__ import annotations
+
+LINK_ORDER = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
+_RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
+_NV_RANK = 1
+_NV_PREFIX = "NV"
+
+_INFO_COLUMNS = (
+    (("CPU", "Affinity"), "cpu_affinity"),
+    (("NUMA", "Affinity"), "numa_affinity"),
+    (("GPU", "NUMA", "ID"), "gpu_numa_id"),
+)
+_INFO_STARTS = frozenset(words[0] for words, _key in _INFO_COLUMNS)
+_MP_FLAGS = frozenset(("-mp", "--matrix_pcie"))
+_NOT_AVAILABLE = "N/A"
+_SHOW_CHARS = 200  # how much of a bad line or input a warning quotes
+_SHOW_NAMES = 12  # how many names a warning lists before "and N more"
+_CLIQUE_BUDGET = 200_000  # search steps for placements; far above what 16 or 72 GPUs need
+_MAX_DEVICES = 512  # header columns read; a real matrix has tens (keeps damaged input from costing n**2)
+
+
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def nvlink_count(cell: str) -> int | None:
+    """``NV12`` -> 12; anything else -> None."""
+    if cell.startswith(_NV_PREFIX) and _ascii_digits(cell[2:]):
+        count = int(cell[2:])
+        return count or None
+    return None
+
+
+def link_rank(cell: str) -> int | None:
+    """Rank of a matrix cell in LINK_ORDER (0 = self, smaller = closer); None when not a link type."""
+    rank = _RANK.get(cell)
+    if rank is None and nvlink_count(cell) is not None:
+        return _NV_RANK
+    return rank
+
+
+def gpu_index(label: str) -> int | None:
+    """``GPU3`` -> 3; anything else -> None."""
+    if label.startswith("GPU") and _ascii_digits(label[3:]):
+        return int(label[3:])
+    return None
+
+
+def _is_nic_label(label: str) -> bool:
+    return label.startswith("NIC") and _ascii_digits(label[3:])
+
+
+def is_cpu_list(text: str) -> bool:
+    """``0-51,104-155`` style list (ascending ranges); ``-31,64-95`` (cut) is not."""
+    if not text:
+        return False
+    for part in text.split(","):
+        low, sep, high = part.partition("-")
+        if not _ascii_digits(low):
+            return False
+        if sep and (not _ascii_digits(high) or int(high) < int(low)):
+            return False
+    return True
+
+
+def _show(text: str) -> str:
+    return repr(text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + "...")
+
+
+def _names(names: list[str]) -> str:
+    if len(names) <= _SHOW_NAMES:
+        return ", ".join(names)
+    return ", ".join(names[:_SHOW_NAMES]) + f" and {len(names) - _SHOW_NAMES} more"
+
+
+def empty_result(warnings: list[str] | None = None) -> dict:
+    return {
+        "gpus": [],
+        "nics": [],
+        "nvlink_domains": [],
+        "nvlink_all_to_all": False,
+        "numa_groups": [],
+        "placements": [],
+        "warnings": list(warnings or []),
+    }
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def _find_header(lines: list[str]) -> int | None:
+    """Index of the header line: first token ``GPU<n>``, second token not a link type."""
+    for number, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and gpu_index(tokens[0]) is not None and (len(tokens) == 1 or link_rank(tokens[1]) is None):
+            return number
+    return None
+
+
+def _match_info(tokens: list[str], start: int) -> tuple[str, int] | None:
+    for words, key in _INFO_COLUMNS:
+        if tuple(tokens[start : start + len(words)]) == words:
+            return key, start + len(words)
+    return None
+
+
+def _read_header(line: str, warnings: list[str]) -> tuple[list[str], list[str]]:
+    """Device column names, then info column keys (cpu_affinity, numa_affinity, gpu_numa_id, or unknown)."""
+    tokens = line.split()
+    devices: list[str] = []
+    position = 0
+    while position < len(tokens) and tokens[position] not in _INFO_STARTS:
+        devices.append(tokens[position])
+        position += 1
+    info: list[str] = []
+    while position < len(tokens):
+        known = _match_info(tokens, position)
+        if known:
+            info.append(known[0])
+            position = known[1]
+            continue
+        start = position
+        position += 1
+        while position < len(tokens) and _match_info(tokens, position) is None:
+            position += 1
+        name = " ".join(tokens[start:position])
+        info.append(name)
+        warnings.append(f"unknown header column {name!r}: its values are ignored")
+    return devices, info
+
+
+class _Capture:
+    """What the text says, before any conclusion is drawn."""
+
+    def __init__(self) -> None:
+        self.devices: list[str] = []  # header device columns, in order
+        self.info: list[str] = []  # header info columns, in order
+        self.rows: dict[str, list[str]] = {}  # row label -> tokens after the label
+        self.row_order: list[str] = []
+        self.legend: set[str] = set()  # codes seen in "Legend:" (X, SYS, ..., NV#)
+        self.has_legend = False
+        self.nic_names: dict[str, str] = {}  # NIC0 -> mlx5_0
+        self.mp_command = False  # "-mp" on a command line above the matrix
+        self.last_row: str | None = None  # label of a row that is the last non-blank line of the text
+        self.cut_row: str | None = None  # last_row, once its last field was dropped as possibly cut
+
+
+def _read_sections(lines: list[str], header: int, capture: _Capture, warnings: list[str]) -> None:
+    section = "matrix"
+    last_nonblank = max((n for n, line in enumerate(lines) if line.strip()), default=header)
+    known_labels = set(capture.devices)
+    for number in range(header + 1, len(lines)):
+        text = lines[number].strip()
+        if not text:
+            continue
+        if text.startswith("NIC Legend"):
+            section = "nic_legend"
+        elif text.startswith("Legend"):
+            section = "legend"
+            capture.has_legend = True
+        elif section == "legend":
+            code, sep, _meaning = text.partition("=")
+            if sep:
+                capture.legend.add(code.strip())
+        elif section == "nic_legend":
+            key, sep, name = text.partition(":")
+            if sep and _is_nic_label(key.strip()) and name.strip():
+                capture.nic_names[key.strip()] = name.strip()
+        else:
+            tokens = text.split()
+            label = tokens[0]
+            if not (label in known_labels or gpu_index(label) is not None or _is_nic_label(label)):
+                warnings.append(f"line {number + 1} is not a matrix row, ignored: {_show(text)}")
+            elif label in capture.rows:
+                warnings.append(f"row {label} appears twice: the second one (line {number + 1}) is ignored")
+            else:
+                capture.rows[label] = tokens[1:]
+                capture.row_order.append(label)
+                if number == last_nonblank:
+                    capture.last_row = label
+
+
+def read_capture(text: str, warnings: list[str]) -> _Capture | None:
+    lines = text.splitlines()
+    header = _find_header(lines)
+    if header is None:
+        return None
+    capture = _Capture()
+    capture.mp_command = any(_MP_FLAGS.intersection(line.split()) for line in lines[:header])
+    capture.devices, capture.info = _read_header(lines[header], warnings)
+    if len(capture.devices) > _MAX_DEVICES:
+        warnings.append(f"the header names {len(capture.devices)} devices: only the first {_MAX_DEVICES} are read")
+        del capture.devices[_MAX_DEVICES:]
+    if len(set(capture.devices)) != len(capture.devices):
+        warnings.append(f"the header names a device twice (damaged capture?): {_show(lines[header].strip())}")
+    _read_sections(lines, header, capture, warnings)
+    return capture
+
+
+# ------------------------------------------------------------------------------------------ interpreting
+
+
+class _Topology:
+    """Links between device labels, GPUs and NICs in order, and per-GPU affinity fields."""
+
+    def __init__(self) -> None:
+        self.links: dict[tuple[str, str], str] = {}
+        self.gpus: list[str] = []  # labels, sorted by index
+        self.nics: list[str] = []  # labels, in column order then row order
+        self.fields: dict[str, dict[str, str]] = {}  # GPU label -> info key -> raw value
+
+    def link(self, first: str, second: str) -> str | None:
+        cell = self.links.get((first, second))
+        return cell if cell is not None else self.links.get((second, first))
+
+
+def _devices(capture: _Capture, warnings: list[str]) -> tuple[list[str], list[str]]:
+    gpus = [label for label in capture.devices if gpu_index(label) is not None]
+    nics = [label for label in capture.devices if gpu_index(label) is None]
+    extra = [label for label in capture.row_order if label not in capture.devices]
+    if extra:
+        warnings.append(
+            f"rows {_names(extra)} have no column in the header (terminal-damaged capture?): "
+            "their links to other rows' devices are unknown"
+        )
+    gpus += [label for label in extra if gpu_index(label) is not None]
+    nics += [label for label in extra if gpu_index(label) is None]
+    gpus = sorted(set(gpus), key=lambda label: gpu_index(label) or 0)
+    return gpus, nics
+
+
+def _read_row(label: str, tokens: list[str], capture: _Capture, topology: _Topology, warnings: list[str]) -> None:
+    columns = capture.devices
+    bad = []
+    for column, cell in zip(columns, tokens):
+        if link_rank(cell) is None:
+            bad.append(f"{cell!r} under {column}")
+        else:
+            topology.links[(label, column)] = cell
+    if bad:
+        warnings.append(f"row {label}: cells that are not link types, ignored: {_names(bad)}")
+    if label in columns and topology.links.get((label, label), "X") != "X":
+        warnings.append(f"row {label} is misaligned: expected X under {label}, found {topology.links[(label, label)]}")
+    values = tokens[len(columns) :]
+    is_gpu = gpu_index(label) is not None
+    if len(tokens) < len(columns):
+        warnings.append(f"row {label} has {len(tokens)} of {len(columns)} link cells: the rest are unknown")
+    elif is_gpu and len(values) != len(capture.info) and label != capture.cut_row:
+        warnings.append(
+            f"row {label} has {len(values)} affinity fields, the header names {len(capture.info)}: "
+            "missing ones are unknown, extra ones ignored"
+        )
+    elif not is_gpu and values:
+        warnings.append(f"row {label}: extra fields ignored: {_show(' '.join(values))}")
+    if is_gpu:
+        topology.fields[label] = dict(zip(capture.info, values))
+
+
+def interpret(capture: _Capture, warnings: list[str]) -> _Topology:
+    topology = _Topology()
+    topology.gpus, topology.nics = _devices(capture, warnings)
+    missing = [label for label in capture.devices if label not in capture.rows]
+    if missing:
+        warnings.append(
+            f"the matrix has no row for {_names(missing)} (capture truncated?): "
+            "what only those rows say (GPU affinity, links between two of them) is unknown"
+        )
+        if capture.last_row is not None and capture.rows[capture.last_row]:
+            cut = capture.rows[capture.last_row].pop()
+            capture.cut_row = capture.last_row
+            warnings.append(
+                f"the text ends inside row {capture.last_row}: its last field {cut!r} is ignored, it may be cut"
+            )
+    for label in capture.row_order:
+        _read_row(label, capture.rows[label], capture, topology, warnings)
+    _check_symmetry(topology, warnings)
+    return topology
+
+
+def _check_symmetry(topology: _Topology, warnings: list[str]) -> None:
+    odd = []
+    for (first, second), cell in topology.links.items():
+        other = topology.links.get((second, first))
+        if first < second and other is not None and other != cell:
+            odd.append(f"{first}-{second} {cell}/{other}")
+    if odd:
+        warnings.append(f"the matrix is not symmetric (damaged capture?), a row's own cells win: {_names(odd)}")
+
+
+# ------------------------------------------------------------------------------------------- conclusions
+
+
+def _numa(label: str, raw: str | None, notes: dict[str, dict[str, list[str]]]) -> int | None:
+    if raw is None:
+        return None
+    if _ascii_digits(raw):
+        return int(raw)
+    kind = "na" if raw == _NOT_AVAILABLE else "multi" if is_cpu_list(raw) else "bad"
+    notes[kind].setdefault(raw, []).append(label)
+    return None
+
+
+def _cpu_affinity(label: str, raw: str | None, notes: dict[str, dict[str, list[str]]]) -> str | None:
+    if raw is None or is_cpu_list(raw):
+        return raw
+    kind = "cpu_na" if raw == _NOT_AVAILABLE else "cpu_bad"
+    notes[kind].setdefault(raw, []).append(label)
+    return None
+
+
+def _affinity_warnings(notes: dict[str, dict[str, list[str]]], warnings: list[str]) -> None:
+    texts = {
+        "na": "NUMA Affinity is N/A for {gpus}: numa_node is null",
+        "multi": "NUMA Affinity {raw!r} of {gpus} spans several NUMA nodes (VM or NPS setting?): "
+        "numa_node is null, the text is kept in numa_affinity",
+        "bad": "NUMA Affinity {raw!r} of {gpus} is not a NUMA node (damaged capture?): numa_node is null",
+        "cpu_na": "CPU Affinity is N/A for {gpus}: cpu_affinity is null",
+        "cpu_bad": "CPU Affinity {raw!r} of {gpus} is not a CPU list (damaged capture?): cpu_affinity is null",
+    }
+    for kind, text in texts.items():
+        for raw, labels in notes[kind].items():
+            warnings.append(text.format(raw=raw, gpus=_names(labels)))
+
+
+def _nearest_nics(topology: _Topology, gpu: str, names: dict[str, str]) -> tuple[list[str], str | None]:
+    cells = [topology.link(gpu, nic) for nic in topology.nics]
+    if not cells or None in cells:
+        return [], None
+    ranks = [link_rank(cell) or 0 for cell in cells if cell is not None]
+    best = min(ranks)
+    nearest = [names[nic] for nic, rank in zip(topology.nics, ranks) if rank == best]
+    return nearest, next(cell for cell, rank in zip(cells, ranks) if rank == best)
+
+
+def _domains(indexes: list[int], peers: dict[int, set[int]]) -> list[list[int]]:
+    seen: set[int] = set()
+    domains = []
+    for start in indexes:
+        if start in seen:
+            continue
+        stack, domain = [start], set()
+        while stack:
+            node = stack.pop()
+            if node not in domain:
+                domain.add(node)
+                stack.extend(peers[node] - domain)
+        seen |= domain
+        domains.append(sorted(domain))
+    return sorted(domains)
+
+
+def _clique(candidates: list[int], peers: dict[int, set[int]], size: int, budget: list[int]) -> list[int] | None:
+    """First (lowest-index) set of ``size`` candidates that are pairwise NVLinked; None if none."""
+
+    def extend(chosen: list[int], start: int) -> list[int] | None:
+        if len(chosen) == size:
+            return chosen
+        for position in range(start, len(candidates) - (size - len(chosen)) + 1):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            gpu = candidates[position]
+            if all(gpu in peers[other] for other in chosen):
+                found = extend([*chosen, gpu], position + 1)
+                if found:
+                    return found
+        return None
+
+    return extend([], 0)
+
+
+def plan_placements(
+    indexes: list[int], peers: dict[int, set[int]], numa: dict[int, int | None], size: int, warnings: list[str]
+) -> list[list[int]]:
+    """Greedy disjoint pairwise-NVLinked sets of ``size`` GPUs, inside one NUMA node first."""
+    used: set[int] = set()
+    placements: list[list[int]] = []
+    budget = [_CLIQUE_BUDGET]
+    nodes = sorted({node for node in numa.values() if node is not None})
+    pools = [[gpu for gpu in indexes if numa.get(gpu) == node] for node in nodes] + [indexes]
+    for pool in pools:
+        while True:
+            found = _clique([gpu for gpu in pool if gpu not in used], peers, size, budget)
+            if not found:
+                break
+            placements.append(found)
+            used.update(found)
+    if budget[0] < 0:
+        warnings.append("placement search stopped early (too many combinations): more sets may exist")
+    return sorted(placements)
+
+
+def _mp_warning(capture: _Capture, gpu_count: int, has_nvlink: bool) -> str | None:
+    if has_nvlink or gpu_count < 2:  # noqa: PLR2004 -- a pair needs two GPUs
+        return None
+    fix = "it shows no NVLink even where there is some; capture `nvidia-smi topo -m` instead"
+    if capture.mp_command:
+        return f"this is `nvidia-smi topo -mp` output (the command line says so): {fix}"
+    if "NV#" in capture.legend:
+        return None  # a complete `topo -m` legend: the GPUs really have no NVLink
+    if "PIX" in capture.legend:
+        return f"the legend has no NV# line, so this is `nvidia-smi topo -mp` output: {fix}"
+    return (
+        f"no NVLink between {gpu_count} GPUs and no complete legend to tell `topo -m` from "
+        f"`nvidia-smi topo -mp` output, which may be what this is: {fix}"
+    )
+
+
+def _nic_names(topology: _Topology, capture: _Capture, warnings: list[str]) -> dict[str, str]:
+    unnamed = [nic for nic in topology.nics if _is_nic_label(nic) and nic not in capture.nic_names]
+    if unnamed:
+        warnings.append(f"no NIC Legend entry for {_names(unnamed)}: those NICs keep their column names")
+    return {nic: capture.nic_names.get(nic, nic) for nic in topology.nics}
+
+
+def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, warnings: list[str]) -> dict:
+    names = _nic_names(topology, capture, warnings)
+    label_of = {gpu_index(label) or 0: label for label in topology.gpus}
+    indexes = sorted(label_of)
+    peers: dict[int, set[int]] = {index: set() for index in indexes}
+    unknown_pairs = []
+    for position, first in enumerate(indexes):
+        for second in indexes[position + 1 :]:
+            cell = topology.link(label_of[first], label_of[second])
+            if cell is None:
+                unknown_pairs.append(f"GPU{first}-GPU{second}")
+            elif nvlink_count(cell):
+                peers[first].add(second)
+                peers[second].add(first)
+    pair_count = len(indexes) * (len(indexes) - 1) // 2
+    all_to_all = bool(indexes) and sum(len(linked) for linked in peers.values()) == 2 * pair_count
+    if unknown_pairs and sum(len(linked) for linked in peers.values()) == 2 * (pair_count - len(unknown_pairs)):
+        warnings.append(f"nvlink_all_to_all is false because these GPU pairs are unknown: {_names(unknown_pairs)}")
+
+    notes: dict[str, dict[str, list[str]]] = {key: {} for key in ("na", "multi", "bad", "cpu_na", "cpu_bad")}
+    gpus, numa = [], {}
+    for index in indexes:
+        label = label_of[index]
+        fields = topology.fields.get(label, {})
+        numa[index] = _numa(label, fields.get("numa_affinity"), notes)
+        gpu_numa_id = fields.get("gpu_numa_id")
+        nearest, nearest_link = _nearest_nics(topology, label, names)
+        gpus.append(
+            {
+                "index": index,
+                "cpu_affinity": _cpu_affinity(label, fields.get("cpu_affinity"), notes),
+                "numa_node": numa[index],
+                "numa_affinity": fields.get("numa_affinity"),
+                "gpu_numa_id": int(gpu_numa_id) if gpu_numa_id and _ascii_digits(gpu_numa_id) else None,
+                "nvlink_peers": {
+                    str(peer): nvlink_count(topology.link(label, label_of[peer]) or "") or 0
+                    for peer in sorted(peers[index])
+                },
+                "nearest_nics": nearest,
+                "nearest_nic_link": nearest_link,
+            }
+        )
+    _affinity_warnings(notes, warnings)
+    if topology.fields and "numa_affinity" not in capture.info:
+        warnings.append("no NUMA Affinity column (older nvidia-smi?): numa_node is null for every GPU")
+
+    mp_warning = _mp_warning(capture, len(indexes), any(peers.values()))
+    if mp_warning:
+        warnings.append(mp_warning)
+
+    placements: list[list[int]] = []
+    if gpus_per_job:
+        placements = plan_placements(indexes, peers, numa, gpus_per_job, warnings)
+        if not placements:
+            warnings.append(f"no set of {gpus_per_job} pairwise NVLinked GPUs exists: placements is empty")
+
+    groups: dict[int, list[int]] = {}
+    for index, node in numa.items():
+        if node is not None:
+            groups.setdefault(node, []).append(index)
+    return {
+        "gpus": gpus,
+        "nics": [names[nic] for nic in topology.nics],
+        "nvlink_domains": _domains(indexes, peers),
+        "nvlink_all_to_all": all_to_all,
+        "numa_groups": [{"numa_node": node, "gpus": sorted(groups[node])} for node in sorted(groups)],
+        "placements": placements,
+        "warnings": warnings,
+    }
+
+
+def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
+    """Topology facts from the text of ``nvidia-smi topo -m``; never raises on bad text (see ``warnings``)."""
+    if not text or not text.strip():
+        return empty_result(["empty input: there is no `nvidia-smi topo -m` output to read"])
+    warnings: list[str] = []
+    capture = read_capture(text, warnings)
+    if capture is None:
+        return empty_result(
+            [
+                "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, "
+                f"got {_show(text)}"
+            ]
+        )
+    topology = interpret(capture, warnings)
+    return conclude(capture, topology, gpus_per_job, warnings)

@@ -1,0 +1,430 @@
+"""gpu_topology: the `nvidia-smi topo -m` parser on real captures, placements, bad input, and the module."""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import combinations
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
+    LINK_ORDER,
+    is_cpu_list,
+    link_rank,
+    nvlink_count,
+    parse_topology,
+)
+from ansible_collections.gpuops.cluster.plugins.modules import gpu_topology
+from conftest import shared_path
+from topology_expected import CAPTURES, MP_MAYBE
+
+TOPO = ("nvidia-smi", "topo")
+ALL_CAPTURES = sorted(CAPTURES)
+SECONDS_FOR_CAPTURES = 5.0
+SECONDS_FOR_HUGE_INPUT = 10.0
+
+
+def capture(name: str) -> str:
+    return shared_path(*TOPO, f"{name}.txt").read_text(encoding="utf-8")
+
+
+def assert_warnings(warnings: list[str], expected: list[str]) -> None:
+    """Each expected substring is in its own warning, and there is no other warning."""
+    unmatched = list(warnings)
+    for text in expected:
+        found = next((warning for warning in unmatched if text in warning), None)
+        assert found is not None, f"no warning contains {text!r}; warnings: {warnings}"
+        unmatched.remove(found)
+    assert not unmatched, f"unexpected warnings: {unmatched}"
+
+
+# ----------------------------------------------------------------------------------------- real captures
+
+
+def test_every_capture_has_expectations(shared_data):
+    on_disk = {path.stem for path in (shared_data / "nvidia-smi" / "topo").glob("*.txt")}
+    assert on_disk == set(CAPTURES)
+
+
+@pytest.mark.parametrize("name", ALL_CAPTURES)
+def test_capture(name):
+    expected = CAPTURES[name]
+    result = parse_topology(capture(name))
+    assert len(result["gpus"]) == expected["gpu_count"]
+    assert [gpu["index"] for gpu in result["gpus"]] == list(range(expected["gpu_count"]))
+    assert result["nics"] == expected["nics"]
+    assert result["nvlink_domains"] == expected["nvlink_domains"]
+    assert result["nvlink_all_to_all"] is expected["nvlink_all_to_all"]
+    assert result["numa_groups"] == expected["numa_groups"]
+    assert result["placements"] == []
+    for index, fields in expected["gpus"].items():
+        gpu = result["gpus"][index]
+        assert {key: gpu[key] for key in fields} == fields, f"GPU{index}"
+    assert_warnings(result["warnings"], expected["warnings"])
+
+
+@pytest.mark.parametrize("name", ALL_CAPTURES)
+def test_capture_result_is_plain_json(name):
+    """What Ansible 2.19 accepts: str keys, real booleans, ints, no tuples or sets."""
+    result = parse_topology(capture(name), 2)
+    assert json.loads(json.dumps(result)) == result
+    assert isinstance(result["nvlink_all_to_all"], bool)
+
+
+@pytest.mark.parametrize("name", ALL_CAPTURES)
+def test_capture_cut_anywhere_never_crashes(name):
+    """Cut each capture at many points (as a terminal or an issue excerpt would): no exception, sane shape."""
+    text = capture(name)
+    for end in range(0, len(text), 23):
+        result = parse_topology(text[:end], 2)
+        assert set(result) == {
+            "gpus",
+            "nics",
+            "nvlink_domains",
+            "nvlink_all_to_all",
+            "numa_groups",
+            "placements",
+            "warnings",
+        }
+        if not result["gpus"]:
+            assert result["warnings"]
+
+
+@pytest.mark.parametrize("name", ALL_CAPTURES)
+def test_capture_with_windows_line_ends_reads_the_same(name):
+    text = capture(name)
+    assert parse_topology(text.replace("\n", "\r\n")) == parse_topology(text)
+
+
+def test_tabs_and_spaces_read_the_same():
+    """h100x8_9nic_RAW-TABS_TRUNCATED_nccl1453 is raw TAB output; the same text with tabs expanded reads the same."""
+    text = capture("h100x8_9nic_RAW-TABS_TRUNCATED_nccl1453")
+    assert "\t" in text
+    assert parse_topology(text.expandtabs(8)) == parse_topology(text)
+
+
+# --------------------------------------------------------------------------------------------- placements
+
+
+@pytest.mark.parametrize(
+    ("name", "per_job", "expected"),
+    [
+        # GPU0-3 are NUMA 0 and GPU4-7 NUMA 1, all NV18: two sets, each inside one node.
+        pytest.param("h100x8_sxm_2numa_noNIC", 4, [[0, 1, 2, 3], [4, 5, 6, 7]], id="h100x8_sxm_2numa_noNIC-4"),
+        # Lowest-index greedy would give [3, 4, 5] as the second set, across nodes; NUMA-first gives [4, 5, 6].
+        pytest.param("h100x8_sxm_2numa_noNIC", 3, [[0, 1, 2], [4, 5, 6]], id="h100x8_sxm_2numa_noNIC-3"),
+        # No node holds 5 or 8 GPUs: then a set may cross nodes.
+        pytest.param("h100x8_sxm_2numa_noNIC", 5, [[0, 1, 2, 3, 4]], id="h100x8_sxm_2numa_noNIC-5"),
+        pytest.param("h100x8_sxm_2numa_noNIC", 8, [list(range(8))], id="h100x8_sxm_2numa_noNIC-8"),
+        pytest.param("h100x8_sxm_2numa_noNIC", 9, [], id="h100x8_sxm_2numa_noNIC-9"),
+        # NPS4: nodes hold GPU pairs (3: 0,1; 1: 2,3; 7: 4,5; 5: 6,7).
+        pytest.param("dgx-a100_8gpu_10nic_nps4-numa_dgx05", 2, [[0, 1], [2, 3], [4, 5], [6, 7]], id="dgx-a100_nps4-2"),
+        pytest.param("dgx-a100_8gpu_10nic_nps4-numa_dgx05", 4, [[0, 1, 2, 3], [4, 5, 6, 7]], id="dgx-a100_nps4-4"),
+        # NV12 pairs 0-1 and 2-3 only; NUMA unknown (0-3).
+        pytest.param(
+            "azure-nc96v4_a100-80gb-x4_nv12-pairs_cpuaff-0_numa-0-3_VM-QUIRK", 2, [[0, 1], [2, 3]], id="nc96v4-2"
+        ),
+        pytest.param("azure-nc96v4_a100-80gb-x4_nv12-pairs_cpuaff-0_numa-0-3_VM-QUIRK", 4, [], id="nc96v4-4"),
+        # No NVLink at all: no pair, but one GPU per job always fits.
+        pytest.param("a10x4_pcie_sys_2nic", 2, [], id="a10x4_pcie_sys_2nic-2"),
+        pytest.param("a10x4_pcie_sys_2nic", 1, [[0], [1], [2], [3]], id="a10x4_pcie_sys_2nic-1"),
+        # Truncated: only the links of rows GPU0-GPU4 are known, so GPU4 has no 3 known-NVLinked partners.
+        pytest.param("dgx2-class_v100x16_nv6_10nic_TRUNCATED_nccl-tests78", 4, [[0, 1, 2, 3]], id="dgx2-truncated-4"),
+    ],
+)
+def test_placements(name, per_job, expected):
+    result = parse_topology(capture(name), per_job)
+    assert result["placements"] == expected
+    empty_warning = f"no set of {per_job} pairwise NVLinked GPUs"
+    assert any(empty_warning in warning for warning in result["warnings"]) is (expected == [])
+
+
+def test_placements_prefer_one_numa_node_even_when_interleaved():
+    """Hand-made matrix: GPU0/GPU2 on node 0, GPU1/GPU3 on node 1, all NVLinked."""
+    text = (
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tNV4\tNV4\tNV4\t0-7\t0\n"
+        "GPU1\tNV4\t X \tNV4\tNV4\t8-15\t1\n"
+        "GPU2\tNV4\tNV4\t X \tNV4\t0-7\t0\n"
+        "GPU3\tNV4\tNV4\tNV4\t X \t8-15\t1\n"
+    )
+    result = parse_topology(text, 2)
+    assert result["placements"] == [[0, 2], [1, 3]]
+    assert result["numa_groups"] == [{"numa_node": 0, "gpus": [0, 2]}, {"numa_node": 1, "gpus": [1, 3]}]
+
+
+@pytest.mark.parametrize("name", ALL_CAPTURES)
+def test_placements_are_disjoint_full_and_pairwise_nvlinked(name):
+    text = capture(name)
+    for per_job in range(1, 9):
+        result = parse_topology(text, per_job)
+        peers = {gpu["index"]: gpu["nvlink_peers"] for gpu in result["gpus"]}
+        used = [gpu for placement in result["placements"] for gpu in placement]
+        assert len(used) == len(set(used))
+        for placement in result["placements"]:
+            assert len(placement) == per_job
+            assert placement == sorted(placement)
+            for first, second in combinations(placement, 2):
+                assert str(second) in peers[first]
+
+
+# ------------------------------------------------------------------------------------------------- topo -mp
+
+
+def test_mp_capture_is_flagged():
+    """gpu8_14nic_TOPO-MP-pcie-only_TRUNCATED_deepep60 came from `topo -mp`; its legend is cut off."""
+    warnings = parse_topology(capture("gpu8_14nic_TOPO-MP-pcie-only_TRUNCATED_deepep60"))["warnings"]
+    assert any(MP_MAYBE in warning and "topo -mp" in warning for warning in warnings)
+
+
+def test_mp_legend_without_nv_line_is_flagged():
+    """`topo -mp` prints the same legend without its NV# line: take a10x4_pcie_sys_2nic and drop that line."""
+    text = capture("a10x4_pcie_sys_2nic")
+    lines = [line for line in text.splitlines() if not line.strip().startswith("NV#")]
+    assert len(lines) == len(text.splitlines()) - 1
+    warnings = parse_topology("\n".join(lines))["warnings"]
+    assert_warnings(warnings, ["the legend has no NV# line, so this is `nvidia-smi topo -mp` output"])
+
+
+def test_mp_command_line_is_flagged():
+    text = "root@f51fec68bf55:~# nvidia-smi topo -mp\n" + capture("gpu8_14nic_TOPO-MP-pcie-only_TRUNCATED_deepep60")
+    warnings = parse_topology(text)["warnings"]
+    assert any("the command line says so" in warning for warning in warnings)
+    assert not any(MP_MAYBE in warning for warning in warnings)
+
+
+def test_legend_nv_line_is_no_nvlink():
+    """a10x4_pcie_sys_2nic: the legend explains NV# but no cell is NVLink, and the legend is not read as rows."""
+    result = parse_topology(capture("a10x4_pcie_sys_2nic"))
+    assert result["nvlink_domains"] == [[0], [1], [2], [3]]
+    assert all(gpu["nvlink_peers"] == {} for gpu in result["gpus"])
+    assert result["warnings"] == []
+
+
+# ------------------------------------------------------------------------------------- bad and small input
+
+
+@pytest.mark.parametrize("text", [None, "", "   \n\t\n"], ids=["none", "empty", "blank"])
+def test_empty_input(text):
+    result = parse_topology(text, 4)
+    assert result["gpus"] == []
+    assert result["nvlink_all_to_all"] is False
+    assert result["nvlink_domains"] == []
+    assert result["placements"] == []
+    assert_warnings(result["warnings"], ["empty input"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n",
+        "No devices were found\n",
+        "\x00\xff\x1b[31mGPU X NV12\t\t\n" * 50,
+        "GPU0 X NV12\nGPU1 NV12 X\n",  # rows without a header
+    ],
+    ids=["driver-not-loaded", "no-devices", "binary-junk", "rows-without-header"],
+)
+def test_garbage_input(text):
+    result = parse_topology(text, 2)
+    assert result["gpus"] == []
+    assert result["nvlink_all_to_all"] is False
+    assert_warnings(result["warnings"], ["no `nvidia-smi topo -m` matrix found"])
+    assert repr(text[:20])[1:-1] in result["warnings"][0]  # the raw text is quoted
+
+
+def test_damaged_cell_is_warned_and_the_other_row_fills_in():
+    """h100x8_sxm_2numa_noNIC with GPU2's cell under GPU0 damaged: GPU0's own row still says NV18."""
+    original = capture("h100x8_sxm_2numa_noNIC")
+    text = original.replace("GPU2    NV18    NV18     X", "GPU2    N?18    NV18     X")
+    assert text != original
+    result = parse_topology(text)
+    assert_warnings(result["warnings"], ["row GPU2: cells that are not link types, ignored: 'N?18' under GPU0"])
+    assert result["gpus"][2]["nvlink_peers"] == {str(peer): 18 for peer in (0, 1, 3, 4, 5, 6, 7)}
+    assert result["nvlink_all_to_all"] is True
+
+
+def test_header_only():
+    result = parse_topology("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n")
+    assert [gpu["index"] for gpu in result["gpus"]] == [0, 1]
+    assert result["nvlink_all_to_all"] is False
+    assert result["nvlink_domains"] == [[0], [1]]
+    assert any("no row for GPU0, GPU1" in warning for warning in result["warnings"])
+
+
+def test_single_gpu():
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-23\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n"
+    result = parse_topology(text, 1)
+    assert result["gpus"] == [
+        {
+            "index": 0,
+            "cpu_affinity": "0-23",
+            "numa_node": 0,
+            "numa_affinity": "0",
+            "gpu_numa_id": None,
+            "nvlink_peers": {},
+            "nearest_nics": [],
+            "nearest_nic_link": None,
+        }
+    ]
+    assert result["nvlink_all_to_all"] is True
+    assert result["nvlink_domains"] == [[0]]
+    assert result["placements"] == [[0]]
+    assert result["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    ("numa", "gpu_numa_id", "numa_node", "warning"),
+    [
+        ("0,2", "N/A", None, "'0,2' of GPU0 spans several NUMA nodes"),
+        ("N/A", "N/A", None, "NUMA Affinity is N/A for GPU0"),
+        ("1", "4", 1, None),
+        ("x1", "N/A", None, "'x1' of GPU0 is not a NUMA node"),
+    ],
+)
+def test_numa_values(numa, gpu_numa_id, numa_node, warning):
+    text = f"\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-71\t{numa}\t\t{gpu_numa_id}\n"
+    result = parse_topology(text)
+    gpu = result["gpus"][0]
+    assert gpu["numa_node"] == numa_node
+    assert gpu["numa_affinity"] == numa
+    assert gpu["gpu_numa_id"] == (int(gpu_numa_id) if gpu_numa_id.isdigit() else None)
+    assert_warnings(result["warnings"], [warning] if warning else [])
+
+
+def test_link_order():
+    assert LINK_ORDER == ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
+    ranks = [link_rank(cell) for cell in ("X", "NV1", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS")]
+    assert ranks == sorted(ranks)
+    assert link_rank("NV1") == link_rank("NV18")
+    assert link_rank("SOC") == link_rank("SYS")
+    assert [link_rank(cell) for cell in ("NV", "NV#", "NV0", "nv4", "SY", "", "N/A")] == [None] * 7
+    assert [nvlink_count(cell) for cell in ("NV1", "NV18", "NV#", "PIX")] == [1, 18, None, None]
+
+
+def test_cpu_lists():
+    assert all(is_cpu_list(text) for text in ("0", "0-103", "0-51,104-155", "2-63,96-127"))
+    assert not any(is_cpu_list(text) for text in ("", "-31,64-95", "N/A", "5-3", "0-", "0,,1", "٣"))
+
+
+def test_parser_is_fast_on_the_captures():
+    """Fleet hot path: the 13 captures 20 times over (about 0.2 s here) within a bound a busy CI box meets."""
+    texts = [capture(name) for name in ALL_CAPTURES]
+    start = time.perf_counter()
+    for _ in range(20):
+        for text in texts:
+            parse_topology(text, 4)
+    assert time.perf_counter() - start < SECONDS_FOR_CAPTURES
+
+
+def test_parser_is_fast_on_huge_damaged_input():
+    """3000 columns, 40 full rows and 1 MB of legend-like junk: linear work, devices capped at 512."""
+    header = "\t" + "\t".join(f"GPU{n}" for n in range(3000)) + "\tCPU Affinity\n"
+    rows = "".join(f"GPU{n}\t" + "\t".join(["NV2"] * 3000) + "\t0-7\n" for n in range(40))
+    junk = ("  NV#  = " + "x " * 5000 + "\n") * 200
+    start = time.perf_counter()
+    result = parse_topology(header + rows + junk, 2)
+    assert time.perf_counter() - start < SECONDS_FOR_HUGE_INPUT
+    assert any("only the first 512 are read" in warning for warning in result["warnings"])
+
+
+# ------------------------------------------------------------------------------------------------ module
+
+
+class _Exit(Exception):
+    def __init__(self, result: dict, failed: bool):
+        super().__init__(result)
+        self.result = result
+        self.failed = failed
+
+
+def run_module(monkeypatch, args: dict, *, bin_path: str | None = "/usr/bin/nvidia-smi", command=None) -> _Exit:
+    """Run gpu_topology.main() with fake get_bin_path/run_command; return what it exited with."""
+    calls: list[tuple] = []
+
+    def fake_run_command(self, argv, **kwargs):
+        calls.append((argv, kwargs))
+        return command if command is not None else (127, "", "not expected to run")
+
+    def exit_json(self, **result):
+        raise _Exit(result, failed=False)
+
+    def fail_json(self, **result):
+        raise _Exit(result, failed=True)
+
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: bin_path)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    with patch_module_args(args), pytest.raises(_Exit) as caught:
+        gpu_topology.main()
+    caught.value.calls = calls
+    return caught.value
+
+
+def expected_module_result(text: str, per_job: int | None) -> dict:
+    facts = parse_topology(text, per_job)
+    facts["topology_warnings"] = facts.pop("warnings")
+    return {"changed": False, **facts}
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
+def test_module_reads_given_matrix(monkeypatch, check_mode):
+    text = capture("dgx-a100_8gpu_10nic_nps4-numa_dgx05")
+    outcome = run_module(monkeypatch, {"matrix": text, "gpus_per_job": 2, "_ansible_check_mode": check_mode})
+    assert not outcome.failed
+    assert outcome.result == expected_module_result(text, 2)
+    assert outcome.result["placements"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert outcome.calls == []
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
+def test_module_runs_nvidia_smi(monkeypatch, check_mode):
+    text = capture("h100x8_9nic_RAW-TABS_TRUNCATED_nccl1453")
+    outcome = run_module(monkeypatch, {"_ansible_check_mode": check_mode}, command=(0, text, ""))
+    assert not outcome.failed
+    assert outcome.result == expected_module_result(text, None)
+    assert outcome.result["topology_warnings"]  # this capture is truncated
+    [(argv, kwargs)] = outcome.calls
+    assert argv == ["/usr/bin/nvidia-smi", "topo", "-m"]
+    assert kwargs["environ_update"] == {"LC_ALL": "C"}
+
+
+def test_module_without_nvidia_smi_reports_no_gpus(monkeypatch):
+    outcome = run_module(monkeypatch, {}, bin_path=None)
+    assert not outcome.failed
+    assert outcome.result["gpus"] == []
+    assert outcome.result["nvlink_all_to_all"] is False
+    assert_warnings(outcome.result["topology_warnings"], ["nvidia-smi is not on the PATH"])
+    assert outcome.calls == []
+
+
+def test_module_fails_when_nvidia_smi_fails(monkeypatch):
+    output = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    outcome = run_module(monkeypatch, {}, command=(9, output, ""))
+    assert outcome.failed
+    assert "rc=9" in outcome.result["msg"]
+    assert output in outcome.result["msg"]
+
+
+def test_module_fails_on_text_without_matrix(monkeypatch):
+    outcome = run_module(monkeypatch, {"matrix": "No devices were found"})
+    assert outcome.failed
+    assert "no `nvidia-smi topo -m` matrix found" in outcome.result["msg"]
+    assert "Raw text: No devices were found" in outcome.result["msg"]
+
+
+def test_module_empty_matrix_is_a_warning(monkeypatch):
+    outcome = run_module(monkeypatch, {"matrix": ""})
+    assert not outcome.failed
+    assert outcome.result["gpus"] == []
+    assert_warnings(outcome.result["topology_warnings"], ["empty input"])
+
+
+@pytest.mark.parametrize("per_job", [0, -2])
+def test_module_rejects_gpus_per_job_below_one(monkeypatch, per_job):
+    outcome = run_module(monkeypatch, {"matrix": "x", "gpus_per_job": per_job})
+    assert outcome.failed
+    assert f"gpus_per_job is {per_job}" in outcome.result["msg"]
