@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""gpu_facts: NVIDIA GPUs, driver, CUDA driver API and Fabric Manager state in one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather NVIDIA GPU, driver and Fabric Manager facts in one call
+version_added: 0.1.0
+description:
+  - Gathers the NVIDIA GPUs of a host, the driver and CUDA driver API versions, MIG and persistence
+    modes, NUMA placement, active NVLink links and whether NVIDIA Fabric Manager is required and running.
+  - "Backends are tried in order: NVML through C(pynvml) (package C(nvidia-ml-py)), then one
+    C(nvidia-smi -q -x) call (plus one C(nvidia-smi nvlink -s)), then PCI discovery in sysfs
+    (vendor C(0x10de)), which works without any driver."
+  - A host without an NVIDIA GPU, or with GPUs but no working driver, is a normal answer
+    (C(present=false) or C(source=pci)), not a failure. The reasons a backend was skipped are in C(notes).
+  - One call gathers everything, whatever the number of GPUs; it never runs a command per GPU.
+author:
+  - gpuops.cluster contributors
+options:
+  backend:
+    description:
+      - Which backend answers. C(auto) tries C(nvml), then C(nvidia-smi), then C(pci).
+      - A named backend that cannot answer fails the task instead of falling back.
+    type: str
+    choices: [auto, nvml, nvidia-smi, pci]
+    default: auto
+  fabric_manager_service:
+    description:
+      - systemd unit asked with C(systemctl is-active) when Fabric Manager is required.
+    type: str
+    default: nvidia-fabricmanager
+  _sysfs_root:
+    description:
+      - Internal, for tests only. Root of the sysfs tree read for PCI discovery and NUMA nodes.
+    type: path
+    default: /sys
+  _proc_root:
+    description:
+      - Internal, for tests only. Root of the procfs tree read for C(/proc/driver/nvidia).
+    type: path
+    default: /proc
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to diff.
+  idempotent:
+    support: full
+    description: Never changes the host; C(changed) is always false.
+  facts:
+    support: full
+    description: Sets C(ansible_facts.gpu).
+notes:
+  - C(numa_node) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/numa_node) (C(-1) becomes null),
+    for every backend. NVML's C(nvmlDeviceGetNumaNodeId) describes GPUs that are NUMA nodes themselves
+    (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
+  - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
+    or when any GPU reports a fabric state other than C(Not Supported).
+requirements:
+  - "Optional on the target, for the NVML backend: nvidia-ml-py (C(import pynvml))."
+seealso:
+  - name: NVIDIA Fabric Manager User Guide
+    description: Which systems need Fabric Manager and why its version must match the driver.
+    link: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts (one call per host)
+  gpuops.cluster.gpu_facts:
+
+- name: Refuse a NVSwitch host whose fabric is not up
+  ansible.builtin.assert:
+    that:
+      - not ansible_facts['gpu']['fabric_manager']['required']
+        or ansible_facts['gpu']['fabric_manager']['state'] == 'Completed'
+    fail_msg: >-
+      Fabric state is {{ ansible_facts['gpu']['fabric_manager']['state'] }} on an NVSwitch system,
+      expected Completed: start nvidia-fabricmanager at exactly the driver version
+      {{ ansible_facts['gpu']['driver_version'] }}.
+
+- name: Ask nvidia-smi only (for example to compare with NVML)
+  gpuops.cluster.gpu_facts:
+    backend: nvidia-smi
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: complex
+  contains:
+    gpu:
+      description: NVIDIA GPU facts of the host.
+      returned: always
+      type: complex
+      contains:
+        present:
+          description: True when at least one NVIDIA GPU was found.
+          type: bool
+          sample: true
+        count:
+          description: Number of GPUs listed in C(gpus).
+          type: int
+          sample: 8
+        source:
+          description: Backend that answered, C(nvml), C(nvidia-smi), C(pci), or C(none) when nothing was found.
+          type: str
+          sample: nvml
+        driver_version:
+          description: NVIDIA driver version; from C(/proc/driver/nvidia/version) on the C(pci) path, else null.
+          type: str
+          sample: 565.57.01
+        cuda_driver_version:
+          description: Highest CUDA version the driver supports, C(major.minor); null on the C(pci) path.
+          type: str
+          sample: "12.7"
+        driver_loaded:
+          description: True when NVML or nvidia-smi answered, or C(/proc/driver/nvidia/version) exists.
+          type: bool
+          sample: true
+        gpus:
+          description: One entry per GPU, in nvidia-smi index order. Fields a backend cannot tell are null.
+          type: list
+          elements: dict
+          sample:
+            - index: 0
+              name: NVIDIA H100 80GB HBM3
+              uuid: GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1
+              pci_bus_id: "00000000:18:00.0"
+              memory_total_mib: 81559
+              mig_mode: Disabled
+              mig_mode_pending: Disabled
+              persistence_mode: true
+              numa_node: 0
+              nvlink: 18
+              fabric:
+                state: Completed
+                status: Success
+                clique_id: 0
+                cluster_uuid: 00000000-0000-0000-0000-000000000000
+          contains:
+            index:
+              description: nvidia-smi / NVML index (PCI bus order).
+              type: int
+            name:
+              description: Product name; on the C(pci) path only when the driver module is loaded.
+              type: str
+            uuid:
+              description: GPU UUID (C(GPU-...)); on the C(pci) path only when the driver module is loaded.
+              type: str
+            pci_bus_id:
+              description: PCI address as nvidia-smi prints it (8-digit domain, upper case).
+              type: str
+            memory_total_mib:
+              description: Framebuffer memory total in MiB.
+              type: int
+            mig_mode:
+              description: Current MIG mode, C(Enabled), C(Disabled) or C(N/A) (GPU without MIG); null when unknown.
+              type: str
+            mig_mode_pending:
+              description: MIG mode after the next GPU reset, same values as C(mig_mode).
+              type: str
+            persistence_mode:
+              description: Persistence mode; null when unknown.
+              type: bool
+            numa_node:
+              description: NUMA node of the GPU's PCI device from sysfs; null when the platform has none (-1).
+              type: int
+            nvlink:
+              description: Number of active NVLink links; 0 for a GPU without NVLink; null when not reported.
+              type: int
+            fabric:
+              description: >-
+                Per-GPU NVLink fabric. C(state) is C(Completed), C(In Progress), C(Not Started),
+                C(Not Supported) or null; C(status), C(clique_id) and C(cluster_uuid) as reported, else null.
+              type: dict
+        fabric_manager:
+          description: Whether NVIDIA Fabric Manager is needed here, and what it reports.
+          type: complex
+          contains:
+            required:
+              description: True when an NVSwitch is on the PCI bus or a GPU reports an active fabric state.
+              type: bool
+              sample: true
+            nvswitch_count:
+              description: NVSwitch devices found on the PCI bus.
+              type: int
+              sample: 4
+            state:
+              description: >-
+                Least advanced fabric state over all GPUs (C(Not Started) < C(In Progress) < C(Completed));
+                C(Not Supported) when no GPU has fabric support; null when not reported.
+              type: str
+              sample: Completed
+            service_state:
+              description: Output of C(systemctl is-active <fabric_manager_service>) when required, else null.
+              type: str
+              sample: active
+            version:
+              description: Version from C(nv-fabricmanager --version) when required and installed, else null.
+              type: str
+              sample: 565.57.01
+        notes:
+          description: Why earlier backends were skipped, and other observations that are not failures.
+          type: list
+          elements: str
+          sample:
+            - "nvml: pynvml is not importable (No module named 'pynvml'); install nvidia-ml-py to use NVML"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import (
+    GpuFactsError,
+    gather_gpu_facts,
+)
+
+ARGUMENT_SPEC = {
+    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi", "pci"]},
+    "fabric_manager_service": {"type": "str", "default": "nvidia-fabricmanager"},
+    "_sysfs_root": {"type": "path", "default": "/sys"},
+    "_proc_root": {"type": "path", "default": "/proc"},
+}
+
+
+def build_module() -> AnsibleModule:
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main() -> None:
+    module = build_module()
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    def which(name):
+        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/bin", "/sbin"])
+
+    try:
+        facts, warnings = gather_gpu_facts(
+            backend=module.params["backend"],
+            run=run,
+            which=which,
+            sysfs_root=module.params["_sysfs_root"],
+            proc_root=module.params["_proc_root"],
+            fabric_manager_service=module.params["fabric_manager_service"],
+        )
+    except GpuFactsError as err:
+        module.fail_json(msg=str(err))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, ansible_facts={"gpu": facts})
+
+
+if __name__ == "__main__":
+    main()
