@@ -12,9 +12,7 @@ COLLECTIONS = REPO_ROOT / "collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
-SHARED_DATA = Path(
-    __import__("os").environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data")
-)
+SHARED_DATA = Path(__import__("os").environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 def shared_path(*parts: str) -> Path:
