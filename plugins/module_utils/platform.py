@@ -1,0 +1,80 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Compose or Kubernetes: the one platform rule, shared by the choose_platform filter and preflight.
+
+- fewer than 5 people AND fewer than 8 GPUs            -> compose
+- more than 10 people OR more than 16 GPUs             -> kubernetes
+- anything in between -> kubernetes only when multi-node training is frequent, else compose
+
+Pure functions, no Ansible imports. Wrong types raise TypeError, out-of-range values ValueError; both say what
+was found and what is expected.
+"""
+
+from __future__ import annotations
+
+COMPOSE = "compose"
+KUBERNETES = "kubernetes"
+PLATFORMS = (COMPOSE, KUBERNETES)
+
+SMALL_TEAM_BELOW = 5  # a team of fewer people is small
+SMALL_GPUS_BELOW = 8  # fewer GPUs is small
+LARGE_TEAM_ABOVE = 10  # a team of more people is large
+LARGE_GPUS_ABOVE = 16  # more GPUs is large
+
+
+def _type_name(value: object) -> str:
+    """The builtin type behind a value (Ansible hands over tagged subclasses such as _AnsibleTaggedStr)."""
+    for cls in type(value).__mro__:
+        if cls.__module__ == "builtins" and cls is not object:
+            return cls.__name__
+    return type(value).__name__
+
+
+def _count(value: object, name: str, minimum: int) -> int:
+    # bool is a subclass of int; True is not a team of one
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be an integer >= {minimum}, got {_type_name(value)} {value!r}; "
+            "set it as a YAML number (6, not '6'); with -e, pass JSON so it stays a number: -e '{\"var\": 6}'"
+        )
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be a real boolean (true or false), got {_type_name(value)} {value!r}; "
+            "write true/false unquoted in YAML"
+        )
+    return value
+
+
+def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node_training: object) -> tuple[str, str]:
+    """(platform, one-sentence reason). team_size >= 1, gpu_count >= 0, multi_node_training a real bool."""
+    team = _count(team_size, "team_size", 1)
+    gpus = _count(gpu_count, "gpu_count", 0)
+    multi = _flag(multi_node_training, "multi_node_training")
+    if team < SMALL_TEAM_BELOW and gpus < SMALL_GPUS_BELOW:
+        return COMPOSE, (
+            f"a team of {team} (< {SMALL_TEAM_BELOW}) with {gpus} GPUs (< {SMALL_GPUS_BELOW}) is small: Docker Compose"
+        )
+    if team > LARGE_TEAM_ABOVE or gpus > LARGE_GPUS_ABOVE:
+        return KUBERNETES, (
+            f"a team of {team} with {gpus} GPUs is large (more than {LARGE_TEAM_ABOVE} people or more than "
+            f"{LARGE_GPUS_ABOVE} GPUs): Kubernetes"
+        )
+    if multi:
+        return KUBERNETES, (
+            f"a mid-size setup (team of {team}, {gpus} GPUs) with frequent multi-node training: Kubernetes"
+        )
+    return (
+        COMPOSE,
+        f"a mid-size setup (team of {team}, {gpus} GPUs) without frequent multi-node training: Docker Compose",
+    )
+
+
+def choose_platform(team_size: object, gpu_count: object, multi_node_training: object) -> str:
+    """``compose`` or ``kubernetes`` (see the module docstring for the rule)."""
+    return choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
