@@ -19,12 +19,17 @@ missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# promtool (from Debian's prometheus package) runs the alert-rule unit tests.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]} with apt"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null || die "apt-get update failed. Fix: check /etc/apt/sources.list and network access to the Debian mirror."
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-    || die "apt-get install ${missing[*]} failed. Fix: run 'apt-get install ${missing[*]}' by hand to see why."
+  # Install only: no package may start a daemon on this machine (prometheus would bind :9090).
+  policy=/usr/sbin/policy-rc.d
+  [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; trap 'rm -f /usr/sbin/policy-rc.d' EXIT; }
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/var/log/gpuops-apt.log 2>&1 \
+    || die "apt-get install ${missing[*]} failed (log: /var/log/gpuops-apt.log). Fix: run 'apt-get install ${missing[*]}' by hand to see why."
 fi
 
 if ! docker info >/dev/null 2>&1; then

@@ -66,13 +66,15 @@ collection() {
   check "ansible-galaxy collection build" build/logs/collection-build.log \
     ansible-galaxy collection build --force --output-path build .
   local tarball; tarball=$(ls -t build/gpuops-cluster-*.tar.gz 2>/dev/null | head -1)
+  # A clean collections path and an empty config: only the installed tarball can answer.
+  local clean=(env ANSIBLE_COLLECTIONS_PATH="$tmp" ANSIBLE_CONFIG="$tmp/ansible.cfg")
+  : >"$tmp/ansible.cfg"
   check "collection installs on a clean collections path" build/logs/collection-install.log \
-    ansible-galaxy collection install --offline -p "$tmp" "${tarball:-missing-tarball}"
-  # The installed copy, not the in-place one, must list and run its modules.
+    "${clean[@]}" ansible-galaxy collection install --offline --force -p "$tmp" "${tarball:-missing-tarball}"
   check "installed collection: ansible-doc lists gpuops.cluster modules" build/logs/collection-doc.log \
-    env ANSIBLE_COLLECTIONS_PATH="$tmp" bash -c 'out=$(ansible-doc -t module -l gpuops.cluster) && echo "$out" && grep -q "^gpuops.cluster.gpu_facts" <<<"$out"'
+    "${clean[@]}" bash -c 'out=$(ansible-doc -t module -l gpuops.cluster) && echo "$out" && grep -q "^gpuops.cluster.gpu_facts" <<<"$out"'
   check "installed collection: gpu_facts runs on this host" build/logs/collection-run.log \
-    env ANSIBLE_COLLECTIONS_PATH="$tmp" ANSIBLE_CONFIG=/dev/null ansible localhost -c local -m gpuops.cluster.gpu_facts
+    "${clean[@]}" ansible localhost -c local -m gpuops.cluster.gpu_facts
   check "in place: ansible-doc renders every module and filter" build/logs/ansible-doc.log scripts/check-docs.sh
   rm -rf "$tmp"
   stage_end collection
