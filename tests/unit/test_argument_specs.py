@@ -55,15 +55,25 @@ def test_role_argument_specs_match_defaults(role: Path) -> None:
 
 
 def test_compare_specs_catches_drift() -> None:
-    specs = {"argument_specs": {"main": {"options": {
-        "r_a": {"type": "int", "default": 1, "description": "a"},
-        "r_b": {"type": "str", "description": "b"},
-        "r_c": {"type": "str", "default": "x", "description": "c"},
-    }}}}
+    specs = {
+        "argument_specs": {
+            "main": {
+                "options": {
+                    "r_a": {"type": "int", "default": 1, "description": "a"},
+                    "r_b": {"type": "str", "description": "b"},
+                    "r_c": {"type": "str", "default": "x", "description": "c"},
+                }
+            }
+        }
+    }
     problems = compare_specs({"r_a": 2, "r_b": "y", "r_d": True}, specs)
     assert any(p.startswith("r_a: default differs") for p in problems)
     assert any(p.startswith("r_b: spec has no default") for p in problems)
     assert any(p.startswith("r_c: spec has default") for p in problems)
     assert any(p.startswith("r_d: in defaults") for p in problems)
-    assert compare_specs({"r_a": 1}, {"argument_specs": {"main": {"options": {
-        "r_a": {"default": 1, "description": "a"}}}}}) == []
+    assert (
+        compare_specs(
+            {"r_a": 1}, {"argument_specs": {"main": {"options": {"r_a": {"default": 1, "description": "a"}}}}}
+        )
+        == []
+    )
