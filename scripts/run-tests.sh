@@ -89,7 +89,9 @@ molecule_scenarios() {
     stage_start "molecule $s"
     [ -f "molecule/$s/molecule.yml" ] || { bad "molecule $s (no molecule/$s/molecule.yml)"; continue; }
     rm -f "build/junit/molecule-$s.xml"
-    if molecule test -s "$s" >"build/logs/molecule-$s.log" 2>&1; then
+    # Keep Molecule's state in this checkout: its default (~/.ansible/tmp, keyed by the
+    # folder's name) is shared by every clone called "main".
+    if MOLECULE_EPHEMERAL_DIRECTORY="$root/build/molecule/$s" molecule test -s "$s" >"build/logs/molecule-$s.log" 2>&1; then
       ok "molecule $s: create, converge, idempotence, verify, destroy"
     else
       bad "molecule $s (log: build/logs/molecule-$s.log)"
