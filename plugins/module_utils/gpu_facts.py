@@ -8,6 +8,9 @@ Backends, tried in this order (``gather_gpu_facts``):
 2. ``nvidia-smi``: one ``nvidia-smi -q -x`` call (XML) plus one ``nvidia-smi nvlink -s``;
 3. ``pci``: sysfs PCI discovery (vendor 0x10de), which needs no driver at all.
 
+On request (``topology=True``), one ``nvidia-smi topo -m`` more, read by ``topology.parse_topology``,
+so that preflight needs a single module call per host.
+
 A host without an NVIDIA GPU, or without a driver, is a normal answer
 (``present: false`` / ``source: pci``), never a failure.
 
@@ -23,6 +26,8 @@ import importlib
 import os
 import re
 import xml.etree.ElementTree as ET
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 
 NVIDIA_PCI_VENDOR = 0x10DE
 # PCI base class + subclass (class code >> 8)
@@ -54,10 +59,16 @@ _NVML_FABRIC_STATES = {0: FABRIC_NOT_SUPPORTED, 1: FABRIC_NOT_STARTED, 2: FABRIC
 
 _NA = ("", "n/a", "[n/a]", "not supported", "[not supported]", "none")
 _RAW_LIMIT = 4000
+_TOPOLOGY_MIN_GPUS = 2  # a topology matrix says something only between two GPUs
 _MIB = 1024 * 1024
 _CUDA_MAJOR = 1000
 _CUDA_MINOR = 10
 _BUS_ID_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+def _shorten(raw: str) -> str:
+    """Raw output as quoted in messages: the first _RAW_LIMIT characters, and how many more there were."""
+    return raw if len(raw) <= _RAW_LIMIT else raw[:_RAW_LIMIT] + f"\n[... {len(raw) - _RAW_LIMIT} more chars]"
 
 
 class GpuFactsError(Exception):
@@ -68,7 +79,7 @@ class GpuFactsParseError(GpuFactsError):
     """Output that should be machine-readable could not be read; the raw output is in the message."""
 
     def __init__(self, what: str, detail: str, raw: str) -> None:
-        shown = raw if len(raw) <= _RAW_LIMIT else raw[:_RAW_LIMIT] + f"\n[... {len(raw) - _RAW_LIMIT} more chars]"
+        shown = _shorten(raw)
         super().__init__(
             f"could not parse {what}: {detail}. Expected the documented nvidia-smi format; if the driver "
             f"changed it, report this output so the parser can follow. Raw output:\n{shown}"
@@ -793,6 +804,60 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
     return facts
 
 
+# --------------------------------------------------------------------------- topology (nvidia-smi topo -m)
+
+
+def check_gpus_per_job(gpus_per_job) -> None:
+    """Raise GpuFactsError for a job size below 1 (None means "no placements asked for")."""
+    if gpus_per_job is not None and gpus_per_job < 1:
+        raise GpuFactsError(
+            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
+            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
+        )
+
+
+def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings: list, notes: list) -> dict | None:
+    """``nvidia-smi topo -m`` once, parsed by ``topology.parse_topology``; None (and a note why) when not read.
+
+    Only a driver-backed source (nvml, nvidia-smi) with more than one GPU has a matrix worth reading.
+    A failing command or an output without a matrix is a warning, not a failure: the GPU facts stand.
+    The parser's warnings stay in the returned dict's ``warnings`` and are also added, prefixed
+    ``topology:``, to the caller's ``warnings`` list (which the module shows as Ansible warnings).
+    """
+    if source not in (SOURCE_NVML, SOURCE_NVIDIA_SMI):
+        notes.append(f"topology: not read because source is {source}: `nvidia-smi topo -m` needs a working driver")
+        return None
+    if count < _TOPOLOGY_MIN_GPUS:
+        plural = "" if count == 1 else "s"
+        notes.append(f"topology: not read because {source} lists {count} GPU{plural}: a matrix needs two or more")
+        return None
+    binary = which("nvidia-smi")
+    if not binary:
+        notes.append("topology: not read because nvidia-smi is not in PATH (NVML answered without it)")
+        return None
+    rc, out, err = run([binary, "topo", "-m"])
+    if rc != 0:
+        message = " ".join((out or err or "").split())[:500]
+        warnings.append(
+            f"`nvidia-smi topo -m` exited {rc}: {message}. Expected the topology matrix of {count} GPUs; "
+            "topology is null, check that `nvidia-smi topo -m` works on this host"
+        )
+        notes.append(f"topology: not read because `nvidia-smi topo -m` exited {rc}")
+        return None
+    topology = parse_topology(out, gpus_per_job)
+    if not topology["gpus"]:
+        warnings.append(
+            f"{topology['warnings'][0]}. Expected the output of `nvidia-smi topo -m` for {count} GPUs; "
+            f"topology is null, report this output so the parser can follow. Raw output:\n{_shorten(out or '')}"
+        )
+        notes.append("topology: not read because `nvidia-smi topo -m` printed no matrix")
+        return None
+    if len(topology["gpus"]) != count:
+        notes.append(f"topology: the matrix shows {len(topology['gpus'])} GPUs, {source} lists {count}")
+    warnings.extend(f"topology: {warning}" for warning in topology["warnings"])
+    return topology
+
+
 # what a pynvml whose API differs from the one written against raises (renamed fields, changed signatures)
 _PYNVML_MISMATCH = (AttributeError, TypeError, ValueError, ctypes.ArgumentError)
 
@@ -812,7 +877,7 @@ def _try_backend(name: str, nvml_loader, run, which, warnings: list, notes: list
     return gather_nvidia_smi(run, which, notes)
 
 
-def gather_gpu_facts(
+def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, run, which, /sys, /proc) for tests
     backend: str = "auto",
     nvml_loader=None,
     run=None,
@@ -820,12 +885,18 @@ def gather_gpu_facts(
     sysfs_root: str = "/sys",
     proc_root: str = "/proc",
     fabric_manager_service: str = "nvidia-fabricmanager",
+    *,
+    topology: bool = False,
+    gpus_per_job: int | None = None,
 ) -> tuple:
     """All GPU facts in one pass. Returns ``(facts, warnings)``.
 
     ``backend`` is ``auto`` (nvml, then nvidia-smi, then pci) or one backend name; a named backend
     that cannot answer raises GpuFactsError instead of falling back.
+    ``topology``: also read ``nvidia-smi topo -m`` once (see ``gather_topology``) into ``facts["topology"]``,
+    which is None when not asked for or not read. ``gpus_per_job`` goes to ``parse_topology``.
     """
+    check_gpus_per_job(gpus_per_job)
     nvml_loader = nvml_loader or import_pynvml
     run = run or (lambda argv: (127, "", f"no command runner given for {argv[0]}"))
     which = which or (lambda name: None)
@@ -865,6 +936,9 @@ def gather_gpu_facts(
         "driver_loaded": bool(result["source"] in (SOURCE_NVML, SOURCE_NVIDIA_SMI) or proc["loaded"]),
         "gpus": gpus,
         "fabric_manager": fabric_manager_facts(gpus, len(pci["nvswitches"]), run, which, fabric_manager_service),
+        "topology": None,
         "notes": notes,
     }
+    if topology:
+        facts["topology"] = gather_topology(result["source"], len(gpus), run, which, gpus_per_job, warnings, notes)
     return facts, warnings

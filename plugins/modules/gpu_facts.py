@@ -19,6 +19,7 @@ description:
   - A host without an NVIDIA GPU, or with GPUs but no working driver, is a normal answer
     (C(present=false) or C(source=pci)), not a failure. The reasons a backend was skipped are in C(notes).
   - One call gathers everything, whatever the number of GPUs; it never runs a command per GPU.
+  - With O(topology=true) it also reads the GPU topology (C(nvidia-smi topo -m)), so one call per host is enough.
 author:
   - gpuops.cluster contributors
 options:
@@ -34,6 +35,23 @@ options:
       - systemd unit asked with C(systemctl is-active) when Fabric Manager is required.
     type: str
     default: nvidia-fabricmanager
+  topology:
+    description:
+      - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology), so that
+        one module call per host gathers GPUs and topology together.
+      - Read only where a driver-backed backend (C(nvml) or C(nvidia-smi)) found more than one GPU; otherwise
+        RV(ansible_facts.gpu.topology) is null and RV(ansible_facts.gpu.notes) says why.
+      - The matrix is read by the same parser as M(gpuops.cluster.gpu_topology). A failing
+        C(nvidia-smi topo -m), or an output without a matrix, is a warning (with the raw output) and a null
+        topology, not a failure.
+    type: bool
+    default: false
+  gpus_per_job:
+    description:
+      - With O(topology=true), the number of GPUs one job uses. RV(ansible_facts.gpu.topology.placements) then
+        lists disjoint sets of that many pairwise NVLinked GPUs, chosen inside one NUMA node first.
+      - Must be greater than 0.
+    type: int
   _sysfs_root:
     description:
       - Internal, for tests only. Root of the sysfs tree read for PCI discovery and NUMA nodes.
@@ -61,6 +79,7 @@ notes:
   - C(numa_node) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/numa_node) (C(-1) becomes null),
     for every backend. NVML's C(nvmlDeviceGetNumaNodeId) describes GPUs that are NUMA nodes themselves
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
+  - With O(topology=true), C(nvidia-smi topo -m) is run at most once more, whatever the number of GPUs.
   - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
     or when any GPU reports a fabric state other than C(Not Supported).
 requirements:
@@ -84,6 +103,17 @@ EXAMPLES = r"""
       Fabric state is {{ ansible_facts['gpu']['fabric_manager']['state'] }} on an NVSwitch system,
       expected Completed: start nvidia-fabricmanager at exactly the driver version
       {{ ansible_facts['gpu']['driver_version'] }}.
+
+- name: Gather GPU facts and the NVLink/NUMA topology in the same call
+  gpuops.cluster.gpu_facts:
+    topology: true
+    gpus_per_job: 4
+
+- name: Start one job per NVLinked, NUMA-local set of 4 GPUs
+  ansible.builtin.debug:
+    msg: "CUDA_VISIBLE_DEVICES={{ item | join(',') }}"
+  loop: "{{ ansible_facts['gpu']['topology']['placements'] }}"
+  when: ansible_facts['gpu']['topology'] is not none
 
 - name: Ask nvidia-smi only (for example to compare with NVML)
   gpuops.cluster.gpu_facts:
@@ -207,6 +237,60 @@ ansible_facts:
               description: Version from C(nv-fabricmanager --version) when required and installed, else null.
               type: str
               sample: 565.57.01
+        topology:
+          description:
+            - The parsed C(nvidia-smi topo -m) matrix, with the keys M(gpuops.cluster.gpu_topology) returns
+              (its C(topology_warnings) is C(warnings) here). Null unless O(topology=true) and a driver-backed
+              backend found two or more GPUs and the matrix could be read; RV(ansible_facts.gpu.notes) says why.
+          returned: always
+          type: complex
+          contains:
+            gpus:
+              description: >-
+                One entry per GPU of the matrix, by index, with C(index), C(cpu_affinity), C(numa_node),
+                C(numa_affinity), C(gpu_numa_id), C(nvlink_peers) (peer index as a string to link count),
+                C(nearest_nics) and C(nearest_nic_link).
+              type: list
+              elements: dict
+              sample:
+                - index: 0
+                  cpu_affinity: "0-51,104-155"
+                  numa_node: 0
+                  numa_affinity: "0"
+                  gpu_numa_id: null
+                  nvlink_peers: {"1": 18, "2": 18}
+                  nearest_nics: []
+                  nearest_nic_link: null
+            nics:
+              description: NIC names in column order, from the NIC Legend where it gives them.
+              type: list
+              elements: str
+              sample: ["mlx5_0", "mlx5_1"]
+            nvlink_domains:
+              description: Groups of GPUs connected through NVLink (connected components), each sorted.
+              type: list
+              elements: list
+              sample: [[0, 1, 2, 3, 4, 5, 6, 7]]
+            nvlink_all_to_all:
+              description: True when every pair of GPUs is directly NVLinked.
+              type: bool
+              sample: true
+            numa_groups:
+              description: GPUs per NUMA node, sorted by node, as C({numa_node, gpus}).
+              type: list
+              elements: dict
+              sample: [{"numa_node": 0, "gpus": [0, 1, 2, 3]}, {"numa_node": 1, "gpus": [4, 5, 6, 7]}]
+            placements:
+              description: Disjoint pairwise NVLinked sets of O(gpus_per_job) GPUs; empty when it is not set.
+              type: list
+              elements: list
+              sample: [[0, 1, 2, 3], [4, 5, 6, 7]]
+            warnings:
+              description: What the parser could not read or found odd; each is also an Ansible warning.
+              type: list
+              elements: str
+              sample:
+                - "NUMA Affinity '0-1' of GPU0, GPU1 spans several NUMA nodes (VM or NPS setting?): numa_node is null"
         notes:
           description: Why earlier backends were skipped, and other observations that are not failures.
           type: list
@@ -224,6 +308,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import (
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi", "pci"]},
     "fabric_manager_service": {"type": "str", "default": "nvidia-fabricmanager"},
+    "topology": {"type": "bool", "default": False},
+    "gpus_per_job": {"type": "int"},
     "_sysfs_root": {"type": "path", "default": "/sys"},
     "_proc_root": {"type": "path", "default": "/proc"},
 }
@@ -250,6 +336,8 @@ def main() -> None:
             sysfs_root=module.params["_sysfs_root"],
             proc_root=module.params["_proc_root"],
             fabric_manager_service=module.params["fabric_manager_service"],
+            topology=module.params["topology"],
+            gpus_per_job=module.params["gpus_per_job"],
         )
     except GpuFactsError as err:
         module.fail_json(msg=str(err))

@@ -24,7 +24,9 @@ options:
     type: dict
     default: {}
   topology:
-    description: The result of M(gpuops.cluster.gpu_topology), when gathered.
+    description:
+      - The topology, C(ansible_facts.gpu.topology) from M(gpuops.cluster.gpu_facts)
+        (the shape M(gpuops.cluster.gpu_topology) returns), when gathered.
     type: dict
   os:
     description: C(distribution) and C(version) of the host, as in C(ansible_facts).

@@ -800,3 +800,180 @@ def test_module_fails_with_actionable_message_for_unavailable_named_backend(tmp_
     result = json.loads(capsys.readouterr().out)
     assert result["failed"] is True
     assert "use backend=auto to fall back" in result["msg"]
+
+
+# --------------------------------------------------------------------------- topology=true (nvidia-smi topo -m)
+
+TOPO = "nvidia-smi topo -m"
+FM_OK = {
+    "systemctl is-active nvidia-fabricmanager": (0, "active\n", ""),
+    "nv-fabricmanager --version": (0, "Fabric Manager version is : 565.57.01\n", ""),
+}
+
+
+def test_topology_h100x8_sxm_2numa_noNIC(hgx_sysfs, capture):
+    """NVML answers the GPUs, one `nvidia-smi topo -m` (the real capture) answers the topology."""
+    matrix = capture("topo", "h100x8_sxm_2numa_noNIC.txt").read_text()
+    commands = Commands({TOPO: (0, matrix, ""), **FM_OK})
+    nvml = make_fake_pynvml(hgx_fake_gpus())
+    facts, warnings = gf.gather_gpu_facts(
+        nvml_loader=lambda: nvml,
+        run=commands.run,
+        which=commands.which,
+        sysfs_root=str(hgx_sysfs),
+        proc_root="/nonexistent/proc",
+        topology=True,
+        gpus_per_job=4,
+    )
+    assert warnings == []
+    assert commands.ran.count(TOPO) == 1  # once for the host, never per GPU
+    assert "nvidia-smi -q -x" not in commands.ran
+    topo = facts["topology"]
+    assert topo["nvlink_all_to_all"] is True
+    assert topo["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert topo["numa_groups"] == [{"numa_node": 0, "gpus": [0, 1, 2, 3]}, {"numa_node": 1, "gpus": [4, 5, 6, 7]}]
+    assert topo["placements"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert (topo["nics"], topo["warnings"]) == ([], [])
+    assert [gpu["index"] for gpu in topo["gpus"]] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert topo["gpus"][0] == {
+        "index": 0,
+        "cpu_affinity": "0-51,104-155",
+        "numa_node": 0,
+        "numa_affinity": "0",
+        "gpu_numa_id": None,
+        "nvlink_peers": {"1": 18, "2": 18, "3": 18, "4": 18, "5": 18, "6": 18, "7": 18},
+        "nearest_nics": [],
+        "nearest_nic_link": None,
+    }
+    assert (topo["gpus"][7]["cpu_affinity"], topo["gpus"][7]["numa_node"]) == ("52-103,156-207", 1)
+    # the topology's NUMA nodes agree with sysfs' (hgx_sysfs puts GPUs 0-3 on node 0, 4-7 on node 1)
+    assert [gpu["numa_node"] for gpu in topo["gpus"]] == [gpu["numa_node"] for gpu in facts["gpus"]]
+    assert not [note for note in facts["notes"] if note.startswith("topology:")]
+    json.dumps(facts)
+
+
+def test_topology_azure_nc48v4_a100_80gb_x2_nv12_cpuaff_0_1_VM_QUIRK(capture):
+    """A VM whose NUMA Affinity names two nodes: numa_node null, and the parser's warning is surfaced."""
+    matrix = capture("topo", "azure-nc48v4_a100-80gb-x2_nv12_cpuaff-0-1_VM-QUIRK.txt").read_text()
+    gpus = [FakeGpu(uuid=f"GPU-{n}", bus_id=f"00000001:0{n}:00.0") for n in (1, 2)]
+    commands = Commands({TOPO: (0, matrix, "")})
+    nvml = make_fake_pynvml(gpus)
+    facts, warnings = gf.gather_gpu_facts(
+        nvml_loader=lambda: nvml, run=commands.run, which=commands.which, topology=True, gpus_per_job=2
+    )
+    topo = facts["topology"]
+    assert [(g["index"], g["cpu_affinity"], g["numa_affinity"], g["numa_node"]) for g in topo["gpus"]] == [
+        (0, "0-1", "0-1", None),
+        (1, "0-1", "0-1", None),
+    ]
+    assert topo["gpus"][0]["nvlink_peers"] == {"1": 12}
+    assert (topo["nvlink_domains"], topo["numa_groups"], topo["placements"]) == ([[0, 1]], [], [[0, 1]])
+    assert len(topo["warnings"]) == 1
+    assert topo["warnings"][0].startswith("NUMA Affinity '0-1' of GPU0, GPU1 spans several NUMA nodes")
+    assert warnings == [f"topology: {topo['warnings'][0]}"]
+
+
+def test_topology_not_asked_for_runs_nothing(hgx_sysfs):
+    commands = Commands(FM_OK)
+    facts, warnings = gather(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
+    assert (facts["count"], facts["topology"], warnings) == (8, None, [])
+    assert TOPO not in commands.ran
+    assert not [note for note in facts["notes"] if note.startswith("topology:")]
+
+
+def _gather_topology(commands, nvml=None, sysfs="/nonexistent/sys"):
+    return gf.gather_gpu_facts(
+        nvml_loader=(lambda: nvml) if nvml is not None else _no_pynvml,
+        run=commands.run,
+        which=commands.which,
+        sysfs_root=str(sysfs),
+        proc_root="/nonexistent/proc",
+        topology=True,
+    )
+
+
+def test_topology_not_read_without_a_driver(hgx_sysfs):
+    commands = Commands(binaries=())
+    facts, warnings = _gather_topology(commands, sysfs=hgx_sysfs)
+    assert (facts["source"], facts["count"], facts["topology"], warnings) == ("pci", 8, None, [])
+    assert facts["notes"][-1] == (
+        "topology: not read because source is pci: `nvidia-smi topo -m` needs a working driver"
+    )
+    assert commands.ran == []
+
+
+def test_topology_not_read_for_one_gpu_a100_sxm4_80gb_mig_enabled_1of4gpus(xml_capture):
+    commands = Commands({"nvidia-smi -q -x": (0, xml_capture, ""), "nvidia-smi nvlink -s": (0, "", "")})
+    facts, warnings = _gather_topology(commands)
+    assert (facts["source"], facts["count"], facts["topology"], warnings) == ("nvidia-smi", 1, None, [])
+    assert facts["notes"][-1] == "topology: not read because nvidia-smi lists 1 GPU: a matrix needs two or more"
+    assert commands.ran == ["nvidia-smi -q -x", "nvidia-smi nvlink -s"]
+
+
+def test_topology_not_read_when_nvml_answers_without_nvidia_smi(hgx_sysfs):
+    commands = Commands(FM_OK, binaries=("systemctl", "nv-fabricmanager"))
+    facts, warnings = _gather_topology(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
+    assert (facts["source"], facts["topology"], warnings) == ("nvml", None, [])
+    assert facts["notes"][-1] == "topology: not read because nvidia-smi is not in PATH (NVML answered without it)"
+
+
+def test_topology_command_failure_is_a_warning_not_a_failure(hgx_sysfs):
+    failed = "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error\n"
+    commands = Commands({TOPO: (255, failed, ""), **FM_OK})
+    facts, warnings = _gather_topology(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
+    assert (facts["count"], facts["topology"]) == (8, None)
+    assert warnings == [
+        "`nvidia-smi topo -m` exited 255: Unable to determine the device handle for GPU0000:18:00.0: Unknown Error. "
+        "Expected the topology matrix of 8 GPUs; topology is null, check that `nvidia-smi topo -m` works on this host"
+    ]
+    assert facts["notes"][-1] == "topology: not read because `nvidia-smi topo -m` exited 255"
+
+
+def test_topology_output_without_matrix_warns_with_raw_output(hgx_sysfs):
+    commands = Commands({TOPO: (0, "Segmentation fault (core dumped)\n", ""), **FM_OK})
+    facts, warnings = _gather_topology(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
+    assert facts["topology"] is None
+    assert len(warnings) == 1
+    assert warnings[0].startswith("no `nvidia-smi topo -m` matrix found")
+    assert warnings[0].endswith("Raw output:\nSegmentation fault (core dumped)\n")
+    assert facts["notes"][-1] == "topology: not read because `nvidia-smi topo -m` printed no matrix"
+
+
+@pytest.mark.parametrize("size", [0, -2])
+def test_gpus_per_job_below_one_is_refused(size):
+    with pytest.raises(gf.GpuFactsError, match=f"gpus_per_job is {size}: expected a number of GPUs greater than 0"):
+        gf.gather_gpu_facts(which=lambda name: None, topology=True, gpus_per_job=size)
+
+
+def test_module_topology_on_a_host_without_gpu_is_null_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gf, "import_pynvml", _no_pynvml)
+    monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
+    args = {"topology": True, "gpus_per_job": 4, "_sysfs_root": str(tmp_path), "_proc_root": str(tmp_path)}
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        module.main()
+    assert exited.value.code == 0
+    gpu = json.loads(capsys.readouterr().out)["ansible_facts"]["gpu"]
+    assert (gpu["source"], gpu["topology"]) == ("none", None)
+    assert gpu["notes"][-1].startswith("topology: not read because source is none")
+
+
+def test_module_refuses_gpus_per_job_zero(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
+    args = {"topology": True, "gpus_per_job": 0, "_sysfs_root": str(tmp_path)}
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        module.main()
+    assert exited.value.code == 1
+    result = json.loads(capsys.readouterr().out)
+    assert "gpus_per_job is 0: expected a number of GPUs greater than 0" in result["msg"]
+
+
+def test_topology_h100x8_sxm_2numa_noNIC_against_two_listed_gpus_is_noted(capture):
+    """The matrix is kept as read, and the disagreement with the GPU backend is said, not hidden."""
+    matrix = capture("topo", "h100x8_sxm_2numa_noNIC.txt").read_text()
+    commands = Commands({TOPO: (0, matrix, "")})
+    nvml = make_fake_pynvml([FakeGpu(uuid="GPU-a"), FakeGpu(uuid="GPU-b")])
+    facts, warnings = gf.gather_gpu_facts(
+        nvml_loader=lambda: nvml, run=commands.run, which=commands.which, topology=True
+    )
+    assert (facts["count"], len(facts["topology"]["gpus"]), warnings) == (2, 8, [])
+    assert facts["notes"][-1] == "topology: the matrix shows 8 GPUs, nvml lists 2"

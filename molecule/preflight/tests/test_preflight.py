@@ -48,6 +48,9 @@ def test_no_gpu_is_a_normal_answer():
     assert gpu["count"] == 0
     assert gpu["gpus"] == []
     assert gpu["source"] in ("pci", "none")
+    # one remote call: the topology was not read, and the facts say why
+    assert gpu["topology"] is None
+    assert any(note.startswith("topology: not read because") for note in gpu["notes"]), gpu["notes"]
 
 
 def test_plan_passes_and_platform_is_decided():

@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""make bench: what the parsers and preflight cost, as RATIOS measured in one run.
+
+Not a test: nothing here passes or fails on a time. Every number is the minimum over several
+repeats (``time.perf_counter``), and the point of each table is a ratio within this one run, so
+that a slow or busy machine shifts all rows together. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
+TOPO_DIR = SHARED / "nvidia-smi" / "topo"
+QUERY_XML = SHARED / "nvidia-smi" / "query" / "a100-sxm4-80gb_mig-enabled_1of4gpus.xml"
+
+NOWHERE = "/nonexistent"  # /sys and /proc roots for the gather: no sysfs NUMA reads on the measured path
+REPEAT = 5  # repeats per measurement; the minimum is kept
+MIN_SECONDS = 0.04  # each repeat loops until it lasts at least this long
+SPAWN_REPEAT = 3  # repeats of the (slow, real) process-spawn loops
+SYNTHETIC_GPUS = (8, 16, 32, 64)
+FLEET_GPUS = (1, 8, 64, 512)
+BIG_XML_GPUS = 64  # from this size on, the N-GPU XML takes long enough that fewer repeats do
+FLEET_HOSTS = 1000
+
+
+def _collection():
+    """The collection's module_utils, imported in place (collections/ansible_collections/gpuops/cluster)."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 -- needs the path above
+        gpu_facts,
+        preflight,
+        topology,
+    )
+
+    return gpu_facts, preflight, topology
+
+
+GF, PREFLIGHT, TOPOLOGY = _collection()
+
+
+# ------------------------------------------------------------------------------------------------- timing
+
+
+def best(fn, repeat: int = REPEAT, min_seconds: float = MIN_SECONDS) -> float:
+    """Seconds per call of ``fn()``: loop until a repeat lasts ``min_seconds``, keep the fastest repeat."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            break
+        number = max(number * 2, int(number * min_seconds / max(elapsed, 1e-9) * 1.2))
+    times = [elapsed / number]
+    for _ in range(repeat - 1):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return min(times)
+
+
+def best_once(fn, repeat: int) -> float:
+    """Seconds for one call of a slow ``fn()`` (it loops itself), fastest of ``repeat``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    print(f"\n{title}")
+    print(
+        "  "
+        + "  ".join(
+            str(cell).rjust(width) if i else str(cell).ljust(width)
+            for i, (cell, width) in enumerate(zip(header, widths))
+        )
+    )
+    print("  " + "  ".join("-" * width for width in widths))
+    for row in rows:
+        print(
+            "  "
+            + "  ".join(
+                str(cell).rjust(width) if i else str(cell).ljust(width)
+                for i, (cell, width) in enumerate(zip(row, widths))
+            )
+        )
+    if note:
+        print(f"  {note}")
+
+
+def skip(title: str, reason: str) -> None:
+    print(f"\n{title}\n  skipped: {reason}")
+
+
+# ------------------------------------------------------------------------------- 1. topology parsing cost
+
+
+def synthetic_matrix(gpus: int) -> str:
+    """``nvidia-smi topo -m`` of an all-to-all NV18 machine (HGX-like), two NUMA nodes, tab-separated."""
+    labels = [f"GPU{index}" for index in range(gpus)]
+    lines = ["\t" + "\t".join(labels) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+    for row in range(gpus):
+        cells = ["X" if row == column else "NV18" for column in range(gpus)]
+        node = 0 if row < gpus // 2 else 1
+        cpus = "0-51,104-155" if node == 0 else "52-103,156-207"
+        lines.append("\t".join([labels[row], *cells, cpus, str(node), "N/A"]))
+    return "\n".join(lines) + "\n"
+
+
+def bench_topology() -> None:
+    title = "1a. parse_topology on every real capture (../shared/data/nvidia-smi/topo)"
+    if not TOPO_DIR.is_dir():
+        skip(title, f"real third-party data not present: {TOPO_DIR} (see ../shared/data/README.md)")
+    else:
+        measured = []
+        for path in sorted(TOPO_DIR.glob("*.txt")):
+            text = path.read_text()
+            parsed = TOPOLOGY.parse_topology(text)
+            devices = len(parsed["gpus"]) + len(parsed["nics"])
+            seconds = best(lambda text=text: TOPOLOGY.parse_topology(text))
+            measured.append((path.stem, len(parsed["gpus"]), devices, len(text), seconds))
+        smallest = min(measured, key=lambda item: (item[2], item[3]))
+        rows = [
+            [name[:58], gpus, devices, size, f"{seconds * 1e6:.1f}", f"{seconds / smallest[4]:.2f}"]
+            for name, gpus, devices, size, seconds in sorted(measured, key=lambda item: (item[2], item[3]))
+        ]
+        table(
+            title,
+            ["capture", "GPUs", "devices", "bytes", "us/parse", "x smallest"],
+            rows,
+            f"ratio is to the smallest matrix ({smallest[0]}, {smallest[2]} devices)",
+        )
+
+    measured = []
+    for gpus in SYNTHETIC_GPUS:
+        text = synthetic_matrix(gpus)
+        parsed = TOPOLOGY.parse_topology(text)
+        if len(parsed["gpus"]) != gpus or not parsed["nvlink_all_to_all"] or parsed["warnings"]:
+            raise SystemExit(f"the synthetic {gpus}-GPU matrix did not parse as generated: {parsed['warnings']}")
+        measured.append((gpus, best(lambda text=text: TOPOLOGY.parse_topology(text))))
+    base_gpus, base = measured[0]
+    rows = [
+        [
+            f"{gpus} GPUs NV18 all-to-all",
+            gpus * gpus,
+            f"{seconds * 1e6:.0f}",
+            f"{seconds / base:.1f}",
+            f"{seconds / (gpus * gpus) * 1e6:.2f}",
+            f"{(seconds / (gpus * gpus)) / (base / (base_gpus * base_gpus)):.2f}",
+        ]
+        for gpus, seconds in measured
+    ]
+    table(
+        "1b. parse_topology on synthetic matrices: cost per GPU x GPU cell",
+        ["matrix", "cells", "us/parse", f"x {base_gpus}", "us/cell", f"per-cell x {base_gpus}"],
+        rows,
+        "per-cell ratio near 1 means the cost grows linearly in cells (GPUs squared)",
+    )
+
+
+# -------------------------------------------------------------------- 2. gpu_facts: one pass vs per GPU
+
+
+def fleet_xml(template: str, gpus: int) -> str:
+    """The real ``-q -x`` capture with its GPU block repeated ``gpus`` times (distinct bus ids and UUIDs)."""
+    start, end = template.index("<gpu id="), template.index("</gpu>") + len("</gpu>")
+    block = template[start:end]
+    bus_id = re.search(r"<pci_bus_id>([^<]+)</pci_bus_id>", block).group(1)
+    uuid = re.search(r"<uuid>([^<]+)</uuid>", block).group(1)
+    copies = []
+    for index in range(gpus):
+        new_bus = f"{index // 256:08X}:{index % 256:02X}:00.0"
+        copies.append(block.replace(bus_id, new_bus).replace(uuid, f"{uuid[:-4]}{index:04x}"))
+    head = re.sub(r"<attached_gpus>\d+</attached_gpus>", f"<attached_gpus>{gpus}</attached_gpus>", template[:start])
+    return head + "\n    ".join(copies) + template[end:]
+
+
+LINKS = "".join(f"\t Link {link}: 25 GB/s\n" for link in range(12))  # 12 active links per GPU
+
+
+def nvlink_status(gpus: list) -> str:
+    return "".join(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})\n" + LINKS for gpu in gpus)
+
+
+class Runner:
+    """The injected ``run``/``which`` of gather_gpu_facts: canned outputs, and a count of commands run."""
+
+    def __init__(self, outputs: dict) -> None:
+        self.outputs = outputs
+        self.calls = 0
+
+    def run(self, argv):
+        self.calls += 1
+        return self.outputs.get(" ".join(argv[1:]), (127, "", "not expected"))
+
+    @staticmethod
+    def which(name):
+        return f"/usr/bin/{name}" if name == "nvidia-smi" else None
+
+
+def spawn(times: int, binary: str) -> None:
+    for _ in range(times):
+        subprocess.run([binary], check=False)
+
+
+def bench_gather() -> None:
+    title = "2. gpu_facts: one `nvidia-smi -q -x` pass for N GPUs vs N per-GPU invocations"
+    if not QUERY_XML.exists():
+        skip(title, f"real third-party data not present: {QUERY_XML} (see ../shared/data/README.md)")
+        return
+    binary = shutil.which("true") or "/bin/true"
+    template = QUERY_XML.read_text()
+    one_gpu = fleet_xml(template, 1)
+    parse_one = best(lambda: GF.parse_nvidia_smi_xml(one_gpu))
+    rows = []
+    for gpus in FLEET_GPUS:
+        xml = fleet_xml(template, gpus)
+        parsed = GF.parse_nvidia_smi_xml(xml)
+        runner = Runner({"-q -x": (0, xml, ""), "nvlink -s": (0, nvlink_status(parsed["gpus"]), "")})
+
+        def gather(runner=runner):
+            return GF.gather_gpu_facts(
+                backend="nvidia-smi", run=runner.run, which=runner.which, sysfs_root=NOWHERE, proc_root=NOWHERE
+            )
+
+        facts, _warnings = gather()
+        if facts["count"] != gpus:
+            raise SystemExit(f"the {gpus}-GPU XML gathered {facts['count']} GPUs")
+        runner.calls = 0
+        gather()
+        commands = runner.calls  # what one pass really runs: -q -x and nvlink -s
+        one_pass = best(gather, repeat=SPAWN_REPEAT if gpus >= BIG_XML_GPUS else REPEAT)
+        per_gpu_parse = best_once(lambda gpus=gpus: [GF.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT)
+        spawn_one_pass = best_once(lambda commands=commands: spawn(commands, binary), SPAWN_REPEAT)
+        spawn_per_gpu = best_once(lambda gpus=gpus: spawn(gpus, binary), SPAWN_REPEAT)
+        total_one = one_pass + spawn_one_pass
+        total_per = per_gpu_parse + spawn_per_gpu
+        rows.append(
+            [
+                gpus,
+                f"{one_pass * 1e3:.2f}",
+                f"{one_pass / gpus * 1e6:.0f}",
+                commands,
+                f"{total_one * 1e3:.2f}",
+                f"{per_gpu_parse * 1e3:.2f}",
+                gpus,
+                f"{total_per * 1e3:.2f}",
+                f"{per_gpu_parse / one_pass:.2f}",
+                f"{total_per / total_one:.2f}",
+            ]
+        )
+        largest = (gpus, gather)
+    gpus, gather = largest
+    gc.disable()
+    try:
+        without_gc = best_once(gather, SPAWN_REPEAT)
+    finally:
+        gc.enable()
+    table(
+        title,
+        [
+            "N GPUs",
+            "1-pass ms",
+            "us/GPU",
+            "spawns",
+            "1-pass+spawn",
+            "per-GPU ms",
+            "spawns",
+            "per-GPU+spawn",
+            "parse x",
+            "total x",
+        ],
+        rows,
+        f"ratios are per-GPU / one-pass; spawn = {binary} via subprocess, measured here "
+        f"(1-GPU XML parse: {parse_one * 1e6:.0f} us)",
+    )
+    print(
+        f"  one pass of {gpus} GPUs with Python's cyclic GC off: {without_gc * 1e3:.2f} ms "
+        f"({without_gc / gpus * 1e6:.0f} us/GPU); against us/GPU above, the difference is GC over the big XML tree"
+    )
+
+
+# ------------------------------------------------------------------------ 3. preflight evaluate per host
+
+
+def fleet_hosts(count: int) -> dict[str, list[tuple[dict, dict]]]:
+    """Hand-made (plan, facts) pairs of four kinds of host, ``count`` in all."""
+    debian = {"distribution": "Debian", "version": "12.7"}
+    fabric = {"state": "Completed", "status": "Success", "clique_id": 0, "cluster_uuid": None}
+    hgx_gpus = [
+        {"index": i, "name": "NVIDIA H100 80GB HBM3", "mig_mode": "Disabled", "nvlink": 18, "fabric": fabric}
+        for i in range(8)
+    ]
+    kinds = {
+        "HGX 8 GPU, FM, topology, MIG on inference": (
+            {
+                "driver_version": "550.90.07",
+                "cuda_version": "12.4",
+                "workload": "inference",
+                "mig_requested": True,
+                "gpu_assignments": [{"name": f"u{i}", "gpus": [i]} for i in range(8)],
+                "team_size": 12,
+            },
+            {
+                "os": debian,
+                "gpu": {
+                    "present": True,
+                    "count": 8,
+                    "gpus": hgx_gpus,
+                    "fabric_manager": {"required": True, "version": "550.90.07"},
+                },
+                "topology": {"nvlink_domains": [list(range(8))]},
+            },
+        ),
+        "PCIe 1 GPU, compose": (
+            {"driver_version": "535.261.03", "cuda_version": "12.2", "team_size": 3, "gpu_count": 1},
+            {
+                "os": debian,
+                "gpu": {
+                    "present": True,
+                    "count": 1,
+                    "fabric_manager": {"required": False},
+                    "gpus": [{"index": 0, "name": "NVIDIA L4", "mig_mode": "N/A", "nvlink": 0}],
+                },
+            },
+        ),
+        "no GPU, no pin": (
+            {},
+            {"os": {"distribution": "Ubuntu", "version": "24.04"}, "gpu": {"present": False, "count": 0, "gpus": []}},
+        ),
+        "bad plan (refused)": (
+            {
+                "driver_version": "470.82.01",
+                "cuda_version": "12.4",
+                "mig_requested": True,
+                "assume_nvlink": True,
+                "time_slicing_replicas": 1,
+                "gpu_assignments": [{"name": "a", "gpus": [0, 1]}, {"name": "b", "gpus": [1]}],
+            },
+            {"os": {"distribution": "CentOS", "version": "7"}, "gpu": {"present": True, "count": 2, "gpus": []}},
+        ),
+    }
+    names = list(kinds)
+    fleet: dict[str, list[tuple[dict, dict]]] = {name: [] for name in names}
+    for host in range(count):
+        name = names[host % len(names)]
+        fleet[name].append(kinds[name])
+    return fleet
+
+
+def bench_preflight() -> None:
+    fleet = fleet_hosts(FLEET_HOSTS)
+    hosts = [pair for pairs in fleet.values() for pair in pairs]
+
+    def evaluate_all(pairs):
+        for plan, facts in pairs:
+            PREFLIGHT.evaluate(plan, facts)
+
+    per_kind = {
+        name: best_once(lambda pairs=pairs: evaluate_all(pairs), REPEAT) / len(pairs) for name, pairs in fleet.items()
+    }
+    whole = best_once(lambda: evaluate_all(hosts), REPEAT)
+    cheapest = min(per_kind.values())
+    rows = [
+        [name, len(fleet[name]), f"{seconds * 1e6:.1f}", f"{seconds / cheapest:.2f}"]
+        for name, seconds in per_kind.items()
+    ]
+    rows.append(
+        [
+            f"whole fleet ({FLEET_HOSTS} hosts)",
+            len(hosts),
+            f"{whole / len(hosts) * 1e6:.1f}",
+            f"{whole / len(hosts) / cheapest:.2f}",
+        ]
+    )
+    table(
+        f"3. preflight evaluate() per host, {FLEET_HOSTS}-host fleet of hand-made facts",
+        ["host kind", "hosts", "us/host", "x cheapest"],
+        rows,
+        f"the whole fleet's evaluate() took {whole * 1e3:.1f} ms on the controller",
+    )
+
+
+def main() -> None:
+    started = time.perf_counter()
+    print(
+        f"gpuops.cluster bench: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
+        f"min of {REPEAT} repeats (spawns: {SPAWN_REPEAT}); ratios, not pass/fail"
+    )
+    bench_topology()
+    bench_gather()
+    bench_preflight()
+    print(f"\ntotal bench time: {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
