@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the scenario's local apt mirror under /srv/gpuops-mirror, signed with a throwaway key:
+#   debian/  dists/bookworm/non-free: Debian's REAL NVIDIA driver packages at every version in
+#            DRIVER_VERSIONS (the headless set the role installs, and everything it pulls in from
+#            contrib/non-free/non-free-firmware; main comes from deb.debian.org as usual)
+#   nct/     flat repository ("deb URL /", like NVIDIA's): the nvidia-container-toolkit TEST STAND-IN
+#   keys/    gpuops-test-mirror.asc (signs both) and wrong-key.asc (signs nothing; negative test)
+# Env: DRIVER_VERSIONS ("" = no driver packages), DRIVER_PACKAGES, COMPANIONS, STANDIN_VERSIONS,
+#      DEB_CACHE (downloaded .debs are kept there between runs), SUITE.
+set -euo pipefail
+mirror=/srv/gpuops-mirror
+cache=${DEB_CACHE:-/var/cache/gpuops-debs}
+suite=${SUITE:-bookworm}
+here=$(cd "$(dirname "$0")" && pwd)
+t0=$(date +%s)
+mkdir -p "$mirror"/{keys,debian/pool,nct} "$cache"
+rm -f "$mirror"/debian/pool/*.deb "$mirror"/nct/*.deb
+
+# 1. Throwaway keys (ed25519, no passphrase), created once per node.
+for k in signing wrong; do
+  home=/root/.gpuops-mirror-gnupg-$k
+  mkdir -p -m 0700 "$home"
+  if ! gpg --homedir "$home" --list-secret-keys 2>/dev/null | grep -q sec; then
+    gpg --homedir "$home" --batch --passphrase '' --quick-gen-key \
+      "gpuops test mirror $k key (THROWAWAY, molecule driver scenario) <tests@gpuops.invalid>" ed25519 sign never 2>/dev/null
+  fi
+done
+gpg --homedir /root/.gpuops-mirror-gnupg-signing --armor --export >"$mirror/keys/gpuops-test-mirror.asc"
+gpg --homedir /root/.gpuops-mirror-gnupg-wrong --armor --export >"$mirror/keys/wrong-key.asc"
+
+sign() { # sign DIR: Release -> Release.gpg + InRelease
+  local g=(gpg --homedir /root/.gpuops-mirror-gnupg-signing --batch --yes)
+  "${g[@]}" --armor --detach-sign -o "$1/Release.gpg" "$1/Release"
+  "${g[@]}" --clearsign -o "$1/InRelease" "$1/Release"
+}
+
+# 2. Debian's real driver packages, downloaded once into the cache.
+if [ -n "${DRIVER_VERSIONS:-}" ]; then
+  dl=/var/tmp/gpuops-mirror-apt
+  mkdir -p "$dl"/{lists/partial,cache/archives/partial,parts}
+  cat >"$dl/sources.list" <<SOURCES
+deb http://deb.debian.org/debian $suite main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security $suite-security main contrib non-free non-free-firmware
+SOURCES
+  opts=(-o "Dir::Etc::SourceList=$dl/sources.list" -o "Dir::Etc::SourceParts=$dl/parts"
+        -o "Dir::State::Lists=$dl/lists" -o "Dir::Cache=$dl/cache" -o "APT::Sandbox::User=root")
+  apt-get -qq "${opts[@]}" update
+  : >"$dl/wanted"
+  for v in $DRIVER_VERSIONS; do
+    first=${DRIVER_PACKAGES%% *}
+    av=$(apt-cache "${opts[@]}" madison "$first" | awk -F'|' -v v="$v" '{gsub(/ /,"",$2)} $2 ~ "^"v"-" {print $2; exit}')
+    [ -n "$av" ] || { echo "build-mirror: Debian offers no $first $v" >&2; exit 1; }
+    spec=(); for p in $DRIVER_PACKAGES; do spec+=("$p=$av"); done
+    # Everything the headless set pulls in, as apt would resolve it on this node...
+    apt-get "${opts[@]}" -s install --no-install-recommends "${spec[@]}" $COMPANIONS \
+      | awk '/^Inst /{v = ($3 ~ /^\[/) ? $4 : $3; gsub(/[()]/, "", v); print $2, v}' >"$dl/closure"
+    # ...keeping what is not in main (main stays on deb.debian.org, as on a real host).
+    while read -r p ver; do
+      section=$(apt-cache "${opts[@]}" show "$p=$ver" | awk '/^Section:/{print $2; exit}')
+      case "$section" in contrib/*|non-free/*|non-free-firmware/*) echo "$p $ver" >>"$dl/wanted" ;; esac
+    done <"$dl/closure"
+  done
+  sort -u -o "$dl/wanted" "$dl/wanted"
+  fetched=0
+  while read -r p ver; do
+    f=$(apt-cache "${opts[@]}" show "$p=$ver" | awk '/^Filename:/{print $2; exit}')
+    f=${f##*/}
+    if [ ! -s "$cache/$f" ]; then
+      (cd "$cache" && apt-get -qq "${opts[@]}" download "$p=$ver")
+      fetched=$((fetched + 1))
+    fi
+    cp "$cache/$f" "$mirror/debian/pool/"
+  done <"$dl/wanted"
+  echo "build-mirror: $(wc -l <"$dl/wanted") driver .debs for $DRIVER_VERSIONS ($fetched downloaded, the rest from the cache)"
+  rm -rf "$dl"
+
+  cd "$mirror/debian"
+  rm -rf dists
+  mkdir -p "dists/$suite/non-free/binary-amd64"
+  apt-ftparchive packages pool >"dists/$suite/non-free/binary-amd64/Packages"
+  gzip -9kf "dists/$suite/non-free/binary-amd64/Packages"
+  apt-ftparchive -o APT::FTPArchive::Release::Origin=gpuops-test-mirror -o APT::FTPArchive::Release::Label=gpuops-test-mirror \
+    -o APT::FTPArchive::Release::Suite="$suite" -o APT::FTPArchive::Release::Codename="$suite" \
+    -o APT::FTPArchive::Release::Architectures="amd64 all" -o APT::FTPArchive::Release::Components=non-free \
+    release "dists/$suite" >/tmp/Release && mv /tmp/Release "dists/$suite/Release"
+  sign "dists/$suite"
+fi
+
+# 3. The toolkit stand-in, in a flat repository.
+for v in ${STANDIN_VERSIONS:-}; do "$here/build-standin.sh" "$v" "$mirror/nct"; done
+cd "$mirror/nct"
+rm -f Packages Packages.gz Release Release.gpg InRelease
+apt-ftparchive packages . >Packages
+gzip -9kf Packages
+apt-ftparchive -o APT::FTPArchive::Release::Origin=gpuops-test-mirror release . >/tmp/Release && mv /tmp/Release Release
+sign .
+chmod -R a+rX "$mirror"
+echo "build-mirror: done in $(( $(date +%s) - t0 )) s: $(du -sh "$mirror" | cut -f1) in $mirror"
