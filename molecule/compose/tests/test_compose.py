@@ -1,0 +1,278 @@
+"""The compose platform, running for real on a Debian 13 node (docker.io 26, Compose v2).
+
+What is real: Docker Engine, Compose, Prometheus 2.53.3, Alertmanager 0.28.1, node-exporter 1.9.0
+(Debian packages), MLflow 3.17.2 with basic-auth (PyPI), the local registry the images are pulled
+through. Stand-ins: dcgm-exporter (serves the real metric names, values set by the test), the
+member image (no CUDA), no GPUs (compose_stack_gpu_enabled: false), Grafana not started.
+
+The last test removes the stack (compose_stack_state: absent): run `molecule converge` again
+before re-running `molecule verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory"))
+SCENARIO = Path(__file__).resolve().parents[1]
+STACK = "/opt/gpuops/stack"
+COMPOSE = "docker compose --project-directory /opt/gpuops/stack -p gpuops"
+SERVICES = {"dcgm-exporter", "node-exporter", "prometheus", "alertmanager", "mlflow", "ws-alice", "ws-bob"}
+GIB = 1024**3
+MEMLOCK = 8388608  # compose_stack_member_memlock in molecule.yml (the node's own hard limit)
+OK, UNAUTHORIZED = 200, 401
+PRIVATE = 0o600
+SERVICE_UID = 10100  # compose_stack_service_uid
+
+sys.path.insert(0, str(PROJECT / "tests" / "unit"))
+import test_monitoring_assets as assets  # noqa: E402  (shared metric-name extraction, one source)
+
+
+def sh(host, command: str) -> str:
+    result = host.run(command)
+    assert result.rc == 0, f"{command!r} failed (rc={result.rc}): {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def get(host, url: str, user: str | None = None, password: str | None = None) -> tuple[int, str]:
+    auth = f"-u '{user}:{password}'" if user else ""
+    out = sh(host, f"curl -sS -o /tmp/body -w '%{{http_code}}' {auth} '{url}'; echo; cat /tmp/body")
+    code, _, body = out.partition("\n")
+    return int(code), body
+
+
+def get_json(host, url: str) -> dict:
+    code, body = get(host, url)
+    assert code == OK, f"{url}: HTTP {code}: {body[:500]}"
+    return json.loads(body)
+
+
+def mlflow_password() -> str:
+    return (EPHEMERAL / "credentials" / "mlflow_admin_password").read_text().strip()
+
+
+def test_docker_engine_pinned_held_and_configured(host) -> None:
+    held = sh(host, "apt-mark showhold").split()
+    assert {"docker.io", "docker-cli", "docker-compose"} <= set(held)
+    assert host.package("docker.io").version == "26.1.5+dfsg1-9+deb13u1+b1"
+    daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    assert daemon["log-opts"] == {"max-size": "50m", "max-file": "5"}
+    assert daemon["live-restore"] is True
+    info = json.loads(sh(host, "docker info --format '{{json .}}'"))
+    assert info["LiveRestoreEnabled"] is True
+    assert info["LoggingDriver"] == "json-file"
+    assert sh(host, "docker compose version --short").startswith("2.")
+
+
+def test_docker_group_is_exactly_the_allowed_users(host) -> None:
+    members = sh(host, "getent group docker").strip().split(":")[3].split(",")
+    assert members == ["opsadmin"], "mallory was added in prepare and must have been removed"
+
+
+def test_every_service_is_running_and_healthy(host) -> None:
+    rows = [json.loads(line) for line in sh(host, f"{COMPOSE} ps --all --format json").splitlines() if line.strip()]
+    state = {row["Service"]: (row["State"], row.get("Health")) for row in rows}
+    assert set(state) == SERVICES, "grafana must not run in test mode; every other service must"
+    for service, (status, health) in state.items():
+        assert (status, health) == ("running", "healthy"), f"{service}: {status}/{health}"
+
+
+def test_images_were_pulled_through_the_mirror(host) -> None:
+    images = {json.loads(line)["Service"]: json.loads(line)["Image"]
+              for line in sh(host, f"{COMPOSE} ps --format json").splitlines() if line.strip()}
+    for service, image in images.items():
+        assert image.startswith("127.0.0.1:5001/"), f"{service} runs {image}"
+    assert images["prometheus"] == "127.0.0.1:5001/prometheus/prometheus:v2.53.3"
+
+
+def test_prometheus_ready_targets_up_rules_loaded(host) -> None:
+    assert get(host, "http://127.0.0.1:9090/-/ready")[0] == OK
+    targets = get_json(host, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+    health = {t["labels"]["job"]: t["health"] for t in targets}
+    assert health == dict.fromkeys(("prometheus", "alertmanager", "node-exporter", "dcgm-exporter"), "up"), health
+    groups = get_json(host, "http://127.0.0.1:9090/api/v1/rules")["data"]["groups"]
+    loaded = {r["name"] for g in groups for r in g["rules"]}
+    shipped = {r.get("alert") or r.get("record") for r in assets.load_rules()}
+    assert shipped == loaded
+
+
+def test_every_metric_the_assets_use_has_a_series(host) -> None:
+    """The real node-exporter and Prometheus emit the non-DCGM names the rules and dashboards use."""
+    names = set(assets.NODE_AND_PROMETHEUS_METRICS) | assets.recorded_names()
+    for path in assets.DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        for expr in assets.dashboard_exprs(dashboard):
+            names |= assets.metric_names(expr)
+    missing = []
+    for name in sorted(names - {"ALERTS"}):  # ALERTS exists only while an alert is pending or firing
+        data = get_json(host, f"http://127.0.0.1:9090/api/v1/series?match[]={name}")["data"]
+        if not data:
+            missing.append(name)
+    assert not missing, f"no series in Prometheus for {missing}"
+
+
+def test_critical_temperature_alert_fires(host) -> None:
+    def set_temperature(value: int) -> None:
+        body = json.dumps({"metric": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "value": value})
+        sh(host, f"curl -sS -f -X POST -d '{body}' http://127.0.0.1:9400/set")
+
+    set_temperature(90)
+    try:
+        deadline = time.time() + 90
+        firing = []
+        while time.time() < deadline:
+            alerts = get_json(host, "http://127.0.0.1:9090/api/v1/alerts")["data"]["alerts"]
+            firing = [a for a in alerts if a["labels"]["alertname"] == "GpuTemperatureCritical"
+                      and a["state"] == "firing"]
+            if firing:
+                break
+            time.sleep(3)
+        assert firing, "GpuTemperatureCritical did not fire within 90 s of the temperature reaching 90 °C"
+        assert firing[0]["labels"]["gpu"] == "0"
+        assert firing[0]["labels"]["severity"] == "critical"
+        deadline = time.time() + 60
+        received = []
+        while time.time() < deadline and not received:
+            received = [a for a in get_json(host, "http://127.0.0.1:9093/api/v2/alerts?active=true")
+                        if a["labels"]["alertname"] == "GpuTemperatureCritical"]
+            time.sleep(2)
+        assert received, "Alertmanager never received GpuTemperatureCritical"
+    finally:
+        set_temperature(45)
+
+
+def test_mlflow_refuses_anonymous_and_default_password(host) -> None:
+    url = "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"
+    assert get(host, url)[0] == UNAUTHORIZED
+    assert get(host, url, "admin", "password1234")[0] == UNAUTHORIZED
+    assert get(host, url, "admin", mlflow_password())[0] == OK
+
+
+def test_mlflow_client_logs_and_reads_back_a_run(host) -> None:
+    script = (
+        "import json, mlflow\n"
+        "from mlflow.tracking import MlflowClient\n"
+        "mlflow.set_tracking_uri('http://127.0.0.1:5000')\n"
+        "mlflow.set_experiment('gpuops-molecule')\n"
+        "with mlflow.start_run() as run:\n"
+        "    mlflow.log_param('lr', '0.01')\n"
+        "    mlflow.log_metric('loss', 0.25)\n"
+        "got = MlflowClient().get_run(run.info.run_id)\n"
+        "print(json.dumps({'params': got.data.params, 'metrics': got.data.metrics}))\n"
+    )
+    command = (f"{COMPOSE} exec -T -e MLFLOW_TRACKING_USERNAME=admin -e MLFLOW_TRACKING_PASSWORD={mlflow_password()} "
+               f"mlflow python3 -c {shlex.quote(script)}")
+    out = sh(host, command).strip().splitlines()[-1]
+    assert json.loads(out) == {"params": {"lr": "0.01"}, "metrics": {"loss": 0.25}}
+
+
+def test_members_reach_mlflow_by_name_and_must_authenticate(host) -> None:
+    probe = ("import urllib.request, urllib.error\n"
+             "try:\n    urllib.request.urlopen('http://mlflow:5000/api/2.0/mlflow/experiments/search?max_results=1')\n"
+             "except urllib.error.HTTPError as e:\n    print(e.code)\n")
+    assert sh(host, f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(probe)}").strip() == "401"
+
+
+def test_services_listen_on_loopback_only(host) -> None:
+    listeners = [line.split()[3] for line in sh(host, "ss -ltnH").splitlines() if line.strip()]
+    ports = {addr.rsplit(":", 1)[1] for addr in listeners}
+    assert {"9090", "9093", "9100", "9400", "5000"} <= ports
+    assert "3000" not in ports, "Grafana is disabled in test mode"
+    exposed = [a for a in listeners if not (a.startswith("127.") or a.startswith("[::1]"))]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+def test_no_file_holds_a_default_password(host) -> None:
+    result = host.run("grep -rIl -e password1234 /opt/gpuops /var/lib/gpuops /etc")
+    assert result.rc == 1, f"default password found in: {result.stdout}"
+    for name in ("mlflow_basic_auth.ini", "grafana_admin_password"):
+        secret = host.file(f"{STACK}/secrets/{name}")
+        assert secret.mode == PRIVATE
+        assert secret.uid == SERVICE_UID
+    for path in (EPHEMERAL / "credentials").iterdir():
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path
+    assert "admin_password = " + mlflow_password() in host.file(f"{STACK}/secrets/mlflow_basic_auth.ini").content_string
+
+
+def test_members_get_exactly_their_gpus_and_numa_cpus_in_compose_config(host) -> None:
+    config = json.loads(sh(host, f"cd {STACK} && docker compose -f compose.yaml config --format json"))
+    expected = {"ws-alice": (["0", "1"], "0"), "ws-bob": (["2", "3"], "1")}
+    for service, (gpus, cpus) in expected.items():
+        svc = config["services"][service]
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "device_ids": gpus, "capabilities": ["gpu"]}]
+        assert svc["cpuset"] == cpus
+        assert int(svc["mem_limit"]) == GIB
+        assert int(svc["shm_size"]) == GIB
+
+
+def test_member_workspaces_users_mounts_and_limits(host) -> None:
+    for name, uid, cpus in (("alice", 2001, "0"), ("bob", 2002, "1")):
+        probe = (
+            "id -u; grep Cpus_allowed_list /proc/self/status | cut -f2; ulimit -l; "
+            "df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2; cat /datasets/demo/README.txt; "
+            "touch /datasets/demo/x 2>&1 || true; touch /scratch/ok && echo scratch-writable"
+        )
+        out = sh(host, f"{COMPOSE} exec -T ws-{name} sh -c {shlex.quote(probe)}").splitlines()
+        assert out[0] == str(uid)
+        assert out[1] == cpus
+        assert out[2] == str(MEMLOCK // 1024)  # ulimit -l prints KiB
+        assert int(out[3]) == GIB // 1024
+        assert out[4] == "demo dataset, read-only in every workspace"
+        assert "Read-only file system" in out[5]
+        assert out[6] == "scratch-writable"
+        inspect = json.loads(sh(host, f"docker inspect $({COMPOSE} ps -q ws-{name})"))[0]["HostConfig"]
+        assert inspect["Memory"] == GIB
+        assert inspect["CpusetCpus"] == cpus
+        assert inspect["Privileged"] is False
+        assert inspect["CapDrop"] == ["ALL"]
+
+
+def test_training_image_is_non_root_and_carries_no_data(host) -> None:
+    image = "gpuops-test/training:0.1.0"
+    config = json.loads(sh(host, f"docker image inspect {image}"))[0]["Config"]
+    assert config["User"] == "1000:1000"
+    assert config["Labels"]["org.gpuops.cuda-version"] == "12.2"
+    assert config["Labels"]["org.gpuops.driver-checked"] == "535.261.03"
+    assert sh(host, f"docker run --rm {image} id -u").strip() == "1000"
+    listing = sh(host, f"docker run --rm {image} find /workspace -type f").split()
+    assert "/workspace/src/train.py" in listing
+    assert "/workspace/config/train.yaml" in listing
+    assert not [p for p in listing if "/data/" in p], f"data got into the image: {listing}"
+    assert "config: " in sh(host, f"docker run --rm {image}")
+
+
+def test_zz_teardown_keeps_data_unless_asked(host) -> None:
+    sh(host, "touch /var/lib/gpuops/scratch/alice/teardown-marker")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    run = ["ansible-playbook", "-i", INVENTORY, str(SCENARIO / "teardown.yml")]
+    result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert sh(host, "docker ps -aq --filter label=com.docker.compose.project=gpuops").strip() == ""
+    assert host.file("/var/lib/gpuops/mlflow/backend/mlflow.db").exists, "MLflow data must survive a plain teardown"
+    assert host.file("/var/lib/gpuops/scratch/alice/teardown-marker").exists, "scratch must survive too"
+
+    result = subprocess.run([*run, "-e", "compose_stack_test_remove_data=true"], capture_output=True, text=True,
+                            env=env, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert not host.file("/var/lib/gpuops").exists
+    assert not host.file(STACK).exists
+    assert not host.mount_point("/mnt/datasets/demo").exists
+    assert "/mnt/datasets/demo" not in host.file("/etc/fstab").content_string
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stack_present(host) -> None:
+    """Fail early with a hint when the stack is not there (e.g. verify re-run after the teardown test)."""
+    if not host.file(f"{STACK}/compose.yaml").exists:
+        pytest.fail(f"{STACK}/compose.yaml is missing: run `molecule converge -s compose` before `molecule verify`")

@@ -1,0 +1,63 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters used by the compose_stack role (and usable anywhere):
+
+* ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
+* ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
+* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb)``: GPUs, cpuset and memory per member;
+* ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
+
+Thin: the logic lives in plugins/module_utils/{images,workspaces,alert_rules}.py; documentation
+in the .yml files next to this one.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import alert_rules, images, workspaces
+
+
+def mirror_image(ref: object, mirror: object = "") -> str:
+    try:
+        return images.mirror_image(str(ref), str(mirror or ""))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"mirror_image: {exc}") from exc
+
+
+def image_pinned(ref: object) -> bool:
+    try:
+        return images.is_pinned(str(ref))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"image_pinned: {exc}") from exc
+
+
+def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0) -> dict:
+    if not isinstance(topology, dict):
+        raise AnsibleFilterError(
+            "workspace_plan: topology must be the gpu_topology result (a mapping with 'gpus'), "
+            f"got {type(topology).__name__}"
+        )
+    try:
+        pool = int(memory_pool_mb or 0)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"workspace_plan: memory_pool_mb {memory_pool_mb!r} is not a number") from exc
+    return workspaces.plan_workspaces(list(members) if isinstance(members, (list, tuple)) else members, topology, pool)
+
+
+def cap_rule_for(rules: object, maximum: object = "") -> dict:
+    try:
+        return alert_rules.cap_rule_for(rules, str(maximum or ""))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cap_rule_for: {exc}") from exc
+
+
+class FilterModule:
+    """gpuops.cluster compose stack filters."""
+
+    def filters(self) -> dict:
+        return {
+            "mirror_image": mirror_image,
+            "image_pinned": image_pinned,
+            "workspace_plan": workspace_plan,
+            "cap_rule_for": cap_rule_for,
+        }

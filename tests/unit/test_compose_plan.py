@@ -1,0 +1,154 @@
+"""Workspace planning (GPUs, NUMA-local cpuset, memory), image mirroring and rule capping.
+
+Topologies come from real `nvidia-smi topo -m` captures in ../shared/data, read with the
+collection's own parser (module_utils.topology), exactly as the gpu_topology module returns them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.alert_rules import cap_rule_for, parse_duration
+from ansible_collections.gpuops.cluster.plugins.module_utils.images import is_pinned, mirror_image, split_reference
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.module_utils.workspaces import (
+    format_cpu_list,
+    parse_cpu_list,
+    plan_workspaces,
+)
+
+
+@pytest.fixture
+def topology(shared_data: Path):
+    def read(name: str) -> dict:
+        return parse_topology((shared_data / "nvidia-smi" / "topo" / name).read_text())
+
+    return read
+
+
+def member(name: str, uid: int, gpus: list) -> dict:
+    return {"name": name, "uid": uid, "gpus": gpus}
+
+
+def test_cpu_lists_round_trip() -> None:
+    assert parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert format_cpu_list([11, 10, 8, 3, 2, 1, 0]) == "0-3,8,10-11"
+    with pytest.raises(ValueError, match="not a CPU list"):
+        parse_cpu_list("0-3,x")
+
+
+def test_h100x8_sxm_2numa_noNIC_members_get_numa_local_exclusive_cpus(topology) -> None:
+    topo = topology("h100x8_sxm_2numa_noNIC.txt")
+    members = [member("alice", 2001, [0, 1]), member("bob", 2002, [2]), member("carol", 2003, [4, 5, 6, 7])]
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200)
+    assert plan["problems"] == []
+    ws = plan["members"]
+    # NUMA 0 has 4 GPUs and CPUs 0-51,104-155: alice holds 2/4, bob 1/4; GPU 3 is free (its quarter stays free).
+    assert ws["alice"]["cpuset"] == "0-25,104-129"
+    assert ws["bob"]["cpuset"] == "26-38,130-142"
+    assert ws["carol"]["cpuset"] == "52-103,156-207"
+    assert ws["alice"]["numa_nodes"] == [0]
+    assert ws["carol"]["numa_nodes"] == [1]
+    assert ws["alice"]["memory_mb"] == 819200 * 2 // 8
+    assert ws["carol"]["memory_mb"] == 819200 // 2
+    cpus = [set(parse_cpu_list(w["cpuset"])) for w in ws.values()]
+    assert sum(len(c) for c in cpus) == len(set().union(*cpus)), "CPUs must be exclusive"
+    assert plan["warnings"] == []
+
+
+def test_dgx_a100_nps4_member_across_numa_nodes_is_warned(topology) -> None:
+    topo = topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05.txt")
+    plan = plan_workspaces([member("alice", 2001, [0, 2])], topo, memory_pool_mb=0)
+    assert plan["problems"] == []
+    assert plan["members"]["alice"]["cpuset"] == "16-23,48-55,144-151,176-183"
+    assert plan["members"]["alice"]["numa_nodes"] == [1, 3]
+    assert plan["members"]["alice"]["memory_mb"] is None
+    assert any("different NUMA nodes" in w for w in plan["warnings"])
+
+
+def test_gpu_assigned_twice_is_a_problem_with_both_names(topology) -> None:
+    topo = topology("h100x8_sxm_2numa_noNIC.txt")
+    plan = plan_workspaces([member("alice", 2001, [0, 1]), member("bob", 2002, [1, 2])], topo, 1000)
+    assert plan["members"] == {}
+    assert any("GPU 1 is assigned twice: to alice and to bob" in p for p in plan["problems"])
+
+
+@pytest.mark.parametrize(
+    ("members", "fragment"),
+    [
+        ([member("alice", 2001, [9])], "given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7"),
+        ([member("alice", 0, [0])], "never run as root"),
+        ([member("alice", 2001, [0]), member("alice", 2002, [1])], "appears twice"),
+        ([member("alice", 2001, [0]), member("bob", 2001, [1])], "share uid 2001"),
+        ([member("Alice", 2001, [0])], "lower-case"),
+        ([member("alice", 2001, [])], "non-empty list"),
+        ([member("alice", 2001, ["0"])], "is not a GPU index"),
+    ],
+)
+def test_problems_are_refused(topology, members: list, fragment: str) -> None:
+    plan = plan_workspaces(members, topology("h100x8_sxm_2numa_noNIC.txt"), 1000)
+    assert any(fragment in p for p in plan["problems"]), plan["problems"]
+
+
+def test_no_gpus_in_topology_is_a_problem() -> None:
+    plan = plan_workspaces([member("alice", 2001, [0])], {"gpus": []}, 1000)
+    assert any("lists no GPUs" in p for p in plan["problems"])
+
+
+def test_fewer_cpus_than_members_share_and_warn() -> None:
+    topo = {"gpus": [{"index": 0, "cpu_affinity": "0", "numa_node": 0},
+                     {"index": 1, "cpu_affinity": "0", "numa_node": 0}]}
+    plan = plan_workspaces([member("alice", 2001, [0]), member("bob", 2002, [1])], topo, 0)
+    assert plan["members"]["alice"]["cpuset"] == "0"
+    assert plan["members"]["bob"]["cpuset"] == "0"
+    assert any("share CPUs" in w for w in plan["warnings"])
+
+
+def test_missing_cpu_affinity_gives_no_cpuset() -> None:
+    topo = {"gpus": [{"index": 0, "cpu_affinity": None, "numa_node": None}]}
+    plan = plan_workspaces([member("alice", 2001, [0])], topo, 0)
+    assert plan["members"]["alice"]["cpuset"] is None
+    assert any("no CPU affinity" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("ref", "mirror", "expected"),
+    [
+        ("nvcr.io/nvidia/k8s/dcgm-exporter:4.4.2-4.7.0-ubuntu22.04", "registry.lan:5000",
+         "registry.lan:5000/nvidia/k8s/dcgm-exporter:4.4.2-4.7.0-ubuntu22.04"),
+        ("grafana/grafana:11.6.0", "127.0.0.1:5001", "127.0.0.1:5001/grafana/grafana:11.6.0"),
+        ("debian:trixie", "harbor.lan/proxy/", "harbor.lan/proxy/library/debian:trixie"),
+        ("localhost:5000/a/b:1", "m", "m/a/b:1"),
+        ("quay.io/prometheus/prometheus:v2.53.3", "", "quay.io/prometheus/prometheus:v2.53.3"),
+        ("ghcr.io/x/y@sha256:" + "a" * 64, "m:1", "m:1/x/y@sha256:" + "a" * 64),
+    ],
+)
+def test_mirror_image(ref: str, mirror: str, expected: str) -> None:
+    assert mirror_image(ref, mirror) == expected
+
+
+def test_pinned_and_bad_references() -> None:
+    assert is_pinned("quay.io/prometheus/prometheus:v2.53.3")
+    assert not is_pinned("quay.io/prometheus/prometheus")
+    assert not is_pinned("registry.lan:5000/prometheus")
+    assert not is_pinned("grafana/grafana:latest")
+    assert split_reference("registry.lan:5000/prometheus")["tag"] is None
+    for bad in ("", "Grafana/Grafana:1", "a b:1", "x@sha256:zz"):
+        with pytest.raises(ValueError, match=r"image reference|lower case|sha256"):
+            split_reference(bad)
+    with pytest.raises(ValueError, match="without a scheme"):
+        mirror_image("a/b:1", "https://registry.lan")
+
+
+def test_cap_rule_for() -> None:
+    rules = {"groups": [{"name": "g", "rules": [
+        {"alert": "A", "expr": "x", "for": "1h"}, {"alert": "B", "expr": "y", "for": "5s"},
+        {"record": "r", "expr": "z"}]}]}
+    capped = cap_rule_for(rules, "10s")
+    assert [r.get("for") for r in capped["groups"][0]["rules"]] == ["10s", "5s", None]
+    assert rules["groups"][0]["rules"][0]["for"] == "1h", "input must not change"
+    assert cap_rule_for(rules, "") == rules
+    assert parse_duration("1h30m") == 90 * 60
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        parse_duration("5 minutes")

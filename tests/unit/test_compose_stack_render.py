@@ -1,0 +1,200 @@
+"""compose_stack renders the compose project we mean, and refuses bad plans before any change.
+
+Runs the role's own assert/install/render task files with ansible-playbook on localhost
+(tests/unit/playbooks/compose_render.yml) into a temporary directory; no Docker needed. The
+topology is a real capture (HGX H100, 8 GPUs, 2 NUMA nodes) read by the collection's parser.
+The running stack is tested by the `compose` Molecule scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "compose_render.yml"
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+
+
+def run_playbook(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
+    variables = {
+        "compose_stack_project_dir": str(tmp_path / "project"),
+        "compose_stack_data_dir": str(tmp_path / "data"),
+        "compose_stack_scratch_dir": str(tmp_path / "scratch"),
+        "compose_stack_datasets_dir": str(tmp_path / "datasets"),
+        "compose_stack_credentials_dir": str(tmp_path / "credentials"),
+        "compose_stack_service_uid": 10100,
+        "compose_stack_service_gid": 10100,
+        "compose_stack_member_memory_pool_mb": 819200,
+        **extra,
+    }
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    if os.geteuid() != 0:
+        pytest.skip("the role's install stage chowns directories to member uids: run as root (as make unit does)")
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"), "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "false"}
+    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{vars_file}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def h100_topology() -> dict:
+    capture = REPO.parent / "shared" / "data" / "nvidia-smi" / "topo" / "h100x8_sxm_2numa_noNIC.txt"
+    if not capture.exists():
+        pytest.skip(f"real third-party data not present: {capture}")
+    return parse_topology(capture.read_text())
+
+
+ALICE_UID = 2001
+PASSWORD_LENGTH = 32
+MEMBERS = [
+    {"name": "alice", "uid": 2001, "gpus": [0, 1]},
+    {"name": "bob", "uid": 2002, "gpus": [4], "image": "docker.io/team/bob:1.0", "mounts": ["/srv/code/bob:/code:rw"]},
+]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> Path:
+    tmp_path = tmp_path_factory.mktemp("render")
+    result = run_playbook(tmp_path, {
+        "compose_stack_topology": h100_topology,
+        "compose_stack_members": MEMBERS,
+        "compose_stack_datasets": [{"name": "imagenet", "src": ""}],
+        "gpuops_registry_mirror": "registry.lan:5000",
+        "compose_stack_gpu_enabled": False,
+        "compose_stack_grafana_enabled": False,
+        "compose_stack_prometheus_rule_for_max": "10s",
+    })
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    return tmp_path
+
+
+def compose(rendered: Path) -> dict:
+    return yaml.safe_load((rendered / "project" / "compose.yaml").read_text())
+
+
+def test_members_get_exactly_their_gpus_and_numa_local_cpus(rendered: Path) -> None:
+    services = compose(rendered)["services"]
+    alice, bob = services["ws-alice"], services["ws-bob"]
+    assert alice["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
+    assert bob["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["4"]
+    assert alice["cpuset"] == "0-25,104-129"  # half of NUMA 0 (2 of its 4 GPUs), with HT siblings
+    assert bob["cpuset"] == "52-64,156-168"  # a quarter of NUMA 1
+    assert alice["mem_limit"] == "204800m"
+    assert bob["mem_limit"] == "102400m"
+
+
+def test_members_run_as_themselves_with_nccl_limits_and_read_only_data(rendered: Path) -> None:
+    services = compose(rendered)["services"]
+    for name, uid in (("alice", 2001), ("bob", 2002)):
+        ws = services[f"ws-{name}"]
+        assert ws["user"] == f"{uid}:{uid}"
+        assert ws["shm_size"] == "16g"
+        assert ws["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
+        assert f"{rendered}/datasets/imagenet:/datasets/imagenet:ro" in ws["volumes"]
+        assert f"{rendered}/scratch/{name}:/scratch:rw" in ws["volumes"]
+        assert "no-new-privileges:true" in ws["security_opt"]
+    assert "/srv/code/bob:/code:rw" in services["ws-bob"]["volumes"]
+    assert (rendered / "scratch" / "alice").stat().st_uid == ALICE_UID
+    assert oct((rendered / "scratch" / "alice").stat().st_mode & 0o777) == "0o700"
+
+
+def test_no_service_runs_as_root_except_dcgm_exporter(rendered: Path) -> None:
+    for name, service in compose(rendered)["services"].items():
+        if name == "dcgm-exporter":
+            assert service["cap_drop"] == ["ALL"]
+            continue
+        assert "user" in service, f"{name} has no user"
+        assert not str(service["user"]).startswith("0:"), f"{name} runs as root"
+
+
+def test_every_port_binds_to_loopback(rendered: Path) -> None:
+    for name, service in compose(rendered)["services"].items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port}"
+
+
+def test_every_image_goes_through_the_mirror_and_is_pinned(rendered: Path) -> None:
+    for name, service in compose(rendered)["services"].items():
+        assert service["image"].startswith("registry.lan:5000/"), f"{name}: {service['image']}"
+        assert re.search(r":[\w.-]+$", service["image"])
+        assert not service["image"].endswith(":latest")
+    assert compose(rendered)["services"]["ws-bob"]["image"] == "registry.lan:5000/team/bob:1.0"
+
+
+def test_grafana_declared_but_disabled_by_profile(rendered: Path) -> None:
+    grafana = compose(rendered)["services"]["grafana"]
+    assert grafana["profiles"] == ["grafana"]
+    assert grafana["image"].endswith("grafana/grafana:11.6.0")
+
+
+def test_no_gpu_override_resets_only_gpu_reservations(rendered: Path) -> None:
+    text = (rendered / "project" / "compose.no-gpu.yaml").read_text()
+    assert "NO-GPU TEST MODE" in text
+    assert set(re.findall(r"^  ([\w-]+):$", text, flags=re.M)) == {"dcgm-exporter", "ws-alice", "ws-bob"}
+    assert text.count("deploy: !reset {}") == len({"dcgm-exporter", "ws-alice", "ws-bob"})
+
+
+def test_rules_are_the_shipped_rules_with_capped_for(rendered: Path) -> None:
+    rules = yaml.safe_load((rendered / "project" / "prometheus" / "rules" / "gpu.rules.yml").read_text())
+    shipped = yaml.safe_load((REPO / "roles" / "monitoring_assets" / "files" / "prometheus" / "rules"
+                              / "gpu.rules.yml").read_text())
+    got = [r for g in rules["groups"] for r in g["rules"]]
+    want = [r for g in shipped["groups"] for r in g["rules"]]
+    assert [r.get("expr") for r in got] == [r.get("expr") for r in want]
+    assert {r.get("for") for r in got if "for" in r} <= {"10s", "0m"}
+    assert "{{ $labels.gpu }}" in json.dumps(got), "Prometheus templates must not be rendered by Ansible"
+
+
+def test_secrets_are_private_and_never_a_default(rendered: Path) -> None:
+    for path in (rendered / "credentials").iterdir():
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path
+        assert len(path.read_text().strip()) >= PASSWORD_LENGTH
+    ini = (rendered / "project" / "secrets" / "mlflow_basic_auth.ini").read_text()
+    password = (rendered / "credentials" / "mlflow_admin_password").read_text().strip()
+    assert f"admin_password = {password}" in ini
+    for secret in ("mlflow_basic_auth.ini", "mlflow.env", "grafana_admin_password"):
+        assert oct((rendered / "project" / "secrets" / secret).stat().st_mode & 0o777) == "0o600", secret
+    key = (rendered / "credentials" / "mlflow_flask_secret_key").read_text().strip()
+    assert (rendered / "project" / "secrets" / "mlflow.env").read_text() == f"MLFLOW_FLASK_SERVER_SECRET_KEY={key}\n"
+    for path in (rendered / "project").rglob("*"):
+        if path.is_file():
+            assert "password1234" not in path.read_text(), path
+    assert password not in (rendered / "project" / "compose.yaml").read_text()
+
+
+def test_gpu_assigned_twice_fails_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+    result = run_playbook(tmp_path, {
+        "compose_stack_topology": h100_topology,
+        "compose_stack_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]},
+                                  {"name": "bob", "uid": 2002, "gpus": [1]}],
+    })
+    assert result.returncode != 0
+    assert "GPU 1 is assigned twice: to alice and to bob" in result.stdout
+    assert "Nothing was changed" in result.stdout
+    assert not (tmp_path / "project").exists()
+    assert not (tmp_path / "credentials").exists()
+
+
+def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
+    result = run_playbook(tmp_path, {
+        "compose_stack_topology": h100_topology,
+        "compose_stack_members": [{"name": "alice", "uid": 2001, "gpus": [0], "image": "team/alice:latest"}],
+    })
+    assert result.returncode != 0
+    assert 'the image of member alice is \\"team/alice:latest\\"' in result.stdout or \
+        'member alice is "team/alice:latest"' in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "project").exists()
