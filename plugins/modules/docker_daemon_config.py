@@ -15,13 +15,15 @@ description:
     it does not set, such as the C(runtimes) entry that C(nvidia-ctk runtime configure) writes.
   - Nested objects (C(log-opts), C(runtimes), C(default-ulimits)) merge key by key; other values, lists included,
     are replaced. A value of V(null) deletes that key; O(remove_keys) deletes keys by dotted path.
-  - The merged file is written to a temporary file next to the target, checked with C(dockerd --validate
-    --config-file) (Docker Engine 23.0 and later), and only then moved into place, with a backup of the previous
-    file when O(backup=true).
-  - An existing file that is not a JSON object is reported, with line and column, and left untouched; dockerd
-    would not start with it either.
+  - The merged file is written to a temporary file next to the target, validated (see O(validate)), and only then
+    moved into place, with a backup of the previous file when O(backup=true).
+  - An existing file that is not a JSON object (a syntax error, reported with line and column, a list, or bytes
+    that are not UTF-8) is first copied byte for byte to C(<path>.gpuops-invalid-<sha1>) (mode 0600; the first
+    12 hex digits of its SHA-1, so a rerun finds the same copy and never overwrites it). Then O(invalid) decides
+    whether the module stops or starts over from an empty configuration.
   - The comparison is on parsed content, so a file that differs only in whitespace or key order is not rewritten.
-  - It does not restart dockerd; notify a handler on RV(ignore:changed).
+  - It does not restart dockerd; notify a handler on RV(ignore:changed), or restart in a block whose rescue puts
+    RV(backup_file) back.
 author:
   - gpuops.cluster maintainers
 options:
@@ -41,9 +43,25 @@ options:
     type: list
     elements: str
     default: []
+  invalid:
+    description:
+      - What to do when the existing file is not a JSON object. It is always backed up first, byte for byte, to
+        C(<path>.gpuops-invalid-<sha1>) (RV(invalid_backup)).
+      - V(fail) stops, naming the backup, and leaves the file in place (dockerd would not start with it either,
+        and it usually means someone was editing it).
+      - V(replace) starts from an empty configuration, so only O(config) ends up in the file, and warns.
+    type: str
+    choices: [fail, replace]
+    default: fail
   validate:
     description:
-      - Check the merged file with C(dockerd --validate) before swapping it in. Needs Docker Engine 23.0 or later.
+      - Check the merged candidate file before swapping it in. With Docker Engine 23.0 or later this is
+        C(dockerd --validate --config-file <candidate>). An older dockerd (such as 20.10, Debian 12) has no
+        C(--validate); the module then checks what such a dockerd would refuse at start or at the first
+        container. Every C(runtimes) entry needs a C(path) that is an executable (absolute, or found on the
+        PATH), and none may be named C(runc). C(default-runtime) must be C(runc) or a configured runtime.
+        C(log-opts) values must be strings, and C(default-ulimits) entries need a string C(Name) and integer
+        C(Soft) and C(Hard). Unknown keys are not caught that way. RV(validated_by) says which check ran.
       - Set to V(false) only to write a configuration before dockerd is installed.
     type: bool
     default: true
@@ -52,7 +70,7 @@ options:
     type: str
     default: dockerd
   backup:
-    description: Keep a timestamped copy of the previous file next to it when it changes.
+    description: Keep a timestamped copy of the previous (valid) file next to it when it changes.
     type: bool
     default: true
   mode:
@@ -62,10 +80,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports what would change, with the diff; writes nothing and runs no validation.
+    description: >-
+      Reports what would change, with the diff; writes nothing (not even the backup of an invalid file) and runs no
+      validation.
   diff_mode:
     support: full
-    description: Shows the file before and after, as normalized JSON.
+    description: Shows the file before and after, as normalized JSON (an invalid file as it is).
   idempotent:
     support: full
     description: A second run with the same O(config) reports no change.
@@ -93,6 +113,15 @@ EXAMPLES = r"""
   gpuops.cluster.docker_daemon_config:
     config: {}
     remove_keys: [debug]
+
+- name: Add the nvidia runtime; a corrupted file is kept as daemon.json.gpuops-invalid-<sha1> and replaced
+  gpuops.cluster.docker_daemon_config:
+    config:
+      runtimes:
+        nvidia: {path: /usr/bin/nvidia-container-runtime, runtimeArgs: []}
+      default-runtime: nvidia
+    invalid: replace
+  register: daemon_json
 """
 
 RETURN = r"""
@@ -104,27 +133,50 @@ config:
     live-restore: true
     log-driver: json-file
     runtimes: {"nvidia": {"path": "nvidia-container-runtime"}}
+path:
+  description: The daemon configuration file.
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json
 backup_file:
-  description: Backup of the previous file, when one was made.
+  description:
+    - Backup of the previous file, when one was made. Put it back if dockerd does not start with the new file.
+    - Not set when there was no previous file, or it was invalid (see RV(invalid_backup)).
   returned: changed and a backup was made
   type: str
   sample: /etc/docker/daemon.json.12345.2026-01-01@10:00:00~
+invalid_backup:
+  description: Byte-for-byte copy of an existing file that is not a JSON object (in check mode, where it would go).
+  returned: when the existing file is not a JSON object, on failure (O(invalid=fail)) too
+  type: str
+  sample: /etc/docker/daemon.json.gpuops-invalid-3f786850e387
+invalid_reason:
+  description: Why the existing file was not usable.
+  returned: when the existing file is not a JSON object, on failure (O(invalid=fail)) too
+  type: str
+  sample: "not valid JSON (line 1, column 62: Expecting ',' delimiter)"
 validation:
-  description: Output of C(dockerd --validate) for the candidate file.
+  description: Output of C(dockerd --validate), or what the built-in check found, for the candidate file.
   returned: when validated
   type: str
   sample: configuration OK
+validated_by:
+  description: V(dockerd) (C(dockerd --validate)) or V(builtin) (a dockerd older than 23.0 has no C(--validate)).
+  returned: when validated
+  type: str
+  sample: dockerd
 """
 
 import os
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon import (
-    DaemonConfigError,
+    invalid_backup_path,
     plan,
     render,
-    validate,
+    validate_candidate,
 )
 
 
@@ -134,6 +186,7 @@ def build_module() -> AnsibleModule:
             "path": {"type": "path", "default": "/etc/docker/daemon.json"},
             "config": {"type": "dict", "required": True},
             "remove_keys": {"type": "list", "elements": "str", "default": []},
+            "invalid": {"type": "str", "choices": ["fail", "replace"], "default": "fail"},
             "validate": {"type": "bool", "default": True},
             "dockerd": {"type": "str", "default": "dockerd"},
             "backup": {"type": "bool", "default": True},
@@ -143,10 +196,10 @@ def build_module() -> AnsibleModule:
     )
 
 
-def _read(path: str) -> str | None:
+def _read(path: str) -> bytes | None:
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         return handle.read()
 
 
@@ -157,20 +210,89 @@ def _run(module: AnsibleModule):
     return run
 
 
+def _is_executable(name: str) -> bool:
+    return shutil.which(name) is not None
+
+
+def _keep_invalid(module: AnsibleModule, path: str, data: bytes, reason: str) -> tuple[dict, bool]:
+    """Copy an unparsable file aside, byte for byte, before anything else; then stop or go on (invalid).
+
+    Returns the result keys to add and whether the backup was written now.
+    """
+    backup = invalid_backup_path(path, data)
+    created = False
+    if not module.check_mode and not os.path.exists(backup):
+        scratch = None
+        try:
+            fd, scratch = tempfile.mkstemp(prefix=".daemon.json.invalid.", dir=os.path.dirname(backup) or ".")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(scratch, backup)  # mkstemp made it 0600
+            scratch, created = None, True
+        except OSError as exc:
+            module.fail_json(msg=f"{path} is {reason}, and copying it to {backup} failed: {exc}. The file was left "
+                             "in place. Fix: check the directory's permissions and free space.",
+                             path=path, invalid_backup=backup, invalid_reason=reason)
+        finally:
+            if scratch and os.path.exists(scratch):
+                os.unlink(scratch)
+    kept = (f"it would be backed up byte for byte to {backup} (check mode: nothing written)" if module.check_mode
+            else f"it was backed up byte for byte to {backup}")
+    if module.params["invalid"] == "fail":
+        module.fail_json(
+            msg=f"{path} is {reason}; {kept} and left in place. dockerd will not start with it either; expected a "
+            f"JSON object. Fix: repair it (compare with the backup), or set invalid: replace to start from an empty "
+            f"configuration (the backup stays).",
+            path=path, invalid_backup=backup, invalid_reason=reason, changed=created,
+        )
+    module.warn(f"{path} was {reason}; {kept} and it is replaced by a configuration holding only the given settings "
+                "(invalid: replace).")
+    return {"invalid_backup": backup, "invalid_reason": reason}, created
+
+
+def _validate(module: AnsibleModule, path: str, candidate: str, config: dict, response: dict, failed: dict) -> None:
+    """Validate the candidate; on failure exit with ``failed`` (changed only if an invalid file was backed up)."""
+    dockerd = module.get_bin_path(module.params["dockerd"]) or module.params["dockerd"]
+    if not os.path.isabs(dockerd):
+        module.fail_json(
+            msg=f"dockerd ('{dockerd}') not found on the PATH, so the merged {path} cannot be validated. "
+            "Fix: install Docker Engine first, or set validate: false.",
+            **failed,
+        )
+    ok, message, by = validate_candidate(_run(module), dockerd, candidate, config, _is_executable)
+    response.update(validation=message, validated_by=by)
+    failed.update(validation=message, validated_by=by)
+    if not ok:
+        rejected = (f"dockerd rejects the merged {path}: {message}" if by == "dockerd" else
+                    f"the merged {path} would not work with this dockerd (older than 23.0, so checked without "
+                    f"--validate): {message}")
+        module.fail_json(
+            msg=f"{rejected}. Expected a configuration dockerd accepts; the file was left unchanged. "
+            f"Fix: correct the keys given in config, or the file's other entries (see dockerd --help).",
+            **failed,
+        )
+
+
 def main() -> None:
     module = build_module()
     path = module.params["path"]
     try:
-        result = plan(_read(path), module.params["config"], module.params["remove_keys"], path)
-    except DaemonConfigError as exc:
-        module.fail_json(msg=str(exc), path=path)
+        data = _read(path)
     except OSError as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}. Fix: check the path and permissions.", path=path)
+    result = plan(data, module.params["config"], module.params["remove_keys"], path)
 
     response = {"changed": result["changed"], "config": result["after"], "path": path}
+    backed_up_invalid = False
+    if result["invalid"] is not None:
+        kept, backed_up_invalid = _keep_invalid(module, path, data, result["invalid"].reason)
+        response.update(kept)
+    # What a failure from here on reports: nothing changed, except an invalid file's backup.
+    failed = {**response, "changed": backed_up_invalid}
     if module._diff:
         response["diff"] = {
-            "before": render(result["before"]) if result["before_text"] else "",
+            "before": (render(result["before"]) if result["invalid"] is None else result["before_text"])
+            if result["before_text"] else "",
             "after": result["after_text"],
             "before_header": path,
             "after_header": path,
@@ -185,32 +307,17 @@ def main() -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(result["after_text"])
     except OSError as exc:
-        module.fail_json(msg=f"cannot write a candidate file in {directory}: {exc}. Fix: check permissions.")
+        module.fail_json(msg=f"cannot write a candidate file in {directory}: {exc}. Fix: check permissions.",
+                         **failed)
 
     try:
         if module.params["validate"]:
-            dockerd = module.get_bin_path(module.params["dockerd"]) or module.params["dockerd"]
-            if not os.path.isabs(dockerd):
-                module.fail_json(
-                    msg=f"dockerd ('{dockerd}') not found on the PATH, so the merged {path} cannot be validated. "
-                    "Fix: install Docker Engine first, or set validate: false.",
-                    config=result["after"],
-                )
-            ok, message = validate(_run(module), dockerd, candidate)
-            response["validation"] = message
-            if not ok:
-                module.fail_json(
-                    msg=f"dockerd rejects the merged {path}: {message}. Expected a configuration dockerd accepts; "
-                    f"the file was left unchanged. Fix: correct the keys given in config (see dockerd --help).",
-                    config=result["after"],
-                )
-        if module.params["backup"] and result["before_text"]:
+            _validate(module, path, candidate, result["after"], response, failed)
+        if module.params["backup"] and result["before_text"] and result["invalid"] is None:
             response["backup_file"] = module.backup_local(path)
         module.atomic_move(candidate, path)
         candidate = None
         module.set_mode_if_different(path, module.params["mode"], False)
-    except DaemonConfigError as exc:
-        module.fail_json(msg=str(exc), config=result["after"])
     finally:
         if candidate and os.path.exists(candidate):
             os.unlink(candidate)
