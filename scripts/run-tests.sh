@@ -6,6 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# Tests start from no cached facts: ansible.cfg's jsonfile cache would let a role that
+# forgets to gather facts pass here and fail on a fresh controller.
+export ANSIBLE_CACHE_PLUGIN=memory
 mkdir -p build/logs build/junit
 passed=0
 failed=0
