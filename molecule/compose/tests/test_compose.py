@@ -252,6 +252,19 @@ def test_training_image_is_non_root_and_carries_no_data(host) -> None:
     assert "config: " in sh(host, f"docker run --rm {image}")
 
 
+def test_check_mode_on_the_converged_stack_changes_nothing() -> None:
+    """--check against the converged node runs every task and predicts no change (honest check mode)."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    run = ["ansible-playbook", "-i", INVENTORY, str(PROJECT / "playbooks" / "compose.yml"), "--check"]
+    result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=600, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    recap = [line for line in result.stdout.splitlines() if line.startswith("gpuops-compose-node ")]
+    assert recap, out[-2000:]
+    assert " changed=0 " in recap[-1], recap[-1]
+    assert " failed=0 " in recap[-1], recap[-1]
+
+
 def test_zz_teardown_keeps_data_unless_asked(host) -> None:
     sh(host, "touch /var/lib/gpuops/scratch/alice/teardown-marker")
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
