@@ -27,7 +27,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import gpus_per_job_problem, parse_topology
 
 NVIDIA_PCI_VENDOR = 0x10DE
 # PCI base class + subclass (class code >> 8)
@@ -809,11 +809,9 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
 
 def check_gpus_per_job(gpus_per_job) -> None:
     """Raise GpuFactsError for a job size below 1 (None means "no placements asked for")."""
-    if gpus_per_job is not None and gpus_per_job < 1:
-        raise GpuFactsError(
-            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
-            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
-        )
+    problem = gpus_per_job_problem(gpus_per_job)
+    if problem:
+        raise GpuFactsError(problem)
 
 
 def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings: list, notes: list) -> dict | None:

@@ -181,7 +181,11 @@ topology_warnings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.topology import empty_result, parse_topology
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
+    empty_result,
+    gpus_per_job_problem,
+    parse_topology,
+)
 
 _SHOW_CHARS = 4000  # how much raw output a failure message quotes
 
@@ -200,11 +204,9 @@ def main() -> None:
     )
     matrix = module.params["matrix"]
     gpus_per_job = module.params["gpus_per_job"]
-    if gpus_per_job is not None and gpus_per_job < 1:
-        module.fail_json(
-            msg=f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
-            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
-        )
+    problem = gpus_per_job_problem(gpus_per_job)
+    if problem:
+        module.fail_json(msg=problem)
 
     if matrix is None:
         nvidia_smi = module.get_bin_path("nvidia-smi")
