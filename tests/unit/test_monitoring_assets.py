@@ -181,6 +181,46 @@ def test_rule_metrics_exist(rule_file: Path) -> None:
     assert not problems, f"rules use metrics nothing emits: {problems}"
 
 
+def recording_dependency_problems(groups: list[dict]) -> list[str]:
+    """Rules that read a recording rule defined in another group, or later in their own group.
+
+    Prometheus evaluates the rules of one group in order but groups independently, so such a
+    rule reads the previous evaluation's value: a lag in production, a flaky promtool test.
+    """
+    defined_in = {r["record"]: g["name"] for g in groups for r in g["rules"] if "record" in r}
+    problems = []
+    for group in groups:
+        seen: set[str] = set()
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule.get("record")
+            for metric in sorted(metric_names(rule["expr"]) & set(defined_in)):
+                if defined_in[metric] != group["name"]:
+                    problems.append(f"{name} (group {group['name']}) reads {metric} from group {defined_in[metric]}")
+                elif metric not in seen:
+                    problems.append(f"{name} reads {metric} before the rule that records it")
+            if "record" in rule:
+                seen.add(rule["record"])
+    return problems
+
+
+def test_recording_dependency_checker_catches_cross_group_and_order() -> None:
+    groups = [
+        {"name": "rec", "rules": [{"record": "a:b", "expr": "x"}]},
+        {"name": "alerts", "rules": [{"alert": "A", "expr": "a:b > 1"},
+                                     {"alert": "B", "expr": "c:d > 1"}, {"record": "c:d", "expr": "y"}]},
+    ]
+    assert recording_dependency_problems(groups) == [
+        "A (group alerts) reads a:b from group rec",
+        "B reads c:d before the rule that records it",
+    ]
+
+
+@pytest.mark.parametrize("rule_file", RULE_FILES, ids=[p.name for p in RULE_FILES])
+def test_recorded_series_are_read_in_their_own_group_after_the_record(rule_file: Path) -> None:
+    groups = yaml.safe_load(rule_file.read_text())["groups"]
+    assert not recording_dependency_problems(groups)
+
+
 def test_alert_rules_are_complete() -> None:
     alerts = [r for r in load_rules() if "alert" in r]
     names = [a["alert"] for a in alerts]
