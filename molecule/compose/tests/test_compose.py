@@ -128,7 +128,8 @@ def test_critical_temperature_alert_fires(host) -> None:
 
     set_temperature(90)
     try:
-        deadline = time.time() + 90
+        # for: 1m at a 5 s scrape/evaluation interval fires after ~70 s; the margin is for a loaded 2-core CI.
+        deadline = time.time() + 180
         firing = []
         while time.time() < deadline:
             alerts = get_json(host, "http://127.0.0.1:9090/api/v1/alerts")["data"]["alerts"]
@@ -137,10 +138,10 @@ def test_critical_temperature_alert_fires(host) -> None:
             if firing:
                 break
             time.sleep(3)
-        assert firing, "GpuTemperatureCritical did not fire within 90 s of the temperature reaching 90 °C"
+        assert firing, "GpuTemperatureCritical did not fire within 180 s of the temperature reaching 90 °C"
         assert firing[0]["labels"]["gpu"] == "0"
         assert firing[0]["labels"]["severity"] == "critical"
-        deadline = time.time() + 60
+        deadline = time.time() + 90
         received = []
         while time.time() < deadline and not received:
             received = [a for a in get_json(host, "http://127.0.0.1:9093/api/v2/alerts?active=true")
