@@ -1,4 +1,9 @@
-"""Shared pytest set-up: import the collection in place, and locate ../shared/data."""
+"""Shared pytest set-up: import the collection in place, and locate ../shared/data.
+
+Tests mirror the collection: tests/unit/plugins/{modules,module_utils,filter,plugin_utils}/test_<name>.py
+for plugins/<kind>/<name>.py, tests/unit/roles/ for role-level tests, tests/unit/scripts/ for scripts/.
+Shared stand-ins (fake_pynvml.py, topology_expected.py) stay here, importable by name from any of them.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COLLECTIONS = REPO_ROOT / "collections"
-if str(COLLECTIONS) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS))
+HERE = Path(__file__).resolve().parent
+for _path in (COLLECTIONS, HERE):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 SHARED_DATA = Path(__import__("os").environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = Path(__file__).resolve().parents[3] / "roles"
 ROLE_DIRS = sorted(p for p in ROLES.iterdir() if p.is_dir()) if ROLES.is_dir() else []
 
 

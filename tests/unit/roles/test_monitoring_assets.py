@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ASSETS = Path(__file__).resolve().parents[2] / "roles" / "monitoring_assets" / "files"
+ASSETS = Path(__file__).resolve().parents[3] / "roles" / "monitoring_assets" / "files"
 RULE_FILES = sorted((ASSETS / "prometheus" / "rules").glob("*.yml"))
 DASHBOARDS = sorted((ASSETS / "grafana" / "dashboards").glob("*.json"))
 COUNTERS = ASSETS / "dcgm-exporter" / "gpuops-counters.csv"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BOOTSTRAP = Path(__file__).resolve().parents[2] / "scripts" / "bootstrap.sh"
+BOOTSTRAP = Path(__file__).resolve().parents[3] / "scripts" / "bootstrap.sh"
 
 
 def run_bootstrap(env_path: str, *prefix: str) -> subprocess.CompletedProcess:

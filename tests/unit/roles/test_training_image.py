@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "training_image_render.yml"
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "training_image_render.yml"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 

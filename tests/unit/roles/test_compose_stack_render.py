@@ -1,7 +1,7 @@
 """compose_stack renders the compose project we mean, and refuses bad plans before any change.
 
 Runs the role's own assert/install/render task files with ansible-playbook on localhost
-(tests/unit/playbooks/compose_render.yml) into a temporary directory; no Docker needed. The
+(tests/unit/roles/playbooks/compose_render.yml) into a temporary directory; no Docker needed. The
 topology is a real capture (HGX H100, 8 GPUs, 2 NUMA nodes) read by the collection's parser.
 The running stack is tested by the `compose` Molecule scenario.
 """
@@ -18,8 +18,8 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "tests" / "unit" / "playbooks" / "compose_render.yml"
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 

@@ -30,7 +30,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon impor
     validate_candidate,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 MODULE = REPO / "plugins" / "modules" / "docker_daemon_config.py"
 
 # What `nvidia-ctk runtime configure --runtime=docker` leaves in daemon.json (NVIDIA Container

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RULES = sorted((REPO / "roles" / "monitoring_assets" / "files" / "prometheus" / "rules").glob("*.yml"))
 TESTS = sorted((REPO / "tests" / "promtool").glob("*.yml"))
 
