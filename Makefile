@@ -36,7 +36,16 @@ $(VENV)/.installed: requirements.txt
 	  || { echo "setup: ERROR: pip install -r requirements.txt failed (see above). Fix: check access to PyPI, then rerun." >&2; exit 1; }
 	@touch $@
 
-venv: $(VENV)/.installed
+# gpuops-run (pyproject.toml, gpuops_run/): a regular (not editable) install, so the venv does not
+# depend on this checkout staying where it is; redone when the package changes.
+$(VENV)/.gpuops-run-installed: $(VENV)/.installed pyproject.toml $(wildcard gpuops_run/*.py)
+	@echo "setup: installing the gpuops-run console script into .venv"
+	@$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps . \
+	  || { echo "setup: ERROR: pip install . (gpuops-run) failed (see above). Fix: check pyproject.toml, then rerun." >&2; exit 1; }
+	@rm -rf build/lib build/bdist.* gpuops_run.egg-info
+	@touch $@
+
+venv: $(VENV)/.installed $(VENV)/.gpuops-run-installed
 
 images: host
 	@scripts/build-images.sh all
