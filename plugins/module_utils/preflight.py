@@ -160,7 +160,7 @@ def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int) -> 
         return _check(
             "gpu_assignment",
             False,
-            "; ".join(problems) + ". Fix: give every member its own GPUs (compose_stack_members[].gpus).",
+            "; ".join(problems) + ". Fix: give every member its own GPUs (gpuops_members[].gpus).",
         )
     return _check("gpu_assignment", True, f"{len(owner)} GPUs assigned, each to exactly one member")
 

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Plan member workspaces on one GPU host: exclusive GPUs, NUMA-local CPUs, a memory share.
 
-Input is the team list (``compose_stack_members``) and the GPU topology as
+Input is the team list (``gpuops_members``, the role parameter ``compose_stack_members``) and the GPU topology as
 ``gpuops.cluster.gpu_topology`` returns it (``gpus: [{index, cpu_affinity, numa_node, ...}]``).
 
 Rules (also the role's documented behaviour):
