@@ -78,3 +78,66 @@ def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node
 def choose_platform(team_size: object, gpu_count: object, multi_node_training: object) -> str:
     """``compose`` or ``kubernetes`` (see the module docstring for the rule)."""
     return choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
+
+
+def _decide_host(request: dict, fleet_gpus: int | None, unknown: list[str], counted: int) -> dict:
+    """One host's platform from its plan; GPUs are the plan's gpu_count, else the fleet's sum."""
+    wanted = request.get("platform") or "auto"
+    if wanted != "auto":
+        return {"ok": True, "platform": wanted, "source": "override", "reason": f"gpuops_platform is set to {wanted}"}
+    gpus = request.get("gpu_count")
+    where = "gpuops_gpu_count"
+    if gpus is None:
+        if unknown:
+            reason = (
+                "cannot decide the platform: the fleet's GPU count is unknown, since no GPU facts exist for "
+                f"{', '.join(sorted(unknown))} (not in this run, e.g. --limit). Fix: run preflight on every host "
+                "of gpu_nodes, or set gpuops_gpu_count to the fleet's total"
+            )
+            return {"ok": False, "platform": None, "source": "error", "reason": reason}
+        gpus = fleet_gpus
+        where = f"the sum of the GPUs detected on {counted} gpu_nodes host{'s' if counted != 1 else ''}"
+    try:
+        multi = request.get("multi_node_training")
+        platform, reason = choose_platform_with_reason(
+            request.get("team_size"), gpus, bool(multi) if multi is None else multi
+        )
+    except (TypeError, ValueError) as exc:
+        return {"ok": False, "platform": None, "source": "error", "reason": f"cannot decide the platform: {exc}"}
+    return {"ok": True, "platform": platform, "source": "auto", "reason": f"{reason} (GPUs: {where})"}
+
+
+def decide_fleet(requests: dict, detected: dict) -> dict:
+    """One platform for the whole site.
+
+    ``requests``: host -> {platform, team_size, gpu_count, multi_node_training} from that host's plan.
+    ``detected``: every gpu_nodes host -> the GPUs its facts found (None: no facts, e.g. outside --limit).
+    Where ``gpu_count`` is unset, the count is the sum over ``detected``. Hosts whose plans lead to different
+    platforms are refused, named by platform. Returns ok, platform, source, reason, gpu_count and, per host,
+    {ok, platform, source, reason}: the reason every host's platform check carries.
+    """
+    unknown = [host for host, count in detected.items() if count is None]
+    fleet_gpus = None if unknown else sum(int(count) for count in detected.values())
+    hosts = {host: _decide_host(req, fleet_gpus, unknown, len(detected)) for host, req in requests.items()}
+    by_platform: dict = {}
+    for host, decision in sorted(hosts.items()):
+        if decision["ok"]:
+            by_platform.setdefault(decision["platform"], []).append(host)
+    result = {"ok": all(d["ok"] for d in hosts.values()), "gpu_count": fleet_gpus, "hosts": hosts}
+    if len(by_platform) > 1:
+        split = "; ".join(f"{', '.join(names)} on {name}" for name, names in sorted(by_platform.items()))
+        reason = (
+            f"one site gets one platform, but this plan puts {split}. Fix: set gpuops_platform, gpuops_team_size, "
+            "gpuops_gpu_count and gpuops_multi_node_training once for the whole inventory (group_vars/all), "
+            "not per host or group"
+        )
+        for host, decision in hosts.items():
+            if decision["ok"]:
+                hosts[host] = {**decision, "ok": False, "reason": f"{reason} (this host alone: {decision['reason']})"}
+        return {**result, "ok": False, "platform": None, "source": "error", "reason": reason}
+    if not by_platform:
+        first = next(iter(hosts.values()), {"reason": "no hosts"})
+        return {**result, "ok": False, "platform": None, "source": "error", "reason": first["reason"]}
+    platform = next(iter(by_platform))
+    first = next(d for d in hosts.values() if d["ok"])
+    return {**result, "platform": platform, "source": first["source"], "reason": first["reason"]}

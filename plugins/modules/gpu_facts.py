@@ -52,6 +52,31 @@ options:
         lists disjoint sets of that many pairwise NVLinked GPUs, chosen inside one NUMA node first.
       - Must be greater than 0.
     type: int
+  os_facts:
+    description:
+      - Also return the OS facts preflight needs (RV(ansible_facts.gpuops_host.os)) in the same call, named as in
+        C(ansible_facts) (distribution, version, kernel, architecture, Secure Boot), so that no C(setup) runs.
+    type: bool
+    default: false
+  free_space_paths:
+    description:
+      - Paths whose free space to report in RV(ansible_facts.gpuops_host.free_space). A path that does not exist
+        yet is measured on the nearest existing parent, where it will be created. Read-only (C(statvfs)).
+    type: list
+    elements: path
+    default: []
+  tcp_probes:
+    description:
+      - Servers to try one TCP connect to, each as C({host, port}) (for example an NFS server on port 2049); the
+        answers are in RV(ansible_facts.gpuops_host.tcp_probes). Nothing is sent; the connection is closed at once.
+    type: list
+    elements: dict
+    default: []
+  probe_timeout:
+    description:
+      - Seconds each TCP probe may wait for an answer (at most 30), so an unreachable server never hangs the run.
+    type: float
+    default: 3.0
   _sysfs_root:
     description:
       - Internal, for tests only. Root of the sysfs tree read for PCI discovery and NUMA nodes.
@@ -62,6 +87,11 @@ options:
       - Internal, for tests only. Root of the procfs tree read for C(/proc/driver/nvidia).
     type: path
     default: /proc
+  _os_root:
+    description:
+      - Internal, for tests only. Root under which C(etc/os-release) is read.
+    type: path
+    default: /
 attributes:
   check_mode:
     support: full
@@ -114,6 +144,14 @@ EXAMPLES = r"""
     msg: "CUDA_VISIBLE_DEVICES={{ item | join(',') }}"
   loop: "{{ ansible_facts['gpu']['topology']['placements'] }}"
   when: ansible_facts['gpu']['topology'] is not none
+
+- name: GPUs, OS facts, free space and an NFS server's reachability, in one remote call
+  gpuops.cluster.gpu_facts:
+    os_facts: true
+    free_space_paths: [/var/lib/gpuops, /var/lib/docker]
+    tcp_probes:
+      - {host: nas.example.com, port: 2049}
+    probe_timeout: 3
 
 - name: Ask nvidia-smi only (for example to compare with NVML)
   gpuops.cluster.gpu_facts:
@@ -297,6 +335,39 @@ ansible_facts:
           elements: str
           sample:
             - "nvml: pynvml is not importable (No module named 'pynvml'); install nvidia-ml-py to use NVML"
+    gpuops_host:
+      description: What O(os_facts), O(free_space_paths) and O(tcp_probes) asked for; absent when none was asked.
+      returned: when O(os_facts), O(free_space_paths) or O(tcp_probes) is set
+      type: complex
+      contains:
+        os:
+          description: >-
+            C(distribution), C(distribution_version), C(distribution_major_version), C(distribution_release),
+            C(os_family), C(kernel), C(architecture) as in C(ansible_facts), and C(secure_boot) (true, false on a
+            legacy BIOS boot, null when EFI cannot tell); null unless O(os_facts).
+          type: dict
+          sample:
+            distribution: Debian
+            distribution_version: "12.7"
+            distribution_major_version: "12"
+            distribution_release: bookworm
+            os_family: Debian
+            kernel: 6.1.0-25-amd64
+            architecture: x86_64
+            secure_boot: false
+        free_space:
+          description: One entry per path, with C(measured_at) (the existing path measured), C(free_bytes),
+            C(total_bytes) and C(error) (null when measured).
+          type: list
+          elements: dict
+          sample: [{path: /var/lib/gpuops, measured_at: /var, free_bytes: 52428800000, total_bytes: 107374182400,
+                    error: null}]
+        tcp_probes:
+          description: One entry per probe, with C(reachable), C(error), C(seconds) and the C(timeout) used.
+          type: list
+          elements: dict
+          sample: [{host: nas.example.com, port: 2049, reachable: false, error: "no answer within 3 s",
+                    seconds: 3.0, timeout: 3.0}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -304,6 +375,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import (
     GpuFactsError,
     gather_gpu_facts,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import gather_host_facts
 
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi", "pci"]},
@@ -312,6 +384,16 @@ ARGUMENT_SPEC = {
     "gpus_per_job": {"type": "int"},
     "_sysfs_root": {"type": "path", "default": "/sys"},
     "_proc_root": {"type": "path", "default": "/proc"},
+    "os_facts": {"type": "bool", "default": False},
+    "free_space_paths": {"type": "list", "elements": "path", "default": []},
+    "tcp_probes": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {"host": {"type": "str", "required": True}, "port": {"type": "int", "required": True}},
+    },
+    "probe_timeout": {"type": "float", "default": 3.0},
+    "_os_root": {"type": "path", "default": "/"},
 }
 
 
@@ -343,7 +425,18 @@ def main() -> None:
         module.fail_json(msg=str(err))
     for warning in warnings:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"gpu": facts})
+    result = {"gpu": facts}
+    params = module.params
+    if params["os_facts"] or params["free_space_paths"] or params["tcp_probes"]:
+        result["gpuops_host"] = gather_host_facts(
+            os_info=params["os_facts"],
+            paths=params["free_space_paths"],
+            probes=params["tcp_probes"],
+            timeout=params["probe_timeout"],
+            root=params["_os_root"],
+            sysfs_root=params["_sysfs_root"],
+        )
+    module.exit_json(changed=False, ansible_facts=result)
 
 
 if __name__ == "__main__":

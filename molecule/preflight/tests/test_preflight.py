@@ -1,7 +1,9 @@
 """preflight on a fresh node with no GPU: facts, decisions, report, and refusals of bad plans.
 
 The bad-plan runs use the real role through ansible-playbook against the scenario's node,
-and prove that a refused plan leaves the host untouched.
+and prove that a refused plan leaves the host untouched. Two faults are real here: a nearly
+full data volume (a small tmpfs on the node) and an unreachable NFS server (the node's own
+loopback, where nothing listens on 2049).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,33 @@ def playbook(playbook: str, *extra: str) -> subprocess.CompletedProcess:
         timeout=300,
         check=False,
     )
+
+
+UNCHANGED_FIND = (
+    "find / -xdev -newer /root/.preflight-marker -not -path '/proc/*' -not -path '/sys/*' "
+    "-not -path '/run/*' -not -path '/tmp/*' -not -path '/root/.ansible*' -not -path '/var/log/journal/*' "
+    "-not -path /root -not -path /tmp -print"
+)
+
+
+def mark(host) -> None:
+    host.run_expect([0], "touch /root/.preflight-marker && sleep 1")
+
+
+def assert_unchanged(host) -> None:
+    changed = host.run(UNCHANGED_FIND).stdout.split()
+    assert changed == [], f"preflight changed files on the host: {changed}"
+
+
+def test_one_remote_call_gathers_the_os_facts_too():
+    report = latest_report()
+    os_facts = report["host_facts"]["os"]
+    assert os_facts["distribution"] == "Debian"
+    assert os_facts["distribution_major_version"] == "12"
+    assert os_facts["kernel"]
+    assert os_facts["architecture"]
+    assert os_facts["secure_boot"] in (True, False, None)
+    assert report["os"].startswith("Debian 12")
 
 
 def test_no_gpu_is_a_normal_answer():
@@ -76,7 +106,7 @@ def test_readable_summary_written():
 
 
 def test_bad_plan_is_refused_before_any_change(host):
-    host.run_expect([0], "touch /root/.preflight-marker && sleep 1")
+    mark(host)
     bad = {
         "nvidia_driver_version": "470.82.01",
         "gpuops_cuda_version": "12.4",
@@ -93,12 +123,50 @@ def test_bad_plan_is_refused_before_any_change(host):
     assert "GPU 1 is assigned twice: to alice and to bob" in out
     assert "MIG disables NVLink" in out
     assert "time-slicing replicas is 1" in out
-    changed = host.run(
-        "find / -xdev -newer /root/.preflight-marker -not -path '/proc/*' -not -path '/sys/*' "
-        "-not -path '/run/*' -not -path '/tmp/*' -not -path '/root/.ansible*' -not -path '/var/log/journal/*' "
-        "-not -path /root -not -path /tmp -print"
-    ).stdout.split()
-    assert changed == [], f"preflight changed files on the host: {changed}"
+    assert_unchanged(host)
+
+
+@pytest.fixture
+def tiny_volume(host):
+    """A nearly full 8 MiB data volume on the node (tmpfs, 7 MiB used), removed afterwards."""
+    host.run_expect([0], "mkdir -p /srv/tiny && mount -t tmpfs -o size=8m tmpfs /srv/tiny")
+    try:
+        host.run_expect([0], "dd if=/dev/zero of=/srv/tiny/fill bs=1M count=7 2>/dev/null")
+        yield "/srv/tiny"
+    finally:
+        host.run("umount /srv/tiny && rmdir /srv/tiny")
+
+
+def test_nearly_full_data_volume_is_refused_naming_path_and_space(host, tiny_volume):
+    mark(host)
+    wanted = [{"path": f"{tiny_volume}/gpuops", "min_free": "64M", "why": "service data"}]
+    run = playbook("playbooks/preflight.yml", "-e", json.dumps({"preflight_free_space": wanted}))
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert "preflight refused gpuops-preflight-node" in out
+    assert f"{tiny_volume}/gpuops (filesystem of {tiny_volume}) has " in out, out[-3000:]
+    assert "MiB free; 64.0 MiB is needed for service data" in out
+    assert not host.file(f"{tiny_volume}/gpuops").exists
+    assert_unchanged(host)
+
+
+def test_unreachable_nfs_server_is_refused_quickly_and_nothing_is_mounted(host):
+    # the node's own loopback: nothing listens on 2049 there, so the connect is refused at once
+    mark(host)
+    datasets = [{"name": "imagenet", "src": "127.0.0.1:/export/imagenet", "fstype": "nfs4", "opts": "ro,hard"}]
+    started = time.monotonic()
+    run = playbook(
+        "playbooks/preflight.yml", "-e", json.dumps({"compose_stack_datasets": datasets, "preflight_probe_timeout": 2})
+    )
+    elapsed = time.monotonic() - started
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert "NFS server unreachable: dataset imagenet (127.0.0.1:2049)" in out, out[-3000:]
+    assert "Nothing was mounted or created" in out
+    assert elapsed < 120, f"the refused run took {elapsed:.0f} s"  # noqa: PLR2004 -- far above 2 s, far below a hang
+    assert not host.file("/mnt/datasets").exists
+    assert "127.0.0.1:/export/imagenet" not in host.run("cat /proc/mounts").stdout
+    assert_unchanged(host)
 
 
 def test_branch_instead_of_version_is_refused():

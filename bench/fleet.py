@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""make bench, part 2: what preflight costs on a fleet, as RATIOS to ping and setup, measured in one run.
+
+Starts N systemd "hosts" (containers from gpuops/debian12-systemd, reached over the docker connection,
+as in the Molecule scenarios), then times, interleaved round by round:
+  (a) ``ansible gpu_nodes -m ansible.builtin.ping``
+  (b) ``ansible gpu_nodes -m ansible.builtin.setup``  (a full fact gathering)
+  (c) ``ansible-playbook playbooks/preflight.yml``
+with the project's own ansible.cfg, and prints c/a and c/b at each N and the marginal cost per host
+between the two Ns. Not a test: nothing passes or fails on a time. Figures go to bench/results.json.
+
+  bench/fleet.py [--sizes 10,50] [--rounds 3] [--keep]
+Environment: GPUOPS_BENCH_SIZES, GPUOPS_BENCH_ROUNDS (same meaning as the flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "build" / "bench"
+IMAGE = "gpuops/debian12-systemd"
+PREFIX = "gpuops-bench-"
+LABEL = "gpuops.bench=true"
+BOOT_BATCH = 10  # systemd containers booted at once (2 cores: 50 at once starve each other)
+BOOT_TIMEOUT = 180
+PLAN_VARS = {  # the preflight scenario's plan: a team of 3, GPUs counted across the fleet (none here)
+    "ansible_connection": "community.docker.docker",
+    "ansible_python_interpreter": "/usr/bin/python3",
+    "gpuops_team_size": 3,
+    "gpuops_multi_node_training": False,
+    "gpuops_cuda_version": "12.2",
+    "nvidia_driver_version": "535.261.03",
+}
+
+
+def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=False, capture_output=True, text=True, **kw)
+
+
+def containers() -> list[str]:
+    out = sh("docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split()
+    return sorted(out)
+
+
+def remove_all() -> None:
+    names = containers()
+    if names:
+        sh("docker", "rm", "-f", *names)
+
+
+def start(name: str) -> None:
+    """A systemd node as molecule/resources/tasks/node_container.yml starts one."""
+    argv = [
+        "docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
+        "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN",
+        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+        "--cgroupns", "host", "--stop-signal", "SIGRTMIN+3",
+        "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp:exec",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, "/lib/systemd/systemd",
+    ]  # fmt: skip
+    run = sh(*argv)
+    if run.returncode != 0:
+        raise SystemExit(f"bench: could not start {name}: {run.stderr.strip()}")
+
+
+def booted(name: str) -> str:
+    """systemd's state once booted; retried, since the bus is not up in the first instants."""
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    state = ""
+    while time.monotonic() < deadline:
+        run = sh("docker", "exec", name, "systemctl", "is-system-running", "--wait", timeout=BOOT_TIMEOUT)
+        state = run.stdout.strip()
+        if state in ("running", "degraded"):
+            break
+        time.sleep(1)
+    return state
+
+
+def fleet(size: int) -> tuple[list[str], float]:
+    """N booted nodes (reusing those already up); returns the names and the seconds spent starting."""
+    t0 = time.perf_counter()
+    wanted = [f"{PREFIX}{index:03d}" for index in range(size)]
+    have = set(containers())
+    for extra in sorted(have - set(wanted)):
+        sh("docker", "rm", "-f", extra)
+    missing = [name for name in wanted if name not in have]
+    for first in range(0, len(missing), BOOT_BATCH):
+        batch = missing[first : first + BOOT_BATCH]
+        for name in batch:
+            start(name)
+        with ThreadPoolExecutor(len(batch)) as pool:
+            states = dict(zip(batch, pool.map(booted, batch)))
+        bad = {n: s for n, s in states.items() if s not in ("running", "degraded")}
+        if bad:
+            raise SystemExit(f"bench: systemd did not boot in {bad}")
+    return wanted, time.perf_counter() - t0
+
+
+def inventory(names: list[str]) -> Path:
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / f"inventory-{len(names)}.json"
+    hosts = {name: {} for name in names}
+    data = {"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": PLAN_VARS}}}}
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def commands(inv: Path) -> dict[str, list[str]]:
+    bin_dir = Path(sys.executable).parent
+    return {
+        "ping": [str(bin_dir / "ansible"), "gpu_nodes", "-i", str(inv), "-m", "ansible.builtin.ping"],
+        "setup": [str(bin_dir / "ansible"), "gpu_nodes", "-i", str(inv), "-m", "ansible.builtin.setup"],
+        "preflight": [str(bin_dir / "ansible-playbook"), "-i", str(inv), str(REPO / "playbooks" / "preflight.yml")],
+    }
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(WORK / "facts"),  # the project's jsonfile cache, kept out of .cache/
+        ANSIBLE_NOCOLOR="1",
+        GPUOPS_BENCH="1",
+    )
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
+    t0 = time.perf_counter()
+    run = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, cwd=REPO)
+    seconds = time.perf_counter() - t0
+    log.write_text(run.stdout + run.stderr)
+    if run.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv[:3])}... failed (rc {run.returncode}); log: {log}")
+    return seconds
+
+
+def measure(size: int, rounds: int, env: dict[str, str]) -> dict:
+    names, startup = fleet(size)
+    cmds = commands(inventory(names))
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    timed(cmds["ping"], env, WORK / "warmup.log")  # first contact (python bytecode on the nodes) is not timed
+    for round_no in range(rounds):
+        for name, argv in cmds.items():  # interleaved: a busy moment hits all three alike
+            times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log"))
+        print(f"  N={size} round {round_no + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
+    med = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "hosts": size,
+        "rounds": rounds,
+        "start_seconds": round(startup, 1),
+        "median_seconds": {k: round(v, 2) for k, v in med.items()},
+        "all_seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
+        "preflight_over_ping": round(med["preflight"] / med["ping"], 3),
+        "preflight_over_setup": round(med["preflight"] / med["setup"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=os.environ.get("GPUOPS_BENCH_SIZES", "10,50"))
+    parser.add_argument("--rounds", type=int, default=int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3")))
+    parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
+    args = parser.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    env = environment()
+    print(f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs")
+    results = []
+    try:
+        for size in sizes:
+            results.append(measure(size, args.rounds, env))
+    finally:
+        if not args.keep:
+            remove_all()
+    print(f"\n  {'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}")
+    for r in results:
+        m = r["median_seconds"]
+        print(
+            f"  {r['hosts']:>4}  {m['ping']:>7.1f}  {m['setup']:>7.1f}  {m['preflight']:>11.1f}  "
+            f"{r['preflight_over_ping']:>5.2f}  {r['preflight_over_setup']:>5.2f}"
+        )
+    marginal = {}
+    if len(results) >= 2:  # noqa: PLR2004 -- two sizes give a slope
+        lo, hi = results[0], results[-1]
+        span = hi["hosts"] - lo["hosts"]
+        marginal = {
+            k: round((hi["median_seconds"][k] - lo["median_seconds"][k]) / span, 3) for k in lo["median_seconds"]
+        }
+        print(
+            f"  marginal cost per host ({lo['hosts']} -> {hi['hosts']}): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in marginal.items())
+        )
+    record_fleet(results, marginal)
+
+
+def record_fleet(results: list[dict], marginal: dict) -> None:
+    path = REPO / "bench" / "results.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["fleet"] = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_count": os.cpu_count(),
+        "command": "make bench (bench/fleet.py)",
+        "sizes": results,
+        "marginal_seconds_per_host": marginal,
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"  written: {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

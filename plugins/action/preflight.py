@@ -1,0 +1,63 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Action gpuops.cluster.preflight: ONE remote call (gpu_facts with OS facts and probes), then the host's
+rules in-process on the controller (module_utils/preflight.py). Documented in plugins/modules/preflight.py."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import (
+    ARGUMENT_SPEC,
+    host_checks,
+    nfs_targets,
+    platform_request,
+)
+
+GATHER_MODULE = "gpuops.cluster.gpu_facts"
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        targets = nfs_targets(plan["nfs_datasets"])
+        gather_args = {
+            "topology": plan["topology"],
+            "os_facts": True,
+            "free_space_paths": [str(item.get("path")) for item in plan["free_space"] if item.get("path")],
+            "tcp_probes": [{"host": t["host"], "port": t["port"]} for t in targets],
+            "probe_timeout": plan["probe_timeout"],
+        }
+        try:
+            gathered = self._execute_module(module_name=GATHER_MODULE, module_args=gather_args, task_vars=task_vars)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        for key in ("warnings", "deprecations"):
+            if gathered.get(key):
+                result[key] = gathered[key]
+        if gathered.get("failed") or "ansible_facts" not in gathered:
+            result.update(failed=True, msg=f"{GATHER_MODULE} failed: {gathered.get('msg', gathered)}")
+            return result
+        facts = gathered["ansible_facts"]
+        gpu = facts.get("gpu") or {}
+        host = facts.get("gpuops_host") or {}
+        os_facts = host.get("os") or {}
+        judged = host_checks(
+            plan,
+            {
+                "os": {"distribution": os_facts.get("distribution"), "version": os_facts.get("distribution_version")},
+                "gpu": gpu,
+                "topology": gpu.get("topology"),
+                "host": host,
+            },
+        )
+        result.update(
+            changed=False,
+            ansible_facts=facts,
+            preflight={**judged, "plan": plan, "request": platform_request(plan)},
+        )
+        return result

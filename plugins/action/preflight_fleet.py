@@ -1,0 +1,143 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Action gpuops.cluster.preflight_fleet, run once per run: the platform for the whole fleet, every host's
+report (plugin_utils/preflight_report.py) and the refusal, in-process on the controller.
+Documented in plugins/modules/preflight_fleet.py."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import finish
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
+
+ARGUMENT_SPEC = {
+    "report_dir": {"type": "path", "required": True},
+    "result_var": {"type": "str", "default": "__preflight_host"},
+    "hosts": {"type": "list", "elements": "str"},
+    "gpu_group": {"type": "str", "default": "gpu_nodes"},
+    "platforms_with_play": {"type": "list", "elements": "str"},
+}
+COLLECTION = Path(__file__).resolve().parents[2]
+
+
+def platforms_with_play(site: Path = COLLECTION / "playbooks" / "site.yml") -> list[str]:
+    """Platforms whose play playbooks/site.yml imports (playbooks/<platform>.yml)."""
+    try:
+        text = site.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    imported = set(re.findall(r"import_playbook:\s*['\"]?([\w.-]+)\.ya?ml", text))
+    return [p for p in PLATFORMS if p in imported and (site.parent / f"{p}.yml").exists()]
+
+
+def _no_play(decision: dict, served: list[str]) -> dict:
+    reason = (
+        f"the fleet's platform is {decision['platform']} ({decision['reason']}), but no play applies "
+        f"{decision['platform']}: plays exist for {', '.join(served) or 'no platform'} (playbooks/<platform>.yml, "
+        "imported by playbooks/site.yml). site.yml would stop after the host layer with no platform. Fix: set "
+        f"gpuops_platform to {' or '.join(served) or 'a platform with a play'} to choose one that has a play, "
+        "or use a release of gpuops.cluster that has it"
+    )
+    return {**decision, "ok": False, "reason": reason}
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars["hostvars"]
+        hosts = args["hosts"] or list(task_vars.get("ansible_play_hosts") or [])
+        judged = {}
+        for host in hosts:
+            registered = hostvars[host].get(args["result_var"]) if host in hostvars else None
+            if not isinstance(registered, dict) or "preflight" not in registered:
+                raise AnsibleActionFail(
+                    f"{host} has no preflight result in {args['result_var']}: run gpuops.cluster.preflight on every "
+                    "host first (register: __preflight_host), then this task with run_once: true"
+                )
+            judged[host] = registered
+        detected = {}
+        for host in list(task_vars.get("groups", {}).get(args["gpu_group"], [])) + hosts:
+            if host in judged:
+                detected[host] = int((judged[host]["ansible_facts"].get("gpu") or {}).get("count") or 0)
+            elif host not in detected:
+                facts = hostvars[host].get("ansible_facts", {}) if host in hostvars else {}
+                count = (facts.get("gpu") or {}).get("count")
+                detected[host] = None if count is None else int(count)
+        fleet = decide_fleet({h: r["preflight"]["request"] for h, r in judged.items()}, detected)
+        served = args["platforms_with_play"] if args["platforms_with_play"] is not None else platforms_with_play()
+        if fleet["ok"] and fleet["platform"] not in served:
+            fleet = _no_play(fleet, served)
+            fleet["hosts"] = {h: _no_play(d, served) for h, d in fleet["hosts"].items()}
+
+        run_dir = os.path.join(args["report_dir"], datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        records = {}
+        for host, registered in judged.items():
+            facts = registered["ansible_facts"]
+            record = {
+                "host": host,
+                "gpu": facts.get("gpu") or {},
+                "host_facts": facts.get("gpuops_host"),
+                "plan": registered["preflight"]["plan"],
+                "result": finish(
+                    {k: registered["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host]
+                ),
+                "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
+            }
+            add_sections(host, record, hostvars[host])
+            records[host] = record
+        written = write_reports(run_dir, records, fleet)
+
+        summary = [f"fleet: platform {fleet.get('platform')} ({fleet.get('source')}): {fleet.get('reason')}"]
+        for host, record in records.items():
+            res, gpu = record["result"], record["gpu"]
+            by_status: dict = {}
+            for check in res["checks"]:
+                by_status.setdefault(check["status"], []).append(check["name"])
+            summary.append(
+                f"{host}: {'PASS' if res['ok'] else 'REFUSED'}, {gpu.get('count')} GPUs via {gpu.get('source')}; "
+                + "; ".join(f"{status} {', '.join(names)}" for status, names in sorted(by_status.items()))
+                + f"; report {written[host]}"
+            )
+        refused = [
+            f"preflight refused {host}: "
+            + " || ".join(c["msg"] for c in record["result"]["checks"] if c["ok"] is False)
+            + f" (report: {written[host]})"
+            for host, record in records.items()
+            if not record["result"]["ok"]
+        ]
+        failed = sorted({name for r in records.values() for name in r["result"]["failed_checks"]})
+        result.update(
+            changed=False,
+            summary="\n".join(summary),
+            report_dir=run_dir,
+            fleet={k: fleet.get(k) for k in ("ok", "platform", "source", "reason", "gpu_count")},
+            ansible_facts={
+                "preflight_platform": fleet.get("platform"),
+                "preflight_report_dir": run_dir,
+                "preflight_result": {
+                    "ok": not refused,
+                    "failed": failed,
+                    "platform": {k: fleet.get(k) for k in ("platform", "source", "reason")},
+                },
+            },
+        )
+        if refused:
+            result.update(failed=True, msg="\n".join(refused))
+        else:
+            result["msg"] = (
+                f"preflight passed on {len(records)} host(s): platform {fleet['platform']}; reports: {run_dir}"
+            )
+        return result

@@ -1,0 +1,173 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The few host facts preflight needs besides the GPUs, read in the same remote call as gpu_facts.
+
+- ``os_facts``: distribution, version, codename, family, kernel, architecture and Secure Boot, read from
+  ``/etc/os-release`` (plus ``/etc/debian_version`` for Debian's point release), ``uname`` and efivarfs;
+  the names match ``ansible_facts`` (``Debian``, ``12.7``, ``x86_64``), so no ``setup`` is needed;
+- ``free_space``: free bytes under each path (the nearest existing parent when the path is not there
+  yet), by ``statvfs``, so a nearly full data volume is refused before anything is written;
+- ``tcp_probe``: one bounded TCP connect (e.g. an NFS server's port 2049), so an unreachable server is
+  refused before a ``hard`` mount can hang the run.
+
+Everything that touches the host is injectable (roots, ``statvfs``, ``connect``, ``uname``) for tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import socket
+import time
+
+# os-release ID -> ansible_facts['distribution']
+_DISTRIBUTIONS = {
+    "debian": "Debian",
+    "ubuntu": "Ubuntu",
+    "rhel": "RedHat",
+    "rocky": "Rocky",
+    "almalinux": "AlmaLinux",
+    "centos": "CentOS",
+    "fedora": "Fedora",
+    "opensuse-leap": "openSUSE Leap",
+    "sles": "SLES",
+}
+_FAMILIES = {
+    "Debian": "Debian",
+    "Ubuntu": "Debian",
+    "RedHat": "RedHat",
+    "Rocky": "RedHat",
+    "AlmaLinux": "RedHat",
+    "CentOS": "RedHat",
+    "Fedora": "RedHat",
+    "openSUSE Leap": "Suse",
+    "SLES": "Suse",
+}
+# EFI global variable GUID; the SecureBoot variable is 4 attribute bytes then one value byte
+_SECURE_BOOT_VAR = "efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
+_SECURE_BOOT_LEN = 5
+_DOTTED = re.compile(r"^\d+(\.\d+)*$")
+PROBE_TIMEOUT_MAX = 30.0
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """KEY=value lines of os-release(5), quotes removed."""
+    values = {}
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":  # noqa: PLR2004 -- a quoted pair
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def secure_boot_state(sysfs_root: str) -> bool | None:
+    """True/False from efivarfs; False on a legacy BIOS boot (no EFI); None when EFI cannot tell."""
+    if not os.path.isdir(os.path.join(sysfs_root, "firmware", "efi")):
+        return False
+    try:
+        with open(os.path.join(sysfs_root, "firmware", _SECURE_BOOT_VAR), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    if len(data) < _SECURE_BOOT_LEN:
+        return None
+    return data[4] == 1
+
+
+def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname) -> dict:
+    """The OS facts preflight needs, named as in ansible_facts."""
+    release = parse_os_release(_read(os.path.join(root, "etc/os-release")) or "")
+    os_id = release.get("ID", "").lower()
+    distribution = _DISTRIBUTIONS.get(os_id, release.get("NAME") or os_id or None)
+    version = release.get("VERSION_ID") or None
+    if distribution == "Debian":  # Ansible reports the point release (12.7), as /etc/debian_version has it
+        point = (_read(os.path.join(root, "etc/debian_version")) or "").strip()
+        if _DOTTED.match(point):
+            version = point
+    info = uname()
+    return {
+        "distribution": distribution,
+        "distribution_version": version,
+        "distribution_major_version": version.split(".")[0] if version else None,
+        "distribution_release": release.get("VERSION_CODENAME") or None,
+        "os_family": _FAMILIES.get(distribution or ""),
+        "kernel": info.release,
+        "architecture": info.machine,
+        "secure_boot": secure_boot_state(sysfs_root),
+    }
+
+
+def free_space(path: str, statvfs=os.statvfs) -> dict:
+    """Free bytes (for an unprivileged writer) on the filesystem that holds ``path`` or will hold it."""
+    probe = os.path.abspath(path or "/")
+    while True:
+        try:
+            stats = statvfs(probe)
+            break
+        except FileNotFoundError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return {"path": path, "measured_at": None, "free_bytes": None, "error": "no parent directory exists"}
+            probe = parent
+        except OSError as exc:
+            return {"path": path, "measured_at": probe, "free_bytes": None, "error": str(exc)}
+    return {
+        "path": path,
+        "measured_at": probe,
+        "free_bytes": stats.f_bavail * stats.f_frsize,
+        "total_bytes": stats.f_blocks * stats.f_frsize,
+        "error": None,
+    }
+
+
+def tcp_probe(host: str, port: int, timeout: float, connect=socket.create_connection, clock=time.monotonic) -> dict:
+    """One TCP connect, bounded by ``timeout`` seconds (capped at PROBE_TIMEOUT_MAX)."""
+    timeout = max(0.1, min(float(timeout), PROBE_TIMEOUT_MAX))
+    started = clock()
+    result = {"host": host, "port": int(port), "timeout": timeout, "reachable": False, "error": None}
+    try:
+        conn = connect((host, int(port)), timeout=timeout)
+    except socket.timeout:
+        result["error"] = f"no answer within {timeout:g} s"
+    except OSError as exc:
+        reason = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+        result["error"] = f"{exc.strerror or exc}{f' ({reason})' if reason else ''}"
+    else:
+        conn.close()
+        result["reachable"] = True
+    result["seconds"] = round(clock() - started, 3)
+    return result
+
+
+def gather_host_facts(
+    os_info: bool,
+    paths: list | None,
+    probes: list | None,
+    timeout: float,
+    root: str = "/",
+    sysfs_root: str = "/sys",
+    statvfs=os.statvfs,
+    connect=socket.create_connection,
+) -> dict:
+    """What gpu_facts returns as ``ansible_facts.gpuops_host``: os, free_space, tcp_probes."""
+    return {
+        "os": os_facts(root, sysfs_root) if os_info else None,
+        "free_space": [free_space(str(path), statvfs) for path in paths or []],
+        "tcp_probes": [
+            tcp_probe(str(p["host"]), int(p["port"]), timeout, connect) for p in probes or [] if p.get("host")
+        ],
+    }

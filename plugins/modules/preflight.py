@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight
+short_description: Gather a GPU host's facts in one remote call and judge its plan on the controller
+version_added: 0.2.0
+description:
+  - An action plugin. It runs M(gpuops.cluster.gpu_facts) on the host B(once), asking in the same call for
+    the OS facts (so no C(setup) runs), the free space under O(free_space) paths and one bounded TCP probe per
+    NFS server of O(nfs_datasets); then it judges the plan in-process on the controller (no module runs there).
+  - Rules are the supported OS, the pinned driver against the requested CUDA (M(gpuops.cluster.cuda_compat)),
+    Fabric Manager at exactly the driver version on NVSwitch hosts, MIG refused on NVLink or multi-node
+    training nodes (requested or already enabled), every GPU assigned to at most one member, time-slicing
+    replicas of at least 2, enough free space on the data volumes, and every NFS server reachable.
+  - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
+    task; it reads this task's registered result from every host.
+  - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
+  - Sets C(ansible_facts.gpu) and C(ansible_facts.gpuops_host) as M(gpuops.cluster.gpu_facts) returns them.
+options:
+  driver_version:
+    description: The driver pin (C(nvidia_driver_version)), full dotted version.
+    type: str
+    default: ""
+  cuda_version:
+    description: The CUDA toolkit the team builds with (C(gpuops_cuda_version)).
+    type: str
+    default: ""
+  gpu_name:
+    description: GPU model for the forward-compatibility rule; defaults to the first GPU found.
+    type: str
+  workload:
+    description: What the node runs. MIG is refused on C(training) and C(mixed) nodes with NVLink.
+    type: str
+    choices: [training, inference, mixed]
+    default: training
+  mig_requested:
+    description: Whether the plan enables MIG on this node.
+    type: bool
+    default: false
+  assume_nvlink:
+    description: Treat the node as NVLinked even when no driver can say so yet (fresh servers).
+    type: bool
+    default: false
+  multi_node_training:
+    description: Whether the team often trains across nodes (C(gpuops_multi_node_training)).
+    type: bool
+    default: false
+  gpu_assignments:
+    description: Per-member GPU lists to check for double assignment, as C({name, gpus}) items.
+    type: list
+    elements: dict
+    default: []
+  time_slicing_replicas:
+    description: Time-slicing replicas per GPU, when time-slicing is configured.
+    type: int
+  platform:
+    description: C(auto) to let the fleet decision choose from team size and GPUs, or an override.
+    type: str
+    choices: [auto, compose, kubernetes]
+    default: auto
+  team_size:
+    description: People on the team (C(gpuops_team_size)); required when O(platform=auto).
+    type: int
+  gpu_count:
+    description: GPUs the platform will serve in all; unset, the sum of the GPUs detected across C(gpu_nodes).
+    type: int
+  supported_os:
+    description: Override of the supported distributions and versions.
+    type: dict
+  topology:
+    description: Also read C(nvidia-smi topo -m) in the same remote call (hosts with two or more GPUs and a driver).
+    type: bool
+    default: true
+  free_space:
+    description:
+      - Data paths that need free space, each C({path, min_free, why}); C(min_free) is bytes or a size such as
+        C(10G) or C(500MiB). A path not there yet is measured where it will be created.
+    type: list
+    elements: dict
+    default: []
+  nfs_datasets:
+    description:
+      - Datasets as C(compose_stack_datasets) lists them (C({name, src, fstype, opts})). Each NFS server
+        (C(fstype) nfs or nfs4, C(src) C(server:/export)) gets one TCP connect to port 2049 (or C(port=) from
+        C(opts)), bounded by O(probe_timeout), before anything is mounted.
+    type: list
+    elements: dict
+    default: []
+  probe_timeout:
+    description: Seconds each NFS probe may wait (at most 30).
+    type: float
+    default: 3.0
+attributes:
+  action:
+    support: full
+    description: The judgement runs in the action plugin, on the controller.
+  check_mode:
+    support: full
+    description: Only reads; behaves the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+  idempotent:
+    support: full
+    description: Never changes the host.
+author:
+  - gpuops.cluster contributors
+seealso:
+  - module: gpuops.cluster.gpu_facts
+  - module: gpuops.cluster.preflight_fleet
+"""
+
+EXAMPLES = r"""
+- name: Gather (one remote call) and judge this host
+  gpuops.cluster.preflight:
+    driver_version: 550.90.07
+    cuda_version: "12.4"
+    team_size: 4
+    free_space:
+      - {path: /var/lib/gpuops, min_free: 10G, why: service data}
+    nfs_datasets: "{{ compose_stack_datasets }}"
+  register: __preflight_host
+
+- name: Decide the fleet's platform, write the reports and refuse a bad plan
+  gpuops.cluster.preflight_fleet:
+    report_dir: /var/tmp/preflight
+  run_once: true
+"""
+
+RETURN = r"""
+preflight:
+  description: This host's judgement, read by M(gpuops.cluster.preflight_fleet).
+  returned: always
+  type: complex
+  contains:
+    checks:
+      description: One entry per rule; C(ok) is null when the rule did not apply. The platform check is added by
+        M(gpuops.cluster.preflight_fleet).
+      type: list
+      elements: dict
+      sample:
+        - name: mig
+          ok: false
+          status: failed
+          msg: "MIG is requested (preflight_mig_requested) on a training node, and GPUs [0, 1] report active NVLink..."
+    compat:
+      description: The M(gpuops.cluster.cuda_compat) answer, when a driver and CUDA version were given.
+      type: dict
+      sample: {compatible: true, mode: native, min_driver: "535.54.03", max_cuda: "12.2"}
+    driver_pin:
+      description: The driver pin checked, or null.
+      type: str
+      sample: 535.261.03
+    plan:
+      description: The plan judged (this task's arguments after defaults).
+      type: dict
+    request:
+      description: What this host's plan says about the platform (platform, team_size, gpu_count, multi_node_training).
+      type: dict
+      sample: {platform: auto, team_size: 4, gpu_count: null, multi_node_training: false}
+ansible_facts:
+  description: C(gpu) and C(gpuops_host), as M(gpuops.cluster.gpu_facts) returns them.
+  returned: always
+  type: dict
+"""
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps({"failed": True, "msg": "gpuops.cluster.preflight is an action plugin: run it from a playbook"}))
+    sys.exit(1)

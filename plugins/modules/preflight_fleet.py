@@ -1,0 +1,110 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight_fleet
+short_description: Decide one platform for the whole fleet, write every host's preflight report, refuse a bad plan
+version_added: 0.2.0
+description:
+  - An action plugin, run once per run (C(run_once) C(true)) after M(gpuops.cluster.preflight) ran on every host.
+    Everything happens in-process on the controller; no module runs anywhere.
+  - "The platform is the fleet's: where C(gpuops_gpu_count) is unset, the GPUs are the sum of those detected
+    across O(gpu_group) (hosts outside this run count from their cached facts; with none, the decision is refused).
+    Hosts whose plans lead to different platforms are refused, named by platform: one site gets one platform."
+  - A platform without a play (C(playbooks/<platform>.yml) imported by C(playbooks/site.yml)) is refused, so
+    C(site.yml) never ends with only a driver installed.
+  - Writes C(<report_dir>/<UTC run id>/<host>.json) and C(<host>.md) for every host, and C(fleet.json), once.
+  - Fails, naming every refused host and its failed checks, when any check failed on any host.
+  - Sets C(preflight_platform), C(preflight_result) and C(preflight_report_dir) as facts on every host of the play.
+options:
+  report_dir:
+    description: Controller directory for the reports; each run writes a timestamped subdirectory.
+    type: path
+    required: true
+  result_var:
+    description: The variable each host registered M(gpuops.cluster.preflight)'s result in.
+    type: str
+    default: __preflight_host
+  hosts:
+    description: Hosts to judge; defaults to the play's active hosts (C(ansible_play_hosts)).
+    type: list
+    elements: str
+  gpu_group:
+    description: Inventory group whose GPUs the fleet's count sums.
+    type: str
+    default: gpu_nodes
+  platforms_with_play:
+    description: Platforms that have a play; defaults to those C(playbooks/site.yml) of this collection imports.
+    type: list
+    elements: str
+attributes:
+  action:
+    support: full
+    description: Runs in the action plugin, on the controller.
+  check_mode:
+    support: full
+    description: Judges and writes the controller-side reports in check mode too; changes no host.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+  idempotent:
+    support: full
+    description: Never changes a host; each run writes a new report directory on the controller.
+author:
+  - gpuops.cluster contributors
+seealso:
+  - module: gpuops.cluster.preflight
+"""
+
+EXAMPLES = r"""
+- name: Judge every host (one remote call each)
+  gpuops.cluster.preflight:
+    team_size: 4
+  register: __preflight_host
+
+- name: One platform for the fleet, the reports, and the refusal
+  gpuops.cluster.preflight_fleet:
+    report_dir: "{{ playbook_dir }}/../reports"
+  run_once: true
+  register: __preflight_fleet
+"""
+
+RETURN = r"""
+summary:
+  description: Every host's platform, GPUs and checks, one line each, with its report's path.
+  returned: always
+  type: str
+report_dir:
+  description: This run's report directory.
+  returned: always
+  type: str
+  sample: /srv/gpuops/reports/20261201T070000Z
+fleet:
+  description: The fleet's platform decision.
+  returned: always
+  type: dict
+  sample:
+    ok: true
+    platform: kubernetes
+    source: auto
+    gpu_count: 24
+    reason: "a team of 4 with 24 GPUs is large (...): Kubernetes (GPUs: the sum of the GPUs detected on 3 gpu_nodes)"
+msg:
+  description: On failure, one line per refused host, C(preflight refused <host>) and its failed checks.
+  returned: always
+  type: str
+"""
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(
+        json.dumps(
+            {"failed": True, "msg": "gpuops.cluster.preflight_fleet is an action plugin: run it from a playbook"}
+        )
+    )
+    sys.exit(1)

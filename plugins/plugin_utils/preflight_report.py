@@ -1,0 +1,137 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The preflight reports of a whole run, written once, in-process, on the controller.
+
+``write_reports(run_dir, records, fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
+``fleet.json`` for the run. A record is one host's judged preflight (see ``preflight_fleet``).
+
+Hook for other reports: append a function to ``SECTIONS``. It is called as ``fn(host, record, hostvars)``
+(``hostvars``: that host's variables) and returns None or ``{"name": str, "title": str, "rows": [[key,
+value], ...], "data": <JSON-able>}``; the data lands in the JSON under ``sections[name]`` and the rows as a
+table under the title in the Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+SECTIONS: list[Callable[[str, dict, Any], dict | None]] = []
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+def _cell(value: Any) -> str:
+    text = "none" if value is None or value == "" else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def host_json(record: dict) -> dict:
+    """The per-host JSON report (keys kept from the first report format: host, os, gpu, topology, plan, result)."""
+    gpu = record.get("gpu") or {}
+    os_facts = (record.get("host_facts") or {}).get("os") or {}
+    plan = record.get("plan") or {}
+    result = record["result"]
+    return {
+        "host": record["host"],
+        "os": f"{os_facts.get('distribution')} {os_facts.get('distribution_version')}",
+        "gpu": gpu,
+        "topology": gpu.get("topology"),
+        "host_facts": record.get("host_facts"),
+        "plan": {
+            "driver_version": plan.get("driver_version"),
+            "cuda_version": plan.get("cuda_version"),
+            "workload": plan.get("workload"),
+            "mig_requested": plan.get("mig_requested"),
+            "platform_requested": plan.get("platform"),
+        },
+        "result": result,
+        "fleet": record.get("fleet"),
+        "sections": record.get("sections") or {},
+    }
+
+
+def host_markdown(record: dict) -> str:
+    gpu = record.get("gpu") or {}
+    os_facts = (record.get("host_facts") or {}).get("os") or {}
+    plan = record.get("plan") or {}
+    result = record["result"]
+    platform = result["platform"]
+    verdict = "PASS" if result["ok"] else "REFUSED: " + ", ".join(result["failed_checks"])
+    lines = [
+        f"# Preflight: {record['host']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| OS | {_cell(os_facts.get('distribution'))} {_cell(os_facts.get('distribution_version'))} |",
+        f"| kernel, architecture | {_cell(os_facts.get('kernel'))}, {_cell(os_facts.get('architecture'))} |",
+        f"| Secure Boot | {_cell(os_facts.get('secure_boot'))} |",
+        f"| GPUs | {gpu.get('count')} (source: {gpu.get('source')}) |",
+        f"| driver (running) | {_cell(gpu.get('driver_version'))} |",
+        f"| driver pin | {_cell(plan.get('driver_version'))} |",
+        f"| CUDA requested | {_cell(plan.get('cuda_version'))} |",
+        f"| platform | **{_cell(platform.get('platform'))}** "
+        f"({platform.get('source')}: {_cell(platform.get('reason'))}) |",
+        f"| verdict | {_cell(verdict)} |",
+        "",
+        "| check | status | detail |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {c['name']} | {c['status']} | {_cell(c['msg'])} |" for c in result["checks"]]
+    if gpu.get("gpus"):
+        lines += ["", "| GPU | name | bus | memory MiB | MIG | NUMA | NVLink |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"| {g.get('index')} | {_cell(g.get('name'))} | {_cell(g.get('pci_bus_id'))} | "
+            f"{_cell(g.get('memory_total_mib'))} | {_cell(g.get('mig_mode'))} | {_cell(g.get('numa_node'))} | "
+            f"{_cell(g.get('nvlink'))} |"
+            for g in gpu["gpus"]
+        ]
+    for section in (record.get("sections") or {}).values():
+        lines += ["", f"## {section.get('title') or section.get('name')}", "", "| | |", "|---|---|"]
+        lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in section.get("rows") or []]
+    return "\n".join(lines) + "\n"
+
+
+def add_sections(host: str, record: dict, hostvars: Any) -> None:
+    """Run every SECTIONS hook for this host; the record gets ``sections`` (name -> section)."""
+    sections = {}
+    for hook in SECTIONS:
+        section = hook(host, record, hostvars)
+        if section:
+            sections[section["name"]] = section
+    record["sections"] = {
+        name: {"title": s.get("title"), "rows": s.get("rows") or [], "data": s.get("data")}
+        for name, s in sections.items()
+    }
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[str, str]:
+    """Every host's JSON and Markdown report, and fleet.json; returns host -> Markdown path."""
+    os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
+    written = {}
+    for host, record in records.items():
+        base = os.path.join(run_dir, host)
+        _write(f"{base}.json", json.dumps(host_json(record), indent=2, sort_keys=False, default=str) + "\n")
+        _write(f"{base}.md", host_markdown(record))
+        written[host] = f"{base}.md"
+    summary = {
+        "platform": fleet.get("platform"),
+        "source": fleet.get("source"),
+        "reason": fleet.get("reason"),
+        "gpu_count": fleet.get("gpu_count"),
+        "ok": all(r["result"]["ok"] for r in records.values()),
+        "hosts": {
+            host: {"ok": r["result"]["ok"], "failed_checks": r["result"]["failed_checks"]}
+            for host, r in records.items()
+        },
+    }
+    _write(os.path.join(run_dir, "fleet.json"), json.dumps(summary, indent=2, default=str) + "\n")
+    return written
