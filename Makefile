@@ -16,13 +16,13 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection molecule test demo demo-clean bench clean
+.PHONY: help setup host venv images lint unit collection report-test molecule test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
-	@echo "make lint | unit | collection | bench | clean"
+	@echo "make lint | unit | collection | report-test | bench | clean"
 
 host:
 	@scripts/bootstrap.sh
@@ -60,6 +60,10 @@ unit: venv
 
 collection: venv
 	@scripts/run-tests.sh collection
+
+# The fleet report in headless Chromium (installed by scripts/bootstrap.sh).
+report-test: host venv
+	@scripts/run-tests.sh report
 
 molecule: setup
 	@scripts/run-tests.sh molecule $(SCENARIO)

@@ -21,6 +21,8 @@ command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 # promtool (from Debian's prometheus package) runs the alert-rule unit tests.
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# Debian's headless-capable Chromium renders the fleet report in tests/report (screenshot + DOM).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]} with apt"
   export DEBIAN_FRONTEND=noninteractive

@@ -2,7 +2,7 @@
 # The test runner behind `make test`: lint -> unit -> collection -> molecule.
 # Every stage runs even when an earlier one failed, so one run shows everything;
 # the closing line is the plain "summary: N passed, N failed" form.
-# Usage: run-tests.sh all | lint | unit | collection | molecule [scenario...]
+# Usage: run-tests.sh all | lint | unit | collection | report | molecule [scenario...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -63,6 +63,23 @@ unit() {
   stage_end unit
 }
 
+# Tests outside tests/unit that need the host set-up (bootstrap.sh): pytest per folder, JUnit into build/junit.
+pytest_stage() {
+  local name=$1 dir=$2 rc counts
+  stage_start "$name"
+  rm -f "build/junit/$name.xml"
+  pytest -q -p no:cacheprovider --junitxml="build/junit/$name.xml" "$dir" >"build/logs/$name.log" 2>&1
+  rc=$?
+  counts=$(junit_counts "build/junit/$name.xml")
+  tail -3 "build/logs/$name.log" | sed 's/^/        /'
+  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+  if [ "$rc" -ne 0 ]; then
+    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
+    failures+=("$name tests (log: build/logs/$name.log)"); grep -E '^(FAILED|ERROR)' "build/logs/$name.log" | head -30 | sed 's/^/        /'
+  fi
+  stage_end "$name"
+}
+
 collection() {
   stage_start collection
   local tmp; tmp=$(mktemp -d)
@@ -113,9 +130,10 @@ case "$what" in
   lint) lint ;;
   unit) unit ;;
   collection) collection ;;
+  report) pytest_stage report tests/report ;;
   molecule) molecule_scenarios "$@" ;;
-  all) lint; unit; collection; molecule_scenarios ;;
-  *) echo "usage: $0 all|lint|unit|collection|molecule [scenario...]" >&2; exit 2 ;;
+  all) lint; unit; collection; pytest_stage report tests/report; molecule_scenarios ;;
+  *) echo "usage: $0 all|lint|unit|collection|report|molecule [scenario...]" >&2; exit 2 ;;
 esac
 echo
 echo "== total time $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,25 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filter: ``reports | gpuops.cluster.fleet_report_html(generated=...)``.
+
+Thin: the page is rendered by plugins/plugin_utils/fleet_report.py (controller-side); documentation in
+fleet_report_html.yml next to this file.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
+
+
+def fleet_report_html(reports, generated: str = "", title: str = "gpuops.cluster fleet report") -> str:
+    if not isinstance(reports, list) or not all(isinstance(r, dict) for r in reports):
+        raise AnsibleFilterError("fleet_report_html needs a list of per-host report dicts (preflight's JSON shape)")
+    return render_fleet_report(reports, str(generated), str(title))
+
+
+class FilterModule:
+    """gpuops.cluster report filters."""
+
+    def filters(self) -> dict:
+        return {"fleet_report_html": fleet_report_html}
