@@ -38,13 +38,17 @@ document.querySelectorAll('section.host').forEach(s => {
 const rows = [...document.querySelectorAll('#fleet tbody tr')].map(tr => ({
   host: tr.dataset.host, cls: tr.className, validate: tr.querySelector('td.validate').innerText.trim(),
   height: box(tr)[1]}));
-const external = [...document.querySelectorAll('[src],[href]')].map(e => e.getAttribute('src') || e.getAttribute('href'))
-  .filter(u => !u.startsWith('#'));
+const external = [...document.querySelectorAll('[src],[href]')]
+  .map(e => e.getAttribute('src') || e.getAttribute('href')).filter(u => !u.startsWith('#'));
 const pre = document.createElement('pre'); pre.id = 'measured';
 pre.textContent = JSON.stringify({hosts, rows, external, table: box(document.querySelector('#fleet'))});
 document.body.appendChild(pre);
 </script>"""
 
+DGX_GPUS = 8
+DGX_NVLINK_PAIRS = 8 * 7 // 2  # NV12 between every pair of the DGX A100's GPUs
+MIN_SVG = (400, 150)  # px: a drawing, not a collapsed box
+BLANK_PNG_BYTES = 50_000  # a blank 1400x2400 page compresses to a few kB
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/bootstrap.sh installs it)")
 
 
@@ -66,7 +70,7 @@ def test_screenshot(page):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1400, 2400)
-    assert len(data) > 50_000, "a blank page compresses to a few kB"
+    assert len(data) > BLANK_PNG_BYTES
 
 
 def test_laid_out_dom(page, tmp_path):
@@ -77,12 +81,13 @@ def test_laid_out_dom(page, tmp_path):
     measured = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S).group(1).replace("&quot;", '"'))
     hosts = measured["hosts"]
     dgx = hosts["dgx05"]
-    assert dgx["gpus"] == 8, "8 GPU boxes with a real size in the 8-GPU DGX A100 capture"
-    assert dgx["nvlinks"] == 28, "an NVLink arc for each of the 28 GPU pairs"
+    assert dgx["gpus"] == DGX_GPUS, "8 GPU boxes with a real size in the 8-GPU DGX A100 capture"
+    assert dgx["nvlinks"] == DGX_NVLINK_PAIRS, "an NVLink arc for each GPU pair"
     assert dgx["numa"] == ["NUMA 1", "NUMA 3", "NUMA 5", "NUMA 7"]
     assert dgx["nics"] > 0
-    assert dgx["svg"][0] > 400 and dgx["svg"][1] > 150
-    assert hosts["hgx-h100-01"]["gpus"] == 8
+    assert dgx["svg"][0] > MIN_SVG[0]
+    assert dgx["svg"][1] > MIN_SVG[1]
+    assert hosts["hgx-h100-01"]["gpus"] == DGX_GPUS
     assert hosts["a10-box"]["nvlinks"] == 0
     assert hosts["cpu-login"] is None
     rows = {r["host"]: r for r in measured["rows"]}

@@ -1,0 +1,36 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filter: ``outputs | gpuops.cluster.validate_rows(platform=..., gpu_count=..., ...)``.
+
+Thin: the judgements live in plugins/module_utils/validate.py; documentation in validate_rows.yml.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils.validate import compose_rows, kubernetes_rows, no_gpu_rows
+
+
+def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917
+                  node: str = "", replicas: int = 1, pcie_gen: int = 4, no_gpu_reason: str = "") -> list:
+    """Keyword arguments mirror the filter's documented options (validate_rows.yml)."""
+    if platform not in ("compose", "kubernetes"):
+        raise AnsibleFilterError(f"validate_rows: platform '{platform}' is not compose or kubernetes")
+    try:
+        gpu_count, replicas, pcie_gen = int(gpu_count), int(replicas), int(pcie_gen)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"validate_rows: gpu_count, replicas and pcie_gen must be numbers: {exc}") from exc
+    if gpu_count == 0:
+        return no_gpu_rows(platform, no_gpu_reason)
+    if not isinstance(outputs, dict):
+        raise AnsibleFilterError(f"validate_rows needs a dict of command outputs, got {type(outputs).__name__}")
+    if platform == "compose":
+        return compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
+    return kubernetes_rows(outputs, node, gpu_count, replicas)
+
+
+class FilterModule:
+    """gpuops.cluster validate filters."""
+
+    def filters(self) -> dict:
+        return {"validate_rows": validate_rows}
