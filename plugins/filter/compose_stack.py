@@ -7,14 +7,14 @@
 * ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb)``: GPUs, cpuset and memory per member;
 * ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
 
-Thin: the logic lives in plugins/module_utils/{images,workspaces,alert_rules}.py; documentation
+Thin: the logic lives in plugins/plugin_utils/{images,workspaces,alert_rules}.py (controller-only); documentation
 in the .yml files next to this one.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import alert_rules, images, workspaces
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import alert_rules, images, workspaces
 
 
 def mirror_image(ref: object, mirror: object = "") -> str:

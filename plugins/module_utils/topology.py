@@ -32,6 +32,9 @@ Decisions (they are also the module's documented behaviour):
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import is_cpu_list
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut_line
+
 LINK_ORDER = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
 _RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
 _NV_RANK = 1
@@ -45,7 +48,6 @@ _INFO_COLUMNS = (
 _INFO_STARTS = frozenset(words[0] for words, _key in _INFO_COLUMNS)
 _MP_FLAGS = frozenset(("-mp", "--matrix_pcie"))
 _NOT_AVAILABLE = "N/A"
-_SHOW_CHARS = 200  # how much of a bad line or input a warning quotes
 _SHOW_NAMES = 12  # how many names a warning lists before "and N more"
 _CLIQUE_BUDGET = 200_000  # search steps for placements; far above what 16 or 72 GPUs need
 _MAX_DEVICES = 512  # header columns read; a real matrix has tens (keeps damaged input from costing n**2)
@@ -80,23 +82,6 @@ def gpu_index(label: str) -> int | None:
 
 def _is_nic_label(label: str) -> bool:
     return label.startswith("NIC") and _ascii_digits(label[3:])
-
-
-def is_cpu_list(text: str) -> bool:
-    """``0-51,104-155`` style list (ascending ranges); ``-31,64-95`` (cut) is not."""
-    if not text:
-        return False
-    for part in text.split(","):
-        low, sep, high = part.partition("-")
-        if not _ascii_digits(low):
-            return False
-        if sep and (not _ascii_digits(high) or int(high) < int(low)):
-            return False
-    return True
-
-
-def _show(text: str) -> str:
-    return repr(text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + "...")
 
 
 def _names(names: list[str]) -> str:
@@ -202,7 +187,7 @@ def _read_sections(lines: list[str], header: int, capture: _Capture, warnings: l
             tokens = text.split()
             label = tokens[0]
             if not (label in known_labels or gpu_index(label) is not None or _is_nic_label(label)):
-                warnings.append(f"line {number + 1} is not a matrix row, ignored: {_show(text)}")
+                warnings.append(f"line {number + 1} is not a matrix row, ignored: {cut_line(text)}")
             elif label in capture.rows:
                 warnings.append(f"row {label} appears twice: the second one (line {number + 1}) is ignored")
             else:
@@ -224,7 +209,7 @@ def read_capture(text: str, warnings: list[str]) -> _Capture | None:
         warnings.append(f"the header names {len(capture.devices)} devices: only the first {_MAX_DEVICES} are read")
         del capture.devices[_MAX_DEVICES:]
     if len(set(capture.devices)) != len(capture.devices):
-        warnings.append(f"the header names a device twice (damaged capture?): {_show(lines[header].strip())}")
+        warnings.append(f"the header names a device twice (damaged capture?): {cut_line(lines[header].strip())}")
     _read_sections(lines, header, capture, warnings)
     return capture
 
@@ -283,7 +268,7 @@ def _read_row(label: str, tokens: list[str], capture: _Capture, topology: _Topol
             "missing ones are unknown, extra ones ignored"
         )
     elif not is_gpu and values:
-        warnings.append(f"row {label}: extra fields ignored: {_show(' '.join(values))}")
+        warnings.append(f"row {label}: extra fields ignored: {cut_line(' '.join(values))}")
     if is_gpu:
         topology.fields[label] = dict(zip(capture.info, values))
 
@@ -536,7 +521,7 @@ def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
         return empty_result(
             [
                 "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, "
-                f"got {_show(text)}"
+                f"got {cut_line(text)}"
             ]
         )
     topology = interpret(capture, warnings)

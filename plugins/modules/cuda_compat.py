@@ -32,6 +32,8 @@ description:
     not know), with a message saying what was found and what is expected.
 author:
   - gpuops.cluster maintainers
+extends_documentation_fragment:
+  - gpuops.cluster.read_only
 options:
   driver_version:
     description:
@@ -57,16 +59,6 @@ options:
       - Installed C(nvidia-fabricmanager) version on NVSwitch systems (HGX/DGX). It must equal the driver version
         exactly.
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: Computes the same answer in check mode; it never changes anything.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Always reports RV(ignore:changed=false).
 notes:
   - Sources (NVIDIA CUDA release notes, CUDA Compatibility guide, Supported Drivers page, Fabric Manager guide) are
     cited in C(plugins/module_utils/cuda_compat.py).

@@ -22,6 +22,9 @@ description:
   - With O(topology=true) it also reads the GPU topology (C(nvidia-smi topo -m)), so one call per host is enough.
 author:
   - gpuops.cluster contributors
+extends_documentation_fragment:
+  - gpuops.cluster.host_roots
+  - gpuops.cluster.read_only
 options:
   backend:
     description:
@@ -77,31 +80,12 @@ options:
       - Seconds each TCP probe may wait for an answer (at most 30), so an unreachable server never hangs the run.
     type: float
     default: 3.0
-  _sysfs_root:
-    description:
-      - Internal, for tests only. Root of the sysfs tree read for PCI discovery and NUMA nodes.
-    type: path
-    default: /sys
-  _proc_root:
-    description:
-      - Internal, for tests only. Root of the procfs tree read for C(/proc/driver/nvidia).
-    type: path
-    default: /proc
   _os_root:
     description:
       - Internal, for tests only. Root under which C(etc/os-release) is read.
     type: path
     default: /
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes the host; C(changed) is always false.
   facts:
     support: full
     description: Sets C(ansible_facts.gpu).
@@ -376,14 +360,13 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import (
     gather_gpu_facts,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import gather_host_facts
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import HOST_ROOTS_ARGS
 
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi", "pci"]},
     "fabric_manager_service": {"type": "str", "default": "nvidia-fabricmanager"},
     "topology": {"type": "bool", "default": False},
     "gpus_per_job": {"type": "int"},
-    "_sysfs_root": {"type": "path", "default": "/sys"},
-    "_proc_root": {"type": "path", "default": "/proc"},
     "os_facts": {"type": "bool", "default": False},
     "free_space_paths": {"type": "list", "elements": "path", "default": []},
     "tcp_probes": {
@@ -394,6 +377,7 @@ ARGUMENT_SPEC = {
     },
     "probe_timeout": {"type": "float", "default": 3.0},
     "_os_root": {"type": "path", "default": "/"},
+    **HOST_ROOTS_ARGS,
 }
 
 

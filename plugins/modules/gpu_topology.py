@@ -28,6 +28,8 @@ description:
 version_added: 0.1.0
 author:
   - gpuops maintainers
+extends_documentation_fragment:
+  - gpuops.cluster.read_only
 options:
   matrix:
     description:
@@ -41,16 +43,6 @@ options:
         pairwise NVLinked, chosen inside one NUMA node first.
       - Must be greater than 0.
     type: int
-attributes:
-  check_mode:
-    support: full
-    description: Runs in check mode too; it only reads, so results are the same.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
-  idempotent:
-    support: full
-    description: Never changes anything; RV(ignore:changed) is always false.
 notes:
   - Runs C(nvidia-smi topo -m) with C(LC_ALL=C).
   - JSON object keys are strings, so RV(gpus[].nvlink_peers) maps the peer GPU index as a string to the link
@@ -181,17 +173,12 @@ topology_warnings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
     empty_result,
     gpus_per_job_problem,
     parse_topology,
 )
-
-_SHOW_CHARS = 4000  # how much raw output a failure message quotes
-
-
-def _quote(text: str) -> str:
-    return text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + "\n[... cut]"
 
 
 def main() -> None:
@@ -223,7 +210,7 @@ def main() -> None:
         if rc != 0:
             module.fail_json(
                 msg=f"`nvidia-smi topo -m` exited with rc={rc}: expected the GPU topology matrix; check that "
-                f"the driver is loaded (`nvidia-smi` alone should list the GPUs). Output: {_quote(out + err)}",
+                f"the driver is loaded (`nvidia-smi` alone should list the GPUs). Output: {cut(out + err)}",
                 rc=rc,
                 stdout=out,
                 stderr=err,
@@ -234,7 +221,7 @@ def main() -> None:
     if matrix.strip() and not facts["gpus"]:
         module.fail_json(
             msg=f"{facts['warnings'][0]}. Expected the output of `nvidia-smi topo -m`; pass it unchanged. "
-            f"Raw text: {_quote(matrix)}"
+            f"Raw text: {cut(matrix)}"
         )
     _exit(module, facts)
 

@@ -23,6 +23,9 @@ description:
     table fail the task.
 author:
   - gpuops.cluster maintainers
+extends_documentation_fragment:
+  - gpuops.cluster.host_roots
+  - gpuops.cluster.read_only
 options:
   path:
     description: The provisioner's discovery directory; every entry in it is checked as one volume.
@@ -56,26 +59,6 @@ options:
     description: Fail the task when RV(ok) is false, instead of only reporting it.
     type: bool
     default: false
-  _proc_root:
-    description:
-      - For tests only. Root of the C(/proc) tree to read C(self/mountinfo) or C(mounts) from.
-    type: path
-    default: /proc
-  _sys_root:
-    description:
-      - For tests only. Root of the C(/sys) tree used to name devices (C(dev/block/<major:minor>/uevent)).
-    type: path
-    default: /sys
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same read-only checks in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Always reports RV(ignore:changed=false).
 notes:
   - Block-mode volumes (device files or symlinks to them in the discovery directory) are not checked; such entries
     are reported as problems.
@@ -174,6 +157,7 @@ volumes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import HOST_ROOTS_ARGS
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import check_local_volumes
 
 
@@ -186,8 +170,7 @@ def build_module() -> AnsibleModule:
             "min_free_gib": {"type": "float", "default": 10},
             "min_volumes": {"type": "int", "default": 1},
             "fail_on_problems": {"type": "bool", "default": False},
-            "_proc_root": {"type": "path", "default": "/proc"},
-            "_sys_root": {"type": "path", "default": "/sys"},
+            **HOST_ROOTS_ARGS,
         },
         supports_check_mode=True,
     )
@@ -204,7 +187,7 @@ def main() -> None:
             min_free_gib=params["min_free_gib"],
             min_volumes=params["min_volumes"],
             proc_root=params["_proc_root"],
-            sys_root=params["_sys_root"],
+            sys_root=params["_sysfs_root"],
         )
     except ValueError as exc:
         module.fail_json(msg=str(exc))

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_common as common
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_facts as module
 from fake_pynvml import (
     MIRRORED_NAMES,
@@ -267,7 +269,7 @@ GPU 3: NVIDIA L4 (UUID: GPU-dddd)
 
 
 def test_nvlink_status_counts_links_with_bandwidth():
-    assert gf.parse_nvidia_smi_nvlink_status(NVLINK_STATUS) == [
+    assert smi.parse_nvidia_smi_nvlink_status(NVLINK_STATUS) == [
         {"index": 0, "uuid": "GPU-aaaa", "active_links": 2},
         {"index": 1, "uuid": "GPU-bbbb", "active_links": 0},
         {"index": 2, "uuid": "GPU-cccc", "active_links": 0},
@@ -280,7 +282,7 @@ def test_nvlink_status_counts_links_with_bandwidth():
     [(12040, "12.4"), (12070, "12.7"), (11080, "11.8"), (13000, "13.0"), (12020, "12.2"), (0, None), (None, None)],
 )
 def test_cuda_version_from_int(value, want):
-    assert gf.cuda_version_from_int(value) == want
+    assert common.cuda_version_from_int(value) == want
 
 
 @pytest.mark.parametrize(
@@ -293,8 +295,8 @@ def test_cuda_version_from_int(value, want):
     ],
 )
 def test_bus_id_forms(value, canonical, sysfs):
-    assert gf.canonical_bus_id(value) == canonical
-    assert gf.sysfs_bus_id(value) == sysfs
+    assert common.canonical_bus_id(value) == canonical
+    assert common.sysfs_bus_id(value) == sysfs
 
 
 @pytest.mark.parametrize(
@@ -310,7 +312,7 @@ def test_bus_id_forms(value, canonical, sysfs):
     ],
 )
 def test_aggregate_fabric_state(states, want):
-    assert gf.aggregate_fabric_state(states) == want
+    assert common.aggregate_fabric_state(states) == want
 
 
 @pytest.mark.parametrize(

@@ -388,7 +388,7 @@ def _run_module(args: dict, capsys) -> tuple[int, dict]:
 def test_module_reports_problems_without_failing(tree, capsys):
     tree.volume("vol1")  # a plain directory
     tree.check()  # writes proc/self/mountinfo
-    args = {"path": str(tree.disks), "_proc_root": str(tree.tmp / "proc"), "_sys_root": str(tree.tmp / "sys")}
+    args = {"path": str(tree.disks), "_proc_root": str(tree.tmp / "proc"), "_sysfs_root": str(tree.tmp / "sys")}
     code, result = _run_module({**args, "_ansible_check_mode": True}, capsys)
     assert (code, result["changed"], result["ok"]) == (0, False, False)
     assert result["volumes"][0]["problems"][0].startswith("not a mount point")

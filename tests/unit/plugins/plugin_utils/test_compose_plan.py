@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.alert_rules import cap_rule_for, parse_duration
-from ansible_collections.gpuops.cluster.plugins.module_utils.images import is_pinned, mirror_image, split_reference
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.module_utils.workspaces import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.alert_rules import cap_rule_for, parse_duration
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.images import is_pinned, mirror_image, split_reference
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     format_cpu_list,
     parse_cpu_list,
     plan_workspaces,

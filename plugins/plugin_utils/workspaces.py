@@ -2,6 +2,9 @@
 # Apache License 2.0 (see galaxy.yml)
 """Plan member workspaces on one GPU host: exclusive GPUs, NUMA-local CPUs, a memory share.
 
+Controller-only (used by the ``workspace_plan`` filter). The CPU-list grammar is
+``module_utils/cpu_list``, shared with the topology parser.
+
 Input is the team list (``gpuops_members``, the role parameter ``compose_stack_members``) and the GPU topology as
 ``gpuops.cluster.gpu_topology`` returns it (``gpus: [{index, cpu_affinity, numa_node, ...}]``).
 
@@ -27,39 +30,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list, ranges
+
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """``'0-3,8,10-11'`` -> ``[0, 1, 2, 3, 8, 10, 11]``. Raises ValueError on anything else."""
-    cpus: list[int] = []
-    for raw in str(text).split(","):
-        part = raw.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not match:
-            raise ValueError(f"{text!r} is not a CPU list such as '0-51,104-155'")
-        first = int(match.group(1))
-        last = int(match.group(2) or first)
-        if last < first:
-            raise ValueError(f"{text!r}: range {part} runs backwards")
-        cpus.extend(range(first, last + 1))
-    return sorted(set(cpus))
-
-
-def ranges(cpus: list[int]) -> list[list[int]]:
-    """Split a sorted CPU list into runs of consecutive CPUs."""
-    runs: list[list[int]] = []
-    for cpu in sorted(set(cpus)):
-        if runs and cpu == runs[-1][-1] + 1:
-            runs[-1].append(cpu)
-        else:
-            runs.append([cpu])
-    return runs
-
-
-def format_cpu_list(cpus: list[int]) -> str:
-    """``[0, 1, 2, 3, 8]`` -> ``'0-3,8'`` (the form docker's --cpuset-cpus takes)."""
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges(cpus))
 
 
 def _member_problems(members: list[dict], known: set[int]) -> list[str]:

@@ -1,0 +1,196 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""GPU facts, shared by every backend: the record shape, constants, errors and small normalisers.
+
+The backends (``gpu_facts_nvml``, ``gpu_facts_smi``, ``gpu_facts_sysfs``) each fill ``gpu_record``s;
+``gpu_facts.gather_gpu_facts`` tries them in order.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut
+
+NVIDIA_PCI_VENDOR = 0x10DE
+# PCI base class + subclass (class code >> 8)
+PCI_CLASS_VGA = 0x0300
+PCI_CLASS_3D = 0x0302
+PCI_CLASS_BRIDGE_OTHER = 0x0680  # NVSwitch shows up as an "other bridge" with the NVIDIA vendor id
+
+SOURCE_NVML = "nvml"
+SOURCE_NVIDIA_SMI = "nvidia-smi"
+SOURCE_PCI = "pci"
+SOURCE_NONE = "none"
+BACKENDS = (SOURCE_NVML, SOURCE_NVIDIA_SMI, SOURCE_PCI)
+
+# mig_mode / mig_mode_pending: one of these, or None when the backend cannot tell (pci)
+MIG_ENABLED = "Enabled"
+MIG_DISABLED = "Disabled"
+MIG_NOT_SUPPORTED = "N/A"
+
+# fabric state (per GPU and aggregated): one of these, or None when not reported
+FABRIC_NOT_SUPPORTED = "Not Supported"
+FABRIC_NOT_STARTED = "Not Started"
+FABRIC_IN_PROGRESS = "In Progress"
+FABRIC_COMPLETED = "Completed"
+FABRIC_ACTIVE_STATES = (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED)
+# aggregation: the least advanced state wins; an unrecognised string ranks worst of all
+_FABRIC_RANK = {FABRIC_NOT_STARTED: 1, FABRIC_IN_PROGRESS: 2, FABRIC_COMPLETED: 3, FABRIC_NOT_SUPPORTED: 4}
+
+NA_VALUES = ("", "n/a", "[n/a]", "not supported", "[not supported]", "none")
+MIB = 1024 * 1024
+_CUDA_MAJOR = 1000
+_CUDA_MINOR = 10
+_BUS_ID_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+class GpuFactsError(Exception):
+    """A failure the module reports with fail_json: the message states fact, expectation and fix."""
+
+
+class GpuFactsParseError(GpuFactsError):
+    """Output that should be machine-readable could not be read; the raw output is in the message."""
+
+    def __init__(self, what: str, detail: str, raw: str) -> None:
+        shown = cut(raw)
+        super().__init__(
+            f"could not parse {what}: {detail}. Expected the documented nvidia-smi format; if the driver "
+            f"changed it, report this output so the parser can follow. Raw output:\n{shown}"
+        )
+        self.raw = raw
+
+
+class BackendUnavailable(GpuFactsError):
+    """This backend cannot answer on this host; the next one is tried."""
+
+
+# --------------------------------------------------------------------------- small normalisers
+
+
+def text_value(value) -> str | None:
+    """pynvml returns bytes before nvidia-ml-py 11.515 and str after; accept both."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    value = str(value).strip().rstrip("\x00")
+    return value or None
+
+
+def value_or_none(value: str | None) -> str | None:
+    """None for nvidia-smi's placeholders ("N/A", "[Not Supported]", empty)."""
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value.lower() in NA_VALUES else value
+
+
+def cuda_version_from_int(value) -> str | None:
+    """NVML's CUDA driver version integer (12040) as "major.minor" ("12.4"); None for 0/None."""
+    if not value:
+        return None
+    value = int(value)
+    return f"{value // _CUDA_MAJOR}.{(value % _CUDA_MAJOR) // _CUDA_MINOR}"
+
+
+def canonical_bus_id(value: str | None) -> str | None:
+    """Any PCI address form as nvidia-smi prints it: ``00000000:18:00.0`` (8-digit domain, upper case)."""
+    match = _BUS_ID_RE.match((value or "").strip())
+    if not match:
+        return None
+    domain, bus, dev, fn = (int(part, 16) for part in match.groups())
+    return f"{domain:08X}:{bus:02X}:{dev:02X}.{fn:X}"
+
+
+def sysfs_bus_id(value: str | None) -> str | None:
+    """Any PCI address form as sysfs names it: ``0000:18:00.0`` (lower case)."""
+    match = _BUS_ID_RE.match((value or "").strip())
+    if not match:
+        return None
+    domain, bus, dev, fn = (int(part, 16) for part in match.groups())
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+
+
+def normalise_mig_mode(value: str | None) -> str | None:
+    """ "Enabled" / "Disabled" / "N/A" (GPU without MIG); None when unknown; other text passed through."""
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("enabled", "enable"):
+        return MIG_ENABLED
+    if lowered in ("disabled", "disable"):
+        return MIG_DISABLED
+    if lowered in NA_VALUES:
+        return MIG_NOT_SUPPORTED
+    return value.strip()
+
+
+def normalise_fabric_state(value: str | None) -> str | None:
+    """Fabric state as one of FABRIC_*; nvidia-smi's "N/A" is a GPU without fabric support."""
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    for state in (FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED):
+        if lowered == state.lower():
+            return state
+    if lowered in NA_VALUES:
+        return FABRIC_NOT_SUPPORTED
+    return value.strip()
+
+
+def aggregate_fabric_state(states) -> str | None:
+    """One state for the host: the least advanced among GPUs (Not Started < In Progress < Completed)."""
+    known = [state for state in states if state is not None]
+    if not known:
+        return None
+    return min(known, key=lambda state: _FABRIC_RANK.get(state, 0))
+
+
+def parse_enabled(value: str | None) -> bool | None:
+    """ "Enabled" -> True, "Disabled" -> False, anything else -> None."""
+    lowered = (value or "").strip().lower()
+    if lowered == "enabled":
+        return True
+    if lowered == "disabled":
+        return False
+    return None
+
+
+def parse_mib(value: str | None) -> int | None:
+    """ "81920 MiB" -> 81920."""
+    match = re.match(r"^\s*(\d+)\s*MiB\s*$", value or "")
+    return int(match.group(1)) if match else None
+
+
+def int_or_none(value: str | None) -> int | None:
+    value = value_or_none(value)
+    if value is None:
+        return None
+    try:
+        return int(value, 0)
+    except ValueError:
+        return None
+
+
+def fabric_record(state=None, status=None, clique_id=None, cluster_uuid=None) -> dict:
+    return {"state": state, "status": status, "clique_id": clique_id, "cluster_uuid": cluster_uuid}
+
+
+def gpu_record(index: int, **fields) -> dict:
+    """One GPU record with every key present; backends fill what they know."""
+    record = {
+        "index": index,
+        "name": None,
+        "uuid": None,
+        "pci_bus_id": None,
+        "memory_total_mib": None,
+        "mig_mode": None,
+        "mig_mode_pending": None,
+        "persistence_mode": None,
+        "numa_node": None,
+        "nvlink": None,
+        "fabric": fabric_record(),
+    }
+    record.update(fields)
+    return record

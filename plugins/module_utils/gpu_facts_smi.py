@@ -1,0 +1,294 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""GPU facts from ``nvidia-smi``: the parsers of its outputs (pure functions of text) and the backend.
+
+* ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text, as captured in inventories);
+* ``nvidia-smi -L`` and ``nvidia-smi nvlink -s``;
+* ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
+    SOURCE_NVIDIA_SMI,
+    BackendUnavailable,
+    GpuFactsParseError,
+    canonical_bus_id,
+    fabric_record,
+    gpu_record,
+    int_or_none,
+    normalise_fabric_state,
+    normalise_mig_mode,
+    parse_enabled,
+    parse_mib,
+    value_or_none,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import one_line
+
+# --------------------------------------------------------------------------- nvidia-smi -q -x (XML)
+
+
+def _xml_text(node, path: str) -> str | None:
+    if node is None:
+        return None
+    found = node.find(path)
+    if found is None or found.text is None:
+        return None
+    return found.text.strip()
+
+
+def _xml_fabric(gpu_node) -> dict:
+    node = gpu_node.find("fabric")
+    if node is None:
+        return fabric_record()
+    clique = _xml_text(node, "cliqueId") or _xml_text(node, "clique_id")
+    cluster = _xml_text(node, "clusterUuid") or _xml_text(node, "cluster_uuid")
+    return fabric_record(
+        state=normalise_fabric_state(_xml_text(node, "state")),
+        status=value_or_none(_xml_text(node, "status")),
+        clique_id=int_or_none(clique),
+        cluster_uuid=value_or_none(cluster),
+    )
+
+
+def _xml_mig_devices(gpu_node) -> list:
+    devices = []
+    for node in gpu_node.findall("mig_devices/mig_device"):
+        devices.append(
+            {
+                "index": int_or_none(_xml_text(node, "index")),
+                "gpu_instance_id": int_or_none(_xml_text(node, "gpu_instance_id")),
+                "compute_instance_id": int_or_none(_xml_text(node, "compute_instance_id")),
+                "multiprocessor_count": int_or_none(_xml_text(node, "device_attributes/shared/multiprocessor_count")),
+                "memory_total_mib": parse_mib(_xml_text(node, "fb_memory_usage/total")),
+            }
+        )
+    return devices
+
+
+def parse_nvidia_smi_xml(text: str) -> dict:
+    """Parse ``nvidia-smi -q -x``.
+
+    Returns ``{driver_version, cuda_driver_version, attached_gpus, gpus}``; each GPU has the keys of
+    a facts GPU record (numa_node and nvlink are None: the XML does not carry them) plus
+    ``mig_devices`` (list of ``{index, gpu_instance_id, compute_instance_id, multiprocessor_count,
+    memory_total_mib}``).
+    """
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise GpuFactsParseError("nvidia-smi -q -x output", f"not well-formed XML ({err})", text) from err
+    if root.tag != "nvidia_smi_log":
+        raise GpuFactsParseError("nvidia-smi -q -x output", f"root element is <{root.tag}>, not <nvidia_smi_log>", text)
+    gpus = []
+    for index, node in enumerate(root.findall("gpu")):
+        gpus.append(
+            gpu_record(
+                index,
+                name=value_or_none(_xml_text(node, "product_name")),
+                uuid=value_or_none(_xml_text(node, "uuid")),
+                pci_bus_id=canonical_bus_id(_xml_text(node, "pci/pci_bus_id") or node.get("id")),
+                memory_total_mib=parse_mib(_xml_text(node, "fb_memory_usage/total")),
+                mig_mode=normalise_mig_mode(_xml_text(node, "mig_mode/current_mig")),
+                mig_mode_pending=normalise_mig_mode(_xml_text(node, "mig_mode/pending_mig")),
+                persistence_mode=parse_enabled(_xml_text(node, "persistence_mode")),
+                fabric=_xml_fabric(node),
+                mig_devices=_xml_mig_devices(node),
+            )
+        )
+    return {
+        "driver_version": value_or_none(_xml_text(root, "driver_version")),
+        "cuda_driver_version": value_or_none(_xml_text(root, "cuda_version")),
+        "attached_gpus": int_or_none(_xml_text(root, "attached_gpus")),
+        "gpus": gpus,
+    }
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q (text)
+
+_Q_VALUE_RE = re.compile(r"^(?P<key>\S.*?)\s+:\s?(?P<value>.*)$")
+_Q_GPU_RE = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+
+
+def _q_tree(lines) -> dict:
+    """Indentation tree of ``Key : value`` lines; a line without a value opens a section.
+
+    A key repeated at the same level keeps its first value (only process lists repeat keys).
+    """
+    root: dict = {}
+    stack = [(-1, root)]
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        while stack[-1][0] >= indent:
+            stack.pop()
+        node = stack[-1][1]
+        body = line.strip()
+        match = _Q_VALUE_RE.match(body)
+        if match:
+            node.setdefault(match.group("key").strip(), match.group("value").strip())
+        else:
+            section: dict = {}
+            if not isinstance(node.setdefault(body, section), dict):
+                node[body] = section
+            stack.append((indent, node[body]))
+    return root
+
+
+def _q_get(tree: dict, *path: str) -> str | None:
+    node = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node if isinstance(node, str) else None
+
+
+def _q_gpu(index: int, bus_id: str, tree: dict) -> dict:
+    fabric = tree.get("Fabric") if isinstance(tree.get("Fabric"), dict) else {}
+    return gpu_record(
+        index,
+        name=value_or_none(_q_get(tree, "Product Name")),
+        uuid=value_or_none(_q_get(tree, "GPU UUID")),
+        pci_bus_id=canonical_bus_id(_q_get(tree, "PCI", "Bus Id") or bus_id),
+        memory_total_mib=parse_mib(_q_get(tree, "FB Memory Usage", "Total")),
+        mig_mode=normalise_mig_mode(_q_get(tree, "MIG Mode", "Current")),
+        mig_mode_pending=normalise_mig_mode(_q_get(tree, "MIG Mode", "Pending")),
+        persistence_mode=parse_enabled(_q_get(tree, "Persistence Mode")),
+        fabric=fabric_record(
+            state=normalise_fabric_state(_q_get(fabric, "State")),
+            status=value_or_none(_q_get(fabric, "Status")),
+            clique_id=int_or_none(_q_get(fabric, "CliqueId")),
+            cluster_uuid=value_or_none(_q_get(fabric, "ClusterUUID")),
+        ),
+        mig_devices=None,  # the text form's MIG device list is not parsed; use -q -x or -L
+    )
+
+
+def parse_nvidia_smi_q(text: str) -> dict:
+    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml.
+
+    ``mig_devices`` is None for every GPU: the text form's MIG listing is not parsed.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    header: list = []
+    blocks: list = []  # [(bus_id, lines)]
+    for line in lines:
+        match = _Q_GPU_RE.match(line)
+        if match:
+            blocks.append((match.group("bus"), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+        else:
+            header.append(line)
+    head = _q_tree(line for line in header if not line.startswith("="))
+    if not blocks and "Driver Version" not in head:
+        raise GpuFactsParseError(
+            "nvidia-smi -q output", "found neither a 'Driver Version' line nor a 'GPU <bus id>' section", text
+        )
+    return {
+        "driver_version": value_or_none(_q_get(head, "Driver Version")),
+        "cuda_driver_version": value_or_none(_q_get(head, "CUDA Version")),
+        "attached_gpus": int_or_none(_q_get(head, "Attached GPUs")),
+        "gpus": [_q_gpu(index, bus, _q_tree(body)) for index, (bus, body) in enumerate(blocks)],
+    }
+
+
+# --------------------------------------------------------------------------- nvidia-smi -L / nvlink -s
+
+_L_GPU_RE = re.compile(r"^GPU\s+(?P<index>\d+):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>[^)]+)\)\s*$")
+_L_MIG_RE = re.compile(r"^\s+MIG\s+(?P<profile>\S+)\s+Device\s+(?P<index>\d+):\s+\(UUID:\s*(?P<uuid>[^)]+)\)\s*$")
+
+
+def parse_nvidia_smi_list(text: str) -> list:
+    """Parse ``nvidia-smi -L``: ``[{index, name, uuid, mig_devices: [{index, profile, uuid}]}]``."""
+    gpus: list = []
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        if not line.strip() or line.strip() == "No devices found.":
+            continue
+        gpu = _L_GPU_RE.match(line)
+        mig = _L_MIG_RE.match(line)
+        if gpu:
+            gpus.append(
+                {
+                    "index": int(gpu.group("index")),
+                    "name": gpu.group("name"),
+                    "uuid": gpu.group("uuid").strip(),
+                    "mig_devices": [],
+                }
+            )
+        elif mig and gpus:
+            gpus[-1]["mig_devices"].append(
+                {"index": int(mig.group("index")), "profile": mig.group("profile"), "uuid": mig.group("uuid").strip()}
+            )
+        else:
+            raise GpuFactsParseError("nvidia-smi -L output", f"unrecognised line {line.strip()!r}", text)
+    return gpus
+
+
+_NVLINK_LINK_RE = re.compile(r"^\s*Link\s+(\d+):\s*(.*)$")
+
+
+def parse_nvidia_smi_nvlink_status(text: str) -> list:
+    """Parse ``nvidia-smi nvlink -s``: ``[{index, uuid, active_links}]``.
+
+    A link counts as active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>``
+    does not. A GPU whose header says it has no NVLink, or that all links are inactive, has 0;
+    a header with nothing after it has None (the driver said nothing).
+    """
+    gpus: list = []
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        header = re.match(r"^GPU\s+(\d+):.*?\(UUID:\s*([^)]+)\)(.*)$", line)
+        if header:
+            tail = header.group(3).lower()
+            said_none = "nvlink" in tail and ("not" in tail or "inactive" in tail)
+            active = 0 if said_none else None
+            gpus.append({"index": int(header.group(1)), "uuid": header.group(2).strip(), "active_links": active})
+            continue
+        link = _NVLINK_LINK_RE.match(line)
+        if link and gpus:
+            gpu = gpus[-1]
+            gpu["active_links"] = (gpu["active_links"] or 0) + (1 if "/s" in link.group(2) else 0)
+    return gpus
+
+
+# --------------------------------------------------------------------------- nvidia-smi backend
+
+
+def gather_nvidia_smi(run, which, notes: list) -> dict:
+    """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts."""
+    binary = which("nvidia-smi")
+    if not binary:
+        raise BackendUnavailable("nvidia-smi is not in PATH")
+    rc, out, err = run([binary, "-q", "-x"])
+    if rc != 0:
+        message = one_line(out or err)
+        raise BackendUnavailable(f"'nvidia-smi -q -x' exited {rc}: {message}")
+    parsed = parse_nvidia_smi_xml(out)
+    gpus = []
+    for gpu in parsed["gpus"]:
+        record = dict(gpu)
+        record.pop("mig_devices", None)
+        gpus.append(record)
+    if parsed["attached_gpus"] is not None and parsed["attached_gpus"] != len(gpus):
+        notes.append(f"nvidia-smi reports {parsed['attached_gpus']} attached GPUs but lists {len(gpus)}")
+    if gpus:
+        rc, out, err = run([binary, "nvlink", "-s"])
+        if rc == 0:
+            by_uuid = {item["uuid"]: item["active_links"] for item in parse_nvidia_smi_nvlink_status(out)}
+            for record in gpus:
+                record["nvlink"] = by_uuid.get(record["uuid"])
+        else:
+            notes.append(f"'nvidia-smi nvlink -s' exited {rc}; nvlink is null")
+    return {
+        "source": SOURCE_NVIDIA_SMI,
+        "driver_version": parsed["driver_version"],
+        "cuda_driver_version": parsed["cuda_driver_version"],
+        "gpus": gpus,
+    }
