@@ -31,6 +31,7 @@ import ctypes
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
     BACKENDS,
     FABRIC_ACTIVE_STATES,
+    FABRIC_NOT_SUPPORTED,
     SOURCE_NVIDIA_SMI,
     SOURCE_NVML,
     BackendUnavailable,
@@ -58,6 +59,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.topology import gpu
 
 __all__ = [
     "BACKENDS",
+    "FABRIC_ACTIVE_STATES",
+    "FABRIC_NOT_SUPPORTED",
     "BackendUnavailable",
     "GpuFactsError",
     "GpuFactsParseError",

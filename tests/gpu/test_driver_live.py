@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_sysfs as gfs
 
 PROC_VERSION = "/proc/driver/nvidia/version"
 EXPECT = os.environ.get("GPUOPS_EXPECT_DRIVER", "").strip()
@@ -69,7 +70,7 @@ def test_driver_packages_are_held_on_apt_hosts():
     assert set(ours) - held == set(), f"installed at {version} but not held: {sorted(set(ours) - held)}"
 
 
-NVSWITCHES = gf.scan_pci("/sys")["nvswitches"]
+NVSWITCHES = gfs.scan_pci("/sys")["nvswitches"]
 needs_nvswitch = pytest.mark.skipif(not NVSWITCHES, reason="no NVSwitch on the PCI bus: Fabric Manager is not needed")
 
 
