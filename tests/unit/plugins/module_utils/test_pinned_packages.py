@@ -1,0 +1,262 @@
+"""pinned_packages: Debian version order, offered-version checks, the dependency closure and its refusals.
+
+The closure cases read real Debian 12 index stanzas (fixtures/debian12-nvidia-535.Packages: every binary of
+nvidia-graphics-drivers 535.261.03-1 and 535.309.01-0+deb12u1 and the non-free packages they depend on,
+captured from deb.debian.org). The NVIDIA-repository structure (metapackages at "= version") is in
+molecule/driver/files/nvidia-repo-structure.yml, read here as well so the stand-in mirror and these tests agree.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages as pp
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPO = Path(__file__).resolve().parents[4]
+OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
+
+
+@pytest.fixture(scope="module")
+def debian_index():
+    return pp.build_index(pp.parse_stanzas((FIXTURES / "debian12-nvidia-535.Packages").read_text()))
+
+
+# --- versions -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "sign"),
+    [
+        ("535.261.03-1", "535.309.01-0+deb12u1", -1),
+        ("1.0~rc1", "1.0", -1),
+        ("1:0.1", "9.9", 1),
+        ("1.0-1", "1.0-1", 0),
+        ("1.0", "1.0-0", 0),
+        ("2.0a", "2.0+", -1),
+        ("1.31.2-1.1", "1.31.10-1.1", -1),
+        ("5:28.3.3-1~debian.12~bookworm", "5:28.3.3-1~debian.12~bookworm", 0),
+        ("570.86.15-1", "570.86.16-1", -1),
+        ("1.0.0", "1.0", 1),
+    ],
+)
+def test_compare_versions_follows_dpkg(a, b, sign):
+    result = pp.compare_versions(a, b)
+    assert (result > 0) - (result < 0) == sign
+    back = pp.compare_versions(b, a)
+    assert (back > 0) - (back < 0) == -sign
+
+
+def test_request_matching_bare_upstream_or_exact():
+    assert pp.matches_request("570.86.15-1", "570.86.15")
+    assert pp.matches_request("1:570.86.15-0ubuntu1", "570.86.15")
+    assert not pp.matches_request("570.86.150-1", "570.86.15")
+    assert pp.matches_request("1.31.2-1.1", "1.31.2-1.1")
+    assert not pp.matches_request("1.31.2-1.2", "1.31.2-1.1")
+
+
+def test_parse_depends_alternatives_arch_and_relations():
+    groups = pp.parse_depends("a (>= 1.0), b:any (= 2) | c [amd64], d (<< 3~)")
+    assert groups == [[("a", ">=", "1.0")], [("b", "=", "2"), ("c", "", "")], [("d", "<<", "3~")]]
+
+
+def test_read_index_plain_and_gzip(tmp_path):
+    text = "Package: x\nVersion: 1\n\nPackage: y\nVersion: 2\nDepends: x\n"
+    (tmp_path / "a_Packages").write_text(text)
+    with gzip.open(tmp_path / "b_Packages.gz", "wt") as handle:
+        handle.write(text)
+    for name in ("a_Packages", "b_Packages.gz"):
+        assert [s["Package"] for s in pp.parse_stanzas(pp.read_index(str(tmp_path / name)))] == ["x", "y"]
+
+
+# --- closure on Debian's real 535 stanzas ---------------------------------------------------------------
+
+
+def test_real_debian_index_offers_both_versions(debian_index):
+    assert pp.offered_versions(debian_index, "nvidia-kernel-dkms") == [NEW, OLD]
+
+
+def test_closure_of_one_package_pins_every_equal_version_dependency(debian_index):
+    out = pp.resolve(debian_index, {"nvidia-kernel-dkms": "535.261.03"})
+    assert out["errors"] == []
+    resolved = out["resolved"]
+    assert resolved["nvidia-kernel-dkms"] == OLD
+    # nvidia-kernel-dkms depends on nvidia-kernel-support (= version) and firmware-nvidia-gsp (= version):
+    # both are in the closure at the old version, not at the newer one the index also offers.
+    for member in ("nvidia-kernel-support", "firmware-nvidia-gsp"):
+        assert resolved[member] == OLD, (member, out["closure_reasons"].get(member))
+    # Every binary of source nvidia-graphics-drivers in the closure is at the old version; nvidia-modprobe
+    # (its own source, ">= 535") takes the newest, and is pinned and held like the rest.
+    source = {n: offers[0].get("Source", "").split(" ")[0] for n, offers in debian_index.items()}
+    driver = {n: v for n, v in resolved.items() if source.get(n) == "nvidia-graphics-drivers"}
+    assert {"nvidia-kernel-dkms", "nvidia-kernel-support", "nvidia-alternative", "nvidia-legacy-check"} <= set(driver)
+    assert set(driver.values()) == {OLD}
+    assert "nvidia-modprobe" in resolved
+
+
+def test_headless_set_of_the_role_resolves_to_one_version(debian_index):
+    role_vars = yaml.safe_load((REPO / "roles/nvidia_driver/vars/Debian.yml").read_text())
+    packages = role_vars["_nvidia_driver_sources"]["distro"]["packages"]["proprietary"]
+    out = pp.resolve(debian_index, dict.fromkeys(packages, "535.309.01"))
+    assert out["errors"] == []
+    driver = {n: v for n, v in out["resolved"].items() if v in (OLD, NEW)}
+    assert set(driver.values()) == {NEW}
+    assert set(packages) <= set(out["resolved"])
+
+
+def test_requested_member_at_another_version_is_refused(debian_index):
+    out = pp.resolve(debian_index, {"nvidia-smi": "535.309.01", "libnvidia-ml1": "535.261.03"})
+    assert any(e.startswith("libnvidia-ml1 is requested at 535.261.03") and f"(= {NEW})" in e for e in out["errors"])
+    # nvidia-kernel-dkms depends on the unversioned virtual nvidia-kernel-support--v1: any version satisfies
+    # it, so an older nvidia-kernel-support next to a newer module is what apt allows, and no refusal.
+    loose = pp.resolve(debian_index, {"nvidia-kernel-dkms": "535.309.01", "nvidia-kernel-support": "535.261.03"})
+    assert loose["errors"] == []
+
+
+def test_missing_version_lists_the_offered_ones(debian_index):
+    out = pp.resolve(debian_index, {"nvidia-smi": "535.300.01"})
+    assert out["errors"] == [f"nvidia-smi 535.300.01 is not offered by this repository; it offers {NEW}, {OLD}"]
+
+
+def test_equal_dependency_the_index_lacks_is_refused(debian_index):
+    # Drop firmware-nvidia-gsp 535.261.03-1 from the index: the old kernel package cannot be pinned consistently.
+    index = {n: list(v) for n, v in debian_index.items()}
+    index["firmware-nvidia-gsp"] = [s for s in index["firmware-nvidia-gsp"] if s["Version"] != OLD]
+    out = pp.resolve(index, {"nvidia-kernel-dkms": "535.261.03"})
+    assert any(e.startswith("firmware-nvidia-gsp cannot be pinned to a matching version") for e in out["errors"])
+
+
+def test_follow_exact_keeps_only_equal_dependencies(debian_index):
+    everything = pp.resolve(debian_index, {"nvidia-smi": "535.261.03"})["resolved"]
+    exact = pp.resolve(debian_index, {"nvidia-smi": "535.261.03"}, follow="exact")["resolved"]
+    assert set(exact) < set(everything)
+    assert all(v == OLD for v in exact.values())
+
+
+def test_unconstrained_member_same_version_else_installed_else_newest():
+    stanzas = pp.parse_stanzas(
+        "Package: top\nVersion: 2.0-1\nDepends: lib (>= 1.0), tool\n\n"
+        "Package: lib\nVersion: 2.0-1\n\nPackage: lib\nVersion: 2.1-1\n\n"
+        "Package: tool\nVersion: 0.9-1\n\nPackage: tool\nVersion: 0.8-1\n"
+    )
+    index = pp.build_index(stanzas)
+    fresh = pp.resolve(index, {"top": "2.0"})["resolved"]
+    assert fresh == {"top": "2.0-1", "lib": "2.0-1", "tool": "0.9-1"}  # lib: the parent's version; tool: newest
+    kept = pp.resolve(index, {"top": "2.0"}, installed={"tool": "0.8-1", "lib": "2.1-1"})["resolved"]
+    assert kept == {"top": "2.0-1", "lib": "2.0-1", "tool": "0.8-1"}
+
+
+def test_virtual_dependency_follows_the_provider_at_the_same_version(debian_index):
+    # nvidia-kernel-dkms depends on "nvidia-kernel-support--v1" (a virtual both driver versions provide).
+    out = pp.resolve(debian_index, {"nvidia-kernel-dkms": "535.261.03"})
+    assert out["resolved"]["nvidia-kernel-support"] == OLD
+    assert any("nvidia-kernel-support--v1" in why for why in out["closure_reasons"]["nvidia-kernel-support"])
+
+
+def test_downgrade_is_reported():
+    assert pp.downgrades({"a": "1.0-1", "b": "2.0-1"}, {"a": "1.1-1", "b": "2.0-1"}) == {"a": ("1.1-1", "1.0-1")}
+
+
+# --- the NVIDIA repository structure the stand-in mirror copies -----------------------------------------
+
+
+def _structure_index():
+    structure = yaml.safe_load((REPO / "molecule/driver/files/nvidia-repo-structure.yml").read_text())
+    stanzas = []
+
+    def fill(text, version):
+        return (
+            text.replace("{branch}", structure["driver_branch"])
+            .replace("{version}", version + "-1")
+            .replace("{toolkit}", version + "-1")
+        )
+
+    for kind, versions in (("packages", structure["driver_versions"]), ("toolkit", structure["toolkit_versions"])):
+        for version in versions:
+            for pkg in structure[kind]:
+                stanzas.append(
+                    {
+                        "Package": fill(pkg["name"], version),
+                        "Version": version + "-1",
+                        "Depends": ", ".join(fill(d, version) for d in pkg.get("depends", [])),
+                    }
+                )
+    return structure, pp.build_index(stanzas)
+
+
+@pytest.mark.parametrize("flavour", ["open", "proprietary"])
+def test_nvidia_structure_metapackage_closure_is_one_version(flavour):
+    structure, index = _structure_index()
+    old, new = structure["driver_versions"]
+    out = pp.resolve(index, dict.fromkeys(structure["flavours"][flavour], old))
+    assert out["errors"] == []
+    assert set(out["resolved"].values()) == {old + "-1"}, out["resolved"]  # nvidia-modprobe (>= 570) too
+    assert {"nvidia-smi", "nvidia-modprobe", "libcuda1", "nvidia-persistenced", "firmware-nvidia-gsp"} <= set(
+        out["resolved"]
+    )
+    other = "nvidia-kernel-dkms" if flavour == "open" else "nvidia-kernel-open-dkms"
+    assert other not in out["resolved"]
+    # apt alone would take the newest version of every "= version" member it is not told about; the
+    # closure pins each of them, so nothing is left for apt to choose.
+    assert new + "-1" in pp.offered_versions(index, "nvidia-smi")
+
+
+def test_nvidia_structure_fabric_manager_one_patch_off_is_refused():
+    structure, index = _structure_index()
+    old, new = structure["driver_versions"]
+    out = pp.resolve(index, {"cuda-drivers-fabricmanager-570": old, "nvidia-fabricmanager-570": new})
+    assert any(e.startswith(f"nvidia-fabricmanager-570 is requested at {new}") for e in out["errors"]), out["errors"]
+
+
+def test_toolkit_members_without_equal_dependency_take_the_requested_versions():
+    structure, index = _structure_index()
+    old = structure["toolkit_versions"][0]
+    names = [p["name"] for p in structure["toolkit"]]
+    alone = pp.resolve(index, {"nvidia-container-toolkit": old})
+    # Only the top package named: the ">=" members take its version (not the newest offered).
+    assert set(alone["resolved"].values()) == {old + "-1"}
+    together = pp.resolve(index, dict.fromkeys(names, old))
+    assert together["errors"] == []
+    assert set(together["resolved"].values()) == {old + "-1"}
+
+
+# --- key fingerprints -----------------------------------------------------------------------------------
+
+
+def test_fingerprint_matches_what_gpg_printed():
+    # fixtures/throwaway-ed25519.asc: a throwaway key made with gpg --quick-gen-key for this test; .fpr is the
+    # fingerprint gpg --with-colons printed for it.
+    key = (FIXTURES / "throwaway-ed25519.asc").read_bytes()
+    expected = (FIXTURES / "throwaway-ed25519.fpr").read_text().split()
+    assert pp.key_fingerprints(key)["primary"] == expected[:1]
+    assert pp.key_fingerprints(pp.dearmor(key))["primary"] == expected[:1]
+
+
+def test_fingerprint_of_a_hand_built_v4_packet():
+    body = bytes([4, 0, 0, 0, 0, 22, 0, 8, 0xAA])  # version 4, time 0, EdDSA, a one-byte MPI
+    packet = bytes([0x98, len(body)]) + body  # old-format header, tag 6, one-octet length
+    expected = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body).hexdigest().upper()
+    assert pp.key_fingerprints(packet) == {"primary": [expected], "subkeys": []}
+    armored = "\n".join(
+        [
+            "-----BEGIN PGP PUBLIC KEY BLOCK-----",
+            "",
+            base64.b64encode(packet).decode(),
+            "-----END PGP PUBLIC KEY BLOCK-----",
+        ]
+    )
+    assert pp.dearmor(armored.encode()) == packet
+
+
+def test_not_a_key_is_refused():
+    with pytest.raises(ValueError, match="not an OpenPGP key"):
+        pp.key_fingerprints(b"<html>404</html>")
+
+
+def test_fingerprint_normalisation():
+    assert pp.normalize_fingerprint("9DC8 5822 9fc7:DD38") == "9DC858229FC7DD38"
