@@ -58,6 +58,14 @@ options:
     description: Accept a set that moves an installed package to an older version.
     type: bool
     default: false
+  label:
+    description: Prefix of every failure message (which package set, which repository).
+    type: str
+    default: ""
+  fix:
+    description: Appended to a refusal of the version set (what to change).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -124,11 +132,14 @@ def main():
             "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
             "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
             "allow_downgrade": {"type": "bool", "default": False},
+            "label": {"type": "str", "default": ""},
+            "fix": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     result = {"changed": False}
+    label = p["label"] + ": " if p["label"] else ""
 
     if p["key_file"]:
         with open(p["key_file"], "rb") as handle:
@@ -137,14 +148,14 @@ def main():
             result["fingerprints"] = pp.key_fingerprints(raw)
         except (ValueError, IndexError) as exc:
             module.fail_json(
-                msg=f"{p['key_file']} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
+                msg=f"{label}{p['key_file']} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
                 "repository's public key.",
                 **result,
             )
         want = pp.normalize_fingerprint(p["key_fingerprint"])
         if want and want not in result["fingerprints"]["primary"]:
             module.fail_json(
-                msg=f"the repository key has fingerprint {', '.join(result['fingerprints']['primary']) or 'none'}; "
+                msg=f"{label}the repository key has fingerprint {', '.join(result['fingerprints']['primary']) or 'none'}; "
                 f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
                 "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
                 **result,
@@ -180,7 +191,8 @@ def main():
                 + "; set pinned_packages_allow_downgrade: true to allow it"
             )
         if errors:
-            module.fail_json(msg="; ".join(errors), errors=errors, **result)
+            fix = (" Fix: " + p["fix"]) if p["fix"] else ""
+            module.fail_json(msg=label + "; ".join(errors) + "." + fix, errors=errors, **result)
 
     module.exit_json(**result)
 
