@@ -154,8 +154,9 @@ def main():
             )
         want = pp.normalize_fingerprint(p["key_fingerprint"])
         if want and want not in result["fingerprints"]["primary"]:
+            found = ", ".join(result["fingerprints"]["primary"]) or "none"
             module.fail_json(
-                msg=f"{label}the repository key has fingerprint {', '.join(result['fingerprints']['primary']) or 'none'}; "
+                msg=f"{label}the repository key has fingerprint {found}; "
                 f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
                 "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
                 **result,
