@@ -44,7 +44,7 @@ class ActionModule(ActionBase):
             return result
         facts = gathered["ansible_facts"]
         gpu = facts.get("gpu") or {}
-        host = facts.get("gpuops_host") or {}
+        host = facts.get("gpu_host") or {}
         os_facts = host.get("os") or {}
         judged = host_checks(
             plan,

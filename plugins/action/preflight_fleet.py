@@ -89,7 +89,7 @@ class ActionModule(ActionBase):
             record = {
                 "host": host,
                 "gpu": facts.get("gpu") or {},
-                "host_facts": facts.get("gpuops_host"),
+                "host_facts": facts.get("gpu_host"),
                 "plan": registered["preflight"]["plan"],
                 "result": finish(
                     {k: registered["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host]

@@ -163,7 +163,7 @@ def gather_host_facts(
     statvfs=os.statvfs,
     connect=socket.create_connection,
 ) -> dict:
-    """What gpu_facts returns as ``ansible_facts.gpuops_host``: os, free_space, tcp_probes."""
+    """What gpu_facts returns as ``ansible_facts.gpu_host``: os, free_space, tcp_probes."""
     return {
         "os": os_facts(root, sysfs_root) if os_info else None,
         "free_space": [free_space(str(path), statvfs) for path in paths or []],

@@ -57,13 +57,13 @@ options:
     type: int
   os_facts:
     description:
-      - Also return the OS facts preflight needs (RV(ansible_facts.gpuops_host.os)) in the same call, named as in
+      - Also return the OS facts preflight needs (RV(ansible_facts.gpu_host.os)) in the same call, named as in
         C(ansible_facts) (distribution, version, kernel, architecture, Secure Boot), so that no C(setup) runs.
     type: bool
     default: false
   free_space_paths:
     description:
-      - Paths whose free space to report in RV(ansible_facts.gpuops_host.free_space). A path that does not exist
+      - Paths whose free space to report in RV(ansible_facts.gpu_host.free_space). A path that does not exist
         yet is measured on the nearest existing parent, where it will be created. Read-only (C(statvfs)).
     type: list
     elements: path
@@ -71,7 +71,7 @@ options:
   tcp_probes:
     description:
       - Servers to try one TCP connect to, each as C({host, port}) (for example an NFS server on port 2049); the
-        answers are in RV(ansible_facts.gpuops_host.tcp_probes). Nothing is sent; the connection is closed at once.
+        answers are in RV(ansible_facts.gpu_host.tcp_probes). Nothing is sent; the connection is closed at once.
     type: list
     elements: dict
     default: []
@@ -319,7 +319,7 @@ ansible_facts:
           elements: str
           sample:
             - "nvml: pynvml is not importable (No module named 'pynvml'); install nvidia-ml-py to use NVML"
-    gpuops_host:
+    gpu_host:
       description: What O(os_facts), O(free_space_paths) and O(tcp_probes) asked for; absent when none was asked.
       returned: when O(os_facts), O(free_space_paths) or O(tcp_probes) is set
       type: complex
@@ -412,7 +412,7 @@ def main() -> None:
     result = {"gpu": facts}
     params = module.params
     if params["os_facts"] or params["free_space_paths"] or params["tcp_probes"]:
-        result["gpuops_host"] = gather_host_facts(
+        result["gpu_host"] = gather_host_facts(
             os_info=params["os_facts"],
             paths=params["free_space_paths"],
             probes=params["tcp_probes"],

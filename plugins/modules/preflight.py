@@ -19,7 +19,7 @@ description:
   - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
     task; it reads this task's registered result from every host.
   - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
-  - Sets C(ansible_facts.gpu) and C(ansible_facts.gpuops_host) as M(gpuops.cluster.gpu_facts) returns them.
+  - Sets C(ansible_facts.gpu) and C(ansible_facts.gpu_host) as M(gpuops.cluster.gpu_facts) returns them.
 options:
   driver_version:
     description: The driver pin (C(nvidia_driver_version)), full dotted version.
@@ -163,7 +163,7 @@ preflight:
       type: dict
       sample: {platform: auto, team_size: 4, gpu_count: null, multi_node_training: false}
 ansible_facts:
-  description: C(gpu) and C(gpuops_host), as M(gpuops.cluster.gpu_facts) returns them.
+  description: C(gpu) and C(gpu_host), as M(gpuops.cluster.gpu_facts) returns them.
   returned: always
   type: dict
 """
