@@ -58,7 +58,7 @@ def remove_all() -> None:
 
 
 def start(name: str) -> None:
-    """A systemd node as molecule/resources/tasks/node_container.yml starts one."""
+    """A systemd node as playbooks/tasks/node_container.yml starts one."""
     argv = [
         "docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
         "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN",

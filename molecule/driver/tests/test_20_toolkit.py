@@ -53,7 +53,7 @@ def test_docker_runs_a_container_through_the_nvidia_runtime(host):
     )
     calls = int(host.check_output(f"cat {STANDIN_LOG} 2>/dev/null | wc -l"))
     # The role's default-ulimits memlock=-1 needs CAP_SYS_RESOURCE, which these test node containers cannot be
-    # given (see molecule/resources/tasks/node_container.yml); on a real host dockerd has it. Cap memlock at the
+    # given (see playbooks/tasks/node_container.yml); on a real host dockerd has it. Cap memlock at the
     # node's own hard limit for the test containers; everything else comes from the merged daemon.json.
     hard = host.check_output("awk '/Max locked memory/ {print $5}' /proc/1/limits")
     run = f"docker run --rm --network none --ulimit memlock={hard}:{hard} {{}} {IMAGE} /bin/busybox echo gpuops-ok"
