@@ -1,0 +1,30 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filter: ``dpkg_output | gpuops.cluster.driver_upgrade_plan(target=..., ...)``.
+
+Thin: the decisions live in plugins/module_utils/driver_upgrade.py; documentation in driver_upgrade_plan.yml.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils.driver_upgrade import gpu_processes, plan
+
+
+def driver_upgrade_plan(dpkg_output, target: str = "", allow_downgrade: bool = False, processes_output: str = "",
+                        processes_rc=None, force: bool = False) -> dict:
+    if not target:
+        raise AnsibleFilterError("driver_upgrade_plan needs target, the new pinned driver version (e.g. 550.90.07)")
+    for name, value in (("allow_downgrade", allow_downgrade), ("force", force)):
+        if not isinstance(value, bool):
+            raise AnsibleFilterError(f"{name} must be a real boolean (true/false), got {value!r}")
+    rc = None if processes_rc in (None, "") else int(processes_rc)
+    return plan(str(dpkg_output or ""), str(target), allow_downgrade, gpu_processes(str(processes_output or ""), rc),
+                force)
+
+
+class FilterModule:
+    """gpuops.cluster driver upgrade filters."""
+
+    def filters(self) -> dict:
+        return {"driver_upgrade_plan": driver_upgrade_plan}

@@ -1,0 +1,62 @@
+"""upgrade_driver.yml's decisions, pure: what is installed, whether the move is an upgrade or a downgrade,
+and whether the node may be touched now (GPU processes running)."""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.versions import compare_versions
+
+# Packages whose version is the driver's (Debian non-free, Ubuntu, NVIDIA's CUDA repository).
+_DRIVER_PACKAGE = re.compile(r"^(nvidia-driver(-\d+)?(-open|-server)?|nvidia-kernel-(dkms|open-dkms)|"
+                             r"nvidia-open(-\d+)?|cuda-drivers(-\d+)?|libnvidia-compute(-\d+)?|nvidia-driver-bin)$")
+
+
+def upstream(version: str) -> str:
+    """Debian/RPM package version -> the driver's own: "1:535.261.03-1~deb12u1" -> "535.261.03"."""
+    return re.sub(r"^\d+:", "", (version or "").strip()).split("-")[0].split("~")[0]
+
+
+def installed_driver(dpkg_output: str) -> str | None:
+    """`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*' 'cuda-drivers*'` -> the installed driver version
+    (the highest among the driver packages; None when none is installed)."""
+    versions = set()
+    for line in (dpkg_output or "").splitlines():
+        parts = line.split()
+        if len(parts) > 1 and _DRIVER_PACKAGE.match(parts[0]) and re.match(r"\d", upstream(parts[1])):
+            versions.add(upstream(parts[1]))
+    if not versions:
+        return None
+    best = None
+    for version in versions:
+        if best is None or compare_versions(version, best) > 0:
+            best = version
+    return best
+
+
+def gpu_processes(query_output: str, rc: int | None) -> list[str]:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader` -> one entry per
+    process. A failing nvidia-smi (no driver loaded) means no process can be on a GPU."""
+    if rc not in (0, None):
+        return []
+    return [ln.strip() for ln in (query_output or "").splitlines()
+            if ln.strip() and "No running processes found" not in ln]
+
+
+def plan(dpkg_output: str, target: str, allow_downgrade: bool = False, processes: list | None = None,
+         force: bool = False) -> dict:
+    """{installed, target, action (install | upgrade | downgrade | none), refuse (message or None)}."""
+    installed = installed_driver(dpkg_output)
+    if installed is None:
+        action = "install"
+    else:
+        order = compare_versions(target, installed)
+        action = "upgrade" if order > 0 else "downgrade" if order < 0 else "none"
+    refuse = None
+    if action == "downgrade" and not allow_downgrade:
+        refuse = (f"{target} is older than the installed driver {installed}: a downgrade is refused unless asked "
+                  f"for. Fix: rerun with -e allow_downgrade=true (same path: drain, move, hold, reboot, verify)")
+    elif processes and action != "none" and not force:
+        refuse = (f"{len(processes)} GPU process(es) running ({'; '.join(processes[:5])}): the driver is not "
+                  f"moved under running jobs. Fix: stop them (or wait), or rerun with -e force=true")
+    return {"installed": installed, "target": target, "action": action, "refuse": refuse}
