@@ -138,8 +138,8 @@ def host_row(report: dict) -> dict:
         "cuda": _get(result, "compat", "mode", default="") or "",
         "cuda_version": _get(report, "plan", "cuda_version", default="") or "",
         "fabric_manager": f"required, {fm.get('state') or 'state unknown'}" if fm.get("required") else "not needed",
-        "platform": _get(result, "platform", "platform", default="") or _get(report, "plan", "platform_requested",
-                                                                               default="?"),
+        "platform": (_get(result, "platform", "platform", default="") or _get(report, "fleet", "platform", default="")
+                     or _get(report, "plan", "platform_requested", default="?")),
         "pool": report.get("pool") or _get(report, "plan", "pool", default="") or "default",
         "warnings": warnings,
         "validate": "not run" if not validate else ("failed" if failed_steps else

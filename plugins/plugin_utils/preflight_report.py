@@ -3,7 +3,8 @@
 """The preflight reports of a whole run, written once, in-process, on the controller.
 
 ``write_reports(run_dir, records, fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
-``fleet.json`` for the run. A record is one host's judged preflight (see ``preflight_fleet``).
+``fleet.json`` and the fleet report page ``index.html`` (plugin_utils/fleet_report.py) for the run. A record
+is one host's judged preflight (see ``preflight_fleet``).
 
 Hook for other reports: append a function to ``SECTIONS``. It is called as ``fn(host, record, hostvars)``
 (``hostvars``: that host's variables) and returns None or ``{"name": str, "title": str, "rows": [[key,
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any, Callable
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
 
 SECTIONS: list[Callable[[str, dict, Any], dict | None]] = []
 FILE_MODE = 0o640
@@ -134,4 +137,7 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
         },
     }
     _write(os.path.join(run_dir, "fleet.json"), json.dumps(summary, indent=2, default=str) + "\n")
+    # The fleet report page (plugin_utils/fleet_report.py): a row and a topology drawing per host.
+    pages = [host_json(records[host]) for host in sorted(records)]
+    _write(os.path.join(run_dir, "index.html"), render_fleet_report(pages, os.path.basename(run_dir)))
     return written

@@ -43,6 +43,7 @@ def test_every_host_gets_json_and_markdown_and_the_run_a_fleet_file(tmp_path):
     written = preflight_report.write_reports(str(tmp_path / "run"), records, {"platform": "compose", "gpu_count": 2})
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
         "fleet.json",
+        "index.html",
         "n1.json",
         "n1.md",
         "n2.json",
@@ -60,6 +61,9 @@ def test_every_host_gets_json_and_markdown_and_the_run_a_fleet_file(tmp_path):
     assert fleet["ok"] is False
     assert fleet["hosts"]["n2"]["failed_checks"] == ["os_supported"]
     assert stat.S_IMODE((tmp_path / "run" / "n1.json").stat().st_mode) == preflight_report.FILE_MODE
+    page = (tmp_path / "run" / "index.html").read_text()
+    assert "data-host='n1'" in page
+    assert "<tr class='row-bad' data-host='n2'>" in page, "the refused host is marked on the fleet page"
 
 
 def test_sections_hook_adds_to_json_and_markdown(tmp_path, monkeypatch):

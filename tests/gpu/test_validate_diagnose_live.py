@@ -1,0 +1,62 @@
+"""validate.yml and diagnose.yml on this GPU host, through gpuops-run (`make gpu-test`).
+
+The host is its own inventory (gpu_nodes: localhost, local connection, compose platform). validate must
+list every GPU from a CUDA container and launch a CUDA kernel (Docker with the NVIDIA runtime and the
+images reachable, or overridden with -e through GPUOPS_VALIDATE_EXTRA, a JSON dict); with more than one GPU
+nccl-tests runs too. diagnose must find no broken node link (nvidia-smi, driver, Fabric Manager).
+Skipped, with the reason, where no NVIDIA kernel module is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROC_VERSION = "/proc/driver/nvidia/version"
+pytestmark = pytest.mark.skipif(not os.path.exists(PROC_VERSION),
+                                reason=f"no NVIDIA kernel module loaded ({PROC_VERSION} absent): not a GPU host")
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("inv") / "hosts.yml"
+    path.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        localhost:\n"
+        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
+        "          gpuops_platform: compose\n")
+    return path
+
+
+def gpuops_run(playbook: str, inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "gpuops_run", playbook, "-i", str(inventory), "--artifacts", str(artifacts), *extra]
+    more = os.environ.get("GPUOPS_VALIDATE_EXTRA")
+    if more and playbook == "validate":
+        args += ["-e", more]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+
+
+def test_validate_runs_cuda_on_every_gpu(inventory, tmp_path):
+    reports = tmp_path / "reports"
+    run = gpuops_run("validate", inventory, tmp_path / "a", "-e", f"gpuops_report_dir={reports}",
+                     "-e", "validate_fail_on_failed=false")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    [run_dir] = list(reports.iterdir())
+    rows = {r["step"]: r for r in json.loads((run_dir / "localhost.validate.json").read_text())["validate"]}
+    assert rows["CUDA container runs nvidia-smi"]["status"] == "ok", rows
+    assert rows["CUDA kernel launch (vectorAdd)"]["status"] == "ok", rows
+    assert rows["NCCL all_reduce_perf"]["status"] in ("ok", "skipped"), rows
+    assert "<svg" in (run_dir / "index.html").read_text() or "one GPU" in rows["NCCL all_reduce_perf"]["detail"]
+
+
+def test_diagnose_finds_no_broken_node_link(inventory, tmp_path):
+    run = gpuops_run("diagnose", inventory, tmp_path / "a", "-e", "diagnose_fail_on_broken=false")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    stdout = (tmp_path / "a" / "runner" / "artifacts" / "run" / "stdout").read_text()
+    for link in ("nvidia-smi", "driver", "fabric manager"):
+        assert f"ok       {link}" in stdout, f"{link} link not ok:\n{stdout[-4000:]}"
