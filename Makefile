@@ -16,13 +16,13 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection report-test molecule test demo demo-clean bench clean
+.PHONY: help setup host venv images lint unit collection report-test ops-test gpu-test molecule test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
-	@echo "make lint | unit | collection | report-test | bench | clean"
+	@echo "make lint | unit | collection | report-test | ops-test | gpu-test | bench | clean"
 
 host:
 	@scripts/bootstrap.sh
@@ -64,6 +64,14 @@ collection: venv
 # The fleet report in headless Chromium (installed by scripts/bootstrap.sh).
 report-test: host venv
 	@scripts/run-tests.sh report
+
+# On a GPU host: tests/gpu (gpu_facts, topology, driver, validate and diagnose live); skips with the reason elsewhere.
+gpu-test: venv
+	@$(VENV)/bin/pytest -q -p no:cacheprovider -rs tests/gpu
+
+# gpuops-run and validate.yml against the demo node (started if absent; under the demo's lock).
+ops-test: setup
+	@scripts/run-tests.sh ops
 
 molecule: setup
 	@scripts/run-tests.sh molecule $(SCENARIO)

@@ -2,7 +2,7 @@
 # The test runner behind `make test`: lint -> unit -> collection -> molecule.
 # Every stage runs even when an earlier one failed, so one run shows everything;
 # the closing line is the plain "summary: N passed, N failed" form.
-# Usage: run-tests.sh all | lint | unit | collection | report | molecule [scenario...]
+# Usage: run-tests.sh all | lint | unit | collection | report | ops | molecule [scenario...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -80,6 +80,16 @@ pytest_stage() {
   stage_end "$name"
 }
 
+# gpuops-run and validate.yml against the demo node: one container for every test, under the demo's lock.
+ops() {
+  local fd
+  exec {fd}>/tmp/gpuops-molecule-demo.lock
+  flock "$fd"
+  pytest_stage ops tests/ops
+  flock -u "$fd"
+  exec {fd}>&-
+}
+
 collection() {
   stage_start collection
   local tmp; tmp=$(mktemp -d)
@@ -131,9 +141,11 @@ case "$what" in
   unit) unit ;;
   collection) collection ;;
   report) pytest_stage report tests/report ;;
+  # gpuops-run and validate.yml against the demo node: one container, under the demo's lock.
+  ops) ops ;;
   molecule) molecule_scenarios "$@" ;;
   all) lint; unit; collection; pytest_stage report tests/report; molecule_scenarios ;;
-  *) echo "usage: $0 all|lint|unit|collection|report|molecule [scenario...]" >&2; exit 2 ;;
+  *) echo "usage: $0 all|lint|unit|collection|report|ops|molecule [scenario...]" >&2; exit 2 ;;
 esac
 echo
 echo "== total time $(( $(date +%s) - t0 )) s"
