@@ -37,6 +37,13 @@ def no_gpu_rows(platform: str, reason: str = "") -> list[dict]:
     return rows if platform == "compose" else [row(KUBERNETES_STEPS[0], "skipped", "checked on GPU nodes"), *rows]
 
 
+def _why(text: str) -> str:
+    """One line of a failed command's output: its first error line, else its last line."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = next((ln for ln in lines if "rror" in ln), lines[-1] if lines else "no output")
+    return line[:240]
+
+
 def _out(value) -> tuple[int | None, str]:
     if not isinstance(value, dict) or value.get("skipped"):
         return None, ""
@@ -89,8 +96,7 @@ def judge_nccl(text: str, rc: int | None, expected: dict) -> dict:
     step = COMPOSE_STEPS[2]
     parsed = parse_all_reduce(text)
     if rc not in (0, None) or not parsed["rows"]:
-        tail = (text or "").strip().splitlines()[-1:] or ["no output"]
-        return row(step, "failed", f"all_reduce_perf did not run (exit {rc}): {tail[0]}")
+        return row(step, "failed", f"all_reduce_perf did not run (exit {rc}): {_why(text)}")
     detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "
               f"{expected['peak']:.0f} GB/s; floor {expected['floor']:.1f})")
     if parsed["wrong"]:
@@ -106,11 +112,11 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
     rc, text = _out(outputs.get("cuda_smi"))
     listed = len(re.findall(r"^GPU \d+:", text, re.M))
     rows.append(row(COMPOSE_STEPS[0], "ok" if rc == 0 and listed == gpu_count else "failed",
-                    f"{listed} of {gpu_count} GPUs listed" if rc == 0 else f"exit {rc}: {text.strip()[:200]}"))
+                    f"{listed} of {gpu_count} GPUs listed" if rc == 0 else f"exit {rc}: {_why(text)}"))
     rc, text = _out(outputs.get("cuda_check"))
     passed = rc == 0 and "Test PASSED" in text
     rows.append(row(COMPOSE_STEPS[1], "ok" if passed else "failed",
-                    "vectorAdd: Test PASSED" if passed else f"exit {rc}: {text.strip()[-200:]}"))
+                    "vectorAdd: Test PASSED" if passed else f"exit {rc}: {_why(text)}"))
     if gpu_count > 1:
         rc, text = _out(outputs.get("nccl"))
         rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen)))
@@ -164,5 +170,5 @@ def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1)
     listed = len(re.findall(r"^GPU \d+:", text, re.M))
     rows.append(row(KUBERNETES_STEPS[3], "ok" if rc == 0 and listed else "failed",
                     f"the pod completed and listed {listed} GPU(s) on {node}" if rc == 0 and listed
-                    else f"exit {rc}: {text.strip()[-200:]}"))
+                    else f"exit {rc}: {_why(text)}"))
     return rows
