@@ -1,0 +1,347 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The NVIDIA GPU Operator's Helm values, built from a handful of variables (one document, no template branches).
+
+``plan(config)`` returns ``{"problems": [...], "values": {...}, "device_plugin_config": {...}, "node_labels": {...},
+"node_objects": [...]}``.
+Every refusal names the variable, the value found and the fix; values are only meaningful when there are none.
+
+Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yaml at NVIDIA/gpu-operator@a22dbf6):
+
+* ``driver_owner: host`` (default): our host layer pins and holds the driver and the container toolkit, so the
+  Operator must not install them (``driver.enabled=false``, ``toolkit.enabled=false``). ``operator``: the Operator
+  installs the driver, which then must be an exact version (never the chart's moving default) and must run
+  ``gpuops_cuda_version`` (checked with cuda_compat).
+* Time-slicing: one device-plugin config per pool in one ConfigMap; a node selects its pool's config with the
+  label ``nvidia.com/device-plugin.config=<pool>``. ``time_slicing_replicas`` unset = whole GPUs; below 2 is
+  refused (the device plugin itself rejects it: "number of replicas must be >= 2").
+* MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
+  marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
+* Every image repository goes through the registry mirror; versions stay the pinned chart's own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import cuda_compat, versions
+
+CONFIGMAP_NAME = "gpuops-device-plugin-config"
+WHOLE_GPU_CONFIG = "whole-gpu"
+DRIVER_OWNERS = ("host", "operator")
+# Chart sections that hold an image: repository is rewritten to the mirror.
+IMAGE_SECTIONS = {
+    "operator": "nvcr.io/nvidia",
+    "validator": "nvcr.io/nvidia",
+    "driver": "nvcr.io/nvidia",
+    "toolkit": "nvcr.io/nvidia/k8s",
+    "devicePlugin": "nvcr.io/nvidia",
+    "dcgm": "nvcr.io/nvidia/cloud-native",
+    "dcgmExporter": "nvcr.io/nvidia/k8s",
+    "gfd": "nvcr.io/nvidia",
+    "migManager": "nvcr.io/nvidia/cloud-native",
+    "nodeStatusExporter": "nvcr.io/nvidia",
+    "ccManager": "nvcr.io/nvidia/cloud-native",
+    # only deployed with sandbox workloads, GDS or GDRCopy switched on; mirrored all the same
+    "vfioManager": "nvcr.io/nvidia/cloud-native",
+    "sandboxDevicePlugin": "nvcr.io/nvidia",
+    "kataSandboxDevicePlugin": "nvcr.io/nvidia/cloud-native",
+    "vgpuDeviceManager": "nvcr.io/nvidia/cloud-native",
+    "gds": "nvcr.io/nvidia/cloud-native",
+    "gdrcopy": "nvcr.io/nvidia/cloud-native",
+    "draDriver": "nvcr.io/nvidia",
+}
+DRIVER_MANAGER_REPOSITORY = "nvcr.io/nvidia/cloud-native"  # driver.manager: k8s-driver-manager
+NFD_REPOSITORY = "registry.k8s.io/nfd/node-feature-discovery"
+# The node-feature-discovery subchart's own values are not in the parent chart's values.yaml; these are the
+# only subchart keys we set (NFD otherwise "as the chart ships it").
+NFD_SUBCHART_KEYS = frozenset({("node-feature-discovery", "image", "repository")})
+
+# MIG-capable GPUs (NVIDIA MIG User Guide, "Supported GPUs"; rules.md 2.1): compute capability >= 8.0 data-center
+# parts. Matched as whole words in the upper-cased product name, so "H20" does not match "H200".
+MIG_CAPABLE = (
+    "A100",
+    "A800",
+    "A30",
+    "H100",
+    "H800",
+    "H200",
+    "H20",
+    "GH200",
+    "B200",
+    "GB200",
+    "B300",
+    "GB300",
+    "RTX PRO 6000 BLACKWELL",
+    "RTX PRO 5000 BLACKWELL",
+    "RTX PRO 4500 BLACKWELL",
+)
+_MIG_PATTERNS = [re.compile(r"(?<![A-Z0-9])" + re.escape(name) + r"(?![A-Z0-9])") for name in MIG_CAPABLE]
+_MIG_CONFIG = re.compile(r"^[a-z0-9]([a-z0-9.+-]{0,61}[a-z0-9])?$")
+_CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
+MIN_REPLICAS = 2
+
+
+def chart_version_problem(variable: str, value: object) -> str | None:
+    """A Helm chart version must be one exact release (``v26.3.2``), never a range, ``latest`` or empty."""
+    if isinstance(value, str) and _CHART_VERSION.match(value.strip()):
+        return None
+    return (
+        f"{variable} is {value!r}: expected one exact chart release such as 'v26.3.2' (no range, no 'latest', "
+        f"not empty); fix: pin the version you tested (helm search repo --versions)"
+    )
+
+
+def mig_capable(gpu_model: str | None) -> bool:
+    """True when the product name is in NVIDIA's MIG list (A100, A30, H100, H200, B200, ...)."""
+    name = " ".join(str(gpu_model or "").upper().replace("-", " ").split())
+    return any(pattern.search(name) for pattern in _MIG_PATTERNS)
+
+
+def mirror_repository(repository: str, mirror: str) -> str:
+    """``nvcr.io/nvidia/k8s`` -> ``<mirror>/nvidia/k8s``: the registry host is replaced, the path kept."""
+    if not mirror:
+        return repository
+    mirror = mirror.strip().rstrip("/")
+    if "://" in mirror:
+        raise ValueError(f"registry mirror {mirror!r} must be host[:port][/prefix], without a scheme")
+    return f"{mirror}/{repository.split('/', 1)[1]}"
+
+
+def _nvlinked(topology: dict | None) -> bool:
+    """NVLink between any two GPUs of the node (gpu_topology's nvlink_domains, or the GPUs' nvlink_peers)."""
+    topology = topology or {}
+    if any(len(domain) > 1 for domain in topology.get("nvlink_domains") or []):
+        return True
+    return any((gpu.get("nvlink_peers") or {}) for gpu in topology.get("gpus") or [])
+
+
+def _pool_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
+    problems = []
+    var = f"gpu_operator_pools.{name}"
+    replicas = pool.get("time_slicing_replicas")
+    bad = isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < MIN_REPLICAS
+    if replicas is not None and bad:
+        problems.append(
+            f"{var}.time_slicing_replicas is {replicas!r}: the device plugin needs >= {MIN_REPLICAS} replicas per GPU "
+            "(1 is a whole GPU, 0 is none); fix: set 2 or more (inference default 4), or remove it for whole GPUs"
+        )
+    profile = pool.get("mig_profile") or ""
+    if not profile:
+        return problems
+    if not isinstance(profile, str) or not _MIG_CONFIG.match(profile):
+        problems.append(
+            f"{var}.mig_profile is {profile!r}: expected a mig-parted config name such as 'all-1g.10gb' or "
+            "'all-balanced'; fix: use a name from the mig-manager ConfigMap"
+        )
+    if replicas is not None:
+        problems.append(
+            f"{var} sets both mig_profile ({profile!r}) and time_slicing_replicas ({replicas!r}); "
+            "fix: choose one way to share this pool's GPUs"
+        )
+    if pool.get("multi_node_training"):
+        problems.append(
+            f"{var}.mig_profile is {profile!r} but the pool is marked multi_node_training: NCCL does not run on MIG "
+            "and MIG disables NVLink P2P; fix: remove mig_profile, or use a separate pool that is not for training"
+        )
+    linked = sorted(node["name"] for node in nodes if _nvlinked(node.get("topology")))
+    if linked:
+        problems.append(
+            f"{var}.mig_profile is {profile!r} but these nodes of the pool have NVLink-connected GPUs (gpu_topology): "
+            f"{', '.join(linked)}; MIG disables NVLink P2P between them; fix: remove mig_profile for this pool, or "
+            "move the nodes to a pool without MIG"
+        )
+    for node in nodes:
+        if not mig_capable(node.get("gpu_model")):
+            problems.append(
+                f"{var}.mig_profile is {profile!r} but node {node['name']} has GPU {node.get('gpu_model')!r}, which "
+                "cannot do MIG (MIG needs A30, A100, H100, H200, B200 or another GPU on NVIDIA's MIG list); "
+                "fix: remove mig_profile for this pool, or declare the node's real GPU model"
+            )
+    return problems
+
+
+def _driver_problems(config: dict) -> list[str]:
+    owner = config.get("driver_owner", "host")
+    if owner not in DRIVER_OWNERS:
+        return [f"gpu_operator_driver_owner is {owner!r}: expected one of {', '.join(DRIVER_OWNERS)}; fix: "
+                "'host' when the host layer installs the driver (default), 'operator' to let the Operator do it"]
+    if owner == "host":
+        return []
+    version = config.get("driver_version") or ""
+    try:
+        parsed = versions.parse_driver_version(version, name="gpu_operator_driver_version")
+    except ValueError as exc:
+        return [f"gpu_operator_driver_owner is 'operator', which needs an exact driver version: {exc}"]
+    if len(parsed) != 3:  # noqa: PLR2004 - branch.minor.patch, as the driver images are tagged
+        return [f"gpu_operator_driver_version is {version!r}: the Operator's driver image needs the exact version "
+                "with three parts, e.g. '580.105.08'; fix: pin it"]
+    cuda = config.get("cuda_version") or ""
+    if not cuda:
+        return []
+    try:
+        result = cuda_compat.check_compat(str(version), str(cuda))
+    except ValueError as exc:
+        return [f"gpuops_cuda_version: {exc}"]
+    if not result["compatible"]:
+        return [f"gpu_operator_driver_version {version!r} cannot run gpuops_cuda_version {cuda!r}: "
+                + "; ".join(result["reasons"])]
+    return []
+
+
+def problems(config: dict) -> list[str]:
+    """Every refusal for ``config`` (see ``plan``)."""
+    found = []
+    chart = chart_version_problem("gpu_operator_chart_version", config.get("chart_version"))
+    if chart:
+        found.append(chart)
+    found.extend(_driver_problems(config))
+    pools = config.get("pools") or {}
+    nodes = config.get("nodes") or []
+    for node in nodes:
+        if node.get("pool") not in pools:
+            found.append(
+                f"node {node.get('name')} is in pool {node.get('pool')!r}, which gpu_operator_pools does not define "
+                f"({', '.join(sorted(pools)) or 'none'}); fix: set gpuops_pool to one of them, or add the pool"
+            )
+    for name in sorted(pools):
+        found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name]))
+    try:
+        mirror_repository("nvcr.io/nvidia", config.get("registry_mirror") or "")
+    except ValueError as exc:
+        found.append(f"gpuops_registry_mirror: {exc}")
+    return found
+
+
+def device_plugin_config(pools: dict) -> dict[str, str]:
+    """The device-plugin ConfigMap's data: one config per pool, plus the whole-GPU default."""
+    data = {WHOLE_GPU_CONFIG: "version: v1\nflags:\n  migStrategy: none\n"}
+    for name in sorted(pools):
+        pool = pools[name] or {}
+        mig = "single" if pool.get("mig_profile") else "none"
+        text = f"version: v1\nflags:\n  migStrategy: {mig}\n"
+        replicas = pool.get("time_slicing_replicas")
+        if replicas:
+            text += (
+                "sharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
+                f"      - name: nvidia.com/gpu\n        replicas: {int(replicas)}\n"
+            )
+        data[name] = text
+    return data
+
+
+def build_values(config: dict) -> dict[str, Any]:
+    """The one values document for the gpu-operator chart."""
+    mirror = config.get("registry_mirror") or ""
+    operator_owns = config.get("driver_owner", "host") == "operator"
+    pools = config.get("pools") or {}
+    any_mig = any((pool or {}).get("mig_profile") for pool in pools.values())
+    values: dict[str, Any] = {section: {"repository": mirror_repository(repo, mirror)}
+                              for section, repo in IMAGE_SECTIONS.items()}
+    values["driver"]["enabled"] = operator_owns
+    values["driver"]["manager"] = {"repository": mirror_repository(DRIVER_MANAGER_REPOSITORY, mirror)}
+    if operator_owns:
+        values["driver"]["version"] = str(config["driver_version"])
+    values["toolkit"]["enabled"] = operator_owns
+    values["devicePlugin"]["config"] = {"create": False, "name": CONFIGMAP_NAME, "default": WHOLE_GPU_CONFIG}
+    values["mig"] = {"strategy": "single" if any_mig else "none"}
+    values["migManager"]["enabled"] = bool(any_mig)
+    values["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
+    values["nfd"] = {"enabled": True}
+    values["cdi"] = {"enabled": True}
+    values["node-feature-discovery"] = {"image": {"repository": mirror_repository(NFD_REPOSITORY, mirror)}}
+    return values
+
+
+def node_labels(pools: dict, nodes: list[dict]) -> dict[str, dict[str, str]]:
+    """Labels each GPU node carries: its device-plugin config, and its MIG profile where the pool has one."""
+    labels = {}
+    for node in nodes:
+        pool = pools.get(node.get("pool")) or {}
+        node_set = {"nvidia.com/device-plugin.config": str(node.get("pool"))}
+        if pool.get("mig_profile"):
+            node_set["nvidia.com/mig.config"] = str(pool["mig_profile"])
+        labels[node["name"]] = node_set
+    return labels
+
+
+def plan(config: dict) -> dict[str, Any]:
+    """Problems, values, device-plugin ConfigMap data and node labels for ``config``."""
+    found = problems(config)
+    if found:
+        return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": []}
+    pools = config.get("pools") or {}
+    labels = node_labels(pools, config.get("nodes") or [])
+    return {
+        "problems": [],
+        "values": build_values(config),
+        "device_plugin_config": device_plugin_config(pools),
+        "node_labels": labels,
+        # server-side apply of these partial Nodes sets only our labels, owned by the field manager "gpuops"
+        "node_objects": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_set}}
+                         for name, node_set in sorted(labels.items())],
+    }
+
+
+def unknown_keys(values: Any, chart: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """Dotted paths in ``values`` that the chart's values.yaml does not have (subchart keys we set excepted)."""
+    if not isinstance(values, dict):
+        return []
+    found = []
+    for key, value in values.items():
+        here = (*path, key)
+        if any(here == allowed[: len(here)] for allowed in NFD_SUBCHART_KEYS):
+            continue
+        if not isinstance(chart, dict) or key not in chart:
+            found.append(".".join(here))
+            continue
+        if isinstance(chart[key], dict) and chart[key]:
+            found.extend(unknown_keys(value, chart[key], here))
+    return found
+
+
+def merge(base: Any, override: Any) -> Any:
+    """Helm's merge of a values override onto the chart's defaults (maps merge, everything else replaces)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = merge(base.get(key), value)
+        return out
+    return override
+
+
+# ClusterPolicySpec sections the chart's clusterpolicy template fills from values of the same name.
+CLUSTER_POLICY_SECTIONS = (
+    "operator", "daemonsets", "driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "nodeStatusExporter",
+    "gfd", "mig", "migManager", "psa", "validator", "gds", "gdrcopy", "sandboxWorkloads", "vfioManager",
+    "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager", "cdi", "kataManager", "ccManager", "hostPaths",
+)
+# Values the chart consumes itself instead of passing them into the ClusterPolicy.
+# (The operator section is the operator Deployment's own; only _OPERATOR_SPEC_KEYS reach the CR.)
+_CHART_ONLY = {"driver": ("nvidiaDriverCRD",)}
+_OPERATOR_SPEC_KEYS = ("defaultRuntime", "runtimeClass", "initContainer", "use_ocp_driver_toolkit")
+
+
+def cluster_policy(effective_values: dict, name: str = "cluster-policy") -> dict:
+    """The ClusterPolicy the chart creates from ``effective_values`` (chart defaults merged with ours).
+
+    A stand-in for ``helm template``, which cannot run here: it follows the chart's clusterpolicy template
+    section by section (``.Values.<section>`` -> ``spec.<section>``), dropping the keys only the chart reads.
+    """
+    spec: dict[str, Any] = {}
+    for section in CLUSTER_POLICY_SECTIONS:
+        if section not in effective_values:
+            continue
+        value = effective_values[section]
+        if section == "operator":
+            value = {key: value[key] for key in _OPERATOR_SPEC_KEYS if key in value}
+        elif isinstance(value, dict):
+            value = {key: item for key, item in value.items() if key not in _CHART_ONLY.get(section, ())}
+            if section == "driver":
+                value["useNvidiaDriverCRD"] = bool((effective_values["driver"].get("nvidiaDriverCRD") or {})
+                                                   .get("enabled"))
+            if section == "devicePlugin" and isinstance(value.get("config"), dict):
+                value["config"] = {key: value["config"][key] for key in ("name", "default") if key in value["config"]}
+        spec[section] = value
+    return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": name}, "spec": spec}

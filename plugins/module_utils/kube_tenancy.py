@@ -1,0 +1,223 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Kubernetes tenancy from the one team list (``gpuops_teams`` + ``gpuops_members``): pure builders.
+
+``plan(config)`` returns ``{"problems": [...], "objects": [...]}``. Per team, in its own namespace:
+
+* a ResourceQuota: ``requests.nvidia.com/gpu`` (extended resources are quota'd on requests only), CPU and
+  memory requests, memory limits, PVC count and storage;
+* a LimitRange whose defaults give every container without its own requests/limits a bounded share, so one
+  tenant's debug pod cannot eat a node's memory;
+* NetworkPolicy: deny all ingress, then allow from the same namespace and from the monitoring namespace;
+* a RoleBinding of the team's group to the ClusterRole ``edit`` in that namespace only;
+* one PVC per member on the team's StorageClass.
+
+Refusals name the variable, the value and the fix; objects are only built when there are none.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
+_QUANTITY = re.compile(
+    r"^(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
+            "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+QUOTA_KEYS = ("cpu_quota", "memory_quota", "storage_quota")
+LABEL_TEAM = "gpuops.io/team"
+
+
+def parse_quantity(value: object) -> Decimal | None:
+    """A non-negative Kubernetes quantity (``96``, ``500m``, ``768Gi``, ``4Ti``, ``1e3``) as a number; else None."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return None
+    try:
+        number = Decimal(match.group("num"))
+    except InvalidOperation:
+        return None
+    suffix = match.group("suffix") or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    return number * (Decimal(10) ** int(suffix[1:]))
+
+
+def quantity_problem(variable: str, value: object, example: str) -> str | None:
+    if parse_quantity(value) is not None:
+        return None
+    return (f"{variable} is {value!r}: not a Kubernetes quantity; expected e.g. {example!r} (digits with an optional "
+            "suffix m, k, M, G, T, Ki, Mi, Gi, Ti); fix: quote it in YAML and use one of those units")
+
+
+def namespace_of(team: dict) -> str:
+    return str(team.get("namespace") or f"team-{team.get('name')}")
+
+
+def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int, pvc_size: Any) -> list[str]:
+    var = f"gpuops_teams[{index}]"
+    name = team.get("name")
+    found = []
+    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+        found.append(f"{var}.name is {name!r}: expected a DNS-1123 label (lower-case letters, digits, '-'); "
+                     "fix: rename the team, e.g. 'vision'")
+    var = f"gpuops_teams[{index}] ({name})"
+    namespace = namespace_of(team)
+    if not _DNS_LABEL.match(namespace):
+        found.append(f"{var}.namespace is {namespace!r}: expected a DNS-1123 label; fix: e.g. 'team-{name}'")
+    gpus = team.get("gpu_quota")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        found.append(f"{var}.gpu_quota is {gpus!r}: expected a whole number of GPUs >= 0; fix: e.g. 8")
+    elif cluster_gpus and gpus > cluster_gpus:
+        found.append(f"{var}.gpu_quota is {gpus}, more than the cluster's {cluster_gpus} GPUs; fix: lower it to "
+                     f"at most {cluster_gpus}, or add GPU nodes first")
+    examples = {"cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti"}
+    for key in QUOTA_KEYS:
+        problem = quantity_problem(f"{var}.{key}", team.get(key), examples[key])
+        if problem:
+            found.append(problem)
+    group = team.get("group", name)
+    if not isinstance(group, str) or not group.strip():
+        found.append(f"{var}.group is {group!r}: expected the RBAC group name to bind to 'edit'; fix: set it or "
+                     "leave it out to use the team name")
+    if member_count == 0:
+        found.append(f"{var} has no members in gpuops_members: a namespace nobody uses; fix: add members with "
+                     f"team: {name}, or remove the team")
+    storage = parse_quantity(team.get("storage_quota"))
+    size = parse_quantity(pvc_size)
+    if storage is not None and size is not None and member_count * size > storage:
+        found.append(f"{var}.storage_quota {team.get('storage_quota')!r} is smaller than its {member_count} member "
+                     f"PVCs of {pvc_size} each; fix: raise storage_quota or lower kube_tenancy_member_pvc_size")
+    return found
+
+
+def problems(config: dict) -> list[str]:
+    """Every refusal for ``config`` (see ``plan``)."""
+    teams = config.get("teams") or []
+    members = config.get("members") or []
+    found = []
+    if not isinstance(teams, list) or not teams:
+        return [f"gpuops_teams is {teams!r}: expected a non-empty list of teams; fix: see docs/kubernetes.md"]
+    for key in ("member_pvc_size",):
+        problem = quantity_problem(f"kube_tenancy_{key}", config.get(key), "100Gi")
+        if problem:
+            found.append(problem)
+    for key, value in sorted((config.get("limit_default") or {}).items()):
+        problem = quantity_problem(f"kube_tenancy_limit_default.{key}", value, "8Gi")
+        if problem:
+            found.append(problem)
+    for key, value in sorted((config.get("limit_default_request") or {}).items()):
+        problem = quantity_problem(f"kube_tenancy_limit_default_request.{key}", value, "500m")
+        if problem:
+            found.append(problem)
+    names = [team.get("name") for team in teams]
+    by_namespace: dict[str, list[str]] = {}
+    for index, team in enumerate(teams):
+        count = sum(1 for member in members if member.get("team") == team.get("name"))
+        found.extend(_team_problems(index, team, int(config.get("cluster_gpus") or 0), count,
+                                    config.get("member_pvc_size")))
+        by_namespace.setdefault(namespace_of(team), []).append(str(team.get("name")))
+    for namespace, owners in sorted(by_namespace.items()):
+        if len(owners) > 1:
+            found.append(f"gpuops_teams: teams {', '.join(owners)} share the namespace {namespace!r}; fix: give "
+                         "each team its own namespace (default team-<name>)")
+    for name in sorted({n for n in names if names.count(n) > 1}, key=str):
+        found.append(f"gpuops_teams: the team name {name!r} appears more than once; fix: merge or rename them")
+    seen: set[str] = set()
+    for index, member in enumerate(members):
+        mname = member.get("name")
+        if not isinstance(mname, str) or not _DNS_LABEL.match(mname):
+            found.append(f"gpuops_members[{index}].name is {mname!r}: expected a DNS-1123 label (it names the "
+                         "member's PVC); fix: lower-case letters, digits and '-'")
+        elif mname in seen:
+            found.append(f"gpuops_members[{index}].name {mname!r} appears more than once; fix: one entry per person")
+        seen.add(str(mname))
+        if member.get("team") not in names:
+            found.append(f"gpuops_members[{index}] ({mname}) has team {member.get('team')!r}, which is not in "
+                         f"gpuops_teams ({', '.join(map(str, names))}); fix: set team to one of them")
+    return found
+
+
+def _meta(name: str, namespace: str | None, team: str) -> dict:
+    meta: dict[str, Any] = {"name": name, "labels": {LABEL_TEAM: team, "app.kubernetes.io/managed-by": "gpuops"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
+    """The objects of one team's namespace."""
+    name = str(team["name"])
+    ns = namespace_of(team)
+    monitoring = config.get("monitoring_namespace") or "monitoring"
+    team_members = [m for m in members if m.get("team") == name]
+    pvc_count = len(team_members) + int(config.get("extra_pvcs") or 0)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns, None, name)}
+    # Tenant pods may not run privileged: the restricted-leaning baseline profile is enforced.
+    namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
+    netpol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"}
+    rbac = "rbac.authorization.k8s.io"
+    objects: list[dict] = [
+        namespace,
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta("team-quota", ns, name),
+         "spec": {"hard": {
+             "requests.nvidia.com/gpu": str(team["gpu_quota"]),
+             "requests.cpu": str(team["cpu_quota"]),
+             "requests.memory": str(team["memory_quota"]),
+             "limits.memory": str(team["memory_quota"]),
+             "persistentvolumeclaims": str(pvc_count),
+             "requests.storage": str(team["storage_quota"]),
+         }}},
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta("team-defaults", ns, name),
+         "spec": {"limits": [{
+             "type": "Container",
+             "default": {k: str(v) for k, v in sorted((config.get("limit_default") or {}).items())},
+             "defaultRequest": {k: str(v) for k, v in sorted((config.get("limit_default_request") or {}).items())},
+         }]}},
+        {**netpol, "metadata": _meta("default-deny-ingress", ns, name),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
+        {**netpol, "metadata": _meta("allow-same-namespace", ns, name),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]}},
+        {**netpol, "metadata": _meta("allow-monitoring", ns, name),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {
+             "matchLabels": {"kubernetes.io/metadata.name": monitoring}}}]}]}},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": _meta("team-edit", ns, name),
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "edit"},
+         "subjects": [{"apiGroup": rbac, "kind": "Group", "name": str(team.get("group") or name)}]},
+    ]
+    storage_class = team.get("storage_class") or config.get("default_storage_class") or ""
+    for member in sorted(team_members, key=lambda m: str(m.get("name"))):
+        spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": str(config["member_pvc_size"])}}}
+        if storage_class:
+            spec["storageClassName"] = str(storage_class)
+        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": _meta(f"workspace-{member['name']}", ns, name), "spec": spec}
+        pvc["metadata"]["labels"]["gpuops.io/member"] = str(member["name"])
+        objects.append(pvc)
+    return objects
+
+
+def plan(config: dict) -> dict[str, Any]:
+    """Problems and, when there are none, every tenancy object for ``config``.
+
+    config: teams, members, cluster_gpus (0 = unknown, not checked), member_pvc_size, extra_pvcs,
+    limit_default, limit_default_request, monitoring_namespace, default_storage_class.
+    """
+    found = problems(config)
+    if found:
+        return {"problems": found, "objects": []}
+    members = list(config.get("members") or [])
+    objects = []
+    for team in config["teams"]:
+        objects.extend(team_objects(team, members, config))
+    return {"problems": [], "objects": objects}

@@ -1,0 +1,149 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Training-pool PyTorchJob templates and their NCCL settings, from gpu_topology results: pure builders.
+
+NCCL settings (``nccl_env``):
+
+* ``NCCL_IB_HCA``: the RDMA devices that gpu_topology ranks nearest to the pool's GPUs (``nearest_nics``, the
+  NIC Legend names such as ``mlx5_0``), in the matrix's column order, with NCCL's ``=`` prefix for exact names
+  (so ``mlx5_1`` does not also select ``mlx5_10``). NICs that are nearest to no GPU (storage NICs on
+  ``SYS``) are left out.
+* ``NCCL_IB_DISABLE=1`` when the topology has no NIC rows: NCCL then uses TCP sockets.
+* ``NCCL_SOCKET_IFNAME``: the bootstrap/socket interface. ``nvidia-smi topo -m`` names RDMA devices, not
+  network interfaces, so this comes from the pool's ``socket_ifname`` (default: the node's default-route
+  interface) with NCCL's ``=`` exact-match prefix.
+* A node whose topology is unknown or declared without ``nics`` sets neither: NCCL detects the HCAs.
+* A capture whose NIC columns have no names (``NIC0`` without a NIC Legend) or unknown GPU-NIC links
+  cannot name HCAs: ``NCCL_IB_HCA`` is left to NCCL's own detection and a note says why.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Callable
+
+_PLACEHOLDER = re.compile(r"^NIC[0-9]+$")
+
+
+def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any]:
+    """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these gpu_topology results."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    if socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = f"={socket_ifname}"
+    nics: list[str] = []
+    hcas: list[str] = []
+    unknown = False
+    undeclared = [t for t in topologies if not isinstance(t, dict) or "nics" not in t]
+    if undeclared or not topologies:
+        notes.append("the NICs of some nodes are not known (no gpu_topology result with 'nics'): NCCL_IB_HCA "
+                     "not set, NCCL selects the HCAs itself; run preflight on the hosts or declare 'nics'")
+        return {"env": env, "notes": notes}
+    for topology in topologies:
+        for nic in topology.get("nics") or []:
+            if nic not in nics:
+                nics.append(nic)
+        for gpu in topology.get("gpus") or []:
+            nearest = gpu.get("nearest_nics") or []
+            if topology.get("nics") and not nearest:
+                unknown = True
+            hcas.extend(nic for nic in nearest if nic not in hcas)
+    if not nics:
+        env["NCCL_IB_DISABLE"] = "1"
+        notes.append("no NIC in the topology: NCCL_IB_DISABLE=1, NCCL uses TCP sockets")
+        return {"env": env, "notes": notes}
+    placeholders = [nic for nic in nics if _PLACEHOLDER.match(nic)]
+    if placeholders or unknown:
+        why = (f"NIC columns without names ({', '.join(placeholders)}: no NIC Legend in the capture)"
+               if placeholders else "a GPU-NIC link is unknown in the capture")
+        notes.append(f"NCCL_IB_HCA not set: {why}; NCCL selects the HCAs itself")
+        return {"env": env, "notes": notes}
+    ordered = [nic for nic in nics if nic in hcas]
+    env["NCCL_IB_HCA"] = "=" + ",".join(ordered)
+    skipped = [nic for nic in nics if nic not in hcas]
+    if skipped:
+        notes.append(f"not nearest to any GPU, left out of NCCL_IB_HCA: {', '.join(skipped)}")
+    return {"env": env, "notes": notes}
+
+
+def _gpu_count(topologies: list[dict | None]) -> int:
+    counts = [len((t or {}).get("gpus") or []) for t in topologies]
+    return min(counts) if counts and min(counts) > 0 else 0
+
+
+def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
+    """A suspended PyTorchJob template for training pool ``pool``: whole GPUs, GPU-taint toleration, pool
+    nodeSelector, /dev/shm in memory, NCCL from the pool's topology and MLflow's in-cluster URI.
+
+    config: nodes (name, pool, topology), namespace, image, gpus_per_node (0 = all of the node's GPUs),
+    socket_ifname, shm_size, mlflow_uri, workers (default: pool nodes - 1).
+    """
+    nodes = [n for n in config.get("nodes") or [] if n.get("pool") == pool]
+    topologies = [n.get("topology") for n in nodes]
+    nccl = nccl_env(topologies, str(config.get("socket_ifname") or ""))
+    gpus = int(config.get("gpus_per_node") or 0) or _gpu_count(topologies) or 1
+    env = [{"name": k, "value": v} for k, v in sorted(nccl["env"].items())]
+    env.append({"name": "MLFLOW_TRACKING_URI", "value": str(config["mlflow_uri"])})
+    container = {
+        "name": "pytorch",  # the Training Operator finds the main container by this name
+        "image": str(config["image"]),
+        "command": ["torchrun"],
+        "args": ["--nproc-per-node", str(gpus), "/workspace/train.py"],
+        "env": env,
+        "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},
+    }
+    pod = {
+        "metadata": {"labels": {"gpuops.io/pool": pool}},
+        "spec": {
+            "nodeSelector": {"gpuops.io/pool": pool},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "containers": [container],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(config["shm_size"])}}],
+        },
+    }
+    workers = config.get("workers")
+    workers = max(len(nodes) - 1, 1) if workers is None else int(workers)
+    replica = {"restartPolicy": "OnFailure", "template": pod}
+    specs: dict[str, Any] = {"Master": {"replicas": 1, **replica}}
+    if workers > 0:
+        specs["Worker"] = {"replicas": workers, **replica}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": f"{pool}-template",
+            "namespace": str(config["namespace"]),
+            "labels": {"gpuops.io/pool": pool, "app.kubernetes.io/managed-by": "gpuops"},
+            "annotations": {"gpuops.io/nccl-notes": "; ".join(nccl["notes"]) or "none"},
+        },
+        "spec": {
+            "runPolicy": {"suspend": True, "cleanPodPolicy": "None"},
+            "nprocPerNode": str(gpus),
+            "pytorchReplicaSpecs": specs,
+        },
+    }
+
+
+_POD_TEMPLATE_KINDS = frozenset(("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"))
+
+
+def mirror_manifest_images(objects: list[dict], rewrite: Callable[[str], str]) -> list[dict]:
+    """Upstream manifests (e.g. the Training Operator's) with every container image passed through ``rewrite``
+    (the registry-mirror rule of the images helpers)."""
+    out = []
+    for original in objects:
+        if not isinstance(original, dict):
+            continue
+        obj = copy.deepcopy(original)
+        spec = obj.get("spec") or {}
+        if obj.get("kind") in _POD_TEMPLATE_KINDS:
+            pod = (spec.get("template") or {}).get("spec") or {}
+            for key in ("initContainers", "containers"):
+                for container in pod.get(key) or []:
+                    if container.get("image"):
+                        container["image"] = rewrite(container["image"])
+        out.append(obj)
+    return out
