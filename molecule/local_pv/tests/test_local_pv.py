@@ -1,0 +1,93 @@
+"""local_pv on loop-device disks: the module's verdict, fstab by UUID, and a disk with data refused untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory"))
+testinfra_hosts = ["gpuops-localpv-node"]
+
+
+def loops() -> dict:
+    return json.loads((EPHEMERAL / "loops.json").read_text())
+
+
+def run_ansible(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"))
+    return subprocess.run([*args, "-i", INVENTORY], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def uuid_of(host, device: str) -> str:
+    return host.check_output(f"blkid -p -s UUID -o value {device}").strip()
+
+
+def test_disk_a_has_our_filesystem(host) -> None:
+    out = host.check_output(f"blkid -p -o export {loops()['a']}")
+    assert "TYPE=ext4" in out
+    assert "LABEL=gpuops-lpv" in out
+
+
+def test_fstab_by_uuid_with_noatime(host) -> None:
+    uuid = uuid_of(host, loops()["a"])
+    entries = [line.split() for line in host.file("/etc/fstab").content_string.splitlines()
+               if line.strip() and not line.startswith("#")]
+    ours = [e for e in entries if e[1].startswith("/mnt/disks/")]
+    assert ours == [[f"UUID={uuid}", f"/mnt/disks/{uuid}", "ext4", "noatime", "0", "0"]], ours
+    mount = host.mount_point(f"/mnt/disks/{uuid}")
+    assert mount.exists
+    assert "noatime" in mount.options
+
+
+def test_module_verdict() -> None:
+    result = run_ansible("ansible", "all", "-m", "gpuops.cluster.local_pv", "-a", "path=/mnt/disks min_free_gib=0",
+                         "-o")
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdict = json.loads(result.stdout.split("=>", 1)[1])
+    assert verdict["ok"] is True, verdict
+    assert len(verdict["volumes"]) == 1, verdict
+
+
+def test_module_refuses_a_bare_directory(host) -> None:
+    """The same module turns a plain directory in the discovery directory into a problem (not a volume)."""
+    host.run("mkdir -p /mnt/disks/not-a-disk")
+    try:
+        result = run_ansible("ansible", "all", "-m", "gpuops.cluster.local_pv", "-a",
+                             "path=/mnt/disks min_free_gib=0", "-o")
+        verdict = json.loads(result.stdout.split("=>", 1)[1])
+        assert verdict["ok"] is False
+        assert "/mnt/disks/not-a-disk" in verdict["msg"]
+    finally:
+        host.run("rmdir /mnt/disks/not-a-disk")
+
+
+@pytest.fixture(scope="module")
+def refusal(host) -> tuple[subprocess.CompletedProcess, str, str]:
+    fstab_before = host.file("/etc/fstab").content_string
+    b_before = host.check_output(f"blkid -p -o export {loops()['b']}")
+    result = run_ansible("ansible-playbook", str(PROJECT / "molecule" / "local_pv" / "refuse.yml"))
+    return result, fstab_before, b_before
+
+
+def test_disk_with_data_is_refused(refusal) -> None:
+    result, _, _ = refusal
+    assert result.returncode != 0, "a disk holding another filesystem must stop the run"
+    out = result.stdout + result.stderr
+    assert f"local_pv_disks has {loops()['b']}, which already holds ext4 (label precious" in out
+    assert "never reformatted" in out
+    assert "Nothing was changed" in out
+
+
+def test_refused_disk_and_fstab_untouched(host, refusal) -> None:
+    _, fstab_before, b_before = refusal
+    assert host.file("/etc/fstab").content_string == fstab_before
+    assert host.check_output(f"blkid -p -o export {loops()['b']}") == b_before
+    assert "LABEL=precious" in b_before
+    assert not host.run(f"findmnt --source {loops()['b']}").stdout.strip(), "the refused disk was mounted"
