@@ -1,0 +1,73 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters used by the kube_* roles and playbooks/render.yml:
+
+* ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
+* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
+* ``object | gpuops.cluster.mirror_workload(mirror)``: a workload's container images through a registry mirror.
+
+Thin: the logic lives in plugins/module_utils/kube_plan.py; documentation in the .yml files next to this one.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import images, kube_plan
+
+
+def kubelet_policy(
+    topology: object,
+    pool: object,
+    reserved_cpus_per_numa: object = 2,
+    reserved_system_cpus: object = "",
+    reserved_memory_mib: object = 4096,
+    eviction_memory_mib: object = 500,
+) -> dict:
+    if topology is not None and not isinstance(topology, dict):
+        raise AnsibleFilterError(
+            f"kubelet_policy: topology must be a gpu_topology result (a mapping), got {type(topology).__name__}"
+        )
+    try:
+        return kube_plan.kubelet_policy(
+            topology,
+            str(pool),
+            int(reserved_cpus_per_numa),
+            str(reserved_system_cpus or ""),
+            int(reserved_memory_mib),
+            int(eviction_memory_mib),
+        )
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"kubelet_policy: {exc}") from exc
+
+
+def kube_cluster_problems(plan: object) -> list[str]:
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError(f"kube_cluster_problems: expected a mapping, got {type(plan).__name__}")
+    return kube_plan.cluster_problems(plan)
+
+
+def mirror_workload(obj: object, mirror: object = "") -> object:
+    if not isinstance(obj, dict) or not mirror:
+        return obj
+    spec = obj.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") if obj.get("kind") != "Pod" else spec
+    if not isinstance(pod, dict):
+        return obj
+    try:
+        for key in ("initContainers", "containers"):
+            for container in pod.get(key) or []:
+                container["image"] = images.mirror_image(str(container["image"]), str(mirror))
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError(f"mirror_workload: {exc}") from exc
+    return obj
+
+
+class FilterModule:
+    """gpuops.cluster Kubernetes filters."""
+
+    def filters(self) -> dict:
+        return {
+            "kubelet_policy": kubelet_policy,
+            "kube_cluster_problems": kube_cluster_problems,
+            "mirror_workload": mirror_workload,
+        }

@@ -1,0 +1,257 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Kubernetes cluster decisions: kubelet policy from GPU topology, CIDR checks, version and shape checks.
+
+Pure functions, no Ansible imports, shared by the ``gpuops.cluster.kube_*`` filters (render, assert) and
+their unit tests. Problems come back as sentences naming the variable, the value found, what is allowed
+and the fix; the callers refuse the run with them before any host changes.
+
+Kubelet policy (one decision per node, from the node's ``gpu_topology`` result or the inventory's
+``gpuops_gpu_topology`` declaration, which has the same shape: ``nvlink_domains``, ``numa_groups`` and
+optionally ``gpus`` with ``cpu_affinity``, ``numa_groups[].cpus`` and ``placements``):
+
+* inference pool: ``best-effort`` (a serving pod's GPU need not share a NUMA node with its CPUs);
+* training pool, every NVLink domain inside one NUMA node: ``single-numa-node`` with the memory manager's
+  ``Static`` policy and ``reservedMemory`` split over the GPU NUMA nodes;
+* training pool otherwise (a domain spans nodes, or a GPU's node is unknown): ``restricted``;
+* always ``topologyManagerScope: pod``, ``cpuManagerPolicy: static`` with ``reservedSystemCPUs``
+  (the first CPUs of each GPU NUMA node's affinity list, or the operator's explicit list).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+POOLS = ("training", "inference")
+SUPPORTED_MINORS = (31, 37)  # kubeadm v1beta4 needs 1.31+; kubernetes-validate ships schemas up to 1.37
+SINGLE_NUMA = "single-numa-node"
+RESTRICTED = "restricted"
+BEST_EFFORT = "best-effort"
+FALLBACK_RESERVED_CPUS = "0-1"
+LABEL_MAX = 63
+
+
+def kube_version_problem(version: object, name: str = "kube_version") -> str | None:
+    """None for an exact ``1.MINOR.PATCH`` inside SUPPORTED_MINORS, else the refusal."""
+    low, high = SUPPORTED_MINORS
+    fix = f"pin an exact release such as 1.{high - 3}.2 (see https://kubernetes.io/releases/)"
+    if not isinstance(version, str):
+        return f"{name} is {version!r} ({type(version).__name__}): expected a quoted string 'X.Y.Z'; {fix}"
+    parts = version.split(".")
+    if version.startswith("v") or len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):  # noqa: PLR2004
+        return f"{name} is '{version}': expected an exact release 'X.Y.Z' (no 'v', no 'latest', no minor only); {fix}"
+    major, minor = int(parts[0]), int(parts[1])
+    if major != 1 or not low <= minor <= high:
+        return f"{name} is '{version}': supported are 1.{low}.x to 1.{high}.x (kubeadm v1beta4 API); {fix}"
+    return None
+
+
+def control_plane_problem(count: int, endpoint: str, name: str = "kube_control_plane") -> str | None:
+    """1 control plane, or 3 with an endpoint (stacked etcd needs an odd quorum)."""
+    if count == 1:
+        return None
+    if count == 3:  # noqa: PLR2004
+        if endpoint:
+            return None
+        return (
+            f"{name} has 3 hosts but kube_control_plane_endpoint is empty: 3 control planes need a stable "
+            "address (a load balancer or VIP, host:port) that every node joins through; set "
+            "kube_control_plane_endpoint: cp.example.internal:6443"
+        )
+    return (
+        f"{name} has {count} hosts: expected 1, or 3 (stacked etcd needs an odd quorum; 2 is less available "
+        "than 1); put 1 or 3 hosts in the kube_control_plane group"
+    )
+
+
+def cidr_problems(pod_cidr: str, service_cidr: str, node_addresses: dict[str, str]) -> list[str]:
+    """Refusals for malformed CIDRs, pod/service overlap and node addresses inside either range."""
+    problems, nets = [], {}
+    for name, value in (("kube_pod_cidr", pod_cidr), ("kube_service_cidr", service_cidr)):
+        try:
+            nets[name] = ipaddress.ip_network(str(value), strict=True)
+        except ValueError as exc:
+            problems.append(f"{name} is '{value}': not a network address with prefix ({exc}); e.g. 10.244.0.0/16")
+    if problems:
+        return problems
+    pod, svc = nets["kube_pod_cidr"], nets["kube_service_cidr"]
+    if pod.version == svc.version and pod.overlaps(svc):
+        problems.append(
+            f"kube_pod_cidr {pod} overlaps kube_service_cidr {svc}: pods and services need separate ranges; "
+            "pick non-overlapping private ranges, e.g. 10.244.0.0/16 and 10.96.0.0/12"
+        )
+    for host, address in sorted(node_addresses.items()):
+        try:
+            ip = ipaddress.ip_address(str(address))
+        except ValueError:
+            continue  # a DNS name: the address is not known on the controller
+        for name, net in (("kube_pod_cidr", pod), ("kube_service_cidr", svc)):
+            if ip.version == net.version and ip in net:
+                problems.append(
+                    f"{name} {net} contains the address {ip} of node {host}: traffic to that node would be "
+                    f"routed into the cluster network; choose a {name} outside the node network"
+                )
+    return problems
+
+
+def cpu_list(text: str | None) -> list[int]:
+    """``0-3,8`` -> [0, 1, 2, 3, 8]; [] for None or a malformed list."""
+    cpus: list[int] = []
+    for part in (text or "").split(","):
+        low, sep, high = part.strip().partition("-")
+        if not (low.isascii() and low.isdigit()) or (sep and not (high.isascii() and high.isdigit())):
+            return []
+        cpus.extend(range(int(low), int(high if sep else low) + 1))
+    return sorted(set(cpus))
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> ``0-2,5``."""
+    parts: list[str] = []
+    for cpu in sorted(set(cpus)):
+        if parts and cpu == parts[-1][1] + 1:
+            parts[-1][1] = cpu
+        else:
+            parts.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def _numa_of_gpus(topology: dict) -> dict[int, int | None]:
+    numa: dict[int, int | None] = {}
+    for group in topology.get("numa_groups") or []:
+        for gpu in group.get("gpus") or []:
+            numa[int(gpu)] = int(group["numa_node"])
+    for gpu in topology.get("gpus") or []:
+        numa.setdefault(int(gpu["index"]), gpu.get("numa_node"))
+    for domain in topology.get("nvlink_domains") or []:
+        for gpu in domain:
+            numa.setdefault(int(gpu), None)
+    return numa
+
+
+def _numa_cpus(topology: dict) -> dict[int, list[int]]:
+    cpus: dict[int, set[int]] = {}
+    for group in topology.get("numa_groups") or []:
+        cpus.setdefault(int(group["numa_node"]), set()).update(cpu_list(group.get("cpus")))
+    for gpu in topology.get("gpus") or []:
+        if gpu.get("numa_node") is not None:
+            cpus.setdefault(int(gpu["numa_node"]), set()).update(cpu_list(gpu.get("cpu_affinity")))
+    return {node: sorted(found) for node, found in cpus.items() if found}
+
+
+def nvlink_domains_label(domains: list[list[int]]) -> str:
+    """Label value for ``gpuops.io/nvlink-domains``: domains joined by ``_``, GPUs as ranges with ``.``.
+
+    [[0..7]] -> ``0-7``; [[0, 1], [2, 3]] -> ``0-1_2-3``; [[0, 2]] -> ``0.2``; no GPUs -> ``none``.
+    """
+    text = "_".join(cpu_ranges([int(gpu) for gpu in domain]).replace(",", ".") for domain in domains if domain)
+    if len(text) > LABEL_MAX:
+        text = f"{len(domains)}-domains"
+    return text or "none"
+
+
+def _reserved_memory(nodes: list[int], total_mib: int) -> list[dict]:
+    share, rest = divmod(total_mib, len(nodes))
+    return [
+        {"numaNode": node, "limits": {"memory": f"{share + (rest if position == 0 else 0)}Mi"}}
+        for position, node in enumerate(nodes)
+    ]
+
+
+def kubelet_policy(
+    topology: dict | None,
+    pool: str,
+    reserved_cpus_per_numa: int = 2,
+    reserved_system_cpus: str = "",
+    reserved_memory_mib: int = 4096,
+    eviction_memory_mib: int = 500,
+) -> dict:
+    """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``."""
+    if pool not in POOLS:
+        raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
+    topology = topology or {}
+    domains = [sorted(int(gpu) for gpu in domain) for domain in topology.get("nvlink_domains") or []]
+    numa = _numa_of_gpus(topology)
+    gpu_nodes = sorted({node for node in numa.values() if node is not None})
+    if pool == "inference":
+        policy, reason = BEST_EFFORT, "inference pool: best-effort (serving pods are not NUMA-bound)"
+    elif not numa:
+        policy, reason = RESTRICTED, "training pool, but no GPU topology is known for this node: restricted"
+    else:
+        unknown = sorted(gpu for gpu, node in numa.items() if node is None)
+        spanning = [d for d in domains if len({numa.get(gpu) for gpu in d}) > 1]
+        if unknown:
+            policy = RESTRICTED
+            reason = f"training pool; the NUMA node of GPU {cpu_ranges(unknown)} is unknown: restricted"
+        elif spanning:
+            policy = RESTRICTED
+            spans = "; ".join(
+                f"GPUs {cpu_ranges(d)} on NUMA nodes {cpu_ranges([numa[g] for g in d])}" for d in spanning
+            )
+            reason = f"training pool; an NVLink domain spans NUMA nodes ({spans}): restricted"
+        else:
+            policy = SINGLE_NUMA
+            reason = (
+                f"training pool; each NVLink domain sits in one NUMA node (GPU NUMA nodes "
+                f"{cpu_ranges(gpu_nodes)}): single-numa-node"
+            )
+    numa_cpus = _numa_cpus(topology)
+    if reserved_system_cpus:
+        cpus, cpu_reason = reserved_system_cpus, "reservedSystemCPUs set in the inventory"
+    elif numa_cpus:
+        chosen = [cpu for node in sorted(numa_cpus) for cpu in numa_cpus[node][:reserved_cpus_per_numa]]
+        cpus = cpu_ranges(chosen)
+        cpu_reason = f"reservedSystemCPUs: the first {reserved_cpus_per_numa} CPUs of each GPU NUMA node"
+    else:
+        cpus, cpu_reason = FALLBACK_RESERVED_CPUS, "reservedSystemCPUs: CPU affinity unknown, reserving 0-1"
+    result = {
+        "topology_manager_policy": policy,
+        "topology_manager_scope": "pod",
+        "cpu_manager_policy": "static",
+        "reserved_system_cpus": cpus,
+        "memory_manager_policy": "Static" if policy == SINGLE_NUMA else "None",
+        "reserved_memory": _reserved_memory(gpu_nodes or [0], reserved_memory_mib) if policy == SINGLE_NUMA else [],
+        "system_reserved_memory": f"{reserved_memory_mib - eviction_memory_mib}Mi",
+        "eviction_memory": f"{eviction_memory_mib}Mi",
+        "nvlink_domains_label": nvlink_domains_label(domains),
+        "placements": json.dumps(topology.get("placements") or [], separators=(",", ":")),
+        "reason": f"{reason}; {cpu_reason}",
+    }
+    if reserved_memory_mib <= eviction_memory_mib:
+        raise ValueError(
+            f"kube_node_reserved_memory_mib is {reserved_memory_mib}: it must exceed the eviction threshold "
+            f"kube_node_eviction_memory_mib ({eviction_memory_mib}); e.g. 4096"
+        )
+    return result
+
+
+def cluster_problems(plan: dict) -> list[str]:
+    """Every refusal for one cluster plan, all at once.
+
+    ``plan``: ``kube_version``, ``control_planes`` (host names), ``endpoint``, ``pools`` (GPU host -> its
+    ``gpuops_pool`` or None), ``schedulable`` (host -> kube_control_plane_schedulable), ``pod_cidr``,
+    ``service_cidr``, ``addresses`` (host -> address Ansible connects to).
+    """
+    problems = []
+    version = kube_version_problem(plan.get("kube_version"))
+    if version:
+        problems.append(version)
+    control_planes = list(plan.get("control_planes") or [])
+    shape = control_plane_problem(len(control_planes), str(plan.get("endpoint") or ""))
+    if shape:
+        problems.append(f"{shape} (hosts: {', '.join(control_planes) or 'none'})")
+    for host, pool in sorted((plan.get("pools") or {}).items()):
+        if pool not in POOLS:
+            problems.append(
+                f"gpuops_pool of GPU node {host} is {pool!r}: expected one of {', '.join(POOLS)}; set "
+                f"gpuops_pool: training (or inference) for {host} in host_vars or its group"
+            )
+        if host in control_planes and plan.get("schedulable", {}).get(host) is not True:
+            problems.append(
+                f"{host} is in kube_control_plane and gpu_nodes but kube_control_plane_schedulable is "
+                f"{plan.get('schedulable', {}).get(host)!r}: a control plane runs no workloads unless you say so; "
+                f"set kube_control_plane_schedulable: true for {host}, or take it out of gpu_nodes"
+            )
+    problems.extend(cidr_problems(plan.get("pod_cidr", ""), plan.get("service_cidr", ""), plan.get("addresses") or {}))
+    return problems

@@ -1,0 +1,75 @@
+"""Render fixture: playbooks/render.yml runs once per test session on inventories/cluster (controller only).
+
+Tests in this folder (this helper's and part 2's) read the written objects through ``rendered`` and check
+them with ``validator.problems``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+INVENTORY = REPO_ROOT / "inventories" / "cluster"
+SHARED_DATA = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run playbooks/render.yml on the controller; returns the finished process (output captured)."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_FORCE_COLOR="false",
+    )
+    command = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        "-i",
+        str(inventory),
+        str(REPO_ROOT / "playbooks" / "render.yml"),
+        "-e",
+        f"render_dir={render_dir}",
+        "-e",
+        f"gpuops_report_dir={render_dir}/no-reports",
+        *extra,
+    ]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory) -> Path:
+    """The render directory of one render.yml run on inventories/cluster."""
+    out = tmp_path_factory.mktemp("render")
+    result = run_render(INVENTORY, out)
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def load_objects(render_dir: Path) -> list[tuple[str, dict]]:
+    """(relative path, object) for every YAML document under render_dir."""
+    found = []
+    for path in sorted(render_dir.rglob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if document is not None:
+                found.append((str(path.relative_to(render_dir)), document))
+    return found
+
+
+@pytest.fixture(scope="session")
+def rendered_objects(rendered) -> list[tuple[str, dict]]:
+    return load_objects(rendered)
+
+
+@pytest.fixture
+def shared_crds() -> Path:
+    folder = SHARED_DATA / "crds"
+    if not folder.is_dir():
+        pytest.skip(f"real third-party data not present: {folder} (see ../shared/data/README.md)")
+    return folder

@@ -1,0 +1,126 @@
+"""The cluster render: kubelet rules the kubelet checks at start, per-pool policies, registration, refusals."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+from conftest import INVENTORY, run_render
+
+
+def _mib(quantity: str) -> int:
+    units = {"Mi": 1, "Gi": 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(quantity[: -len(suffix)]) * factor
+    raise AssertionError(f"unexpected quantity {quantity}")
+
+
+def _by(rendered_objects, folder, kind):
+    return {
+        path.split("/")[-1].split("-", 1)[1].removesuffix(".yaml"): obj
+        for path, obj in rendered_objects
+        if path.startswith(folder + "/") and obj["kind"] == kind
+    }
+
+
+def test_kubelet_reservations_add_up_as_the_kubelet_requires(rendered_objects):
+    configs = _by(rendered_objects, "kube_node", "KubeletConfiguration")
+    assert set(configs) == {"cp-01", "gpu-train-01", "gpu-train-02", "gpu-infer-01"}
+    for host, config in configs.items():
+        if config.get("cpuManagerPolicy") == "static":
+            assert config["reservedSystemCPUs"], host
+        if config.get("memoryManagerPolicy") == "Static":
+            reserved = sum(_mib(entry["limits"]["memory"]) for entry in config["reservedMemory"])
+            expected = sum(_mib(config.get(key, {}).get("memory", "0Mi")) for key in ("systemReserved", "kubeReserved"))
+            assert reserved == expected + _mib(config["evictionHard"]["memory.available"]), host
+        else:
+            assert "reservedMemory" not in config, host
+
+
+@pytest.mark.parametrize(
+    ("host", "policy", "memory"),
+    [
+        ("gpu-train-01", "restricted", "None"),
+        ("gpu-train-02", "single-numa-node", "Static"),
+        ("gpu-infer-01", "best-effort", "None"),
+        ("cp-01", "none", "None"),
+    ],
+)
+def test_policy_per_node_from_its_declared_topology(rendered_objects, host, policy, memory):
+    config = _by(rendered_objects, "kube_node", "KubeletConfiguration")[host]
+    assert config["topologyManagerPolicy"] == policy
+    assert config["memoryManagerPolicy"] == memory
+    if policy != "none":
+        assert config["topologyManagerScope"] == "pod"
+        assert config["cpuManagerPolicy"] == "static"
+
+
+def test_gpu_nodes_register_tainted_and_labelled(rendered_objects):
+    joins = _by(rendered_objects, "kube_join", "JoinConfiguration")
+    nodes = _by(rendered_objects, "kube_join", "Node")
+    assert set(joins) == set(nodes) == {"gpu-train-01", "gpu-train-02", "gpu-infer-01"}
+    for host, join in joins.items():
+        registration = join["nodeRegistration"]
+        assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in registration["taints"]
+        labels = dict(item.split("=", 1) for item in registration["kubeletExtraArgs"][0]["value"].split(","))
+        assert labels["nvidia.com/gpu"] == "true"
+        assert labels["gpuops.io/pool"] == ("inference" if "infer" in host else "training")
+        assert labels["gpuops.io/nvlink-domains"] == "0-7"
+        assert labels == nodes[host]["metadata"]["labels"]
+        assert nodes[host]["spec"]["taints"] == registration["taints"]
+        assert nodes[host]["metadata"]["annotations"]["gpuops.io/placements"] == "[[0,1],[2,3],[4,5],[6,7]]"
+        assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "192.0.2.10:6443"
+
+
+def test_control_plane_from_variables(rendered_objects):
+    cluster = _by(rendered_objects, "kube_control_plane", "ClusterConfiguration")["cp-01"]
+    assert cluster["kubernetesVersion"] == "v1.34.2"
+    assert cluster["networking"] == {
+        "podSubnet": "10.244.0.0/16",
+        "serviceSubnet": "10.96.0.0/12",
+        "dnsDomain": "cluster.local",
+    }
+    assert cluster["imageRepository"] == "registry.lab.example:5000/registry.k8s.io"
+    init = _by(rendered_objects, "kube_control_plane", "InitConfiguration")["cp-01"]
+    assert init["nodeRegistration"]["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+    ]
+    installation = _by(rendered_objects, "kube_cni", "Installation")["default"]
+    assert installation["spec"]["calicoNetwork"]["ipPools"][0]["cidr"] == "10.244.0.0/16"
+    assert installation["spec"]["registry"] == "registry.lab.example:5000/"
+
+
+def _inventory_with(tmp_path, edit):
+    copy = tmp_path / "cluster"
+    shutil.copytree(INVENTORY, copy, ignore=shutil.ignore_patterns("credentials"))
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text())
+    edit(hosts["all"]["children"]["k8s_cluster"]["children"])
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return copy
+
+
+def _two_control_planes_and_a_poolless_gpu_node(groups):
+    groups["kube_control_plane"]["hosts"]["cp-02"] = {"ansible_host": "192.0.2.11"}
+    del groups["gpu_nodes"]["hosts"]["gpu-infer-01"]["gpuops_pool"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "extra", "expected"),
+    [
+        (None, '{"kube_version": "1.34"}', ["kube_version is '1.34'", "exact release"]),
+        (None, '{"kube_pod_cidr": "192.0.2.0/24"}', ["contains the address 192.0.2.10 of node cp-01"]),
+        (None, '{"kube_pod_cidr": "10.96.0.0/16"}', ["overlaps kube_service_cidr"]),
+        (_two_control_planes_and_a_poolless_gpu_node, "{}", ["2 hosts: expected 1, or 3", "gpu-infer-01 is None"]),
+    ],
+    ids=["unpinned-version", "pod-cidr-over-nodes", "pod-cidr-over-services", "two-cps-and-no-pool"],
+)
+def test_bad_plans_are_refused_before_anything_is_written(tmp_path, edit, extra, expected):
+    inventory = _inventory_with(tmp_path, edit) if edit else INVENTORY
+    out = tmp_path / "render"
+    result = run_render(inventory, out, "-e", extra)
+    assert result.returncode != 0
+    for text in expected:
+        assert text in result.stdout
+    assert not list(out.rglob("*.yaml"))
