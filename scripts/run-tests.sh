@@ -60,6 +60,18 @@ unit() {
     [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
     failures+=("unit tests (log: build/logs/unit.log)"); grep -E '^(FAILED|ERROR)' build/logs/unit.log | head -30 | sed 's/^/        /'
   fi
+  # playbooks/render.yml on inventories/cluster, every object validated strictly (its own pytest session:
+  # tests/render has its own conftest).
+  rm -f build/junit/render.xml
+  pytest -q -p no:cacheprovider --junitxml=build/junit/render.xml tests/render >build/logs/render.log 2>&1
+  rc=$?
+  counts=$(junit_counts build/junit/render.xml)
+  tail -2 build/logs/render.log | sed 's/^/        /'
+  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+  if [ "$rc" -ne 0 ]; then
+    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
+    failures+=("render tests (log: build/logs/render.log)"); grep -E '^(FAILED|ERROR)' build/logs/render.log | head -30 | sed 's/^/        /'
+  fi
   stage_end unit
 }
 
