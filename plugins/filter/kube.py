@@ -12,7 +12,8 @@ Thin: the logic lives in plugins/module_utils/kube_plan.py; documentation in the
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import images, kube_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import images
 
 
 def kubelet_policy(

@@ -23,6 +23,8 @@ from __future__ import annotations
 import ipaddress
 import json
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
+
 POOLS = ("training", "inference")
 SUPPORTED_MINORS = (31, 37)  # kubeadm v1beta4 needs 1.31+; kubernetes-validate ships schemas up to 1.37
 SINGLE_NUMA = "single-numa-node"
@@ -95,26 +97,12 @@ def cidr_problems(pod_cidr: str, service_cidr: str, node_addresses: dict[str, st
     return problems
 
 
-def cpu_list(text: str | None) -> list[int]:
-    """``0-3,8`` -> [0, 1, 2, 3, 8]; [] for None or a malformed list."""
-    cpus: list[int] = []
-    for part in (text or "").split(","):
-        low, sep, high = part.strip().partition("-")
-        if not (low.isascii() and low.isdigit()) or (sep and not (high.isascii() and high.isdigit())):
-            return []
-        cpus.extend(range(int(low), int(high if sep else low) + 1))
-    return sorted(set(cpus))
-
-
-def cpu_ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> ``0-2,5``."""
-    parts: list[str] = []
-    for cpu in sorted(set(cpus)):
-        if parts and cpu == parts[-1][1] + 1:
-            parts[-1][1] = cpu
-        else:
-            parts.append([cpu, cpu])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+def _cpus(text: str | None) -> list[int]:
+    """The CPUs of a CPU list; [] for None or a damaged list (a cut capture)."""
+    try:
+        return parse_cpu_list(text) if text else []
+    except ValueError:
+        return []
 
 
 def _numa_of_gpus(topology: dict) -> dict[int, int | None]:
@@ -133,10 +121,10 @@ def _numa_of_gpus(topology: dict) -> dict[int, int | None]:
 def _numa_cpus(topology: dict) -> dict[int, list[int]]:
     cpus: dict[int, set[int]] = {}
     for group in topology.get("numa_groups") or []:
-        cpus.setdefault(int(group["numa_node"]), set()).update(cpu_list(group.get("cpus")))
+        cpus.setdefault(int(group["numa_node"]), set()).update(_cpus(group.get("cpus")))
     for gpu in topology.get("gpus") or []:
         if gpu.get("numa_node") is not None:
-            cpus.setdefault(int(gpu["numa_node"]), set()).update(cpu_list(gpu.get("cpu_affinity")))
+            cpus.setdefault(int(gpu["numa_node"]), set()).update(_cpus(gpu.get("cpu_affinity")))
     return {node: sorted(found) for node, found in cpus.items() if found}
 
 
@@ -145,7 +133,7 @@ def nvlink_domains_label(domains: list[list[int]]) -> str:
 
     [[0..7]] -> ``0-7``; [[0, 1], [2, 3]] -> ``0-1_2-3``; [[0, 2]] -> ``0.2``; no GPUs -> ``none``.
     """
-    text = "_".join(cpu_ranges([int(gpu) for gpu in domain]).replace(",", ".") for domain in domains if domain)
+    text = "_".join(format_cpu_list([int(gpu) for gpu in domain]).replace(",", ".") for domain in domains if domain)
     if len(text) > LABEL_MAX:
         text = f"{len(domains)}-domains"
     return text or "none"
@@ -183,25 +171,25 @@ def kubelet_policy(
         spanning = [d for d in domains if len({numa.get(gpu) for gpu in d}) > 1]
         if unknown:
             policy = RESTRICTED
-            reason = f"training pool; the NUMA node of GPU {cpu_ranges(unknown)} is unknown: restricted"
+            reason = f"training pool; the NUMA node of GPU {format_cpu_list(unknown)} is unknown: restricted"
         elif spanning:
             policy = RESTRICTED
             spans = "; ".join(
-                f"GPUs {cpu_ranges(d)} on NUMA nodes {cpu_ranges([numa[g] for g in d])}" for d in spanning
+                f"GPUs {format_cpu_list(d)} on NUMA nodes {format_cpu_list([numa[g] for g in d])}" for d in spanning
             )
             reason = f"training pool; an NVLink domain spans NUMA nodes ({spans}): restricted"
         else:
             policy = SINGLE_NUMA
             reason = (
                 f"training pool; each NVLink domain sits in one NUMA node (GPU NUMA nodes "
-                f"{cpu_ranges(gpu_nodes)}): single-numa-node"
+                f"{format_cpu_list(gpu_nodes)}): single-numa-node"
             )
     numa_cpus = _numa_cpus(topology)
     if reserved_system_cpus:
         cpus, cpu_reason = reserved_system_cpus, "reservedSystemCPUs set in the inventory"
     elif numa_cpus:
         chosen = [cpu for node in sorted(numa_cpus) for cpu in numa_cpus[node][:reserved_cpus_per_numa]]
-        cpus = cpu_ranges(chosen)
+        cpus = format_cpu_list(chosen)
         cpu_reason = f"reservedSystemCPUs: the first {reserved_cpus_per_numa} CPUs of each GPU NUMA node"
     else:
         cpus, cpu_reason = FALLBACK_RESERVED_CPUS, "reservedSystemCPUs: CPU affinity unknown, reserving 0-1"

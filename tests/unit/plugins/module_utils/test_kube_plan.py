@@ -221,8 +221,3 @@ def test_cluster_problems_lists_everything_at_once():
         plan, kube_version="1.34.2", control_planes=["cp1"], pools={"gpu1": "inference"}, pod_cidr="10.244.0.0/16"
     )
     assert kube_plan.cluster_problems(good) == []
-
-
-@pytest.mark.parametrize(("text", "cpus"), [("0-3,8", [0, 1, 2, 3, 8]), ("", []), ("0-", []), (None, [])])
-def test_cpu_list(text, cpus):
-    assert kube_plan.cpu_list(text) == cpus
