@@ -55,6 +55,10 @@ setup: host venv images
 lint: venv
 	@scripts/run-tests.sh lint
 
+# Role pages: the block between the markers in docs/roles/<role>.md, from meta/argument_specs.yml.
+docs: venv
+	@$(VENV)/bin/python scripts/gen-role-docs
+
 unit: venv
 	@scripts/run-tests.sh unit
 

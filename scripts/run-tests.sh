@@ -45,6 +45,7 @@ lint() {
   check "yamllint (strict)" build/logs/yamllint.log yamllint --strict .
   check "ruff check" build/logs/ruff.log ruff check .
   check "ansible-lint (production profile)" build/logs/ansible-lint.log ansible-lint --profile production --offline
+  check "role pages match meta/argument_specs.yml (make docs)" build/logs/role-docs.log python scripts/gen-role-docs --check
   stage_end lint
 }
 
