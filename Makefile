@@ -22,6 +22,7 @@ help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
+	@echo "make docs      regenerate docs/roles/*.md from each role's meta/argument_specs.yml"
 	@echo "make lint | unit | collection | report-test | ops-test | gpu-test | bench | clean"
 
 host:

@@ -50,3 +50,8 @@ def test_markup_becomes_markdown():
     assert gen.markup("O(a=b), C(x|y), V(1), B(bold), I(it), M(gpuops.cluster.gpu_facts) <z>", "r", "main") == [
         "`a=b`, `x|y`, `1`, **bold**, *it*, `gpuops.cluster.gpu_facts` &lt;z&gt;"
     ]
+
+
+def test_committed_module_pages_are_what_the_generator_writes(capsys):
+    rc = gen.main(["--check", *gen.modules()])
+    assert rc == 0, capsys.readouterr().err
