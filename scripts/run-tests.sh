@@ -45,7 +45,10 @@ lint() {
   check "yamllint (strict)" build/logs/yamllint.log yamllint --strict .
   check "ruff check" build/logs/ruff.log ruff check .
   check "ansible-lint (production profile)" build/logs/ansible-lint.log ansible-lint --profile production --offline
-  check "role pages match meta/argument_specs.yml (make docs)" build/logs/role-docs.log python scripts/gen-role-docs --check
+  check "role and module pages match their sources (make docs)" build/logs/role-docs.log python scripts/gen-role-docs --check
+  check "relative links in README.md and docs/ resolve; every role and module has a page" build/logs/links.log \
+    python scripts/check-links
+  check "changelog fragments (antsibull-changelog lint)" build/logs/changelog.log antsibull-changelog lint
   stage_end lint
 }
 
