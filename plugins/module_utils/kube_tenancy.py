@@ -12,6 +12,9 @@
 * a RoleBinding of the team's group to the ClusterRole ``edit`` in that namespace only;
 * one PVC per member on the team's StorageClass.
 
+Object names carry the team (``<team>-quota``, ``<team>-default-deny-ingress``...), so every object has a
+cluster-wide unique kind and name (the render writes one file per kind and name).
+
 Refusals name the variable, the value and the fix; objects are only built when there are none.
 """
 
@@ -168,7 +171,7 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
     rbac = "rbac.authorization.k8s.io"
     objects: list[dict] = [
         namespace,
-        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta("team-quota", ns, name),
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(f"{name}-quota", ns, name),
          "spec": {"hard": {
              "requests.nvidia.com/gpu": str(team["gpu_quota"]),
              "requests.cpu": str(team["cpu_quota"]),
@@ -177,20 +180,20 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
              "persistentvolumeclaims": str(pvc_count),
              "requests.storage": str(team["storage_quota"]),
          }}},
-        {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta("team-defaults", ns, name),
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(f"{name}-defaults", ns, name),
          "spec": {"limits": [{
              "type": "Container",
              "default": {k: str(v) for k, v in sorted((config.get("limit_default") or {}).items())},
              "defaultRequest": {k: str(v) for k, v in sorted((config.get("limit_default_request") or {}).items())},
          }]}},
-        {**netpol, "metadata": _meta("default-deny-ingress", ns, name),
+        {**netpol, "metadata": _meta(f"{name}-default-deny-ingress", ns, name),
          "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
-        {**netpol, "metadata": _meta("allow-same-namespace", ns, name),
+        {**netpol, "metadata": _meta(f"{name}-allow-same-namespace", ns, name),
          "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]}},
-        {**netpol, "metadata": _meta("allow-monitoring", ns, name),
+        {**netpol, "metadata": _meta(f"{name}-allow-monitoring", ns, name),
          "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {
              "matchLabels": {"kubernetes.io/metadata.name": monitoring}}}]}]}},
-        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": _meta("team-edit", ns, name),
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": _meta(f"{name}-edit", ns, name),
          "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "edit"},
          "subjects": [{"apiGroup": rbac, "kind": "Group", "name": str(team.get("group") or name)}]},
     ]

@@ -66,9 +66,9 @@ def test_objects_per_team() -> None:
     assert limits["default"] == {"cpu": "4", "memory": "16Gi"}
     assert limits["defaultRequest"] == {"cpu": "500m", "memory": "2Gi"}
     policies = {p["metadata"]["name"]: p["spec"] for p in vision["NetworkPolicy"]}
-    assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
-    assert policies["allow-same-namespace"]["ingress"] == [{"from": [{"podSelector": {}}]}]
-    assert policies["allow-monitoring"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+    assert policies["vision-default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert policies["vision-allow-same-namespace"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    assert policies["vision-allow-monitoring"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"}
     binding = vision["RoleBinding"][0]
     assert binding["metadata"]["namespace"] == "team-vision"
@@ -82,6 +82,8 @@ def test_objects_per_team() -> None:
     assert nlp["RoleBinding"][0]["subjects"][0]["name"] == "nlp", "group defaults to the team name"
     assert "storageClassName" not in nlp["PersistentVolumeClaim"][0]["spec"], "no class: the cluster default"
     assert all(obj["metadata"].get("namespace") in (None, "team-vision", "nlp-lab") for obj in result["objects"])
+    keys = [(obj["kind"], obj["metadata"]["name"]) for obj in result["objects"]]
+    assert len(keys) == len(set(keys)), "kind and name must be unique across teams (one render file each)"
 
 
 def one_problem(**extra: object) -> str:

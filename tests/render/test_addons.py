@@ -1,0 +1,169 @@
+"""Part 2 (issue 9) in the render of inventories/cluster: GPU Operator, tenancy, local PVs, monitoring, training.
+
+Uses the session fixtures of conftest.py (render.yml runs once) and validator.problems (kubernetes-validate strict
+at the pinned version for core kinds, the CRD schema from ../shared/data for custom resources).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from conftest import REPO_ROOT, SHARED_DATA
+from validator import crd_schemas, problems
+
+if str(REPO_ROOT / "collections") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "collections"))
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_operator
+
+ADDONS = ("gpu_operator", "kube_tenancy", "local_pv", "kube_monitoring", "training_stack")
+POD_OWNERS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"}
+
+
+def addon_objects(rendered_objects: list[tuple[str, dict]], role: str | None = None) -> list[dict]:
+    return [obj for path, obj in rendered_objects
+            if path.split("/")[0] in ((role,) if role else ADDONS)]
+
+
+def pod_specs(obj: dict) -> list[dict]:
+    """Every pod template in an object (workloads and PyTorchJob replica specs)."""
+    if obj["kind"] in POD_OWNERS:
+        return [obj["spec"]["template"]["spec"]]
+    if obj["kind"] == "PyTorchJob":
+        return [spec["template"]["spec"] for spec in obj["spec"]["pytorchReplicaSpecs"].values()]
+    if obj["kind"] == "Pod":
+        return [obj["spec"]]
+    return []
+
+
+def test_every_addon_rendered(rendered_objects):
+    kinds = {(path.split("/")[0], obj["kind"]) for path, obj in rendered_objects}
+    for expected in [
+        ("gpu_operator", "ConfigMap"), ("gpu_operator", "Node"),
+        ("kube_tenancy", "ResourceQuota"), ("kube_tenancy", "LimitRange"), ("kube_tenancy", "NetworkPolicy"),
+        ("kube_tenancy", "RoleBinding"), ("kube_tenancy", "PersistentVolumeClaim"),
+        ("local_pv", "StorageClass"), ("local_pv", "DaemonSet"),
+        ("kube_monitoring", "PrometheusRule"), ("kube_monitoring", "ServiceMonitor"), ("kube_monitoring", "ConfigMap"),
+        ("training_stack", "PyTorchJob"), ("training_stack", "Deployment"), ("training_stack", "Secret"),
+    ]:
+        assert expected in kinds, f"{expected} not rendered"
+
+
+def test_addon_objects_valid(rendered_objects):
+    """Core kinds strictly at the pinned version; PrometheusRule, ServiceMonitor, PyTorchJob against their CRDs."""
+    found = {f"{o['kind']}/{o['metadata'].get('name')}": problems(o) for o in addon_objects(rendered_objects)}
+    assert {key: errors for key, errors in found.items() if errors} == {}
+    custom = {o["kind"] for o in addon_objects(rendered_objects)} & {"PrometheusRule", "ServiceMonitor", "PyTorchJob"}
+    assert custom == {"PrometheusRule", "ServiceMonitor", "PyTorchJob"}
+    assert {("monitoring.coreos.com/v1", "PrometheusRule"), ("kubeflow.org/v1", "PyTorchJob")} <= set(crd_schemas())
+
+
+def test_crd_validation_can_fail(rendered_objects):
+    job = next(o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "PyTorchJob")
+    broken = yaml.safe_load(yaml.safe_dump(job))
+    broken["spec"]["runPolicy"]["suspend"] = "yes"
+    assert problems(broken)
+
+
+def test_every_tenant_namespace_is_fenced(rendered_objects):
+    objects = addon_objects(rendered_objects, "kube_tenancy")
+    team = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/all/team.yml").read_text(encoding="utf-8"))
+    namespaces = {t.get("namespace") or f"team-{t['name']}" for t in team["gpuops_teams"]}
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"} == namespaces
+    for namespace in sorted(namespaces):
+        mine = [o for o in objects if o["metadata"].get("namespace") == namespace]
+        quotas = [o for o in mine if o["kind"] == "ResourceQuota"]
+        assert any("requests.nvidia.com/gpu" in q["spec"]["hard"] for q in quotas), f"{namespace}: no GPU quota"
+        assert any(o["kind"] == "LimitRange" for o in mine), f"{namespace}: no LimitRange"
+        deny = [o for o in mine if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"] == {}
+                and o["spec"].get("policyTypes") == ["Ingress"] and not o["spec"].get("ingress")]
+        assert deny, f"{namespace}: no default-deny ingress NetworkPolicy"
+        bindings = [o for o in mine if o["kind"] == "RoleBinding"]
+        assert all(b["roleRef"]["name"] == "edit" and b["roleRef"]["kind"] == "ClusterRole" for b in bindings)
+
+
+def test_no_pod_template_runs_privileged(rendered_objects):
+    """Security (issue 13): only the GPU Operator's own operands run privileged, and those come from its chart."""
+    privileged = []
+    for _, obj in rendered_objects:
+        for spec in pod_specs(obj):
+            for container in spec.get("initContainers", []) + spec.get("containers", []):
+                if (container.get("securityContext") or {}).get("privileged"):
+                    privileged.append(f"{obj['kind']}/{obj['metadata']['name']}/{container['name']}")
+    assert privileged == []
+
+
+def test_training_templates(rendered_objects):
+    jobs = [o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "PyTorchJob"]
+    assert jobs
+    for job in jobs:
+        assert job["spec"]["runPolicy"]["suspend"] is True
+        for spec in pod_specs(job):
+            container = spec["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["MLFLOW_TRACKING_URI"].startswith("http://mlflow.")
+            assert "NCCL_IB_HCA" in env or env.get("NCCL_IB_DISABLE") == "1" or "NCCL_IB_HCA not set" in (
+                job["metadata"]["annotations"]["gpuops.io/nccl-notes"])
+            assert spec["nodeSelector"]["gpuops.io/pool"]
+            assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec["volumes"][0]["emptyDir"][
+                "sizeLimit"]}} in spec["volumes"]
+    secret = next(o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "Secret")
+    assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
+
+
+def test_time_slicing_and_node_labels(rendered_objects):
+    objects = addon_objects(rendered_objects, "gpu_operator")
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    inference = yaml.safe_load(config["data"]["inference"])
+    addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
+    wanted = addons["gpu_operator_pools"]["inference"]["time_slicing_replicas"]
+    assert inference["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": wanted}]
+    nodes = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objects if o["kind"] == "Node"}
+    hosts = yaml.safe_load((REPO_ROOT / "inventories/cluster/hosts.yml").read_text(encoding="utf-8"))
+    gpu_nodes = hosts["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
+    assert nodes == {name: {"nvidia.com/device-plugin.config": h["gpuops_pool"]} for name, h in gpu_nodes.items()}
+
+
+def test_cluster_policy_from_rendered_values_validates(rendered):
+    """What the chart would create from our values (chart defaults merged with ours) validates against the CRD."""
+    chart = SHARED_DATA / "gpu-operator" / "values.yaml"
+    if not chart.exists():
+        pytest.skip(f"real third-party data not present: {chart}")
+    values = yaml.safe_load((rendered / "gpu_operator" / "helm-values-gpu-operator.yml").read_text(encoding="utf-8"))
+    chart_values = yaml.safe_load(chart.read_text(encoding="utf-8"))
+    assert gpu_operator.unknown_keys(values, chart_values) == []
+    policy = gpu_operator.cluster_policy(gpu_operator.merge(chart_values, values))
+    schema = crd_schemas()[("nvidia.com/v1", "ClusterPolicy")]
+    jsonschema.validate(policy, schema)
+    assert policy["spec"]["driver"]["enabled"] is False, "inventories/cluster: the host layer owns the driver"
+
+
+def test_rendered_rules_pass_the_promtool_tests(rendered, tmp_path):
+    """The PrometheusRule groups are the monitoring_assets rules: the same promtool tests pass on them."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (Debian package: prometheus)")
+    rules = [yaml.safe_load(p.read_text(encoding="utf-8"))
+             for p in sorted((rendered / "kube_monitoring").glob("prometheusrule-*.yaml"))]
+    assert rules
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [g for r in rules for g in r["spec"]["groups"]]}))
+    tests = yaml.safe_load((REPO_ROOT / "tests/promtool/gpu.rules.test.yml").read_text(encoding="utf-8"))
+    tests["rule_files"] = ["rules.yml"]
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboards_are_the_assets(rendered_objects):
+    assets = Path(REPO_ROOT / "roles/monitoring_assets/files/grafana/dashboards")
+    maps = [o for o in addon_objects(rendered_objects, "kube_monitoring")
+            if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    shipped = {name: text for o in maps for name, text in o["data"].items()}
+    # (the file lookup drops the final newline)
+    assert shipped == {p.name: p.read_text(encoding="utf-8").rstrip("\n") for p in sorted(assets.glob("*.json"))}
