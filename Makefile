@@ -90,8 +90,14 @@ demo: setup
 demo-clean: host
 	@scripts/demo.sh --destroy
 
-bench: venv
+# make bench [BENCH_SIZES=10,50] [BENCH_ROUNDS=3]: parser micro-benchmarks, preflight against ping and setup on
+# N container hosts, and site.yml's converge + idempotent re-run on the demo node. Ratios, never pass/fail.
+BENCH_SIZES ?= 10,50
+BENCH_ROUNDS ?= 3
+bench: venv images
 	@$(VENV)/bin/python bench/run.py
+	@$(VENV)/bin/python bench/fleet.py --sizes $(BENCH_SIZES) --rounds $(BENCH_ROUNDS)
+	@$(VENV)/bin/python bench/converge.py
 
 clean:
 	rm -rf build reports .cache .pytest_cache .ruff_cache

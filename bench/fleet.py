@@ -31,7 +31,7 @@ IMAGE = "gpuops/debian12-systemd"
 PREFIX = "gpuops-bench-"
 LABEL = "gpuops.bench=true"
 BOOT_BATCH = 10  # systemd containers booted at once (2 cores: 50 at once starve each other)
-BOOT_TIMEOUT = 180
+BOOT_TIMEOUT = 300
 PLAN_VARS = {  # the preflight scenario's plan: a team of 3, GPUs counted across the fleet (none here)
     "ansible_connection": "community.docker.docker",
     "ansible_python_interpreter": "/usr/bin/python3",
@@ -73,16 +73,19 @@ def start(name: str) -> None:
 
 
 def booted(name: str) -> str:
-    """systemd's state once booted; retried, since the bus is not up in the first instants."""
+    """systemd's state once booted (running/degraded), polled; after BOOT_TIMEOUT, the state and its queued jobs.
+
+    The bench needs only a running container with python, so a boot still "starting" then is reported, not fatal.
+    """
     deadline = time.monotonic() + BOOT_TIMEOUT
     state = ""
     while time.monotonic() < deadline:
-        run = sh("docker", "exec", name, "systemctl", "is-system-running", "--wait", timeout=BOOT_TIMEOUT)
-        state = run.stdout.strip()
+        state = sh("docker", "exec", name, "systemctl", "is-system-running").stdout.strip()
         if state in ("running", "degraded"):
-            break
-        time.sleep(1)
-    return state
+            return state
+        time.sleep(2)
+    jobs = sh("docker", "exec", name, "systemctl", "list-jobs", "--no-legend").stdout.strip().splitlines()
+    return f"{state or 'unknown'} after {BOOT_TIMEOUT} s (jobs: {'; '.join(jobs[:3]) or 'none'})"
 
 
 def fleet(size: int) -> tuple[list[str], float]:
@@ -99,9 +102,9 @@ def fleet(size: int) -> tuple[list[str], float]:
             start(name)
         with ThreadPoolExecutor(len(batch)) as pool:
             states = dict(zip(batch, pool.map(booted, batch)))
-        bad = {n: s for n, s in states.items() if s not in ("running", "degraded")}
-        if bad:
-            raise SystemExit(f"bench: systemd did not boot in {bad}")
+        late = {n: s for n, s in states.items() if s not in ("running", "degraded")}
+        if late:
+            print(f"  bench: systemd still booting (measured anyway): {late}")
     return wanted, time.perf_counter() - t0
 
 
@@ -180,6 +183,7 @@ def main() -> None:
     try:
         for size in sizes:
             results.append(measure(size, args.rounds, env))
+            record_fleet(results, {})  # kept even if a later size fails
     finally:
         if not args.keep:
             remove_all()
@@ -207,12 +211,14 @@ def main() -> None:
 def record_fleet(results: list[dict], marginal: dict) -> None:
     path = REPO / "bench" / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {}
+    data["cpu_count"] = os.cpu_count()
     data["fleet"] = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpu_count": os.cpu_count(),
         "command": "make bench (bench/fleet.py)",
         "sizes": results,
         "marginal_seconds_per_host": marginal,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"  written: {path.relative_to(REPO)}")
