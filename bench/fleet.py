@@ -57,15 +57,17 @@ def remove_all() -> None:
         sh("docker", "rm", "-f", *names)
 
 
-def start(name: str) -> None:
-    """A systemd node as playbooks/tasks/node_container.yml starts one."""
+def start(name: str, init: str) -> None:
+    """A node as playbooks/tasks/node_container.yml starts one (init=systemd), or the same image and
+    settings with ``sleep infinity`` as PID 1 (init=sleep): ping, setup and preflight need python, not systemd."""
+    command = ["/lib/systemd/systemd"] if init == "systemd" else ["sleep", "infinity"]
     argv = [
         "docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
         "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN",
         "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
         "--cgroupns", "host", "--stop-signal", "SIGRTMIN+3",
         "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp:exec",
-        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, "/lib/systemd/systemd",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, *command,
     ]  # fmt: skip
     run = sh(*argv)
     if run.returncode != 0:
@@ -88,7 +90,7 @@ def booted(name: str) -> str:
     return f"{state or 'unknown'} after {BOOT_TIMEOUT} s (jobs: {'; '.join(jobs[:3]) or 'none'})"
 
 
-def fleet(size: int) -> tuple[list[str], float]:
+def fleet(size: int, init: str) -> tuple[list[str], float]:
     """N booted nodes (reusing those already up); returns the names and the seconds spent starting."""
     t0 = time.perf_counter()
     wanted = [f"{PREFIX}{index:03d}" for index in range(size)]
@@ -99,7 +101,9 @@ def fleet(size: int) -> tuple[list[str], float]:
     for first in range(0, len(missing), BOOT_BATCH):
         batch = missing[first : first + BOOT_BATCH]
         for name in batch:
-            start(name)
+            start(name, init)
+        if init != "systemd":
+            continue
         with ThreadPoolExecutor(len(batch)) as pool:
             states = dict(zip(batch, pool.map(booted, batch)))
         late = {n: s for n, s in states.items() if s not in ("running", "degraded")}
@@ -149,8 +153,8 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
     return seconds
 
 
-def measure(size: int, rounds: int, env: dict[str, str]) -> dict:
-    names, startup = fleet(size)
+def measure(size: int, rounds: int, env: dict[str, str], init: str) -> dict:
+    names, startup = fleet(size, init)
     cmds = commands(inventory(names))
     times: dict[str, list[float]] = {name: [] for name in cmds}
     timed(cmds["ping"], env, WORK / "warmup.log")  # first contact (python bytecode on the nodes) is not timed
@@ -161,6 +165,7 @@ def measure(size: int, rounds: int, env: dict[str, str]) -> dict:
     med = {name: statistics.median(values) for name, values in times.items()}
     return {
         "hosts": size,
+        "init": init,
         "rounds": rounds,
         "start_seconds": round(startup, 1),
         "median_seconds": {k: round(v, 2) for k, v in med.items()},
@@ -175,14 +180,24 @@ def main() -> None:
     parser.add_argument("--sizes", default=os.environ.get("GPUOPS_BENCH_SIZES", "10,50"))
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3")))
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
+    parser.add_argument(
+        "--init",
+        choices=["sleep", "systemd"],
+        default=os.environ.get("GPUOPS_BENCH_INIT", "sleep"),
+        help="PID 1 of the targets; systemd needs ~4 inotify instances each (this host allows 128 per user, so "
+        "beyond ~20 systemd containers on a shared machine systemd hangs in 'initializing')",
+    )
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     env = environment()
-    print(f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs")
+    print(
+        f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
+        f"targets' PID 1: {args.init}"
+    )
     results = []
     try:
         for size in sizes:
-            results.append(measure(size, args.rounds, env))
+            results.append(measure(size, args.rounds, env, args.init))
             record_fleet(results, {})  # kept even if a later size fails
     finally:
         if not args.keep:
