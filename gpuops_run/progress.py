@@ -7,7 +7,7 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .summary import result_message
+from .summary import result_message, task_name
 
 
 def _tally(hosts: dict) -> str:
@@ -39,7 +39,7 @@ class _Base:
             self.task_started()
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             what = "UNREACHABLE" if kind.endswith("unreachable") else "FAILED"
-            self.say(f"  {what} {data.get('host')}: {data.get('task', self.task)}: {result_message(data.get('res'))}")
+            self.say(f"  {what} {data.get('host')}: {task_name(data, self.task)}: {result_message(data.get('res'))}")
         elif kind == "playbook_on_stats":
             self.finish()
         return True

@@ -61,6 +61,13 @@ def result_message(res: dict | None) -> str:
     return f"non-zero return code {rc}" if rc is not None else "failed (no message)"
 
 
+def task_name(data: dict, fallback: str = "") -> str:
+    """A task as the play's output names it: "<role> : <task>" for a role's task."""
+    task = data.get("task") or fallback
+    role = data.get("resolved_role") or data.get("role")
+    return f"{role} : {task}" if role else task
+
+
 class RunFold:
     """Folds runner events, one at a time, into per-play and per-host tallies."""
 
@@ -103,7 +110,7 @@ class RunFold:
         self._seq += 1
         host["last_seq"] = self._seq
         res = data.get("res") or {}
-        task = data.get("task") or self._tasks.get(data.get("task_uuid", ""), {}).get("name", "")
+        task = task_name(data, self._tasks.get(data.get("task_uuid", ""), {}).get("name", ""))
         outcome = kind[len("runner_on_") :]
         if outcome == "ok":
             host["ok"] += 1

@@ -160,7 +160,7 @@ case "$what" in
   # gpuops-run and validate.yml against the demo node: one container, under the demo's lock.
   ops) ops ;;
   molecule) molecule_scenarios "$@" ;;
-  all) lint; unit; collection; pytest_stage report tests/report; molecule_scenarios ;;
+  all) lint; unit; collection; pytest_stage report tests/report; ops; molecule_scenarios ;;
   *) echo "usage: $0 all|lint|unit|collection|report|ops|molecule [scenario...]" >&2; exit 2 ;;
 esac
 echo

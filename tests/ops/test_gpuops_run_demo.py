@@ -137,15 +137,19 @@ def test_installed_console_script_and_an_installed_collection(tmp_path):
     assert script.exists(), "make venv installs the console script"
     helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False, env=env())
     assert helped.returncode == 0
-    assert "exit codes: 0 ok, 2 a host failed, 3 hosts unreachable only, 4 usage or inventory error" in helped.stdout
+    assert "exit codes: 0 ok, 2 a host failed, 3 hosts unreachable only, 4 usage or inventory error" in " ".join(
+        helped.stdout.split())
     build = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path",
                             str(tmp_path), str(ROOT)], capture_output=True, text=True, check=False, env=env())
     assert build.returncode == 0, build.stderr
     collections = tmp_path / "collections"
-    install = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--offline", "-p",
-                              str(collections), *map(str, tmp_path.glob("gpuops-cluster-*.tar.gz"))],
-                             capture_output=True, text=True, check=False, env=env())
+    # A clean collections path: the checkout's own collections/ would answer "already installed".
+    install = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--offline", "--force",
+                              "-p", str(collections), *map(str, tmp_path.glob("gpuops-cluster-*.tar.gz"))],
+                             capture_output=True, text=True, check=False,
+                             env=env() | {"ANSIBLE_COLLECTIONS_PATH": str(collections)})
     assert install.returncode == 0, install.stderr
+    assert (collections / "ansible_collections" / "gpuops" / "cluster" / "playbooks" / "preflight.yml").is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "empty.cfg").write_text("")

@@ -131,3 +131,14 @@ def test_parse_list_tasks():
 def test_recap_line_reads_like_ansible():
     host = dict.fromkeys(S.COUNTS, 0) | {"ok": 3, "failed": 1}
     assert S.recap_line("h1", host) == "h1 : ok=3 changed=0 unreachable=0 failed=1 skipped=0 rescued=0 ignored=0"
+
+
+def test_a_role_task_is_named_as_the_play_prints_it():
+    events = [
+        {"event": "playbook_on_play_start", "event_data": {"play": "Preflight"}},
+        {"event": "playbook_on_task_start", "event_data": {"task": "Refuse", "task_uuid": "t1"}},
+        {"event": "runner_on_failed", "event_data": {"host": "n1", "task": "Refuse", "task_uuid": "t1",
+                                                     "role": "gpuops.cluster.preflight", "res": {"msg": "no"}}},
+    ]
+    [failed] = S.summarise(events, rc=2)["hosts"]["n1"]["failed_tasks"]
+    assert failed["task"] == "gpuops.cluster.preflight : Refuse"
