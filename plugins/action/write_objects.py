@@ -1,0 +1,75 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Action gpuops.cluster.write_objects: write rendered Kubernetes objects (one YAML file per kind and name) and
+extra text files into one controller directory, in-process (no module run per file).
+Documented in plugins/modules/write_objects.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.yaml.dumper import AnsibleDumper
+from ansible.plugins.action import ActionBase
+
+ARGUMENT_SPEC = {
+    "objects": {"type": "list", "elements": "dict", "default": []},
+    "files": {"type": "dict", "default": {}},
+    "dest": {"type": "path", "required": True},
+}
+
+
+def object_file_name(obj: dict) -> str:
+    """``<kind>-<name>.yaml`` (lower-case kind), the naming of playbooks/tasks/write_objects.yml."""
+    try:
+        return f"{str(obj['kind']).lower()}-{obj['metadata']['name']}.yaml"
+    except (KeyError, TypeError) as exc:
+        raise AnsibleActionFail(f"write_objects: an object without kind or metadata.name: {obj!r:.200}") from exc
+
+
+def planned_files(objects: list[dict], files: dict) -> dict[str, str]:
+    planned: dict[str, str] = {}
+    for obj in objects:
+        name = object_file_name(obj)
+        if name in planned:
+            raise AnsibleActionFail(f"write_objects: two objects would be written to {name}: give them distinct names")
+        planned[name] = yaml.dump(obj, Dumper=AnsibleDumper, indent=2, sort_keys=False, default_flow_style=False,
+                                  allow_unicode=True)
+    for name, text in files.items():
+        if "/" in name or name in planned or name.startswith("."):
+            raise AnsibleActionFail(f"write_objects: file name {name!r} is a path, hidden, or taken by an object")
+        planned[name] = str(text)
+    return planned
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        dest = Path(args["dest"])
+        planned = planned_files(args["objects"], args["files"])
+        written = []
+        for name, text in planned.items():
+            path = dest / name
+            try:
+                current = path.read_text(encoding="utf-8")
+            except OSError:
+                current = None
+            if current == text:
+                continue
+            written.append(str(path))
+            if not self._task.check_mode:
+                dest.mkdir(parents=True, exist_ok=True, mode=0o755)
+                tmp_path = path.with_name(f".{name}.tmp")
+                tmp_path.write_text(text, encoding="utf-8")
+                os.chmod(tmp_path, 0o644)
+                tmp_path.replace(path)
+        result.update(changed=bool(written), written=written, files=sorted(str(dest / n) for n in planned))
+        return result

@@ -1,0 +1,78 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: write_objects
+short_description: Write rendered Kubernetes objects for review, one YAML file per kind and name
+version_added: 0.2.0
+description:
+  - An action plugin that runs in-process on the controller, so writing a hundred objects costs one task, not a
+    hundred module runs.
+  - Each object of O(objects) is written to C(<dest>/<kind>-<name>.yaml) (lower-case kind), the naming of
+    C(playbooks/tasks/write_objects.yml); two objects with the same kind and name are refused.
+  - Each entry of O(files) is written as is to C(<dest>/<name>) (Helm values, for example).
+  - A file whose content is unchanged is not rewritten; files are replaced atomically, mode 0644.
+options:
+  objects:
+    description: Kubernetes objects, each with C(kind) and C(metadata.name).
+    type: list
+    elements: dict
+    default: []
+  files:
+    description: Extra files, name (no directory part) to text.
+    type: dict
+    default: {}
+  dest:
+    description: Controller directory; created when missing.
+    type: path
+    required: true
+attributes:
+  action:
+    support: full
+    description: Runs in the action plugin, on the controller.
+  check_mode:
+    support: full
+    description: Reports what would be written and writes nothing.
+  diff_mode:
+    support: none
+    description: The written files are the review copy; no diff is produced.
+  idempotent:
+    support: full
+    description: Unchanged files are not rewritten, and then the task reports no change.
+author:
+  - gpuops.cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Write the GPU Operator's objects and Helm values for review
+  gpuops.cluster.write_objects:
+    objects: "{{ __gpu_operator_objects }}"
+    files: "{{ __gpu_operator_files }}"
+    dest: "{{ render_dir }}/gpu_operator"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+written:
+  description: Files written (or, in check mode, that would be written) by this run.
+  returned: always
+  type: list
+  elements: str
+  sample: [/tmp/render/gpu_operator/configmap-gpuops-device-plugin-config.yaml]
+files:
+  description: Every file this task owns, written or already up to date.
+  returned: always
+  type: list
+  elements: str
+"""
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    message = "gpuops.cluster.write_objects is an action plugin: run it from a playbook"
+    print(json.dumps({"failed": True, "msg": message}))
+    sys.exit(1)
