@@ -3,8 +3,7 @@
 """Filters used by the kube_* roles and playbooks/render.yml:
 
 * ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
-* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
-* ``object | gpuops.cluster.mirror_workload(mirror)``: a workload's container images through a registry mirror.
+* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once.
 
 Thin: the logic lives in plugins/module_utils/kube_plan.py; documentation in the .yml files next to this one.
 """
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import images
 
 
 def kubelet_policy(
@@ -47,22 +45,6 @@ def kube_cluster_problems(plan: object) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
-def mirror_workload(obj: object, mirror: object = "") -> object:
-    if not isinstance(obj, dict) or not mirror:
-        return obj
-    spec = obj.get("spec") or {}
-    pod = (spec.get("template") or {}).get("spec") if obj.get("kind") != "Pod" else spec
-    if not isinstance(pod, dict):
-        return obj
-    try:
-        for key in ("initContainers", "containers"):
-            for container in pod.get(key) or []:
-                container["image"] = images.mirror_image(str(container["image"]), str(mirror))
-    except (KeyError, ValueError) as exc:
-        raise AnsibleFilterError(f"mirror_workload: {exc}") from exc
-    return obj
-
-
 class FilterModule:
     """gpuops.cluster Kubernetes filters."""
 
@@ -70,5 +52,4 @@ class FilterModule:
         return {
             "kubelet_policy": kubelet_policy,
             "kube_cluster_problems": kube_cluster_problems,
-            "mirror_workload": mirror_workload,
         }
