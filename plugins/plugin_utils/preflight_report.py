@@ -141,3 +141,9 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
     pages = [host_json(records[host]) for host in sorted(records)]
     _write(os.path.join(run_dir, "index.html"), render_fleet_report(pages, os.path.basename(run_dir)))
     return written
+
+
+# Sections other parts of the collection add (imported last: they may import from this module).
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_report import kubelet_section  # noqa: E402
+
+SECTIONS.append(kubelet_section)
