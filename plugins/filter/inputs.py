@@ -30,7 +30,8 @@ def _strip(options: dict[str, Any]) -> dict[str, Any]:
 def argument_spec_inputs(document: object, entry_point: str = "main") -> dict:
     """The options of ``entry_point`` in a role's meta/argument_specs.yml document, defaults removed."""
     if not isinstance(document, dict) or not isinstance(document.get("argument_specs"), dict):
-        raise AnsibleFilterError("argument_spec_inputs: expected the parsed meta/argument_specs.yml (argument_specs: ...)")
+        raise AnsibleFilterError("argument_spec_inputs: expected the parsed meta/argument_specs.yml "
+                                 "(argument_specs: ...)")
     entry = document["argument_specs"].get(entry_point)
     if not isinstance(entry, dict):
         raise AnsibleFilterError(f"argument_spec_inputs: no entry point {entry_point!r} in the argument spec")

@@ -184,6 +184,65 @@ def test_members_reach_mlflow_by_name_and_must_authenticate(host) -> None:
     assert sh(host, f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(probe)}").strip() == "401"
 
 
+WORKSPACE_PROBE = """
+import json, socket, sys, urllib.request, urllib.error
+out = {}
+for label, url, data in json.loads(sys.argv[1]):
+    try:
+        req = urllib.request.Request(url, data=data.encode() if data else None, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/json"})
+        out[label] = urllib.request.urlopen(req, timeout=5).status
+    except urllib.error.HTTPError as e:
+        out[label] = e.code
+    except (urllib.error.URLError, OSError) as e:
+        out[label] = "unreachable: " + type(getattr(e, "reason", e)).__name__
+print(json.dumps(out))
+"""
+
+
+def test_from_a_workspace_the_monitoring_admin_apis_are_unreachable_and_mlflow_is_not(host) -> None:
+    """A member cannot silence the team's alerts or delete metrics: by name, by container IP, or via the host."""
+    fmt = "'{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.Gateway}} {{end}}'"
+    ips = {s: sh(host, f"docker inspect -f {fmt} gpuops-{s}-1").split()[0] for s in ("prometheus", "alertmanager")}
+    gateway = sh(host, f"docker inspect -f {fmt} gpuops-ws-alice-1").split()[1]  # the node, seen from the workspace
+    silence = json.dumps({"matchers": [{"name": "alertname", "value": ".*", "isRegex": True}],
+                          "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2099-01-01T00:00:00Z",
+                          "createdBy": "mallory", "comment": "shh"})
+    probes = [
+        ("alertmanager silence by name", "http://alertmanager:9093/api/v2/silences", silence),
+        ("alertmanager silence by IP", f"http://{ips['alertmanager']}:9093/api/v2/silences", silence),
+        ("alertmanager via the host", f"http://{gateway}:9093/api/v2/silences", silence),
+        ("prometheus admin by name", "http://prometheus:9090/api/v1/admin/tsdb/snapshot", "{}"),
+        ("prometheus admin by IP", f"http://{ips['prometheus']}:9090/api/v1/admin/tsdb/snapshot", "{}"),
+        ("prometheus via the host", f"http://{gateway}:9090/api/v1/status/config", ""),
+        ("mlflow by name", "http://mlflow:5000/health", ""),
+    ]
+    out = json.loads(sh(host, f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(WORKSPACE_PROBE)} "
+                              f"{shlex.quote(json.dumps(probes))}"))
+    assert out.pop("mlflow by name") == OK, out
+    reached = {k: v for k, v in out.items() if not str(v).startswith("unreachable")}
+    assert not reached, f"a workspace reached the monitoring services: {reached}"
+    silences = get_json(host, "http://127.0.0.1:9093/api/v2/silences")
+    assert not [s for s in silences if s.get("createdBy") == "mallory"]
+
+
+def test_services_and_members_run_as_non_root(host) -> None:
+    for service in SERVICES - {"dcgm-exporter"}:
+        user = sh(host, f"docker inspect -f '{{{{.Config.User}}}}' gpuops-{service}-1").strip()
+        assert user, f"{service} has no user"
+        assert user.split(":")[0] not in ("0", "root"), f"{service} runs as {user!r}"
+        if service.startswith("ws-"):
+            assert sh(host, f"{COMPOSE} exec -T {service} id -u").strip() not in ("", "0"), service
+
+
+def test_the_docker_api_is_not_on_tcp(host) -> None:
+    listeners = sh(host, "ss -ltnpH")
+    assert "dockerd" not in listeners, f"dockerd listens on TCP: {listeners}"
+    daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    assert not [h for h in daemon.get("hosts", []) if not h.startswith("unix://")]
+    assert host.socket("unix:///var/run/docker.sock").is_listening
+
+
 def test_services_listen_on_loopback_only(host) -> None:
     listeners = [line.split()[3] for line in sh(host, "ss -ltnH").splitlines() if line.strip()]
     ports = {addr.rsplit(":", 1)[1] for addr in listeners}

@@ -198,3 +198,38 @@ def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
     assert 'the image of member alice is \\"team/alice:latest\\"' in result.stdout or \
         'member alice is "team/alice:latest"' in result.stdout, result.stdout[-3000:]
     assert not (tmp_path / "project").exists()
+
+
+def test_workspaces_share_a_network_with_mlflow_only(rendered: Path) -> None:
+    project = compose(rendered)
+    networks = {name: set(service["networks"]) for name, service in project["services"].items()}
+    assert set(project["networks"]) == {"monitoring", "workspaces"}
+    assert networks["ws-alice"] == networks["ws-bob"] == {"workspaces"}
+    assert networks["mlflow"] == {"monitoring", "workspaces"}
+    reachable = {name for name, nets in networks.items() if "workspaces" in nets and not name.startswith("ws-")}
+    assert reachable == {"mlflow"}, "a service without a login shares the members' network"
+
+
+def test_compose_file_holds_no_secret_in_clear(rendered: Path) -> None:
+    text = (rendered / "project" / "compose.yaml").read_text()
+    for secret in (rendered / "credentials").iterdir():
+        assert secret.read_text().strip() not in text, secret.name
+    services = compose(rendered)["services"]
+    assert services["mlflow"]["env_file"] == ["./secrets/mlflow.env"]
+    grafana = services["grafana"]["environment"]
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana_admin_password"
+    assert not [k for s in services.values() for k in (s.get("environment") or {})
+                if re.search(r"PASSWORD$|SECRET|TOKEN", k)]
+
+
+def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100_topology: dict) -> None:
+    result = run_playbook(tmp_path, {
+        "compose_stack_topology": h100_topology,
+        "compose_stack_members": MEMBERS,
+        "compose_stack_expose_publicly": True,
+        "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
+    })
+    assert result.returncode == 0, result.stdout[-3000:]
+    ports = {name: service.get("ports", []) for name, service in compose(tmp_path)["services"].items()}
+    assert ports["mlflow"] == ["0.0.0.0:5000:5000"]
+    assert all(p.startswith("127.0.0.1:") for name, ps in ports.items() if name != "mlflow" for p in ps)

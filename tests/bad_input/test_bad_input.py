@@ -1,0 +1,162 @@
+"""The bad-input matrix: every case is refused before any host changes, with a message that says why.
+
+One real host for all cases: a Debian 12 systemd container (no GPU), started once, reached over the
+docker connection. inventory/ is a valid baseline; each cases/<name>.yml overrides a few variables
+(``vars``, passed with -e) and lists fragments the refusal must contain (``expect``: the variable, the
+value found, what is allowed, the fix). Each case runs the plays site.yml runs before the host layer
+(until_host_layer.yml: boilerplate, preflight, the input checks) and must:
+
+* fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
+* print every expected fragment;
+* leave the host as it was: ``docker diff`` of the node, taken when the case ends, equals the one taken
+  before any case ran (paths under Ansible's own temp dir, /root/.ansible, aside).
+
+Cases run a few at a time (GPUOPS_BAD_INPUT_JOBS, default 6): a case waits mostly on the host, and a
+change made by any case shows in the diff taken when the next one ends. Needs docker and the
+gpuops/debian12-systemd image (make images); skipped, with the reason, without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CASES = sorted((HERE / "cases").glob("*.yml"))
+NODE = "gpuops-bad-input-node"
+IMAGE = os.environ.get("GPUOPS_BAD_INPUT_IMAGE", "gpuops/debian12-systemd")
+JOBS = int(os.environ.get("GPUOPS_BAD_INPUT_JOBS", "6"))
+ANSIBLE_TMP = "/root/.ansible"
+MIN_CASES = 30
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_FORCE_COLOR="false",
+        ANSIBLE_NOCOLOR="1",
+        NO_COLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+    )
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    return env
+
+
+def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=120)
+
+
+def _diff() -> list[str]:
+    """The node's filesystem changes against its image, without Ansible's temp dir."""
+    lines = _docker("diff", NODE).stdout.splitlines()
+    return sorted(line for line in lines if not line[2:].startswith(ANSIBLE_TMP) and line[2:] != "/root")
+
+
+def _play(extra: dict, report_dir: str) -> subprocess.CompletedProcess:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(extra, handle)
+    try:
+        return subprocess.run(
+            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(HERE / "inventory" / "hosts.yml"),
+             str(HERE / "until_host_layer.yml"), "-e", f"@{handle.name}", "-e", f"gpuops_report_dir={report_dir}"],
+            capture_output=True, text=True, env=_env(), cwd=REPO, timeout=600, check=False,
+        )
+    finally:
+        os.unlink(handle.name)
+
+
+@pytest.fixture(scope="module")
+def node():
+    if not shutil.which("docker") or _docker("info", check=False).returncode != 0:
+        pytest.skip("docker is not available here")
+    if _docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        pytest.skip(f"image {IMAGE} is missing (make images)")
+    _docker("rm", "-f", NODE, check=False)
+    # The settings of molecule/resources/tasks/node_container.yml (a systemd node without --privileged).
+    _docker("run", "-d", "--name", NODE, "--hostname", NODE, "--label", "gpuops.test-node=true",
+            "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined",
+            "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+            "--tmpfs", "/tmp:exec", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/docker",
+            "-v", "/var/lib/containerd", IMAGE, "/lib/systemd/systemd")
+    for _ in range(60):
+        state = _docker("exec", NODE, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"{NODE} did not finish booting (systemd state {state!r})")
+    time.sleep(2)  # boot-time writers (journald, timers) settle before the reference diff
+    yield NODE
+    _docker("rm", "-f", "-v", NODE, check=False)
+
+
+@pytest.fixture(scope="module")
+def matrix(node, tmp_path_factory, request):
+    """Run the baseline alone, then every selected case; return ({case: (result, diff_after)}, baseline, reference)."""
+    selected = {item.callspec.params["case"] for item in request.session.items
+                if hasattr(item, "callspec") and "case" in item.callspec.params}
+    reports = tmp_path_factory.mktemp("reports")
+    reference = _diff()
+    baseline = _play({}, str(reports / "baseline"))
+    baseline_diff = _diff()
+
+    def run(case: Path):
+        data = yaml.safe_load(case.read_text())
+        started = time.monotonic()
+        result = _play(data["vars"], str(reports / case.stem))
+        print(f"bad input {case.stem}: rc {result.returncode}, {time.monotonic() - started:.0f} s")
+        return case.stem, (result, _diff())
+
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        results = dict(pool.map(run, [c for c in CASES if c in selected]))
+    return results, (baseline, baseline_diff), reference
+
+
+def test_the_matrix_has_at_least_30_cases() -> None:
+    assert len(CASES) >= MIN_CASES, [c.stem for c in CASES]
+    for case in CASES:
+        data = yaml.safe_load(case.read_text())
+        assert set(data) == {"expect", "vars"}, case.name
+        assert data["expect"], case.name
+        assert data["vars"], case.name
+
+
+def test_site_runs_these_plays_before_the_host_layer() -> None:
+    site = [p["ansible.builtin.import_playbook"] for p in yaml.safe_load((REPO / "playbooks/site.yml").read_text())]
+    here = [Path(p["ansible.builtin.import_playbook"]).name
+            for p in yaml.safe_load((HERE / "until_host_layer.yml").read_text())]
+    assert site[: len(here)] == here
+    assert site[len(here)] == "host.yml"
+
+
+def test_the_baseline_passes_every_check_and_changes_nothing(matrix) -> None:
+    _, (baseline, diff), reference = matrix
+    assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
+    assert diff == reference
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_bad_input_is_refused_before_any_change(matrix, case: Path) -> None:
+    results, _, reference = matrix
+    result, diff = results[case.stem]
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"{case.stem} was accepted:\n{output[-3000:]}"
+    assert "unreachable=1" not in output, output[-3000:]
+    missing = [f for f in yaml.safe_load(case.read_text())["expect"] if f not in output]
+    errors = "\n".join(line for line in output.splitlines() if "ERROR" in line or "fatal:" in line or "msg" in line)
+    assert not missing, f"{case.stem}: missing {missing} in:\n{errors[-4000:]}"
+    changed = sorted(set(diff) ^ set(reference))
+    assert not changed, f"{case.stem}: the host changed: {changed}"
