@@ -106,6 +106,16 @@ ops() {
   exec {fd}>&-
 }
 
+# The bad-input matrix on its own container (gpuops-bad-input-node), under its lock.
+bad_input() {
+  local fd
+  exec {fd}>/tmp/gpuops-bad-input.lock
+  flock "$fd"
+  pytest_stage bad_input tests/bad_input
+  flock -u "$fd"
+  exec {fd}>&-
+}
+
 collection() {
   stage_start collection
   local tmp; tmp=$(mktemp -d)
@@ -159,9 +169,11 @@ case "$what" in
   report) pytest_stage report tests/report ;;
   # gpuops-run and validate.yml against the demo node: one container, under the demo's lock.
   ops) ops ;;
+  # The bad-input matrix: one container, every case refused before any change (tests/bad_input).
+  bad_input) bad_input ;;
   molecule) molecule_scenarios "$@" ;;
-  all) lint; unit; collection; pytest_stage report tests/report; ops; molecule_scenarios ;;
-  *) echo "usage: $0 all|lint|unit|collection|report|ops|molecule [scenario...]" >&2; exit 2 ;;
+  all) lint; unit; collection; pytest_stage report tests/report; ops; bad_input; molecule_scenarios ;;
+  *) echo "usage: $0 all|lint|unit|collection|report|ops|bad_input|molecule [scenario...]" >&2; exit 2 ;;
 esac
 echo
 echo "== total time $(( $(date +%s) - t0 )) s"

@@ -24,7 +24,8 @@ SKIP_PARTS = {"__pycache__", "build", ".venv", "collections", "bad_input"}
 TEXT_SUFFIXES = {".yml", ".yaml", ".j2", ".sh", ".py", ".md", ".cfg", ".toml", ".ini", ""}
 FILE_MODULES = {"copy", "template", "file", "get_url", "assemble"}
 NO_MODE_STATES = {"absent", "link", "hard"}
-SECRET = re.compile(r"\{\{[^}]*(password|passwd|secret|token|private_key)[^}]*\}\}", re.I)
+# A templated variable whose name ends in a secret word (kube_join_token_ttl is a duration, not a secret).
+SECRET = re.compile(r"\{\{[^}]*\w_(password|passwd|secret|secret_key|token|private_key)(?!\w)[^}]*\}\}", re.I)
 PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|;]*\|\s*(sudo\s+)?(env\s+\S+\s+)?(ba|z|da|k)?sh\b")
 LATEST = re.compile(r"[\w./-]+:latest\b")
 # The test-node images are built on this machine by scripts/build-images.sh and never pulled (pull: never);
@@ -116,7 +117,8 @@ def latest_tags(text: str) -> list[str]:
 
 # ---- the rules, applied to the repository ------------------------------------------------------------
 def test_no_certificate_checks_are_turned_off() -> None:
-    found = {str(p.relative_to(REPO)): insecure_lines(p.read_text()) for p in _files()}
+    rules = REPO / "docs" / "security.md"  # states the rule itself
+    found = {str(p.relative_to(REPO)): insecure_lines(p.read_text()) for p in _files() if p != rules}
     assert {k: v for k, v in found.items() if v} == {}
 
 
@@ -125,9 +127,17 @@ def test_no_download_is_piped_into_a_shell() -> None:
     assert {k: v for k, v in found.items() if v} == {}
 
 
+# Tasks that template a secret's name but print nothing secret, each with the reason.
+NO_LOG_NOT_NEEDED = {
+    "roles/kube_join/tasks/join.yml: Join | the token is used once - delete it on the first control plane":
+        "passes only the token id, the part before the dot, which is public; the secret half is never used",
+}
+
+
 def test_every_task_that_templates_a_secret_has_no_log() -> None:
     found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p in _task_files() for t in _load_tasks(p)
              if secret_without_no_log(t)]
+    found = [f for f in found if f not in NO_LOG_NOT_NEEDED]
     assert found == []
 
 
@@ -183,6 +193,8 @@ def test_the_rules_catch_bad_examples() -> None:
     assert not piped_downloads("curl -sf http://127.0.0.1:9090/-/ready | grep ok")
     assert secret_without_no_log({"name": "x", "ansible.builtin.copy": {"content": "{{ grafana_admin_password }}",
                                                                         "dest": "/x", "mode": "0600"}})
+    assert not secret_without_no_log({"name": "x", "ansible.builtin.fail": {"msg": "{{ kube_join_token_ttl }}"}})
+    assert not secret_without_no_log({"name": "x", "ansible.builtin.fail": {"msg": "{{ 'a join token' }}"}})
     assert not secret_without_no_log({"name": "x", "no_log": True,
                                       "ansible.builtin.copy": {"content": "{{ my_secret }}", "dest": "/x"}})
     assert file_task_without_mode({"name": "x", "ansible.builtin.template": {"src": "a.j2", "dest": "/a"}})
