@@ -34,7 +34,7 @@ OK, UNAUTHORIZED = 200, 401
 PRIVATE = 0o600
 SERVICE_UID = 10100  # compose_stack_service_uid
 
-sys.path.insert(0, str(PROJECT / "tests" / "unit"))
+sys.path.insert(0, str(PROJECT / "tests" / "unit" / "roles"))
 import test_monitoring_assets as assets  # noqa: E402  (shared metric-name extraction, one source)
 
 
