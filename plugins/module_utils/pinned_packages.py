@@ -219,7 +219,13 @@ def resolve(index, requested, follow="all", installed=None):
     for name, requested_version in sorted(requested.items()):
         want = str(requested_version)
         offers = offered_versions(index, name)
-        match = [v for v in offers if matches_request(v, want)]
+        # "" = no version of its own to pin (a companion with its own version stream): the installed one when
+        # offered, else the newest; pinned and held like the rest.
+        match = (
+            [v for v in offers if matches_request(v, want)]
+            if want
+            else sorted(offers, key=lambda v: v != installed.get(name))
+        )
         if not match:
             errors.append(
                 f"{name} {want} is not offered by this repository; it offers "
@@ -227,7 +233,7 @@ def resolve(index, requested, follow="all", installed=None):
             )
             continue
         resolved[name] = match[0]
-        reasons[name] = ["requested " + want]
+        reasons[name] = ["requested " + (want or "at any version (installed, else newest)")]
 
     queue = sorted(resolved)
     done = set()

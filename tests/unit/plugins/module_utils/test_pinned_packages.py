@@ -177,8 +177,8 @@ def _structure_index():
         )
 
     for kind, versions in (("packages", structure["driver_versions"]), ("toolkit", structure["toolkit_versions"])):
-        for version in versions:
-            for pkg in structure[kind]:
+        for pkg in structure[kind]:
+            for version in pkg.get("versions", versions):
                 stanzas.append(
                     {
                         "Package": fill(pkg["name"], version),
@@ -209,8 +209,14 @@ def test_nvidia_structure_metapackage_closure_is_one_version(flavour):
 def test_nvidia_structure_fabric_manager_one_patch_off_is_refused():
     structure, index = _structure_index()
     old, new = structure["driver_versions"]
-    out = pp.resolve(index, {"cuda-drivers-fabricmanager-570": old, "nvidia-fabricmanager-570": new})
-    assert any(e.startswith(f"nvidia-fabricmanager-570 is requested at {new}") for e in out["errors"]), out["errors"]
+    # Fabric Manager is offered at the old driver version and one patch behind the new one.
+    assert pp.resolve(index, {"cuda-drivers-fabricmanager-570": old})["errors"] == []
+    alone = pp.resolve(index, {"nvidia-fabricmanager-570": new})
+    assert alone["errors"] == [
+        f"nvidia-fabricmanager-570 {new} is not offered by this repository; it offers 570.195.02-1, {old}-1"
+    ]
+    meta = pp.resolve(index, {"cuda-drivers-fabricmanager-570": new})
+    assert any(e.startswith("nvidia-fabricmanager-570 cannot be pinned to a matching version") for e in meta["errors"])
 
 
 def test_toolkit_members_without_equal_dependency_take_the_requested_versions():
@@ -260,3 +266,10 @@ def test_not_a_key_is_refused():
 
 def test_fingerprint_normalisation():
     assert pp.normalize_fingerprint("9DC8 5822 9fc7:DD38") == "9DC858229FC7DD38"
+
+
+def test_empty_version_is_installed_else_newest(debian_index):
+    offers = pp.offered_versions(debian_index, "nvidia-smi")
+    assert pp.resolve(debian_index, {"nvidia-smi": ""})["requested"] == {"nvidia-smi": offers[0]}
+    kept = pp.resolve(debian_index, {"nvidia-smi": ""}, installed={"nvidia-smi": offers[-1]})
+    assert kept["requested"] == {"nvidia-smi": offers[-1]}
