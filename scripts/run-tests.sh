@@ -49,6 +49,7 @@ lint() {
   check "relative links in README.md and docs/ resolve; every role and module has a page" build/logs/links.log \
     python scripts/check-links
   check "changelog fragments (antsibull-changelog lint)" build/logs/changelog.log antsibull-changelog lint
+  check "ansible-test sanity (ignores: tests/sanity/ignore-2.19.txt)" build/logs/sanity.log scripts/sanity.sh
   stage_end lint
 }
 

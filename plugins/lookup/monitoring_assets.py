@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: monitoring_assets
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 version_added: "0.1.0"
 short_description: Locate the shared GPU monitoring assets (rules, dashboards, counters)
 description:

@@ -31,7 +31,7 @@ description:
   - Fails only on malformed input (a bare branch such as V(550), a package version, a CUDA release the table does
     not know), with a message saying what was found and what is expected.
 author:
-  - gpuops.cluster maintainers
+  - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.cluster.read_only
 options:

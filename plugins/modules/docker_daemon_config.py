@@ -25,7 +25,7 @@ description:
   - It does not restart dockerd; notify a handler on RV(ignore:changed), or restart in a block whose rescue puts
     RV(backup_file) back.
 author:
-  - gpuops.cluster maintainers
+  - gpuops.cluster maintainers (@gpuops)
 options:
   path:
     description: Daemon configuration file.
@@ -185,7 +185,7 @@ def build_module() -> AnsibleModule:
         argument_spec={
             "path": {"type": "path", "default": "/etc/docker/daemon.json"},
             "config": {"type": "dict", "required": True},
-            "remove_keys": {"type": "list", "elements": "str", "default": []},
+            "remove_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},  # names, not secrets
             "invalid": {"type": "str", "choices": ["fail", "replace"], "default": "fail"},
             "validate": {"type": "bool", "default": True},
             "dockerd": {"type": "str", "default": "dockerd"},

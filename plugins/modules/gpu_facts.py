@@ -21,7 +21,7 @@ description:
   - One call gathers everything, whatever the number of GPUs; it never runs a command per GPU.
   - With O(topology=true) it also reads the GPU topology (C(nvidia-smi topo -m)), so one call per host is enough.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.cluster.host_roots
   - gpuops.cluster.read_only
@@ -75,6 +75,15 @@ options:
     type: list
     elements: dict
     default: []
+    suboptions:
+      host:
+        description: Name or address of the server.
+        type: str
+        required: true
+      port:
+        description: TCP port to connect to.
+        type: int
+        required: true
   probe_timeout:
     description:
       - Seconds each TCP probe may wait for an answer (at most 30), so an unreachable server never hangs the run.

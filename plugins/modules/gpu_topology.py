@@ -27,7 +27,7 @@ description:
   - The module only reads; it never changes the host.
 version_added: 0.1.0
 author:
-  - gpuops maintainers
+  - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.cluster.read_only
 options:

@@ -22,7 +22,7 @@ description:
   - Problems are an answer (RV(ok=false)) unless O(fail_on_problems=true). Bad parameters and an unreadable mount
     table fail the task.
 author:
-  - gpuops.cluster maintainers
+  - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.cluster.host_roots
   - gpuops.cluster.read_only

@@ -22,7 +22,7 @@ description:
     C(= version) case), and when the set would downgrade an installed package and O(allow_downgrade) is false.
   - Pure logic lives in C(plugins/module_utils/pinned_packages.py).
 author:
-  - gpuops.cluster maintainers
+  - gpuops.cluster maintainers (@gpuops)
 options:
   key_file:
     description: Downloaded repository key (armored or binary OpenPGP).
@@ -69,8 +69,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would install, pin and hold without changing anything.
   diff_mode:
     support: none
+    description: No diff is shown.
 """
 
 EXAMPLES = r"""
@@ -125,7 +127,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "key_file": {"type": "path"},
-            "key_fingerprint": {"type": "str"},
+            "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret
             "dearmor_to": {"type": "path"},
             "lists_dir": {"type": "path"},
             "versions": {"type": "dict", "default": {}},

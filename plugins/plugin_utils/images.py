@@ -25,7 +25,7 @@ def split_reference(ref: str) -> dict:
     """``'quay.io/prometheus/prometheus:v2.53.3'`` -> registry, path, tag, digest (Docker's normalisation)."""
     if not isinstance(ref, str) or not ref or ref != ref.strip() or " " in ref:
         raise ValueError(f"{ref!r} is not an image reference such as 'quay.io/prometheus/prometheus:v2.53.3'")
-    rest, _, digest_text = ref.partition("@")
+    rest, _sep, digest_text = ref.partition("@")
     digest = digest_text if "@" in ref else None
     if digest is not None and not _DIGEST.match(digest):
         raise ValueError(f"{ref!r}: digest {digest!r} is not sha256:<64 hex>")
@@ -35,7 +35,7 @@ def split_reference(ref: str) -> dict:
         rest, tag = rest.rsplit(":", 1)
         if not _TAG.match(tag):
             raise ValueError(f"{ref!r}: tag {tag!r} is not a valid tag")
-    first, _, remainder = rest.partition("/")
+    first, _sep, remainder = rest.partition("/")
     if remainder and ("." in first or ":" in first or first == "localhost"):
         registry, path = first, remainder
     else:

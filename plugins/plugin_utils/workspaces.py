@@ -142,7 +142,7 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int) ->
             part, shared = _split(run, shares, len(pool_gpus[key]))
             if shared:
                 warnings.append(f"CPUs {format_cpu_list(run)} are fewer than the members using them "
-                                f"({', '.join(n for n, _ in shares)}); those members share CPUs")
+                                f"({', '.join(n for n, _share in shares)}); those members share CPUs")
             for name, chunk in part.items():
                 cpus[name].extend(chunk)
 

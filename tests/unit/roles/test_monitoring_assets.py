@@ -292,7 +292,7 @@ def test_inhibit_rules_name_real_alerts() -> None:
     inhibit = yaml.safe_load((ASSETS / "alertmanager" / "inhibit_rules.yml").read_text())
     for rule in inhibit:
         for matcher in rule["source_matchers"] + rule["target_matchers"]:
-            key, _, value = (part.strip() for part in matcher.partition("="))
+            key, _sep, value = (part.strip() for part in matcher.partition("="))
             if key == "alertname":
                 assert value in names, f"inhibit rule names unknown alert {value!r}"
 

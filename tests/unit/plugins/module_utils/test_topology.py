@@ -313,7 +313,7 @@ def test_parser_is_fast_on_the_captures():
     """Fleet hot path: the 13 captures 20 times over (about 0.2 s here) within a bound a busy CI box meets."""
     texts = [capture(name) for name in ALL_CAPTURES]
     start = time.perf_counter()
-    for _ in range(20):
+    for _round in range(20):
         for text in texts:
             parse_topology(text, 4)
     assert time.perf_counter() - start < SECONDS_FOR_CAPTURES
