@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,15 @@ import pytest
 BOOTSTRAP = Path(__file__).resolve().parents[3] / "scripts" / "bootstrap.sh"
 
 
-def run_bootstrap(env_path: str, *prefix: str) -> subprocess.CompletedProcess:
+def run_bootstrap(
+    env_path: str, *prefix: str, script: Path = BOOTSTRAP, cwd: str | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*prefix, "bash", str(BOOTSTRAP)],
+        [*prefix, "bash", str(script)],
         capture_output=True,
         text=True,
         env={"PATH": env_path, "HOME": "/nonexistent"},
+        cwd=cwd,
         timeout=60,
         check=False,
     )
@@ -25,7 +29,22 @@ def run_bootstrap(env_path: str, *prefix: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to drop to nobody")
 def test_not_root_is_one_line_with_the_fix():
-    run = run_bootstrap(os.environ["PATH"], "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    # nobody may not reach the checkout (a clone under root's 0700 home): run a readable copy of the script,
+    # from a directory nobody can enter, with a PATH of system directories only.
+    with tempfile.TemporaryDirectory(prefix="gpuops-bootstrap-") as tmp:
+        os.chmod(tmp, 0o755)
+        script = Path(tmp) / "bootstrap.sh"
+        shutil.copyfile(BOOTSTRAP, script)
+        script.chmod(0o644)
+        run = run_bootstrap(
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            script=script,
+            cwd=tmp,
+        )
     assert run.returncode == 1
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
