@@ -66,7 +66,7 @@ def parse_os_release(text: str) -> dict[str, str]:
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":  # noqa: PLR2004 -- a quoted pair
             value = value[1:-1]

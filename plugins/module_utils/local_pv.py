@@ -128,7 +128,7 @@ def device_name(mount: Mount, sys_root: str = "/sys") -> str:
         try:
             with open(uevent, encoding="utf-8") as handle:
                 for line in handle:
-                    key, _, value = line.strip().partition("=")
+                    key, _sep, value = line.strip().partition("=")
                     if key == "DEVNAME" and value:
                         return "/dev/" + value
         except OSError:

@@ -58,8 +58,8 @@ def _verrevcmp(a, b):
 
 def split_version(version):
     """'1:2.3-4' -> (1, '2.3', '4'); no revision -> ''."""
-    epoch, _, rest = version.rpartition(":") if ":" in version else ("0", "", version)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    epoch, _sep, rest = version.rpartition(":") if ":" in version else ("0", "", version)
+    upstream, _sep, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
     return int(epoch or 0), upstream, revision
 
 
@@ -103,7 +103,7 @@ def parse_stanzas(text):
         elif line[0] in " \t" and key:
             current[key] += "\n" + line.strip()
         elif ":" in line:
-            key, _, value = line.partition(":")
+            key, _sep, value = line.partition(":")
             current[key] = value.strip()
     if current:
         stanzas.append(current)
@@ -303,11 +303,11 @@ def _place(dep, index, resolved, rules, requested, installed, parent_version):
     nvidia-kernel-support--v1, which both driver versions provide), else the installed one, else the newest.
     Returns (error or None, changed)."""
     offers = offered_versions(index, dep)
-    fits = [v for v in offers if all(v in allowed for allowed, _ in rules)]
+    fits = [v for v in offers if all(v in allowed for allowed, _why in rules)]
     current = resolved.get(dep)
     if current is not None and current in fits:
         return None, False
-    explain = "; ".join(why for _, why in rules)
+    explain = "; ".join(why for _allowed, why in rules)
     if dep in requested:
         return (
             f"{dep} is requested at {requested[dep]} ({current or 'not offered'}) but {explain}: the set cannot be "

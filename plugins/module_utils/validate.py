@@ -139,7 +139,7 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
 
 
 def _json(value):
-    _, text = _out(value)
+    _rc, text = _out(value)
     try:
         return json.loads(text) if text.strip() else None
     except ValueError:

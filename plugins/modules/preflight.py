@@ -108,7 +108,7 @@ attributes:
     support: full
     description: Never changes the host.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 seealso:
   - module: gpuops.cluster.gpu_facts
   - module: gpuops.cluster.preflight_fleet
@@ -167,10 +167,3 @@ ansible_facts:
   returned: always
   type: dict
 """
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    print(json.dumps({"failed": True, "msg": "gpuops.cluster.preflight is an action plugin: run it from a playbook"}))
-    sys.exit(1)

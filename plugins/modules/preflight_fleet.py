@@ -54,7 +54,7 @@ attributes:
     support: full
     description: Never changes a host; each run writes a new report directory on the controller.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 seealso:
   - module: gpuops.cluster.preflight
 """
@@ -97,14 +97,3 @@ msg:
   returned: always
   type: str
 """
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    print(
-        json.dumps(
-            {"failed": True, "msg": "gpuops.cluster.preflight_fleet is an action plugin: run it from a playbook"}
-        )
-    )
-    sys.exit(1)

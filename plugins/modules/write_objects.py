@@ -43,7 +43,7 @@ attributes:
     support: full
     description: Unchanged files are not rewritten, and then the task reports no change.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 """
 
 EXAMPLES = r"""
@@ -68,11 +68,3 @@ files:
   type: list
   elements: str
 """
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    message = "gpuops.cluster.write_objects is an action plugin: run it from a playbook"
-    print(json.dumps({"failed": True, "msg": message}))
-    sys.exit(1)

@@ -27,7 +27,7 @@ def _columns(topology: dict) -> list[tuple[int | None, list[int]]]:
     """GPU columns grouped by NUMA node (in NUMA order), GPUs of unknown NUMA last."""
     gpus = sorted(g["index"] for g in topology.get("gpus", []) if isinstance(g.get("index"), int))
     groups = [(grp["numa_node"], sorted(grp["gpus"])) for grp in topology.get("numa_groups") or []]
-    placed = {i for _, members in groups for i in members}
+    placed = {i for _name, members in groups for i in members}
     rest = [i for i in gpus if i not in placed]
     return groups + ([(None, rest)] if rest else [])
 

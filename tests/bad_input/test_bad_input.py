@@ -144,14 +144,14 @@ def test_site_runs_these_plays_before_the_host_layer() -> None:
 
 
 def test_the_baseline_passes_every_check_and_changes_nothing(matrix) -> None:
-    _, (baseline, diff), reference = matrix
+    _results, (baseline, diff), reference = matrix
     assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
     assert diff == reference
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_input_is_refused_before_any_change(matrix, case: Path) -> None:
-    results, _, reference = matrix
+    results, _baseline, reference = matrix
     result, diff = results[case.stem]
     output = result.stdout + result.stderr
     assert result.returncode != 0, f"{case.stem} was accepted:\n{output[-3000:]}"

@@ -34,7 +34,8 @@ LOCAL_BUILDS = {"gpuops/debian12-systemd:latest", "gpuops/debian13-systemd:lates
 INSECURE = re.compile(r"validate_certs\s*[:=]\s*(false|no|False|0)\b")
 
 
-def _files(suffixes=TEXT_SUFFIXES) -> list[Path]:
+def _files(suffixes: set[str] | None = None) -> list[Path]:
+    suffixes = TEXT_SUFFIXES if suffixes is None else suffixes
     out = []
     for top in SOURCE_DIRS:
         for path in (REPO / top).rglob("*"):
