@@ -200,10 +200,10 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
         name = str(report.get("host", "?"))
         svg = topology_svg(report.get("topology"), f"{name}: GPU, NVLink, NUMA and NIC topology")
         html.append(f"<section class='host' id='host-{escape(name)}'><h2>{escape(name)}</h2>")
+        notes = "; ".join((report.get("gpu") or {}).get("notes") or []) or "no GPU topology was read"
         html.append(svg + "<div class='legend'>boxes: GPUs grouped by NUMA node; arcs: NVLink (thicker = more "
                     "links); dashed: nearest NICs</div>" if svg else
-                    "<p class='legend'>no topology: " + escape("; ".join((report.get("gpu") or {}).get("notes") or [])
-                                                              or "no GPU topology was read") + "</p>")
+                    "<p class='legend'>no topology: " + escape(notes) + "</p>")
         steps = report.get("validate") or []
         if steps:
             html.append("<table class='validate-steps'><thead><tr><th>Validate step</th><th>Result</th>"
