@@ -88,7 +88,8 @@ def test_entry_points_are_described(role: Path) -> None:
 
 
 def test_long_comment_blocks_found() -> None:
-    text = "---\n# one line is fine\nr_a: 1\n# two lines\n# are prose\nr_b: 2\n  # indented\n  # too\n# trailing\n# block\n"
+    text = ("---\n# one line is fine\nr_a: 1\n# two lines\n# are prose\nr_b: 2\n"
+            "  # indented\n  # too\n# trailing\n# block\n")
     assert long_comment_blocks(text) == [
         "line 4: a 2-line comment block above r_b",
         "line 7: a 4-line comment block not above a variable",
