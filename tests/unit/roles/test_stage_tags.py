@@ -2,17 +2,23 @@
 
 Running any stage's tag alone (for example --tags compose_stack_configure) must first run the input checks and
 compute what the later stages read from them. The Molecule scenarios run each tag alone for real
-(molecule/resources/stage_tags.py); this is the cheap static half.
+(molecule/resources/stage_tags.py, from each scenario's test_*_tags_alone.py); this is the cheap static half:
+the assert stage carries every stage tag, an include carries its tags to its tasks, and the role's page names
+every tag (what the scenarios run is what a user reads).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROLES = Path(__file__).resolve().parents[3] / "roles"
+REPO = Path(__file__).resolve().parents[3]
+ROLES = REPO / "roles"
+DOCS = REPO / "docs" / "roles"
 # Roles whose main.yml does not follow the assert-first layout yet, with the reason. Keep this short.
 EXCEPTIONS = {
     "preflight": "stages are gather -> evaluate -> report -> assert (refuse); being rewritten by issue #13 part A",
@@ -41,7 +47,22 @@ def assert_tag_problems(role: str, main: list) -> list[str]:
     assert_tags = set(asserts[0].get("tags") or [])
     stage_tags = {tag for t in imports for tag in (t.get("tags") or []) if tag.startswith(f"{role}_")}
     missing = sorted(stage_tags - assert_tags)
-    return [f"{role}: the assert stage does not run under {missing}"] if missing else []
+    problems = [f"{role}: the assert stage does not run under {missing}"] if missing else []
+    return problems + include_tag_problems(role, main)
+
+
+def include_tag_problems(role: str, main: list) -> list[str]:
+    """An include_tasks' own tags select the include, not its tasks: without apply, --tags <tag> runs none of them."""
+    problems = []
+    for task in main or []:
+        include = task.get("ansible.builtin.include_tasks", task.get("include_tasks"))
+        tags = [tag for tag in task.get("tags") or [] if tag.startswith(f"{role}_")]
+        if include is None or not tags:
+            continue
+        applied = set(((include.get("apply") or {}).get("tags") or []) if isinstance(include, dict) else [])
+        if not set(tags) <= applied:
+            problems.append(f"{role}: include_tasks {task.get('name')!r} is tagged {tags} without apply: tags: {tags}")
+    return problems
 
 
 ROLE_MAINS = sorted(p for p in ROLES.glob("*/tasks/main.yml") if not p.parts[-3].startswith("_"))
@@ -56,6 +77,31 @@ def test_assert_runs_under_every_stage_tag(main):
     assert assert_tag_problems(role, text) == []
 
 
+def all_stage_tags(role: str, main: list) -> list[str]:
+    return sorted({tag for t in main or [] for tag in (t.get("tags") or []) if tag.startswith(f"{role}_")})
+
+
+@pytest.mark.parametrize("main", ROLE_MAINS, ids=[p.parts[-3] for p in ROLE_MAINS])
+def test_the_role_page_names_every_stage_tag(main):
+    """docs/roles/<role>.md documents the tags (molecule/resources/stage_tags.py runs the documented ones)."""
+    role = main.parts[-3]
+    tags = all_stage_tags(role, yaml.load(main.read_text(), Loader=_Loader))
+    page = (DOCS / f"{role}.md").read_text()
+    assert [tag for tag in tags if f"`{tag}`" not in page] == [], f"docs/roles/{role}.md does not name these tags"
+
+
+def test_the_rule_catches_an_include_whose_tasks_lose_the_tag():
+    bare = {"name": "join", "ansible.builtin.include_tasks": "join.yml", "tags": ["r_configure"]}
+    applied = {
+        "name": "join",
+        "ansible.builtin.include_tasks": {"file": "join.yml", "apply": {"tags": ["r_configure"]}},
+        "tags": ["r_configure"],
+    }
+    assert include_tag_problems("r", [bare]) == [
+        "r: include_tasks 'join' is tagged ['r_configure'] without apply: tags: ['r_configure']"]
+    assert include_tag_problems("r", [applied]) == []
+
+
 def test_the_rule_catches_a_stage_tag_without_assert():
     main = [
         {"ansible.builtin.import_tasks": "assert.yml", "tags": ["r_assert", "r_install"]},
@@ -65,3 +111,42 @@ def test_the_rule_catches_a_stage_tag_without_assert():
     assert assert_tag_problems("r", main) == ["r: the assert stage does not run under ['r_configure']"]
     assert assert_tag_problems("r", main[1:]) == ["r: tasks/main.yml imports no assert.yml"]
     assert assert_tag_problems("r", [{"ansible.builtin.import_tasks": "objects.yml"}]) == []
+
+
+def _helper():
+    """molecule/resources/stage_tags.py, the runner every scenario's tags-alone test uses."""
+    path = REPO / "molecule" / "resources" / "stage_tags.py"
+    spec = importlib.util.spec_from_file_location("stage_tags_helper", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scenario_runner_reports_changed_failed_and_empty_tags(tmp_path):
+    """A real ansible-playbook run on localhost: what the scenarios' tags-alone tests would see."""
+    tasks = tmp_path / "roles" / "r" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(
+        "- name: A change\n  ansible.builtin.command: 'true'\n  tags: [r_changes]\n"
+        "- name: A failure\n  ansible.builtin.fail:\n    msg: refused\n  tags: [r_fails]\n"
+        "- name: Nothing\n  ansible.builtin.debug:\n    msg: fine\n  changed_when: false\n  tags: [r_clean]\n"
+    )
+    playbook = tmp_path / "play.yml"
+    playbook.write_text("- name: P\n  hosts: localhost\n  gather_facts: false\n  connection: local\n  roles: [r]\n")
+    helper = _helper()
+
+    def run(tag: str):
+        return helper.run_tag(playbook, tag, "r", "localhost,", ("-e", f"ansible_python_interpreter={sys.executable}"))
+
+    clean = run("r_clean")
+    assert clean.problems() == [], helper.report(clean)
+    changes = run("r_changes")
+    assert [p.split(":")[0] for p in changes.problems()] == ["changed on a converged host"], helper.report(changes)
+    fails = run("r_fails")
+    assert "rc 2" in fails.problems()
+    assert any(p.startswith("failed: localhost: r : A failure") and p.endswith("refused") for p in fails.problems()), (
+        fails.problems()
+    )
+    nothing = run("r_none")
+    assert "--tags r_none ran no task of the role (the tag selects nothing)" in nothing.problems()

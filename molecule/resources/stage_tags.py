@@ -1,0 +1,143 @@
+"""Run each documented stage tag of a role alone against a converged scenario (issue 11, one stage rule).
+
+Shared by the scenarios' testinfra files (molecule/<scenario>/tests/test_*_tags_alone.py). For every stage tag a
+role documents (its page docs/roles/<role>.md names the tags of its tasks/main.yml; the unit test
+tests/unit/roles/test_stage_tags.py keeps page and tasks in step), one ansible-playbook run of the scenario's
+converge playbook with ``--tags <tag>`` against the already converged hosts, through the scenario's inventory.
+The run must end with rc 0, no failed or unreachable host, no changed task (the host is converged: this
+also proves each tag idempotent on its own), and at least one task of the role itself run: a tag that selects
+nothing would pass every other check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
+ROLES = PROJECT / "roles"
+DOCS = PROJECT / "docs" / "roles"
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def stage_tags(role: str) -> list[str]:
+    """The role's stage tags, in the order its tasks/main.yml first names them (role-prefixed tags only)."""
+    main = yaml.load((ROLES / role / "tasks" / "main.yml").read_text(), Loader=_Loader) or []
+    tags: list[str] = []
+    for task in main:
+        for tag in task.get("tags") or []:
+            if tag.startswith(f"{role}_") and tag not in tags:
+                tags.append(tag)
+    return tags
+
+
+def documented_tags(role: str) -> list[str]:
+    """The stage tags the role's page names (in tasks/main.yml order); what a user may run alone."""
+    page = (DOCS / f"{role}.md").read_text()
+    named = set(re.findall(r"`([a-z0-9_]+)`", page))
+    return [tag for tag in stage_tags(role) if tag in named]
+
+
+@dataclass
+class TagRun:
+    """One ansible-playbook run, as the json callback reported it."""
+
+    tag: str
+    rc: int
+    seconds: float
+    stats: dict = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    role_tasks: int = 0
+    tail: str = ""
+    document: dict = field(default_factory=dict, repr=False)
+
+    def results(self, task_name: str) -> list[dict]:
+        """Every host's result of the tasks whose name contains ``task_name``."""
+        return [result for play in self.document.get("plays", []) for task in play.get("tasks", [])
+                if task_name in task.get("task", {}).get("name", "") for result in task.get("hosts", {}).values()]
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.rc != 0:
+            found.append(f"rc {self.rc}")
+        for host, stat in self.stats.items():
+            if stat.get("failures") or stat.get("unreachable"):
+                found.append(f"{host}: {stat.get('failures', 0)} failed, {stat.get('unreachable', 0)} unreachable")
+        if not self.stats:
+            found.append("no play recap (the run did not reach any host)")
+        found += [f"failed: {task}" for task in self.failed]
+        found += [f"changed on a converged host: {task}" for task in self.changed]
+        if self.role_tasks == 0:
+            found.append(f"--tags {self.tag} ran no task of the role (the tag selects nothing)")
+        return found
+
+
+def _json_document(stdout: str) -> dict:
+    """The json callback's document (other callbacks, e.g. the timer, may print around it)."""
+    start = stdout.find("{")
+    if start < 0:
+        return {}
+    try:
+        document, _end = json.JSONDecoder().raw_decode(stdout[start:])
+    except ValueError:
+        return {}
+    return document
+
+
+def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, extra: tuple[str, ...] = (),
+            timeout: int = 900) -> TagRun:
+    """Run ``playbook`` with ``--tags tag`` through the scenario's inventory; parse the json callback's result."""
+    inventory = inventory or os.environ.get("MOLECULE_INVENTORY_FILE")
+    assert inventory, "MOLECULE_INVENTORY_FILE is not set: run these tests through `molecule verify`"
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.timer",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+    )
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", inventory, str(playbook), "--tags", tag, *extra],
+        capture_output=True, text=True, env=env, timeout=timeout, check=False,
+    )
+    run = TagRun(tag=tag, rc=proc.returncode, seconds=time.monotonic() - started,
+                 tail=f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    document = _json_document(proc.stdout)
+    run.document = document
+    run.stats = document.get("stats", {})
+    role_dir = f"/roles/{role}/"
+    for play in document.get("plays", []):
+        for task in play.get("tasks", []):
+            name = task.get("task", {}).get("name", "?")
+            path = task.get("task", {}).get("path", "")
+            for host, result in task.get("hosts", {}).items():
+                label = f"{host}: {name} ({path})"
+                if result.get("failed") and not result.get("ignore_errors", False):
+                    run.failed.append(f"{label}: {str(result.get('msg', ''))[:500]}")
+                if result.get("changed"):
+                    run.changed.append(label)
+                if role_dir in path and not result.get("skipped"):
+                    run.role_tasks += 1
+    return run
+
+
+def report(run: TagRun) -> str:
+    """A failure message: what went wrong, then the run's output tail."""
+    return f"--tags {run.tag} alone ({run.seconds:.0f} s): " + "; ".join(run.problems()) + f"\n{run.tail}"
