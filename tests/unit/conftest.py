@@ -1,8 +1,10 @@
 """Shared pytest set-up: import the collection in place, and locate ../shared/data.
 
 Tests mirror the collection: tests/unit/plugins/{modules,module_utils,filter,plugin_utils}/test_<name>.py
-for plugins/<kind>/<name>.py, tests/unit/roles/ for role-level tests, tests/unit/scripts/ for scripts/.
-Shared stand-ins (fake_pynvml.py, topology_expected.py) stay here, importable by name from any of them.
+for plugins/<kind>/<name>.py (a module's main() in modules/, its logic in module_utils/; the folders are packages,
+so both may be named test_<name>.py), tests/unit/roles/ for role-level tests, tests/unit/scripts/ for scripts/.
+Shared stand-ins and helpers (fake_pynvml.py, topology_expected.py, local_pv_tree.py, module_helpers.py) stay
+here, importable by name from any of them.
 """
 
 from __future__ import annotations

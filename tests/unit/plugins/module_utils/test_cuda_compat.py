@@ -8,11 +8,9 @@ nvidia-smi cases read the driver and "CUDA Version" that real `nvidia-smi -q` ca
 from __future__ import annotations
 
 import csv
-import json
 import re
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import (
     CUDA_RELEASES,
     MINOR_VERSION_FLOORS,
@@ -24,7 +22,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_cuda_version,
     parse_driver_version,
 )
-from ansible_collections.gpuops.cluster.plugins.modules import cuda_compat as module
 from conftest import SHARED_DATA, shared_path
 
 CSV_PATH = SHARED_DATA / "cuda" / "cuda_driver_table.csv"
@@ -385,35 +382,3 @@ def test_compare_versions_is_numeric_and_pads():
     assert compare_versions("570.26", "570.124.06") == -1
     assert compare_versions("570.26", "570.26.0") == 0
     assert compare_versions("580", "579.99.99") == 1
-
-
-# --- the module ---------------------------------------------------------------------------------------------------
-
-
-def _run_module(args: dict, capsys) -> tuple[int, dict]:
-    with patch_module_args(args), pytest.raises(SystemExit) as exited:
-        module.main()
-    return exited.value.code, json.loads(capsys.readouterr().out)
-
-
-def test_module_reports_without_changing(capsys):
-    code, result = _run_module(
-        {"driver_version": "535.104.05", "cuda_version": "12.4", "_ansible_check_mode": True}, capsys
-    )
-    assert code == 0
-    assert (result["changed"], result["compatible"], result["mode"]) == (False, True, "minor_version")
-    assert result["fabric_manager_match"] is None
-
-
-def test_module_incompatible_is_an_answer_not_a_failure(capsys):
-    code, result = _run_module({"driver_version": "470.82.01", "cuda_version": "12.0"}, capsys)
-    assert code == 0
-    assert (result["compatible"], result["mode"]) == (False, "incompatible")
-    assert "failed" not in result
-
-
-def test_module_fails_on_a_bare_branch(capsys):
-    code, result = _run_module({"driver_version": "550", "cuda_version": "12.4"}, capsys)
-    assert code == 1
-    assert result["failed"] is True
-    assert result["msg"].startswith("driver_version '550' is a branch, not a version")

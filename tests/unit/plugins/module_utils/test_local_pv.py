@@ -1,17 +1,16 @@
-"""local_pv: one suitable filesystem per entry of the local-volume discovery directory.
+"""local_pv: one suitable filesystem per entry of the local-volume discovery directory (the module: ../modules).
 
-Each test builds a fixture tree in tmp_path: a discovery directory, a proc/self/mountinfo written in the
-kernel's format (proc(5)), an optional sys/dev/block/<major:minor>/uevent, and a fake statvfs.
+Each test builds a fixture tree in tmp_path (tests/unit/local_pv_tree.py): a discovery directory, a
+proc/self/mountinfo written in the kernel's format (proc(5)), an optional sys/dev/block/<major:minor>/uevent,
+and a fake statvfs.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import (
     GIB,
     check_local_volumes,
@@ -19,68 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import (
     parse_proc_mounts,
     unescape,
 )
-from ansible_collections.gpuops.cluster.plugins.modules import local_pv as module
-
-ROOT = "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw,errors=remount-ro"
-PROC = "23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw"
-XFS_SUPER = "rw,attr2,inode64,logbufs=8,logbsize=32k,noquota"
-
-
-class Tree:
-    """A discovery directory plus the proc and sys trees and statvfs answers that describe it."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp = tmp_path
-        self.disks = tmp_path / "mnt" / "disks"
-        self.disks.mkdir(parents=True)
-        self.disks = self.disks.resolve()
-        self.lines = [ROOT, PROC]
-        self.sizes: dict[str, tuple[int, int]] = {}
-        self.next_id = 100
-
-    def volume(self, name: str) -> str:
-        path = self.disks / name
-        path.mkdir(parents=True, exist_ok=True)
-        return str(path)
-
-    def mount(
-        self,
-        mount_point: str,
-        devno: str,
-        fstype: str,
-        source: str,
-        *,
-        options: str = "rw,noatime",
-        super_options: str = XFS_SUPER,
-        root: str = "/",
-        gib: tuple[int, int] = (1800, 1700),
-    ) -> None:
-        """Add a mountinfo line; ``gib`` = (size, free) that statvfs reports for it."""
-        escaped = mount_point.replace(" ", "\\040")
-        self.lines.append(
-            f"{self.next_id} 22 {devno} {root} {escaped} {options} shared:{self.next_id} - {fstype} {source} "
-            f"{super_options}"
-        )
-        self.next_id += 1
-        self.sizes[mount_point] = gib
-
-    def uevent(self, devno: str, name: str) -> None:
-        folder = self.tmp / "sys" / "dev" / "block" / devno
-        folder.mkdir(parents=True)
-        major, minor = devno.split(":")
-        folder.joinpath("uevent").write_text(f"MAJOR={major}\nMINOR={minor}\nDEVNAME={name}\nDEVTYPE=disk\n")
-
-    def statvfs(self, path: str) -> SimpleNamespace:
-        size, free = self.sizes[path]
-        return SimpleNamespace(f_frsize=4096, f_bsize=4096, f_blocks=size * GIB // 4096, f_bavail=free * GIB // 4096)
-
-    def check(self, **kwargs) -> dict:
-        proc = self.tmp / "proc" / "self"
-        proc.mkdir(parents=True, exist_ok=True)
-        proc.joinpath("mountinfo").write_text("\n".join(self.lines) + "\n")
-        kwargs.setdefault("path", str(self.disks))
-        kwargs.setdefault("statvfs", self.statvfs)
-        return check_local_volumes(proc_root=str(self.tmp / "proc"), sys_root=str(self.tmp / "sys"), **kwargs)
+from local_pv_tree import XFS_SUPER, Tree
 
 
 @pytest.fixture
@@ -374,41 +312,3 @@ def test_proc_mounts_fallback(tmp_path):
 def test_no_mount_table_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"neither .*/self/mountinfo nor .*/mounts exists"):
         check_local_volumes(str(tmp_path), proc_root=str(tmp_path / "proc"))
-
-
-# --- the module ---------------------------------------------------------------------------------------------------
-
-
-def _run_module(args: dict, capsys) -> tuple[int, dict]:
-    with patch_module_args(args), pytest.raises(SystemExit) as exited:
-        module.main()
-    return exited.value.code, json.loads(capsys.readouterr().out)
-
-
-def test_module_reports_problems_without_failing(tree, capsys):
-    tree.volume("vol1")  # a plain directory
-    tree.check()  # writes proc/self/mountinfo
-    args = {"path": str(tree.disks), "_proc_root": str(tree.tmp / "proc"), "_sysfs_root": str(tree.tmp / "sys")}
-    code, result = _run_module({**args, "_ansible_check_mode": True}, capsys)
-    assert (code, result["changed"], result["ok"]) == (0, False, False)
-    assert result["volumes"][0]["problems"][0].startswith("not a mount point")
-    code, result = _run_module({**args, "fail_on_problems": True}, capsys)
-    assert (code, result["failed"]) == (1, True)
-    assert result["msg"].startswith(f"0 of 1 local volume(s) under {tree.disks} are usable; problems: ")
-
-
-def test_module_ok_with_real_statvfs(tree, capsys):
-    vol = tree.volume("vol1")
-    tree.mount(vol, "259:5", "xfs", "/dev/nvme1n1")
-    tree.check()
-    code, result = _run_module(
-        {"path": str(tree.disks), "min_free_gib": 0, "_proc_root": str(tree.tmp / "proc")}, capsys
-    )
-    assert (code, result["ok"], result["volumes"][0]["fstype"]) == (0, True, "xfs")
-    assert result["volumes"][0]["size"] > 0  # measured on tmp_path's real filesystem
-
-
-def test_module_fails_on_bad_parameters(capsys):
-    code, result = _run_module({"min_free_gib": -1}, capsys)
-    assert (code, result["failed"]) == (1, True)
-    assert result["msg"] == "min_free_gib is -1; expected 0 or more GiB"

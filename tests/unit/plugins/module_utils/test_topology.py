@@ -1,4 +1,4 @@
-"""gpu_topology: the `nvidia-smi topo -m` parser on real captures, placements, bad input, and the module."""
+"""topology: the `nvidia-smi topo -m` parser on real captures, placements and bad input (the module: ../modules)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import time
 from itertools import combinations
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
     LINK_ORDER,
     is_cpu_list,
@@ -16,8 +14,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
     nvlink_count,
     parse_topology,
 )
-from ansible_collections.gpuops.cluster.plugins.modules import gpu_topology
 from conftest import shared_path
+from module_helpers import assert_warnings
 from topology_expected import CAPTURES, MP_MAYBE
 
 TOPO = ("nvidia-smi", "topo")
@@ -28,16 +26,6 @@ SECONDS_FOR_HUGE_INPUT = 10.0
 
 def capture(name: str) -> str:
     return shared_path(*TOPO, f"{name}.txt").read_text(encoding="utf-8")
-
-
-def assert_warnings(warnings: list[str], expected: list[str]) -> None:
-    """Each expected substring is in its own warning, and there is no other warning."""
-    unmatched = list(warnings)
-    for text in expected:
-        found = next((warning for warning in unmatched if text in warning), None)
-        assert found is not None, f"no warning contains {text!r}; warnings: {warnings}"
-        unmatched.remove(found)
-    assert not unmatched, f"unexpected warnings: {unmatched}"
 
 
 # ----------------------------------------------------------------------------------------- real captures
@@ -328,103 +316,3 @@ def test_parser_is_fast_on_huge_damaged_input():
     result = parse_topology(header + rows + junk, 2)
     assert time.perf_counter() - start < SECONDS_FOR_HUGE_INPUT
     assert any("only the first 512 are read" in warning for warning in result["warnings"])
-
-
-# ------------------------------------------------------------------------------------------------ module
-
-
-class _Exit(Exception):
-    def __init__(self, result: dict, failed: bool):
-        super().__init__(result)
-        self.result = result
-        self.failed = failed
-
-
-def run_module(monkeypatch, args: dict, *, bin_path: str | None = "/usr/bin/nvidia-smi", command=None) -> _Exit:
-    """Run gpu_topology.main() with fake get_bin_path/run_command; return what it exited with."""
-    calls: list[tuple] = []
-
-    def fake_run_command(self, argv, **kwargs):
-        calls.append((argv, kwargs))
-        return command if command is not None else (127, "", "not expected to run")
-
-    def exit_json(self, **result):
-        raise _Exit(result, failed=False)
-
-    def fail_json(self, **result):
-        raise _Exit(result, failed=True)
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: bin_path)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    with patch_module_args(args), pytest.raises(_Exit) as caught:
-        gpu_topology.main()
-    caught.value.calls = calls
-    return caught.value
-
-
-def expected_module_result(text: str, per_job: int | None) -> dict:
-    facts = parse_topology(text, per_job)
-    facts["topology_warnings"] = facts.pop("warnings")
-    return {"changed": False, **facts}
-
-
-@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
-def test_module_reads_given_matrix(monkeypatch, check_mode):
-    text = capture("dgx-a100_8gpu_10nic_nps4-numa_dgx05")
-    outcome = run_module(monkeypatch, {"matrix": text, "gpus_per_job": 2, "_ansible_check_mode": check_mode})
-    assert not outcome.failed
-    assert outcome.result == expected_module_result(text, 2)
-    assert outcome.result["placements"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert outcome.calls == []
-
-
-@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
-def test_module_runs_nvidia_smi(monkeypatch, check_mode):
-    text = capture("h100x8_9nic_RAW-TABS_TRUNCATED_nccl1453")
-    outcome = run_module(monkeypatch, {"_ansible_check_mode": check_mode}, command=(0, text, ""))
-    assert not outcome.failed
-    assert outcome.result == expected_module_result(text, None)
-    assert outcome.result["topology_warnings"]  # this capture is truncated
-    [(argv, kwargs)] = outcome.calls
-    assert argv == ["/usr/bin/nvidia-smi", "topo", "-m"]
-    assert kwargs["environ_update"] == {"LC_ALL": "C"}
-
-
-def test_module_without_nvidia_smi_reports_no_gpus(monkeypatch):
-    outcome = run_module(monkeypatch, {}, bin_path=None)
-    assert not outcome.failed
-    assert outcome.result["gpus"] == []
-    assert outcome.result["nvlink_all_to_all"] is False
-    assert_warnings(outcome.result["topology_warnings"], ["nvidia-smi is not on the PATH"])
-    assert outcome.calls == []
-
-
-def test_module_fails_when_nvidia_smi_fails(monkeypatch):
-    output = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
-    outcome = run_module(monkeypatch, {}, command=(9, output, ""))
-    assert outcome.failed
-    assert "rc=9" in outcome.result["msg"]
-    assert output in outcome.result["msg"]
-
-
-def test_module_fails_on_text_without_matrix(monkeypatch):
-    outcome = run_module(monkeypatch, {"matrix": "No devices were found"})
-    assert outcome.failed
-    assert "no `nvidia-smi topo -m` matrix found" in outcome.result["msg"]
-    assert "Raw text: No devices were found" in outcome.result["msg"]
-
-
-def test_module_empty_matrix_is_a_warning(monkeypatch):
-    outcome = run_module(monkeypatch, {"matrix": ""})
-    assert not outcome.failed
-    assert outcome.result["gpus"] == []
-    assert_warnings(outcome.result["topology_warnings"], ["empty input"])
-
-
-@pytest.mark.parametrize("per_job", [0, -2])
-def test_module_rejects_gpus_per_job_below_one(monkeypatch, per_job):
-    outcome = run_module(monkeypatch, {"matrix": "x", "gpus_per_job": per_job})
-    assert outcome.failed
-    assert f"gpus_per_job is {per_job}" in outcome.result["msg"]

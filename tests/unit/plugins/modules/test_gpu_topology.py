@@ -1,0 +1,112 @@
+"""gpu_topology module: main() with a given matrix or a faked nvidia-smi, check mode, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.modules import gpu_topology
+from conftest import shared_path
+from module_helpers import assert_warnings
+
+
+def capture(name: str) -> str:
+    return shared_path("nvidia-smi", "topo", f"{name}.txt").read_text(encoding="utf-8")
+
+
+class _Exit(Exception):
+    def __init__(self, result: dict, failed: bool):
+        super().__init__(result)
+        self.result = result
+        self.failed = failed
+
+
+def run_module(monkeypatch, args: dict, *, bin_path: str | None = "/usr/bin/nvidia-smi", command=None) -> _Exit:
+    """Run gpu_topology.main() with fake get_bin_path/run_command; return what it exited with."""
+    calls: list[tuple] = []
+
+    def fake_run_command(self, argv, **kwargs):
+        calls.append((argv, kwargs))
+        return command if command is not None else (127, "", "not expected to run")
+
+    def exit_json(self, **result):
+        raise _Exit(result, failed=False)
+
+    def fail_json(self, **result):
+        raise _Exit(result, failed=True)
+
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: bin_path)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    with patch_module_args(args), pytest.raises(_Exit) as caught:
+        gpu_topology.main()
+    caught.value.calls = calls
+    return caught.value
+
+
+def expected_module_result(text: str, per_job: int | None) -> dict:
+    facts = parse_topology(text, per_job)
+    facts["topology_warnings"] = facts.pop("warnings")
+    return {"changed": False, **facts}
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
+def test_module_reads_given_matrix(monkeypatch, check_mode):
+    text = capture("dgx-a100_8gpu_10nic_nps4-numa_dgx05")
+    outcome = run_module(monkeypatch, {"matrix": text, "gpus_per_job": 2, "_ansible_check_mode": check_mode})
+    assert not outcome.failed
+    assert outcome.result == expected_module_result(text, 2)
+    assert outcome.result["placements"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert outcome.calls == []
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check_mode"])
+def test_module_runs_nvidia_smi(monkeypatch, check_mode):
+    text = capture("h100x8_9nic_RAW-TABS_TRUNCATED_nccl1453")
+    outcome = run_module(monkeypatch, {"_ansible_check_mode": check_mode}, command=(0, text, ""))
+    assert not outcome.failed
+    assert outcome.result == expected_module_result(text, None)
+    assert outcome.result["topology_warnings"]  # this capture is truncated
+    [(argv, kwargs)] = outcome.calls
+    assert argv == ["/usr/bin/nvidia-smi", "topo", "-m"]
+    assert kwargs["environ_update"] == {"LC_ALL": "C"}
+
+
+def test_module_without_nvidia_smi_reports_no_gpus(monkeypatch):
+    outcome = run_module(monkeypatch, {}, bin_path=None)
+    assert not outcome.failed
+    assert outcome.result["gpus"] == []
+    assert outcome.result["nvlink_all_to_all"] is False
+    assert_warnings(outcome.result["topology_warnings"], ["nvidia-smi is not on the PATH"])
+    assert outcome.calls == []
+
+
+def test_module_fails_when_nvidia_smi_fails(monkeypatch):
+    output = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    outcome = run_module(monkeypatch, {}, command=(9, output, ""))
+    assert outcome.failed
+    assert "rc=9" in outcome.result["msg"]
+    assert output in outcome.result["msg"]
+
+
+def test_module_fails_on_text_without_matrix(monkeypatch):
+    outcome = run_module(monkeypatch, {"matrix": "No devices were found"})
+    assert outcome.failed
+    assert "no `nvidia-smi topo -m` matrix found" in outcome.result["msg"]
+    assert "Raw text: No devices were found" in outcome.result["msg"]
+
+
+def test_module_empty_matrix_is_a_warning(monkeypatch):
+    outcome = run_module(monkeypatch, {"matrix": ""})
+    assert not outcome.failed
+    assert outcome.result["gpus"] == []
+    assert_warnings(outcome.result["topology_warnings"], ["empty input"])
+
+
+@pytest.mark.parametrize("per_job", [0, -2])
+def test_module_rejects_gpus_per_job_below_one(monkeypatch, per_job):
+    outcome = run_module(monkeypatch, {"matrix": "x", "gpus_per_job": per_job})
+    assert outcome.failed
+    assert f"gpus_per_job is {per_job}" in outcome.result["msg"]
