@@ -52,7 +52,9 @@ IMAGE_SECTIONS = {
     "gdrcopy": "nvcr.io/nvidia/cloud-native",
     "draDriver": "nvcr.io/nvidia",
 }
-DRIVER_MANAGER_REPOSITORY = "nvcr.io/nvidia/cloud-native"  # driver.manager: k8s-driver-manager
+DRIVER_MANAGER_REPOSITORY = "nvcr.io/nvidia/cloud-native"  # k8s-driver-manager
+# Sections whose k8s-driver-manager image sits one level down (driver.manager, vgpuManager.driverManager, ...).
+DRIVER_MANAGER_KEYS = {"driver": "manager", "vgpuManager": "driverManager", "vfioManager": "driverManager"}
 NFD_REPOSITORY = "registry.k8s.io/nfd/node-feature-discovery"
 # The node-feature-discovery subchart's own values are not in the parent chart's values.yaml; these are the
 # only subchart keys we set (NFD otherwise "as the chart ships it").
@@ -240,7 +242,8 @@ def build_values(config: dict) -> dict[str, Any]:
     values: dict[str, Any] = {section: {"repository": mirror_repository(repo, mirror)}
                               for section, repo in IMAGE_SECTIONS.items()}
     values["driver"]["enabled"] = operator_owns
-    values["driver"]["manager"] = {"repository": mirror_repository(DRIVER_MANAGER_REPOSITORY, mirror)}
+    for section, key in DRIVER_MANAGER_KEYS.items():
+        values.setdefault(section, {})[key] = {"repository": mirror_repository(DRIVER_MANAGER_REPOSITORY, mirror)}
     if operator_owns:
         values["driver"]["version"] = str(config["driver_version"])
     values["toolkit"]["enabled"] = operator_owns

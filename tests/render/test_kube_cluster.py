@@ -82,7 +82,9 @@ def test_control_plane_from_variables(rendered_objects):
         "serviceSubnet": "10.96.0.0/12",
         "dnsDomain": "cluster.local",
     }
-    assert cluster["imageRepository"] == "registry.lab.example:5000/registry.k8s.io"
+    # One mirror layout for every image: <mirror>/<upstream path>; coredns keeps its coredns/coredns path.
+    assert cluster["imageRepository"] == "registry.lab.example:5000"
+    assert cluster["dns"] == {"imageRepository": "registry.lab.example:5000/coredns"}
     init = _by(rendered_objects, "kube_control_plane", "InitConfiguration")["cp-01"]
     assert init["nodeRegistration"]["taints"] == [
         {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}

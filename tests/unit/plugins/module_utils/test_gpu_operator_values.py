@@ -4,6 +4,7 @@ against the real chart values.yaml; the ClusterPolicy it leads to validates agai
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import jsonschema
 import pytest
@@ -164,21 +165,30 @@ def test_node_in_unknown_pool() -> None:
     assert "pool 'batch', which gpu_operator_pools does not define" in go.problems(config(nodes=nodes))[0]
 
 
+def repositories_in(values: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
+    """Every ``repository`` key at any depth: its path to the value."""
+    if not isinstance(values, dict):
+        return {}
+    found = {path: values["repository"]} if isinstance(values.get("repository"), str) else {}
+    for key, value in values.items():
+        found.update(repositories_in(value, (*path, key)))
+    return found
+
+
 def test_every_image_through_the_mirror() -> None:
     values = go.plan(config(registry_mirror="registry.lan:5000"))["values"]
-    repositories = [section["repository"] for section in values.values() if "repository" in section]
-    repositories.append(values["node-feature-discovery"]["image"]["repository"])
-    repositories.append(values["driver"]["manager"]["repository"])
-    assert len(repositories) == len(go.IMAGE_SECTIONS) + 2
-    assert all(repo.startswith("registry.lan:5000/") for repo in repositories), repositories
-    # every image section of the real chart is covered
-    chart = chart_values()
-    with_images = {key for key, value in chart.items() if isinstance(value, dict) and "repository" in value}
-    uncovered = with_images - set(go.IMAGE_SECTIONS)
+    ours = repositories_in(values)
+    assert all(repo.startswith("registry.lan:5000/") for repo in ours.values()), ours
+    # every image of the real chart, at any depth, is covered with the upstream path kept (<mirror>/<path>)
+    chart = {where: repo for where, repo in repositories_in(chart_values()).items() if repo}
+    assert set(chart) - set(ours) == set(), set(chart) - set(ours)
+    for where, upstream in chart.items():
+        assert ours[where] == "registry.lan:5000/" + upstream.split("/", 1)[1], where
     # vgpuManager ships with an empty repository: the site's licensed vGPU driver image, never on nvcr.io
-    assert uncovered == {"vgpuManager"}, uncovered
-    for section, repository in go.IMAGE_SECTIONS.items():
-        assert chart[section]["repository"] == repository, f"{section}: upstream repository changed"
+    assert ("vgpuManager",) not in chart
+    assert ("vgpuManager",) not in ours
+    assert set(ours) - set(chart) == {("node-feature-discovery", "image")}  # the subchart's, not in values.yaml
+    assert ours[("node-feature-discovery", "image")] == "registry.lan:5000/nfd/node-feature-discovery"
     assert "scheme" in go.problems(config(registry_mirror="https://registry.lan"))[0]
 
 
