@@ -1,10 +1,14 @@
 """The bad-input matrix: every case is refused before any host changes, with a message that says why.
 
 One real host for all cases: a Debian 12 systemd container (no GPU), started once, reached over the
-docker connection. inventory/ is a valid baseline; each cases/<name>.yml overrides a few variables
-(``vars``, passed with -e) and lists fragments the refusal must contain (``expect``: the variable, the
-value found, what is allowed, the fix). Each case runs the plays site.yml runs before the host layer
-(until_host_layer.yml: boilerplate, preflight, the input checks) and must:
+docker connection. inventory/ is a valid compose baseline, inventory-kubernetes/ a valid kubernetes one
+(a control plane and a GPU node, both inventory names for the same container). Each cases/<name>.yml
+overrides a few variables (``vars``, passed with -e) and lists fragments the refusal must contain
+(``expect``: the variable, the value found, what is allowed, the fix). ``inventory: kubernetes`` runs a case
+on the kubernetes baseline; ``hosts:`` gives a group layout of its own (a hosts.yml document, run with the
+kubernetes baseline's group_vars), for the refusals that are about the layout (two control planes...).
+Each case runs the plays site.yml runs before the host layer (until_host_layer.yml: boilerplate,
+preflight, the input checks) and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
@@ -37,6 +41,7 @@ NODE = "gpuops-bad-input-node"
 IMAGE = os.environ.get("GPUOPS_BAD_INPUT_IMAGE", "gpuops/debian12-systemd")
 JOBS = int(os.environ.get("GPUOPS_BAD_INPUT_JOBS", "6"))
 ANSIBLE_TMP = "/root/.ansible"
+INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-kubernetes"}
 MIN_CASES = 30
 
 
@@ -65,12 +70,22 @@ def _diff() -> list[str]:
     return sorted(line for line in lines if not line[2:].startswith(ANSIBLE_TMP) and line[2:] != "/root")
 
 
-def _play(extra: dict, report_dir: str) -> subprocess.CompletedProcess:
+def _inventory(data: dict, workdir: Path) -> Path:
+    """The hosts.yml a case runs with: a baseline's, or the case's own layout beside the kubernetes group_vars."""
+    if "hosts" not in data:
+        return INVENTORIES[data.get("inventory", "compose")] / "hosts.yml"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "hosts.yml").write_text(yaml.safe_dump(data["hosts"]))
+    (workdir / "group_vars").symlink_to(INVENTORIES["kubernetes"] / "group_vars")
+    return workdir / "hosts.yml"
+
+
+def _play(extra: dict, report_dir: str, inventory: Path) -> subprocess.CompletedProcess:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(extra, handle)
     try:
         return subprocess.run(
-            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(HERE / "inventory" / "hosts.yml"),
+            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory),
              str(HERE / "until_host_layer.yml"), "-e", f"@{handle.name}", "-e", f"gpuops_report_dir={report_dir}"],
             capture_output=True, text=True, env=_env(), cwd=REPO, timeout=600, check=False,
         )
@@ -106,33 +121,39 @@ def node():
 
 @pytest.fixture(scope="module")
 def matrix(node, tmp_path_factory, request):
-    """Run the baseline alone, then every selected case; return ({case: (result, diff_after)}, baseline, reference)."""
+    """Run the baselines, then every selected case; return ({case: (result, diff_after)}, baselines, reference).
+
+    baselines is {inventory: (result, diff_after)} for the compose and the kubernetes baseline."""
     selected = {item.callspec.params["case"] for item in request.session.items
                 if hasattr(item, "callspec") and "case" in item.callspec.params}
     reports = tmp_path_factory.mktemp("reports")
     reference = _diff()
-    baseline = _play({}, str(reports / "baseline"))
-    baseline_diff = _diff()
+
+    def baseline(name: str):
+        return name, (_play({}, str(reports / f"baseline-{name}"), INVENTORIES[name] / "hosts.yml"), _diff())
 
     def run(case: Path):
         data = yaml.safe_load(case.read_text())
         started = time.monotonic()
-        result = _play(data["vars"], str(reports / case.stem))
+        inventory = _inventory(data, reports / f"{case.stem}-inventory")
+        result = _play(data.get("vars") or {}, str(reports / case.stem), inventory)
         print(f"bad input {case.stem}: rc {result.returncode}, {time.monotonic() - started:.0f} s")
         return case.stem, (result, _diff())
 
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        baselines = dict(pool.map(baseline, INVENTORIES))
         results = dict(pool.map(run, [c for c in CASES if c in selected]))
-    return results, (baseline, baseline_diff), reference
+    return results, baselines, reference
 
 
 def test_the_matrix_has_at_least_30_cases() -> None:
     assert len(CASES) >= MIN_CASES, [c.stem for c in CASES]
     for case in CASES:
         data = yaml.safe_load(case.read_text())
-        assert set(data) == {"expect", "vars"}, case.name
+        assert {"expect"} <= set(data) <= {"expect", "vars", "inventory", "hosts"}, case.name
         assert data["expect"], case.name
-        assert data["vars"], case.name
+        assert data.get("vars") or data.get("hosts"), case.name
+        assert data.get("inventory", "compose") in INVENTORIES, case.name
 
 
 def test_site_runs_these_plays_before_the_host_layer() -> None:
@@ -143,8 +164,10 @@ def test_site_runs_these_plays_before_the_host_layer() -> None:
     assert site[len(here)] == "host.yml"
 
 
-def test_the_baseline_passes_every_check_and_changes_nothing(matrix) -> None:
-    _results, (baseline, diff), reference = matrix
+@pytest.mark.parametrize("inventory", list(INVENTORIES))
+def test_the_baseline_passes_every_check_and_changes_nothing(matrix, inventory: str) -> None:
+    _results, baselines, reference = matrix
+    baseline, diff = baselines[inventory]
     assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
     assert diff == reference
 
