@@ -7,8 +7,8 @@ from module_helpers import run_main
 
 
 def test_module_reports_without_changing(capsys):
-    code, result = run_main(module,
-        {"driver_version": "535.104.05", "cuda_version": "12.4", "_ansible_check_mode": True}, capsys
+    code, result = run_main(
+        module, {"driver_version": "535.104.05", "cuda_version": "12.4", "_ansible_check_mode": True}, capsys
     )
     assert code == 0
     assert (result["changed"], result["compatible"], result["mode"]) == (False, True, "minor_version")

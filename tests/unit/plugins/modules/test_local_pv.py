@@ -29,8 +29,8 @@ def test_module_ok_with_real_statvfs(tree, capsys):
     vol = tree.volume("vol1")
     tree.mount(vol, "259:5", "xfs", "/dev/nvme1n1")
     tree.check()
-    code, result = run_main(module,
-        {"path": str(tree.disks), "min_free_gib": 0, "_proc_root": str(tree.tmp / "proc")}, capsys
+    code, result = run_main(
+        module, {"path": str(tree.disks), "min_free_gib": 0, "_proc_root": str(tree.tmp / "proc")}, capsys
     )
     assert (code, result["ok"], result["volumes"][0]["fstype"]) == (0, True, "xfs")
     assert result["volumes"][0]["size"] > 0  # measured on tmp_path's real filesystem
