@@ -3,15 +3,17 @@
 """Filters used by the kube_* roles and playbooks/render.yml:
 
 * ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
-* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once.
+* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
+* ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on.
 
-Thin: the logic lives in plugins/module_utils/kube_plan.py; documentation in the .yml files next to this one.
+Thin: the logic lives in plugins/module_utils/kube_plan.py and containerd_config.py; documentation in the .yml
+files next to this one.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils import containerd_config, kube_plan
 
 
 def kubelet_policy(
@@ -45,6 +47,15 @@ def kube_cluster_problems(plan: object) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
+def containerd_systemd_cgroup(text: object) -> str:
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"containerd_systemd_cgroup: expected config.toml text, got {type(text).__name__}")
+    try:
+        return containerd_config.systemd_cgroup_on(text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"containerd_systemd_cgroup: {exc}") from exc
+
+
 class FilterModule:
     """gpuops.cluster Kubernetes filters."""
 
@@ -52,4 +63,5 @@ class FilterModule:
         return {
             "kubelet_policy": kubelet_policy,
             "kube_cluster_problems": kube_cluster_problems,
+            "containerd_systemd_cgroup": containerd_systemd_cgroup,
         }
