@@ -76,7 +76,9 @@ def main() -> None:
         playbook("destroy", "playbooks/demo_node.yml", "-e", "demo_state=absent", env=env)
         playbook("node", "playbooks/demo_node.yml", env=env)
         playbook("images", "-i", INVENTORY, "--flush-cache", "molecule/resources/local_images.yml", env=env)
+        load_first = os.getloadavg()[0]
         first, first_out = playbook("first", "-i", INVENTORY, "site.yml", env=env)
+        load_second = os.getloadavg()[0]
         second, second_out = playbook("second", "-i", INVENTORY, "site.yml", env=env)
     ratio = second / first
     first_recap, second_recap = recap(first_out), recap(second_out)
@@ -98,6 +100,7 @@ def main() -> None:
         "first_recap": first_recap,
         "second_recap": second_recap,
         "second_slowest_tasks": slowest(second_out),
+        "load_average_at_start": {"first": round(load_first, 1), "second": round(load_second, 1)},
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
