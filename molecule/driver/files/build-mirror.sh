@@ -4,9 +4,12 @@
 #            DRIVER_VERSIONS (the headless set the role installs, and everything it pulls in from
 #            contrib/non-free/non-free-firmware; main comes from deb.debian.org as usual)
 #   nct/     flat repository ("deb URL /", like NVIDIA's): the nvidia-container-toolkit TEST STAND-IN
-#   keys/    gpuops-test-mirror.asc (signs both) and wrong-key.asc (signs nothing; negative test)
+#   NAME/    one more flat repository per NAME=DIR in FLAT_REPOS, with the .debs found in DIR (other
+#            scenarios' stand-ins, e.g. molecule/kubernetes: kube=/var/tmp/gpuops-kube-debs)
+#   keys/    gpuops-test-mirror.asc (signs all) and wrong-key.asc (signs nothing; negative test), and
+#            gpuops-test-mirror.fpr (the signing key's fingerprint, for pinned_packages_key_fingerprint)
 # Env: DRIVER_VERSIONS ("" = no driver packages), DRIVER_PACKAGES, COMPANIONS, STANDIN_VERSIONS,
-#      DEB_CACHE (downloaded .debs are kept there between runs), SUITE.
+#      DEB_CACHE (downloaded .debs are kept there between runs), SUITE, FLAT_REPOS.
 set -euo pipefail
 mirror=/srv/gpuops-mirror
 cache=${DEB_CACHE:-/var/cache/gpuops-debs}
@@ -27,6 +30,8 @@ for k in signing wrong; do
 done
 gpg --homedir /root/.gpuops-mirror-gnupg-signing --armor --export >"$mirror/keys/gpuops-test-mirror.asc"
 gpg --homedir /root/.gpuops-mirror-gnupg-wrong --armor --export >"$mirror/keys/wrong-key.asc"
+gpg --homedir /root/.gpuops-mirror-gnupg-signing --with-colons --fingerprint | awk -F: '/^fpr/{print $10; exit}' \
+  >"$mirror/keys/gpuops-test-mirror.fpr"
 
 sign() { # sign DIR: Release -> Release.gpg + InRelease
   local g=(gpg --homedir /root/.gpuops-mirror-gnupg-signing --batch --yes)
@@ -86,13 +91,26 @@ SOURCES
   sign "dists/$suite"
 fi
 
+flat_repo() { # flat_repo DIR: index and sign the .debs in DIR ("deb URL /")
+  (cd "$1"
+   rm -f Packages Packages.gz Release Release.gpg InRelease
+   apt-ftparchive packages . >Packages
+   gzip -9kf Packages
+   apt-ftparchive -o APT::FTPArchive::Release::Origin=gpuops-test-mirror release . >/tmp/Release && mv /tmp/Release Release
+   sign .)
+}
+
 # 3. The toolkit stand-in, in a flat repository.
 for v in ${STANDIN_VERSIONS:-}; do "$here/build-standin.sh" "$v" "$mirror/nct"; done
-cd "$mirror/nct"
-rm -f Packages Packages.gz Release Release.gpg InRelease
-apt-ftparchive packages . >Packages
-gzip -9kf Packages
-apt-ftparchive -o APT::FTPArchive::Release::Origin=gpuops-test-mirror release . >/tmp/Release && mv /tmp/Release Release
-sign .
+flat_repo "$mirror/nct"
+
+# 4. Other flat repositories (NAME=DIR: the .debs in DIR, served under NAME/).
+for spec in ${FLAT_REPOS:-}; do
+  name=${spec%%=*} src=${spec#*=}
+  rm -rf "${mirror:?}/$name"; mkdir -p "$mirror/$name"
+  cp "$src"/*.deb "$mirror/$name/"
+  flat_repo "$mirror/$name"
+  echo "build-mirror: $name/: $(ls "$mirror/$name"/*.deb | wc -l) .debs from $src"
+done
 chmod -R a+rX "$mirror"
 echo "build-mirror: done in $(( $(date +%s) - t0 )) s: $(du -sh "$mirror" | cut -f1) in $mirror"
