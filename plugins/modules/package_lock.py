@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Ansible module gpuops.cluster.package_lock: thin wrapper over module_utils.package_lock."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: package_lock
+short_description: Wait, bounded, until no other process holds apt's and dpkg's locks; fail naming the holder
+version_added: "0.3.0"
+description:
+  - Reads C(/proc/locks) and matches each lock to the lock files (device and inode). While one is held it waits,
+    at most O(timeout) seconds, polling every O(sleep) seconds.
+  - When the locks are still held at the end, it fails naming, for each held file, the holder's PID, its command
+    line and its systemd unit (such as C(apt-daily-upgrade.service)), and says that no package was changed.
+  - It only reads C(/proc); it never takes a lock itself, so it never gets in the way of the other tool.
+  - Run it just before the package tasks; keep their own lock timeout (C(ansible.builtin.apt) O(ignore:lock_timeout))
+    for the moment between the two.
+author:
+  - gpuops.cluster maintainers (@gpuops)
+options:
+  paths:
+    description: The lock files to watch. A missing file is not held.
+    type: list
+    elements: path
+    default: [/var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock, /var/lib/apt/lists/lock, /var/cache/apt/archives/lock]
+  timeout:
+    description: Seconds to wait for the locks to be free; V(0) checks once.
+    type: int
+    default: 300
+  sleep:
+    description: Seconds between two looks.
+    type: int
+    default: 2
+  label:
+    description: Who asks, at the start of the failure message (a role and its package set).
+    type: str
+    default: package_lock
+  timeout_variable:
+    description: The caller's variable that sets O(timeout); the failure message names it in its fix.
+    type: str
+    default: timeout
+attributes:
+  check_mode:
+    support: full
+    description: Reads only, so it runs (and waits) in check mode as well.
+  diff_mode:
+    support: none
+    description: Nothing to show, it changes nothing.
+  idempotent:
+    support: full
+    description: Never changes anything.
+seealso:
+  - module: ansible.builtin.apt
+"""
+
+EXAMPLES = r"""
+- name: The package manager is free (waits up to 5 minutes, names the holder otherwise)
+  gpuops.cluster.package_lock:
+    timeout: "{{ docker_engine_package_lock_timeout }}"
+    label: docker_engine
+    timeout_variable: docker_engine_package_lock_timeout
+"""
+
+RETURN = r"""
+waited:
+  description: Seconds waited until the locks were free (0 when they were free at once).
+  returned: always
+  type: float
+  sample: 0.0
+held_at_start:
+  description: The held locks seen at the first look, as C(<path> by pid <pid> (<command>)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/var/lib/dpkg/lock-frontend by pid 812 (/usr/bin/python3 /usr/bin/unattended-upgrade)"]
+holders:
+  description: On failure, the holders at the last look (path, pid, command, unit).
+  returned: failed
+  type: list
+  elements: dict
+  sample: [{"path": "/var/lib/dpkg/lock-frontend", "pid": 812, "command": "apt-get install -y foo", "unit": ""}]
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.package_lock import (
+    APT_LOCK_FILES,
+    Holder,
+    command_from_cmdline,
+    describe,
+    holders_of,
+    parse_proc_locks,
+    timeout_message,
+    unit_from_cgroup,
+)
+
+
+def _read(path: str, binary: bool = False) -> bytes | str:
+    try:
+        with open(path, "rb" if binary else "r") as handle:
+            return handle.read()
+    except OSError:
+        return b"" if binary else ""
+
+
+def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
+    found = {}
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        found[path] = (os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino)
+    return found
+
+
+def look(paths: list[str]) -> list[Holder]:
+    """The holders now, with their command line and unit."""
+    held = holders_of(parse_proc_locks(_read("/proc/locks")), _files(paths))
+    return [Holder(path, pid, command_from_cmdline(_read(f"/proc/{pid}/cmdline", True)) if pid > 0 else "",
+                   unit_from_cgroup(_read(f"/proc/{pid}/cgroup")) if pid > 0 else "")
+            for path, pid in held]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "paths": {"type": "list", "elements": "path", "default": list(APT_LOCK_FILES)},
+            "timeout": {"type": "int", "default": 300},
+            "sleep": {"type": "int", "default": 2},
+            "label": {"type": "str", "default": "package_lock"},
+            "timeout_variable": {"type": "str", "default": "timeout"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] < 0 or params["sleep"] < 1:
+        module.fail_json(msg=f"timeout is {params['timeout']} and sleep {params['sleep']}; expected timeout >= 0 and "
+                         f"sleep >= 1 (seconds). Fix: set {params['timeout_variable']} to 0 or more.")
+    if not os.path.exists("/proc/locks"):
+        module.exit_json(changed=False, waited=0.0, held_at_start=[],
+                         warnings=["/proc/locks is not readable here: the package manager's locks were not checked"])
+    start = time.monotonic()
+    holders = look(params["paths"])
+    first = [describe(holder) for holder in holders]
+    while holders and time.monotonic() - start < params["timeout"]:
+        time.sleep(min(params["sleep"], max(0.1, params["timeout"] - (time.monotonic() - start))))
+        holders = look(params["paths"])
+    waited = round(time.monotonic() - start, 1)
+    if holders:
+        module.fail_json(msg=timeout_message(holders, params["timeout"], params["label"], params["timeout_variable"]),
+                         waited=waited, held_at_start=first, holders=[holder._asdict() for holder in holders])
+    module.exit_json(changed=False, waited=waited if first else 0.0, held_at_start=first)
+
+
+if __name__ == "__main__":
+    main()
