@@ -65,10 +65,11 @@ class TagRun:
     tail: str = ""
     document: dict = field(default_factory=dict, repr=False)
 
-    def results(self, task_name: str) -> list[dict]:
-        """Every host's result of the tasks whose name contains ``task_name``."""
+    def results(self, task_name: str, host: str | None = None) -> list[dict]:
+        """The results of the tasks whose name contains ``task_name`` (on ``host``, else on every host)."""
         return [result for play in self.document.get("plays", []) for task in play.get("tasks", [])
-                if task_name in task.get("task", {}).get("name", "") for result in task.get("hosts", {}).values()]
+                if task_name in task.get("task", {}).get("name", "")
+                for name, result in task.get("hosts", {}).items() if host in (None, name)]
 
     def problems(self) -> list[str]:
         found = []
@@ -98,9 +99,19 @@ def _json_document(stdout: str) -> dict:
     return document
 
 
+_RUNS: dict[tuple, TagRun] = {}
+
+
 def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, extra: tuple[str, ...] = (),
-            timeout: int = 900) -> TagRun:
-    """Run ``playbook`` with ``--tags tag`` through the scenario's inventory; parse the json callback's result."""
+            timeout: int = 900, reuse: bool = False) -> TagRun:
+    """Run ``playbook`` with ``--tags tag`` through the scenario's inventory; parse the json callback's result.
+
+    ``reuse``: return the result of the same run made earlier in this pytest session, if any (one run serves two
+    test files that both need the converged state, e.g. the driver's kernel test and its tags-alone test).
+    """
+    key = (str(playbook), tag, role, inventory, tuple(extra))
+    if reuse and key in _RUNS:
+        return _RUNS[key]
     inventory = inventory or os.environ.get("MOLECULE_INVENTORY_FILE")
     assert inventory, "MOLECULE_INVENTORY_FILE is not set: run these tests through `molecule verify`"
     env = dict(
@@ -135,6 +146,7 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
                     run.changed.append(label)
                 if role_dir in path and not result.get("skipped"):
                     run.role_tasks += 1
+    _RUNS[key] = run
     return run
 
 

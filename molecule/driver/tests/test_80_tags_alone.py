@@ -28,5 +28,6 @@ def test_every_stage_tag_is_documented():
 
 @pytest.mark.parametrize(("role", "tag"), CASES, ids=[tag for _role, tag in CASES])
 def test_tag_alone_on_the_converged_nodes(role, tag):
-    run = stage_tags.run_tag(SCENARIO / "converge.yml", tag, role)
+    # reuse: test_15_kernel.py made the nvidia_driver_verify run already, on the same converged nodes.
+    run = stage_tags.run_tag(SCENARIO / "converge.yml", tag, role, reuse=True)
     assert run.problems() == [], stage_tags.report(run)
