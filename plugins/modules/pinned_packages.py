@@ -58,6 +58,10 @@ options:
     description: Accept a set that moves an installed package to an older version.
     type: bool
     default: false
+  downgrade_variable:
+    description: The variable that allows a downgrade, named in the refusal of one.
+    type: str
+    default: pinned_packages_allow_downgrade
   label:
     description: Prefix of every failure message (which package set, which repository).
     type: str
@@ -134,6 +138,7 @@ def main():
             "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
             "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
             "allow_downgrade": {"type": "bool", "default": False},
+            "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
             "label": {"type": "str", "default": ""},
             "fix": {"type": "str", "default": ""},
         },
@@ -191,7 +196,7 @@ def main():
             errors.append(
                 "the set would downgrade "
                 + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in sorted(down.items()))
-                + "; set pinned_packages_allow_downgrade: true to allow it"
+                + f"; set {p['downgrade_variable']}: true to allow it"
             )
         if errors:
             fix = (" Fix: " + p["fix"]) if p["fix"] else ""

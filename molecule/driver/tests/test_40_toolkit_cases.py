@@ -54,6 +54,16 @@ def test_missing_runtime_refusal_changed_no_host_file(results):
     assert case["before"] == case["after"]
 
 
+def test_wrong_key_is_refused_by_fingerprint_before_any_apt_source_is_written(results):
+    """The refusal comes from the probe's fingerprint check; the host comparison above covers this run too
+    (before/after bracket both cases), so no .sources, .pref or keyring was written."""
+    case = results["wrong_key"]
+    assert case["failed"]
+    assert case["task"].startswith("Key | fingerprint is"), case["task"]
+    assert "the repository key has fingerprint" in case["msg"], case["msg"]
+    assert "Fix:" in case["msg"]
+
+
 def test_daemon_json_dockerd_refuses_is_rolled_back_and_docker_runs(results):
     case = results["daemon_json_rollback"]
     assert case["failed"], "docker must have refused the merged file (flag and file both set default-shm-size)"
