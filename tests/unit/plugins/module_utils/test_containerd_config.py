@@ -34,7 +34,7 @@ def changed_lines(old, new):
 
 @pytest.mark.parametrize(
     ("name", "plugin", "version"),
-    [("trixie-containerd-1.7.24-config-default.toml", V2, 2)],
+    [("trixie-containerd-1.7.24-config-default.toml", V2, 2), ("sid-containerd-2.1.9-config-default.toml", V3, 3)],
 )
 def test_config_default_flips_the_one_line(name, plugin, version):
     old = fixture(name)
