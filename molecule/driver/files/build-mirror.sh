@@ -4,12 +4,15 @@
 #            DRIVER_VERSIONS (the headless set the role installs, and everything it pulls in from
 #            contrib/non-free/non-free-firmware; main comes from deb.debian.org as usual)
 #   nct/     flat repository ("deb URL /", like NVIDIA's): the nvidia-container-toolkit TEST STAND-IN
+#   cuda/    flat repository like NVIDIA's CUDA repository: LABELLED STAND-INS with its package names and
+#            dependency structure (build-standin-nvidia.py, from NVIDIA_STANDIN = the structure as JSON)
 #   NAME/    one more flat repository per NAME=DIR in FLAT_REPOS, with the .debs found in DIR (other
 #            scenarios' stand-ins, e.g. molecule/kubernetes: kube=/var/tmp/gpuops-kube-debs)
 #   keys/    gpuops-test-mirror.asc (signs all) and wrong-key.asc (signs nothing; negative test), and
 #            gpuops-test-mirror.fpr (the signing key's fingerprint, for pinned_packages_key_fingerprint)
 # Env: DRIVER_VERSIONS ("" = no driver packages), DRIVER_PACKAGES, COMPANIONS, STANDIN_VERSIONS,
-#      DEB_CACHE (downloaded .debs are kept there between runs), SUITE, FLAT_REPOS.
+#      DEB_CACHE (downloaded .debs are kept there between runs), SUITE, FLAT_REPOS,
+#      NVIDIA_STANDIN.
 set -euo pipefail
 mirror=/srv/gpuops-mirror
 cache=${DEB_CACHE:-/var/cache/gpuops-debs}
@@ -112,5 +115,12 @@ for spec in ${FLAT_REPOS:-}; do
   flat_repo "$mirror/$name"
   echo "build-mirror: $name/: $(ls "$mirror/$name"/*.deb | wc -l) .debs from $src"
 done
+
+# 5. Stand-ins of NVIDIA's CUDA repository (names and dependency structure only), flat like NVIDIA's.
+if [ -n "${NVIDIA_STANDIN:-}" ]; then
+  rm -rf "${mirror:?}/cuda"
+  python3 "$here/build-standin-nvidia.py" "$NVIDIA_STANDIN" "$mirror/cuda"
+  flat_repo "$mirror/cuda"
+fi
 chmod -R a+rX "$mirror"
 echo "build-mirror: done in $(( $(date +%s) - t0 )) s: $(du -sh "$mirror" | cut -f1) in $mirror"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+# The toolkit nodes (gpuops-driver-deb12-cuda has the driver stand-ins only).
+testinfra_hosts = ["gpuops-driver-deb12", "gpuops-driver-deb13"]
+
 PIN_APT = "1.17.8-1"
 NEWER = "1.18.0-1"
 DOCKER_JSON = "/etc/docker/daemon.json"

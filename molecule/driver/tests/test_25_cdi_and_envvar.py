@@ -15,6 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
+# The toolkit nodes (gpuops-driver-deb12-cuda has the driver stand-ins only).
+testinfra_hosts = ["gpuops-driver-deb12", "gpuops-driver-deb13"]
+
 SPEC = "/etc/cdi/nvidia.yaml"
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
 STANDIN_LOG = "/var/log/gpuops-nvidia-runtime-standin.log"

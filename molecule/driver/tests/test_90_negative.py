@@ -31,7 +31,7 @@ def results(tmp_path_factory):
     )
     tail = f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
     assert run.returncode == 0, f"negative.yml itself failed (rc {run.returncode}):\n{tail}"
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()) | json.loads(Path(f"{out}.deb13.json").read_text())
 
 
 def test_version_missing_from_the_mirror_names_version_mirror_and_offer(results, host):
@@ -78,3 +78,20 @@ def test_replace_mode_goes_on_from_an_empty_configuration(results, host):
     replaced = results["corrupt_daemon_json"]["replaced"]
     assert replaced["runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
     assert "log-opts" not in replaced
+
+
+def test_fabric_manager_one_patch_off_is_refused_naming_package_and_offer(results):
+    """deb13 (labelled NVSwitch fixture): the driver is offered at 570.195.03, Fabric Manager only at 570.195.02."""
+    case = results["fabric_manager_patch_off"]
+    assert case["failed"]
+    assert "nvidia-fabricmanager-570" in case["msg"], case["msg"]
+    assert "570.195.03" in case["msg"]
+    assert "570.195.02" in case["msg"], "the refusal must list the versions the repository offers"
+    assert "nvidia_driver_version" in case["msg"], "the fix names the variable"
+
+
+def test_fabric_manager_refusal_changed_nothing(results):
+    case = results["fabric_manager_patch_off"]
+    assert "gpuops-nvidia-driver.pref" in case["before"], "the watched files must exist, or this proves nothing"
+    assert "nvidia-fabricmanager-570" in case["before"]
+    assert case["before"] == case["after"]

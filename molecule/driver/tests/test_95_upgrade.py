@@ -1,10 +1,10 @@
-"""playbooks/upgrade_driver.yml in the driver scenario's mirror (Debian's 535.261.03 and 535.309.01):
-it refuses while a (stand-in) GPU process is reported; with two nodes and the second broken (deb13's mirror
-has no driver packages) it moves the first to the new pin and holds it again, and stops at the second,
-leaving it untouched; then a downgrade without allow_downgrade is refused. One full role run in all (the
-scenario's slowest step); the file runs last (test_95), after the negative cases that read converge's state.
-The downgrade path with allow_downgrade=true is the same role run in the other direction (checked once by
-hand in this scenario, 535.309.01 -> 535.261.03, during development); its decision is unit-tested
+"""playbooks/upgrade_driver.yml in the driver scenario's mirror (Debian's 535.261.03 and 535.309.01): it refuses while a
+(stand-in) GPU process is reported; with the nodes in order and the second broken (deb13's mirror has no Debian
+driver packages, and its stand-in driver set would be a downgrade) it moves the first to the new pin and holds it
+again, and stops at the second, leaving it untouched; then a downgrade without allow_downgrade is refused. One full
+role run in all (the scenario's slowest step); the file runs last (test_95), after the negative cases that read
+converge's state. The downgrade path with allow_downgrade=true is the same role run in the other direction (checked
+once by hand in this scenario, 535.309.01 -> 535.261.03, during development); its decision is unit-tested
 (tests/unit/plugins/module_utils/test_driver_upgrade.py)."""
 
 from __future__ import annotations
@@ -76,12 +76,19 @@ def sequence(host):
     finally:
         host.run("rm -f /usr/local/bin/nvidia-smi")
     steps["busy"] = (busy, versions(host))
+    deb13_before = deb13_state()
     both = run_upgrade(NEWER)
-    deb13_pref = subprocess.run(["docker", "exec", "gpuops-driver-deb13", "test", "-e", PREF], check=False).returncode
-    steps["both"] = (both, versions(host), held(host), host.file(PREF).content_string, deb13_pref)
+    steps["both"] = (both, versions(host), held(host), host.file(PREF).content_string, (deb13_before, deb13_state()))
     down_refused = run_upgrade(PIN, limit="gpuops-driver-deb12")
     steps["down_refused"] = (down_refused, versions(host))
     return steps
+
+
+def deb13_state() -> str:
+    """deb13's driver pin and packages (its own driver is the stand-in set of test_15)."""
+    cmd = f"cat {PREF}; dpkg-query -W 'nvidia*' 'libnvidia*' 'libcuda*'; apt-mark showhold"
+    return subprocess.run(["docker", "exec", "gpuops-driver-deb13", "sh", "-c", cmd],
+                          capture_output=True, text=True, check=False).stdout
 
 
 def _out(proc) -> str:
@@ -97,7 +104,7 @@ def test_refuses_while_a_gpu_process_is_reported(sequence):
 
 
 def test_first_node_moves_to_the_pin_and_holds_and_the_run_stops_at_the_broken_second(sequence):
-    proc, after, holds, pref, deb13_pref = sequence["both"]
+    proc, after, holds, pref, (deb13_before, deb13_after) = sequence["both"]
     out = _out(proc)
     assert proc.returncode != 0
     assert "upgrade 535.261.03 -> 535.309.01" in out, "deb12 went first"
@@ -106,7 +113,8 @@ def test_first_node_moves_to_the_pin_and_holds_and_the_run_stops_at_the_broken_s
     assert f"Pin: version {NEWER}" in pref
     assert PIN not in pref
     assert "upgrade stopped at gpuops-driver-deb13" in out
-    assert deb13_pref != 0, "deb13 was refused before anything was written"
+    assert "Pin-Priority: 1001" in deb13_before, "deb13's pin must exist, or the comparison proves nothing"
+    assert deb13_before == deb13_after, "deb13 was refused before anything was written"
 
 
 def test_downgrade_is_refused_unless_asked_for(sequence):
