@@ -44,7 +44,8 @@ def _name(host) -> str:
 def _standins(host) -> dict[str, str]:
     """Installed packages that carry the stand-in label -> version."""
     out = host.check_output("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'")
-    installed = {p: v for p, v, status in (line.split(" ", 2) for line in out.splitlines()) if status.startswith("ii")}
+    # Status-Abbrev: selection (i install, h hold), then state (i installed).
+    installed = {p: v for p, v, status in (line.split(" ", 2) for line in out.splitlines()) if status[1:2] == "i"}
     labelled = host.check_output("ls /usr/share/doc/*/GPUOPS-TEST-STANDIN 2>/dev/null || true").split()
     names = {path.split("/")[4] for path in labelled}
     return {p: v for p, v in installed.items() if p in names}
@@ -92,6 +93,7 @@ def test_unattended_upgrades_for_the_mirror_origin_moves_nothing(host):
              f"'Unattended-Upgrade::Origins-Pattern {{ \"origin=gpuops-test-mirror\"; }};' > {UU_CONF}")
     try:
         before = _standins(host)
+        assert sorted(before) == sorted(EXPECTED[_name(host)]), "the comparison needs the installed set"
         run = host.run("unattended-upgrade -d")
         after = _standins(host)
     finally:
