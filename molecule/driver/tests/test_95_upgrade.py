@@ -77,7 +77,8 @@ def sequence(host):
         host.run("rm -f /usr/local/bin/nvidia-smi")
     steps["busy"] = (busy, versions(host))
     deb13_before = deb13_state()
-    both = run_upgrade(NEWER)
+    # deb12 then deb13 (deb12-cuda, the third node, would stop the run first: its stand-in set is newer).
+    both = run_upgrade(NEWER, limit="gpuops-driver-deb12,gpuops-driver-deb13")
     steps["both"] = (both, versions(host), held(host), host.file(PREF).content_string, (deb13_before, deb13_state()))
     down_refused = run_upgrade(PIN, limit="gpuops-driver-deb12")
     steps["down_refused"] = (down_refused, versions(host))
