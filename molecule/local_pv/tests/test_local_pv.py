@@ -1,4 +1,10 @@
-"""local_pv on loop-device disks: the module's verdict, fstab by UUID, and a disk with data refused untouched."""
+"""local_pv on loop-device disks: the module's verdict, fstab by UUID, and a disk with data refused untouched.
+
+create.yml records in disks.json which disks the scenario has: "loop" (two loop devices) or "directory" (losetup
+failed, or GPUOPS_LOCAL_PV_DISKS=directory: a host directory mounted at /mnt/disks/dir-a, and disk B a LABELLED
+STAND-IN, a regular file at a /dev path with the same ext4 signature). Only the tests that need a block device the
+role formats and mounts skip in the fallback, saying why.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +21,13 @@ INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory
 testinfra_hosts = ["gpuops-localpv-node"]
 
 
-def loops() -> dict:
-    return json.loads((EPHEMERAL / "loops.json").read_text())
+def disks() -> dict:
+    return json.loads((EPHEMERAL / "disks.json").read_text())
+
+
+def needs_loop_devices() -> None:
+    if disks()["mode"] != "loop":
+        pytest.skip(f"directory fallback ({disks()['reason']}): no block device for the role to format and mount")
 
 
 def run_ansible(*args: str) -> subprocess.CompletedProcess:
@@ -30,29 +41,48 @@ def uuid_of(host, device: str) -> str:
 
 
 def test_disk_a_has_our_filesystem(host) -> None:
-    out = host.check_output(f"blkid -p -o export {loops()['a']}")
+    needs_loop_devices()
+    out = host.check_output(f"blkid -p -o export {disks()['a']}")
     assert "TYPE=ext4" in out
     assert "LABEL=gpuops-lpv" in out
 
 
-def test_fstab_by_uuid_with_noatime(host) -> None:
-    uuid = uuid_of(host, loops()["a"])
+def fstab_entries_under_mnt_disks(host) -> list[list[str]]:
     entries = [line.split() for line in host.file("/etc/fstab").content_string.splitlines()
                if line.strip() and not line.startswith("#")]
-    ours = [e for e in entries if e[1].startswith("/mnt/disks/")]
+    return [e for e in entries if e[1].startswith("/mnt/disks/")]
+
+
+def test_fallback_volume_is_the_scenarios_and_not_in_fstab(host) -> None:
+    """Directory fallback: the role prepared no disk, so it wrote no fstab entry; the volume is the scenario's."""
+    if disks()["mode"] != "directory":
+        pytest.skip("loop devices: the role's own volume is checked by the fstab and filesystem tests")
+    assert fstab_entries_under_mnt_disks(host) == []
+    mount = host.mount_point("/mnt/disks/dir-a")
+    assert mount.exists
+    assert mount.filesystem == "ext4"
+    assert "noatime" in mount.options
+
+
+def test_fstab_by_uuid_with_noatime(host) -> None:
+    needs_loop_devices()
+    uuid = uuid_of(host, disks()["a"])
+    ours = fstab_entries_under_mnt_disks(host)
     assert ours == [[f"UUID={uuid}", f"/mnt/disks/{uuid}", "ext4", "noatime", "0", "0"]], ours
     mount = host.mount_point(f"/mnt/disks/{uuid}")
     assert mount.exists
     assert "noatime" in mount.options
 
 
-def test_module_verdict() -> None:
+def test_module_verdict(host) -> None:
     result = run_ansible("ansible", "all", "-m", "gpuops.cluster.local_pv", "-a", "path=/mnt/disks min_free_gib=0",
                          "-o")
     assert result.returncode == 0, result.stdout + result.stderr
     verdict = json.loads(result.stdout.split("=>", 1)[1])
     assert verdict["ok"] is True, verdict
-    assert len(verdict["volumes"]) == 1, verdict
+    [volume] = verdict["volumes"]
+    expected = "/mnt/disks/dir-a" if disks()["mode"] == "directory" else f"/mnt/disks/{uuid_of(host, disks()['a'])}"
+    assert (volume["path"], volume["fstype"]) == (expected, "ext4"), volume
 
 
 def test_module_refuses_a_bare_directory(host) -> None:
@@ -71,7 +101,7 @@ def test_module_refuses_a_bare_directory(host) -> None:
 @pytest.fixture(scope="module")
 def refusal(host) -> tuple[subprocess.CompletedProcess, str, str]:
     fstab_before = host.file("/etc/fstab").content_string
-    b_before = host.check_output(f"blkid -p -o export {loops()['b']}")
+    b_before = host.check_output(f"blkid -p -o export {disks()['b']}")
     result = run_ansible("ansible-playbook", str(PROJECT / "molecule" / "local_pv" / "refuse.yml"))
     return result, fstab_before, b_before
 
@@ -80,7 +110,7 @@ def test_disk_with_data_is_refused(refusal) -> None:
     result, _, _ = refusal
     assert result.returncode != 0, "a disk holding another filesystem must stop the run"
     out = result.stdout + result.stderr
-    assert f"local_pv_disks has {loops()['b']}, which already holds ext4 (label precious" in out
+    assert f"local_pv_disks has {disks()['b']}, which already holds ext4 (label precious" in out
     assert "never reformatted" in out
     assert "Nothing was changed" in out
 
@@ -88,6 +118,6 @@ def test_disk_with_data_is_refused(refusal) -> None:
 def test_refused_disk_and_fstab_untouched(host, refusal) -> None:
     _, fstab_before, b_before = refusal
     assert host.file("/etc/fstab").content_string == fstab_before
-    assert host.check_output(f"blkid -p -o export {loops()['b']}") == b_before
+    assert host.check_output(f"blkid -p -o export {disks()['b']}") == b_before
     assert "LABEL=precious" in b_before
-    assert not host.run(f"findmnt --source {loops()['b']}").stdout.strip(), "the refused disk was mounted"
+    assert not host.run(f"findmnt --source {disks()['b']}").stdout.strip(), "the refused disk was mounted"
