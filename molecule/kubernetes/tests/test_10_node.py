@@ -27,7 +27,7 @@ def test_real_packages_are_debians_and_stand_ins_are_labelled(host):
         assert "Debian" in host.check_output(f"dpkg-query -W -f '${{Maintainer}}' {name}")
     for name in STANDIN:
         assert "TEST STAND-IN" in host.check_output(f"dpkg-query -W -f '${{Description}}' {name}")
-    assert "v1.32.3" in host.check_output("kubectl version --client")
+    assert "1.32.3" in host.check_output("kubectl version --client")
 
 
 def test_kubernetes_repository_is_signed_by_the_mirror_key_only(host):

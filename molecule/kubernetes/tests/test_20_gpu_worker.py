@@ -34,7 +34,7 @@ def test_containerd_has_the_nvidia_runtime_from_the_toolkit_drop_in(host):
     # the toolkit stand-in is the scenario's labelled package, pinned
     assert "TEST STAND-IN" in host.check_output("dpkg-query -W -f '${Description}' nvidia-container-toolkit")
     # config.toml itself carries no nvidia runtime: it lives in the drop-in only
-    assert "nvidia" not in host.file("/etc/containerd/config.toml").content_string.replace("conf.d", "")
+    assert "runtimes.nvidia" not in host.file("/etc/containerd/config.toml").content_string
 
 
 def test_kubelet_patch_carries_the_topology_policy(host):
