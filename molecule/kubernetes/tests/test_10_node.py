@@ -61,9 +61,9 @@ def test_config_toml_kept_what_debian_shipped_and_a_backup(host):
 
 def test_swap_off_modules_and_sysctls_persisted(host):
     assert len(host.file("/proc/swaps").content_string.strip().splitlines()) == 1
-    modules = host.file("/etc/modules-load.d/gpuops-kubernetes.conf").content_string.split()
-    assert "overlay" in modules
-    assert "br_netfilter" in modules
+    text = host.file("/etc/modules-load.d/gpuops-kubernetes.conf").content_string
+    modules = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert modules == ["overlay", "br_netfilter"], text  # one module per line, as systemd-modules-load reads it
     sysctls = host.file("/etc/sysctl.d/90-gpuops-kubernetes.conf").content_string
     for name in ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.ipv4.ip_forward"):
         assert re.search(rf"^{re.escape(name)}\s*=\s*1$", sysctls, re.M), sysctls
