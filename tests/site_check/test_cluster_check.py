@@ -42,12 +42,7 @@ PREFIX = "gpuops-site-check-"
 STANDIN_DIR = "/srv/gpuops-standin-k8s"
 IGNORED = ("/root/.ansible", "/tmp/", "/root")
 # tag -> why it is skipped (a check-mode crash known and owned elsewhere; remove the entry when it is fixed).
-KNOWN_CRASHES = {
-    "kube_node_configure": "kube_node configure.yml runs `containerd config default` and restarts containerd in "
-    "check mode, before containerd is installed (owner: the kube_node containerd work, h8)",
-    "kube_node_verify": "kube_node verify.yml runs `containerd config dump` in check mode, before containerd is "
-    "installed (owner: the kube_node containerd work, h8)",
-}
+KNOWN_CRASHES: dict[str, str] = {}
 # The stages that need a running cluster, skipped in check mode with the reason (tasks/kube_platform_gate.yml).
 CLUSTER_STAGES = ("4", "5", "6", "7b")
 
