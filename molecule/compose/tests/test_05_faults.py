@@ -1,0 +1,244 @@
+"""Faults on the converged compose node: each ends in a clear failure or in convergence, and nothing is lost.
+
+Runs before test_compose.py (file order), so the whole of test_compose.py - health, MLflow, check mode that
+predicts no change - is then checked on the node these faults went through. Each test puts the node back
+(finally), so one failing test does not take the others down.
+
+- dpkg lock held by another process (a labelled stand-in holder, started as a systemd unit as
+  unattended-upgrades would be): docker_engine waits, bounded, then fails naming the PID, command and unit,
+  with no package changed; a holder that lets go within the timeout is waited for and the run converges.
+- package mirror down when the package step runs (apt's HTTP goes to a closed port on 127.0.0.1, as a stopped
+  mirror): the run fails naming the URL it could not fetch, packages and holds unchanged; with the mirror
+  back the rerun converges.
+- docker daemon stopped (docker.socket too): the role starts it again; the containers kept running
+  (live-restore) and the stack is verified healthy.
+- daemon.json hand-edited into invalid JSON: copied aside byte for byte (0600), reported with line and column,
+  the file left in place, dockerd not restarted (same PID); once repaired, the rerun changes nothing.
+  (A daemon.json that parses but that dockerd refuses is rolled back by nvidia_container_toolkit, tested in
+  molecule/driver/tasks/daemon_json_rollback.yml.)
+- ansible-playbook SIGKILLed (its whole process group) while compose_stack brings the stack up: the rerun
+  converges, and a run and metric logged through MLflow's REST API before are still there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory"))
+PLAYBOOK = PROJECT / "playbooks" / "compose.yml"
+COMPOSE = "docker compose --project-directory /opt/gpuops/stack -p gpuops"
+DAEMON_JSON = "/etc/docker/daemon.json"
+PACKAGES = ["docker.io", "docker-cli", "docker-compose"]  # docker_engine's pins on Debian 13 (vars/Debian-13.yml)
+MLFLOW = "http://127.0.0.1:5000/api/2.0/mlflow"
+PRIVATE = 0o600
+LOCK_TIMEOUT = 6  # docker_engine_package_lock_timeout for the held-lock case (default 300)
+RUN_OVERHEAD = 120  # the rest of a docker_engine_install run, generously, on a busy 2-core CI machine
+MIN_WAIT = 3  # the short holder lets go 10 s after it started; the run must have waited a good part of that
+# TEST STAND-IN for unattended-upgrades: holds dpkg's locks the way apt does (fcntl write locks on
+# lock-frontend, then lock) for a given number of seconds, in a systemd unit of its own.
+HOLDER_UNIT = "gpuops-fault-apt-holder"
+HOLDER = ("import fcntl, sys, time\n"
+          "held = [open(p, 'w') for p in ('/var/lib/dpkg/lock-frontend', '/var/lib/dpkg/lock')]\n"
+          "for f in held:\n    fcntl.lockf(f, fcntl.LOCK_EX)\n"
+          "time.sleep(float(sys.argv[1]))\n")
+# TEST STAND-IN for a stopped mirror: every apt HTTP(S) fetch goes to a port nothing listens on.
+MIRROR_DOWN = "/etc/apt/apt.conf.d/99gpuops-fault-mirror-down"
+
+
+def sh(host, command: str) -> str:
+    result = host.run(command)
+    assert result.rc == 0, f"{command!r} failed (rc={result.rc}): {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def playbook(*args: str, timeout: int = 900) -> tuple[int, str, float]:
+    """ansible-playbook playbooks/compose.yml on the scenario's inventory: (rc, output, seconds).
+
+    Results are printed as JSON (one line each), so a long message is never folded across lines."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    start = time.monotonic()
+    result = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(PLAYBOOK), *args], capture_output=True,
+                            text=True, env=env, timeout=timeout, check=False)
+    return result.returncode, result.stdout + result.stderr, time.monotonic() - start
+
+
+def recap(out: str) -> str:
+    lines = [line for line in out.splitlines() if re.match(r"^\S+\s+: ok=\d+", line)]
+    assert lines, out[-3000:]
+    return lines[-1]
+
+
+def package_state(host) -> tuple[dict[str, str], str]:
+    return {name: host.package(name).version for name in PACKAGES}, sh(host, "apt-mark showhold | sort")
+
+
+def docker_pid(host) -> str:
+    return sh(host, "systemctl show --property=MainPID --value docker").strip()
+
+
+def stack_states(host) -> dict[str, str]:
+    rows = [json.loads(line) for line in sh(host, f"{COMPOSE} ps -a --format json").splitlines() if line.strip()]
+    return {row["Service"]: f"{row['State']}/{row.get('Health', '')}" for row in rows}
+
+
+def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(host) -> None:
+    before = package_state(host)
+    script = shlex.quote(HOLDER)
+    try:
+        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 600")
+        time.sleep(2)
+        holder_pid = sh(host, f"systemctl show --property=MainPID --value {HOLDER_UNIT}").strip()
+        rc, out, seconds = playbook("--tags", "docker_engine_install",
+                                    "-e", f"docker_engine_package_lock_timeout={LOCK_TIMEOUT}")
+        assert rc != 0, out[-3000:]
+        assert f"the package manager is still locked after waiting {LOCK_TIMEOUT} s" in out, out[-3000:]
+        assert seconds < LOCK_TIMEOUT + RUN_OVERHEAD, f"the wait was not bounded: {seconds:.0f} s"
+        assert f"/var/lib/dpkg/lock-frontend by pid {holder_pid} (/usr/bin/python3 -c import fcntl" in out, out[-3000:]
+        assert f"unit {HOLDER_UNIT}.service" in out, out[-3000:]
+        assert "changed no package" in out
+        assert "raise docker_engine_package_lock_timeout" in out
+        assert "Install the pinned packages" not in out, "apt ran while the lock was held"
+        assert package_state(host) == before
+    finally:
+        host.run(f"systemctl stop {HOLDER_UNIT}")
+    # A holder that lets go after 10 s: the default timeout waits for it, and the run converges.
+    try:
+        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 10")
+        time.sleep(1)
+        rc, out, _seconds = playbook("--tags", "docker_engine_install", "-v")
+        assert rc == 0, out[-3000:]
+        waited = [float(value) for value in re.findall(r'"waited": ([0-9.]+)', out)]
+        assert waited, out[-3000:]
+        assert max(waited) >= MIN_WAIT, f"the run did not wait for the holder: {waited}\n{out[-3000:]}"
+        assert f"unit {HOLDER_UNIT}.service" in out, "held_at_start names the holder"
+        assert " failed=0 " in recap(out)
+        assert package_state(host) == before
+    finally:
+        host.run(f"systemctl stop {HOLDER_UNIT}")
+
+
+def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host) -> None:
+    before = package_state(host)
+    try:
+        sh(host, f"printf 'Acquire::http::Proxy \"http://127.0.0.1:9/\";\\n' > {MIRROR_DOWN}")
+        # An index older than docker_engine's cache_valid_time (3600 s), so the run has to reach the mirror.
+        sh(host, "touch -c -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+        rc, out, _seconds = playbook("--tags", "docker_engine_install")
+        assert rc != 0, out[-3000:]
+        assert "Failed to update apt cache" in out, out[-3000:]
+        assert "deb.debian.org" in out, "the message names the mirror it could not fetch from"
+        assert package_state(host) == before, "a failed fetch changed no package and no hold"
+        assert sh(host, "systemctl is-active docker").strip() == "active"
+    finally:
+        host.run(f"rm -f {MIRROR_DOWN}")
+    sh(host, "touch -c -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+    rc, out, _seconds = playbook("--tags", "docker_engine_install")
+    assert rc == 0, out[-3000:]
+    assert " failed=0 " in recap(out)
+    assert package_state(host) == before
+
+
+def test_stopped_docker_daemon_is_started_again_and_the_stack_kept_running(host) -> None:
+    before = stack_states(host)
+    try:
+        sh(host, "systemctl stop docker.socket docker.service")
+        assert host.run("systemctl is-active docker").stdout.strip() != "active"
+        rc, out, _seconds = playbook("--tags", "docker_engine_configure,docker_engine_verify,compose_stack_verify")
+    finally:
+        host.run("systemctl start docker.socket docker.service")
+    assert rc == 0, out[-3000:]
+    assert re.search(r"changed: \[[^]]+\]", out.split("Dockerd is enabled and running", 1)[1].split("TASK [", 1)[0]), \
+        "the role itself started docker"
+    assert sh(host, "systemctl is-active docker").strip() == "active"
+    assert stack_states(host) == before, "live-restore kept every container as it was"
+
+
+def test_invalid_daemon_json_is_backed_up_reported_and_docker_stays_up(host) -> None:
+    original = host.file(DAEMON_JSON).content
+    # A hand edit that leaves a trailing comma: {"debug": true, ...,} - JSON refuses it, and so would dockerd.
+    broken = original.rstrip().rstrip(b"}").rstrip() + b',\n  "debug": true,\n}\n'
+    pid = docker_pid(host)
+    states = stack_states(host)
+    backup = ""
+    try:
+        host.run(f"printf %s {shlex.quote(broken.decode())} > {DAEMON_JSON}")
+        assert host.file(DAEMON_JSON).content == broken
+        rc, out, _seconds = playbook("--tags", "docker_engine_configure")
+        assert rc != 0, out[-3000:]
+        assert f"{DAEMON_JSON} is not valid JSON (line" in out, out[-3000:]
+        match = re.search(r"backed up byte for byte to (/etc/docker/daemon\.json\.gpuops-invalid-[0-9a-f]{12})", out)
+        assert match, out[-3000:]
+        backup = match.group(1)
+        assert "docker was not restarted by this run" in out
+        assert "invalid: replace" not in out, "the fix names what the operator can do, not a module option"
+        assert host.file(backup).content == broken, "the hand edit is kept byte for byte"
+        assert host.file(backup).mode == PRIVATE
+        assert host.file(DAEMON_JSON).content == broken, "the file is left in place for its author"
+        assert docker_pid(host) == pid, "dockerd was not restarted"
+        assert stack_states(host) == states
+    finally:
+        host.run(f"printf %s {shlex.quote(original.decode())} > {DAEMON_JSON}")
+        if backup:
+            host.run(f"rm -f {backup}")
+    rc, out, _seconds = playbook("--tags", "docker_engine_configure")
+    assert rc == 0, out[-3000:]
+    assert " changed=0 " in recap(out), recap(out)
+    assert docker_pid(host) == pid
+
+
+def mlflow(host, method: str, endpoint: str, body: dict | None = None) -> dict:
+    password = (EPHEMERAL / "credentials" / "mlflow_admin_password").read_text().strip()
+    data = f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}" if body is not None else ""
+    out = sh(host, f"curl -sS -f -u admin:{shlex.quote(password)} -X {method} {data} '{MLFLOW}/{endpoint}'")
+    return json.loads(out)
+
+
+def test_sigkill_mid_compose_stage_then_the_rerun_converges_and_mlflow_keeps_runs_and_metrics(host) -> None:
+    now = int(time.time() * 1000)
+    run = mlflow(host, "POST", "runs/create", {"experiment_id": "0", "start_time": now, "run_name": "fault-sigkill"})
+    run_id = run["run"]["info"]["run_id"]
+    mlflow(host, "POST", "runs/log-metric", {"run_id": run_id, "key": "fault_loss", "value": 0.125,
+                                             "timestamp": now, "step": 3})
+    mlflow(host, "POST", "runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": now})
+    # Work for the compose stage: two services stopped, so compose up has something to do when it is killed.
+    sh(host, f"{COMPOSE} stop mlflow prometheus")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(["ansible-playbook", "-i", INVENTORY, str(PLAYBOOK)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    seen = []
+    killed = False
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "compose_stack : Run the stack" in line:
+                time.sleep(3)  # compose up is under way
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert killed, "the compose stage was never reached:\n" + "".join(seen)[-3000:]
+    assert proc.returncode == -signal.SIGKILL
+
+    rc, out, _seconds = playbook()
+    assert rc == 0, out[-3000:]
+    assert " failed=0 " in recap(out)
+    states = stack_states(host)
+    assert all(state in ("running/healthy", "running/") for state in states.values()), states
+    got = mlflow(host, "GET", f"runs/get?run_id={run_id}")["run"]
+    assert got["info"]["status"] == "FINISHED"
+    assert {"key": "fault_loss", "value": 0.125, "timestamp": now, "step": 3} in got["data"]["metrics"]
+    history = mlflow(host, "GET", f"metrics/get-history?run_id={run_id}&metric_key=fault_loss")["metrics"]
+    assert [(point["value"], point["step"]) for point in history] == [(0.125, 3)]
