@@ -52,6 +52,9 @@ HOLDER = ("import fcntl, sys, time\n"
           "time.sleep(float(sys.argv[1]))\n")
 # TEST STAND-IN for a stopped mirror: every apt HTTP(S) fetch goes to a port nothing listens on.
 MIRROR_DOWN = "/etc/apt/apt.conf.d/99gpuops-fault-mirror-down"
+EMPTY_CACHE = "/etc/apt/apt.conf.d/99gpuops-fault-empty-cache"
+FAULT_ARCHIVES = "/var/tmp/gpuops-fault-archives"
+APT_STAMPS = "/var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists"  # what cache_valid_time reads
 
 
 def sh(host, command: str) -> str:
@@ -77,8 +80,10 @@ def recap(out: str) -> str:
     return lines[-1]
 
 
-def package_state(host) -> tuple[dict[str, str], str]:
-    return {name: host.package(name).version for name in PACKAGES}, sh(host, "apt-mark showhold | sort")
+def package_state(host) -> str:
+    """Status and version of docker_engine's packages, and the holds."""
+    return sh(host, "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' " + " ".join(PACKAGES)
+              + "; apt-mark showhold | sort")
 
 
 def docker_pid(host) -> str:
@@ -129,22 +134,34 @@ def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(h
 def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host) -> None:
     before = package_state(host)
     try:
+        # A package the run has to fetch: the Compose plugin removed (the stack keeps running without the CLI
+        # plugin), and apt pointed at an empty download cache (the scenario's shared one is left alone).
+        sh(host, f"mkdir -p {FAULT_ARCHIVES}/partial && printf 'Dir::Cache::Archives \"{FAULT_ARCHIVES}/\";\\n' "
+                 f"> {EMPTY_CACHE} && apt-get remove -y -q --allow-change-held-packages docker-compose")
         sh(host, f"printf 'Acquire::http::Proxy \"http://127.0.0.1:9/\";\\n' > {MIRROR_DOWN}")
-        # An index older than docker_engine's cache_valid_time (3600 s), so the run has to reach the mirror.
-        sh(host, "touch -c -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+        # An index older than docker_engine's cache_valid_time (3600 s): the run reads the mirror first.
+        sh(host, f"touch -c -d '2 hours ago' {APT_STAMPS}")
+        removed = package_state(host)
         rc, out, _seconds = playbook("--tags", "docker_engine_install")
         assert rc != 0, out[-3000:]
-        assert "Failed to update apt cache" in out, out[-3000:]
-        assert "deb.debian.org" in out, "the message names the mirror it could not fetch from"
-        assert package_state(host) == before, "a failed fetch changed no package and no hold"
+        reported = out.split("Explain the failed install", 1)[-1]
+        assert "docker_engine: installing docker.io=" in reported, out[-3000:]
+        assert "Failed to fetch http://deb.debian.org/debian/dists/" in reported, "names the URL it could not fetch"
+        assert "127.0.0.1:9" in reported, "and why (the mirror does not answer)"
+        assert "Fix: make the package mirror reachable" in reported
+        assert package_state(host) == removed, "the failed run changed no other package and no hold"
         assert sh(host, "systemctl is-active docker").strip() == "active"
-    finally:
         host.run(f"rm -f {MIRROR_DOWN}")
-    sh(host, "touch -c -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
-    rc, out, _seconds = playbook("--tags", "docker_engine_install")
-    assert rc == 0, out[-3000:]
-    assert " failed=0 " in recap(out)
-    assert package_state(host) == before
+        sh(host, f"touch -c -d '2 hours ago' {APT_STAMPS}")
+        rc, out, _seconds = playbook("--tags", "docker_engine_install")
+        assert rc == 0, out[-3000:]
+        assert " failed=0 " in recap(out)
+        assert package_state(host) == before, "the rerun installed and held the pinned package again"
+    finally:
+        host.run(f"rm -rf {MIRROR_DOWN} {EMPTY_CACHE} {FAULT_ARCHIVES}")
+        if "docker-compose ii " not in package_state(host):  # the test failed half-way: put the plugin back
+            host.run("apt-get install -y -q --allow-change-held-packages docker-compose=2.26.1-4 "
+                     "&& apt-mark hold docker-compose")
 
 
 def test_stopped_docker_daemon_is_started_again_and_the_stack_kept_running(host) -> None:
@@ -178,8 +195,11 @@ def test_invalid_daemon_json_is_backed_up_reported_and_docker_stays_up(host) -> 
         match = re.search(r"backed up byte for byte to (/etc/docker/daemon\.json\.gpuops-invalid-[0-9a-f]{12})", out)
         assert match, out[-3000:]
         backup = match.group(1)
-        assert "docker was not restarted by this run" in out
-        assert "invalid: replace" not in out, "the fix names what the operator can do, not a module option"
+        # The module's own failure is printed too (the role rescues it); the role's message is the last one.
+        reported = out.split("Report why daemon.json was not written", 1)[-1]
+        assert "docker was not restarted by this run" in reported, out[-3000:]
+        assert "move it away to start from an empty configuration" in reported
+        assert "invalid: replace" not in reported, "the fix names what the operator can do, not a module option"
         assert host.file(backup).content == broken, "the hand edit is kept byte for byte"
         assert host.file(backup).mode == PRIVATE
         assert host.file(DAEMON_JSON).content == broken, "the file is left in place for its author"
