@@ -80,6 +80,13 @@ def recap(out: str) -> str:
     return lines[-1]
 
 
+def last_failure(out: str) -> str:
+    """The last task failure of a run (one line each: results are printed as JSON)."""
+    failures = [line for line in out.splitlines() if line.startswith("fatal: ")]
+    assert failures, out[-3000:]
+    return failures[-1]
+
+
 def package_state(host) -> str:
     """Status and version of docker_engine's packages, and the holds."""
     return sh(host, "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' " + " ".join(PACKAGES)
@@ -144,7 +151,7 @@ def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host)
         removed = package_state(host)
         rc, out, _seconds = playbook("--tags", "docker_engine_install")
         assert rc != 0, out[-3000:]
-        reported = out.split("Explain the failed install", 1)[-1]
+        reported = last_failure(out)
         assert "docker_engine: installing docker.io=" in reported, out[-3000:]
         assert "Failed to fetch http://deb.debian.org/debian/dists/" in reported, "names the URL it could not fetch"
         assert "127.0.0.1:9" in reported, "and why (the mirror does not answer)"
@@ -196,7 +203,7 @@ def test_invalid_daemon_json_is_backed_up_reported_and_docker_stays_up(host) -> 
         assert match, out[-3000:]
         backup = match.group(1)
         # The module's own failure is printed too (the role rescues it); the role's message is the last one.
-        reported = out.split("Report why daemon.json was not written", 1)[-1]
+        reported = last_failure(out)
         assert "docker was not restarted by this run" in reported, out[-3000:]
         assert "move it away to start from an empty configuration" in reported
         assert "invalid: replace" not in reported, "the fix names what the operator can do, not a module option"
