@@ -42,7 +42,7 @@ MLFLOW = "http://127.0.0.1:5000/api/2.0/mlflow"
 PRIVATE = 0o600
 LOCK_TIMEOUT = 6  # docker_engine_package_lock_timeout for the held-lock case (default 300)
 RUN_OVERHEAD = 120  # the rest of a docker_engine_install run, generously, on a busy 2-core CI machine
-MIN_WAIT = 3  # the short holder lets go 10 s after it started; the run must have waited a good part of that
+MIN_WAIT = 3  # the short holder lets go 30 s after it started; the run must have waited a good part of that
 # TEST STAND-IN for unattended-upgrades: holds dpkg's locks the way apt does (fcntl write locks on
 # lock-frontend, then lock) for a given number of seconds, in a systemd unit of its own.
 HOLDER_UNIT = "gpuops-fault-apt-holder"
@@ -122,9 +122,10 @@ def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(h
         assert package_state(host) == before
     finally:
         host.run(f"systemctl stop {HOLDER_UNIT}")
-    # A holder that lets go after 10 s: the default timeout waits for it, and the run converges.
+    # A holder that lets go after 30 s (the probes before the lock check take ~15 s): the default timeout waits for it,
+    # and the run converges.
     try:
-        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 10")
+        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 30")
         time.sleep(1)
         rc, out, _seconds = playbook("--tags", "docker_engine_install", "-v")
         assert rc == 0, out[-3000:]
