@@ -97,9 +97,16 @@ def docker_pid(host) -> str:
     return sh(host, "systemctl show --property=MainPID --value docker").strip()
 
 
-def stack_states(host) -> dict[str, str]:
-    rows = [json.loads(line) for line in sh(host, f"{COMPOSE} ps -a --format json").splitlines() if line.strip()]
-    return {row["Service"]: f"{row['State']}/{row.get('Health', '')}" for row in rows}
+def stack_states(host, settle: int = 300) -> dict[str, str]:
+    """Each service's state/health, once no health check is still 'starting' (a docker restart re-runs them all;
+    live-restore keeps the containers running, their health is known again after the next check), bounded."""
+    deadline = time.monotonic() + settle
+    while True:
+        rows = [json.loads(line) for line in sh(host, f"{COMPOSE} ps -a --format json").splitlines() if line.strip()]
+        states = {row["Service"]: f"{row['State']}/{row.get('Health', '')}" for row in rows}
+        if not any(s.endswith("/starting") for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(5)
 
 
 def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(host) -> None:
