@@ -122,6 +122,54 @@ def read_index(path):
         return handle.read()
 
 
+class LazyIndex:
+    """name -> stanzas, newest first, like build_index, parsed only for the names asked for.
+
+    A full Debian index is ~65,000 stanzas; a probe needs a handful of them. Stanzas are split and keyed by their
+    Package line up front (cheap string work); fields are parsed on first access. Virtual packages: the stanzas
+    that carry a Provides field are parsed once, when a lookup first needs them.
+    """
+
+    def __init__(self, texts):
+        self._raw = {}
+        self._parsed = {}
+        self._provides = None
+        for text in texts:
+            for part in text.split("\n\n"):
+                chunk = part.strip("\n")
+                if not chunk.startswith("Package:"):
+                    continue
+                end = chunk.find("\n")
+                name = (chunk[8:] if end < 0 else chunk[8:end]).strip()
+                self._raw.setdefault(name, []).append(chunk)
+
+    def get(self, name, default=None):
+        if name not in self._raw:
+            return default
+        if name not in self._parsed:
+            stanzas = [s for chunk in self._raw[name] for s in parse_stanzas(chunk)]
+            self._parsed[name] = build_index(stanzas).get(name, [])
+        return self._parsed[name]
+
+    def __contains__(self, name):
+        return name in self._raw
+
+    def __len__(self):
+        return len(self._raw)
+
+    def provides(self):
+        """virtual name -> [(provider, provider version, provided version or '')], built on first use."""
+        if self._provides is None:
+            self._provides = {}
+            for name, chunks in self._raw.items():
+                if any("\nProvides:" in chunk for chunk in chunks):
+                    for stanza in self.get(name, []):
+                        for group in parse_depends(stanza.get("Provides", "")):
+                            for virtual, _op, provided in group:
+                                self._provides.setdefault(virtual, []).append((name, stanza["Version"], provided))
+        return self._provides
+
+
 def build_index(stanzas):
     """name -> list of stanzas, newest version first."""
     index = {}
@@ -152,6 +200,24 @@ def installed_versions(status_stanzas):
     return out
 
 
+def held_packages(status_stanzas):
+    """dpkg status stanzas -> names whose selection is hold (apt-mark hold)."""
+    return sorted(s["Package"] for s in status_stanzas if s.get("Status", "").startswith("hold ") and "Package" in s)
+
+
+def installed_index(status_stanzas):
+    """The installed packages as an index (one stanza each, with their Depends): what the host already has."""
+    return build_index([s for s in status_stanzas if s.get("Status", "").endswith(" installed")])
+
+
+_SIM_RE = re.compile(r"^(?:Inst|Remv) (\S+)")
+
+
+def simulated_moves(lines):
+    """Package names that `apt-get -s upgrade|dist-upgrade` output would install, upgrade or remove."""
+    return sorted({m.group(1) for m in map(_SIM_RE.match, lines) if m})
+
+
 _DEP_RE = re.compile(r"^\s*([^\s(\[<:]+)(?::\S+)?\s*(?:\(\s*(<<|<=|=|>=|>>|<|>)\s*([^)\s]+)\s*\))?")
 
 
@@ -179,6 +245,8 @@ def offered_versions(index, name):
 
 def provides_index(index):
     """virtual name -> [(provider, provider version, provided version or '')]"""
+    if isinstance(index, LazyIndex):
+        return index.provides()
     out = {}
     for name, stanzas in index.items():
         for stanza in stanzas:
@@ -213,7 +281,7 @@ def resolve(index, requested, follow="all", installed=None):
     it in when that is offered and allowed, else the installed version, else the newest allowed.
     """
     installed = installed or {}
-    provides = provides_index(index)
+    provides = _LazyProvides(index)
     errors, resolved, reasons, rules = [], {}, {}, {}
 
     for name, requested_version in sorted(requested.items()):
@@ -267,6 +335,18 @@ def resolve(index, requested, follow="all", installed=None):
         "closure_reasons": {n: _dedupe(r) for n, r in sorted(reasons.items())},
         "errors": _dedupe(errors),
     }
+
+
+class _LazyProvides:
+    """provides_index(index), built the first time a dependency is looked up (a request alone never needs it)."""
+
+    def __init__(self, index):
+        self._index, self._map = index, None
+
+    def get(self, name, default=None):
+        if self._map is None:
+            self._map = provides_index(self._index)
+        return self._map.get(name, default)
 
 
 def _dedupe(items):

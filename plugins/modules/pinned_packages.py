@@ -7,11 +7,15 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: pinned_packages
-short_description: Read-only probe of a package set to pin - key fingerprint, offered versions, dependency closure
+short_description: Read-only probe and check of a package set to pin - key fingerprint, offered versions, closure
 version_added: "0.2.0"
 description:
-  - The read-only half of the C(_pinned_packages) role. It changes nothing on the host; it only reads the files it
-    is given (a downloaded key, apt list files, the dpkg status file).
+  - The read-only half of the C(_pinned_packages) role. It changes nothing on the host outside a scratch directory
+    it removes again; it reads the files it is given (a key, apt list files, the dpkg status file) and, with
+    O(repo_url), downloads one repository's key and index into that scratch directory.
+  - With O(repo_url), fetches O(key_url), checks O(key_fingerprint) against the key's primary fingerprints, reads the
+    repository's index with a scratch C(apt-get update) that sees only that repository, signed-by that key, and
+    resolves O(versions) against it (as with O(lists_dir)); reports whether O(keyring) already holds that key.
   - With O(key_file), reports the OpenPGP fingerprints of the key (computed from the key packets, so no C(gpg) is
     needed on the host) and fails when O(key_fingerprint) is not among the primary keys.
   - With O(lists_dir), reads every C(*_Packages) index in it (plain, C(.gz) or C(.xz)), resolves each package of
@@ -20,10 +24,39 @@ description:
     every problem, when a requested version is not offered (listing the versions that are), when a closure
     member cannot be pinned to a version that satisfies everything that depends on it (the NVIDIA repository's
     C(= version) case), and when the set would downgrade an installed package and O(allow_downgrade) is false.
+  - With O(installed_only), resolves O(versions) against the installed packages only (no index is read) and
+    reports O(complete) - every requested package and its closure installed at a matching version. It never fails;
+    a caller reads the index only when the set is not complete (a re-run reads nothing and refreshes nothing).
+  - With O(verify), compares the installed packages with that package -> version map, their holds, and what
+    C(apt-get -s upgrade) and C(dist-upgrade) would move (simulated, without taking apt's lock).
   - Pure logic lives in C(plugins/module_utils/pinned_packages.py).
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
+  repo_url:
+    description: Repository to probe in a scratch directory (needs O(key_url), O(key_fingerprint), O(suites)).
+    type: str
+  suites:
+    description: Suites of O(repo_url).
+    type: list
+    elements: str
+    default: []
+  components:
+    description: Components of O(repo_url) (none for a flat repository).
+    type: list
+    elements: str
+    default: []
+  architectures:
+    description: Architectures to read from O(repo_url) (apt's default when empty).
+    type: list
+    elements: str
+    default: []
+  key_url:
+    description: URL of the repository's signing key (armored or binary OpenPGP).
+    type: str
+  keyring:
+    description: The host's keyring for this repository; RV(keyring_current) says whether it already holds the key.
+    type: path
   key_file:
     description: Downloaded repository key (armored or binary OpenPGP).
     type: path
@@ -33,7 +66,7 @@ options:
   dearmor_to:
     description:
       - Write the key, in binary OpenPGP form (what apt's C(.gpg) keyrings hold), to this path - the only file the
-        module writes; callers point it into their scratch directory.
+        module writes outside its scratch directory; callers point it into their own scratch directory.
     type: path
   lists_dir:
     description: apt lists directory of a scratch C(apt-get update) that saw only the repository to pin.
@@ -44,6 +77,17 @@ options:
         taken); a version with a revision or an epoch (V(1.31.2-1.1)) must match exactly.
     type: dict
     default: {}
+  installed_only:
+    description: Resolve O(versions) against the installed packages only and report RV(complete); never fail.
+    type: bool
+    default: false
+  verify:
+    description: Package -> exact version that must be installed (and held with O(hold)); see RV(wrong).
+    type: dict
+  hold:
+    description: With O(verify), every package must be held.
+    type: bool
+    default: true
   follow:
     description:
       - Which dependencies make up the closure - V(all) (a dedicated repository) or V(exact) (only C(= version) ones).
@@ -51,7 +95,7 @@ options:
     choices: [all, exact]
     default: all
   status_file:
-    description: dpkg status file read for installed versions (kept for unconstrained members; downgrade check).
+    description: dpkg status file read for installed versions and holds.
     type: path
     default: /var/lib/dpkg/status
   allow_downgrade:
@@ -70,137 +114,329 @@ options:
     description: Appended to a refusal of the version set (what to change).
     type: str
     default: ""
+  timeout:
+    description: Seconds to wait for O(key_url) (the index download follows apt's own timeouts).
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
-    description: Reports what it would install, pin and hold without changing anything.
+    description: Reads and reports only; the same in check mode.
   diff_mode:
     support: none
     description: No diff is shown.
 """
 
 EXAMPLES = r"""
-- name: Resolve the driver set against the probed index
+- name: Resolve the driver set against NVIDIA's repository (key fingerprint checked first)
   gpuops.cluster.pinned_packages:
-    key_file: /tmp/probe/key
+    repo_url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+    suites: ["/"]
+    key_url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub
     key_fingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"
-    lists_dir: /tmp/probe/lists
+    keyring: /etc/apt/keyrings/nvidia-driver.gpg
     versions:
       nvidia-open: "570.86.15"
   register: probe
+
+- name: Is the distribution set already installed at its pins? (reads nothing else)
+  gpuops.cluster.pinned_packages:
+    installed_only: true
+    versions: {docker.io: "26.1.5+dfsg1-9+b9"}
+    follow: exact
+  register: installed
+
+- name: Installed == pinned, held, and no upgrade moves them
+  gpuops.cluster.pinned_packages:
+    verify: "{{ probe.resolved }}"
+  register: check
 """
 
 RETURN = r"""
 fingerprints:
-  description: Fingerprints found in O(key_file).
-  returned: when key_file is given
+  description: Fingerprints found in the key.
+  returned: when key_file or repo_url is given
   type: dict
   sample: {primary: ["EB693B3035CD5710E231E123A4B469963BF863CC"], subkeys: []}
+keyring_current:
+  description: O(keyring) exists and holds exactly the fetched key (binary form).
+  returned: when repo_url is given
+  type: bool
 resolved:
   description: Every closure member -> exact apt version to pin, install and hold.
-  returned: when lists_dir is given
+  returned: when versions are resolved
   type: dict
   sample: {nvidia-open: "570.86.15-1", nvidia-kernel-open-dkms: "570.86.15-1"}
 requested:
   description: The requested packages -> exact apt version.
-  returned: when lists_dir is given
+  returned: when versions are resolved
   type: dict
 closure_reasons:
   description: Why each package is in the closure.
-  returned: when lists_dir is given
+  returned: when versions are resolved
   type: dict
 installed:
   description: Installed version of each closure member (absent when not installed).
-  returned: when lists_dir is given
+  returned: when versions are resolved
   type: dict
 moving:
   description: Closure members that are installed at another version than the one to pin.
-  returned: when lists_dir is given
+  returned: when versions are resolved
+  type: list
+  elements: str
+missing:
+  description: Closure members not installed at the version to pin (what an install has to do).
+  returned: when versions are resolved
+  type: list
+  elements: str
+held:
+  description: Closure members whose dpkg selection is hold.
+  returned: when versions are resolved, or with verify
+  type: list
+  elements: str
+complete:
+  description: With O(installed_only), every requested package and its closure are installed at matching versions.
+  returned: when installed_only is true
+  type: bool
+wrong:
+  description: With O(verify), packages not installed at their version (C(name=version)).
+  returned: with verify
+  type: list
+  elements: str
+unheld:
+  description: With O(verify) and O(hold), packages that are not held.
+  returned: with verify
+  type: list
+  elements: str
+moved:
+  description: With O(verify), packages of the set that C(apt-get -s upgrade) or C(dist-upgrade) would move.
+  returned: with verify
   type: list
   elements: str
 """
 
 import glob
 import os
+import shutil
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import fetch_url
 from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages as pp
+
+HTTP_OK = 200
+_SCRATCH_APT = (
+    "Dir::Etc::SourceList={d}/sources.list",
+    "Dir::Etc::SourceParts={d}/parts",
+    "Dir::State::Lists={d}/lists",
+    "Dir::Cache={d}/cache",
+    "Dir::Etc::Preferences={d}/none",
+    "Dir::Etc::PreferencesParts={d}/parts",
+    "Acquire::GzipIndexes=false",
+    "APT::Sandbox::User=root",
+)
+
+
+def _status(path):
+    if path and os.path.exists(path):
+        return pp.parse_stanzas(pp.read_index(path))
+    return []
+
+
+def check_key(module, raw, label, where):
+    """Fingerprints of the key bytes (`where` says where they came from); fail unless key_fingerprint is a
+    primary one."""
+    p = module.params
+    try:
+        fingerprints = pp.key_fingerprints(raw)
+    except (ValueError, IndexError) as exc:
+        module.fail_json(
+            msg=f"{label}{where} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
+            "repository's public key."
+        )
+    want = pp.normalize_fingerprint(p["key_fingerprint"])
+    if want and want not in fingerprints["primary"]:
+        found = ", ".join(fingerprints["primary"]) or "none"
+        module.fail_json(
+            msg=f"{label}the repository key has fingerprint {found} ({where}); "
+            f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
+            "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
+            fingerprints=fingerprints,
+        )
+    return fingerprints
+
+
+def probe_repository(module, scratch, label, result):
+    """Key -> fingerprint -> scratch sources.list signed-by it -> scratch apt-get update. Returns the lists dir."""
+    p = module.params
+    for sub in ("lists/partial", "cache/archives/partial", "parts"):
+        os.makedirs(os.path.join(scratch, sub))
+    response, info = fetch_url(module, p["key_url"], timeout=p["timeout"])
+    if response is None or info.get("status") != HTTP_OK:
+        module.fail_json(
+            msg=f"{label}could not fetch the signing key {p['key_url']}: {info.get('msg', '')} (HTTP "
+            f"{info.get('status')}). Fix: point the key URL at a reachable copy of the repository's key.",
+            **result,
+        )
+    raw = response.read()
+    result["fingerprints"] = check_key(module, raw, label, f"key {p['key_url']}")
+    binary = pp.dearmor(raw)
+    with open(os.path.join(scratch, "key.gpg"), "wb") as handle:
+        handle.write(binary)
+    if p["keyring"]:
+        try:
+            with open(p["keyring"], "rb") as handle:
+                result["keyring_current"] = handle.read() == binary
+        except OSError:
+            result["keyring_current"] = False
+    options = f"signed-by={scratch}/key.gpg" + (f" arch={','.join(p['architectures'])}" if p["architectures"] else "")
+    with open(os.path.join(scratch, "sources.list"), "w", encoding="utf-8") as handle:
+        for suite in p["suites"]:
+            handle.write(f"deb [{options}] {p['repo_url']} {suite} {' '.join(p['components'])}\n")
+    argv = ["apt-get", "update", "--error-on=any"]
+    for option in _SCRATCH_APT:
+        argv += ["-o", option.format(d=scratch)]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        why = apt_errors(out + "\n" + err) or out.splitlines()[-3:]
+        module.fail_json(
+            msg=f"{label}apt refused {p['repo_url']} (suites {', '.join(p['suites'])}) with the key from "
+            f"{p['key_url']}: {' / '.join(why).rstrip('.')}. Fix: check the repository URL and suites, and that the "
+            "key is the one that signs this repository.",
+            **result,
+        )
+    return os.path.join(scratch, "lists")
+
+
+def apt_errors(text):
+    """apt's E:/W:/Err: lines; an Err: line with the reason apt prints indented below it (404, timeout...)."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith(("E:", "W:", "Err:")):
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            out.append(line + (" - " + " ".join(nxt.split()) if line.startswith("Err:") and nxt[:1].isspace() else ""))
+    return out
+
+
+def resolve_lists(module, lists_dir, status, label, result):
+    p = module.params
+    files = sorted(glob.glob(os.path.join(lists_dir, "*_Packages*")))
+    texts = [
+        pp.read_index(path)
+        for path in files
+        if path.endswith((".gz", ".xz")) or os.path.basename(path).endswith("_Packages")
+    ]
+    index = pp.LazyIndex(texts)
+    installed = pp.installed_versions(status)
+    versions = {str(k): str(v) for k, v in p["versions"].items()}
+    out = pp.resolve(index, versions, follow=p["follow"], installed=installed)
+    describe(out, installed, status, result)
+    result["index_files"] = [os.path.basename(f) for f in files]
+    errors = list(out["errors"])
+    if not files:
+        errors.insert(0, f"no Packages index in {lists_dir}")
+    down = pp.downgrades(out["resolved"], installed)
+    if down and not p["allow_downgrade"]:
+        errors.append(
+            "the set would downgrade "
+            + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in sorted(down.items()))
+            + f"; set {p['downgrade_variable']}: true to allow it"
+        )
+    if errors:
+        fix = (" Fix: " + p["fix"]) if p["fix"] else ""
+        module.fail_json(msg=label + "; ".join(errors) + "." + fix, errors=errors, **result)
+
+
+def describe(out, installed, status, result):
+    """resolved/requested/closure_reasons, and where each closure member stands on the host."""
+    resolved = out["resolved"]
+    held = set(pp.held_packages(status))
+    result.update({k: out[k] for k in ("resolved", "requested", "closure_reasons")})
+    result["installed"] = {n: installed[n] for n in resolved if n in installed}
+    result["moving"] = sorted(n for n, v in resolved.items() if n in installed and installed[n] != v)
+    result["missing"] = sorted(n for n, v in resolved.items() if installed.get(n) != v)
+    result["held"] = sorted(n for n in resolved if n in held)
+
+
+def verify(module, status, result):
+    p = module.params
+    want = {str(k): str(v) for k, v in p["verify"].items()}
+    installed = pp.installed_versions(status)
+    held = set(pp.held_packages(status))
+    moved = set()
+    for action in ("upgrade", "dist-upgrade"):
+        rc, out, err = module.run_command(
+            ["apt-get", "-s", "-o", "Debug::NoLocking=1", action], environ_update={"LC_ALL": "C"}
+        )
+        if rc != 0:
+            module.fail_json(msg=f"{p['label']}: apt-get -s {action} failed: {err or out}", **result)
+        moved.update(pp.simulated_moves(out.splitlines()))
+    result["wrong"] = sorted(f"{n}={v}" for n, v in want.items() if installed.get(n) != v)
+    result["unheld"] = sorted(n for n in want if n not in held) if p["hold"] else []
+    result["held"] = sorted(n for n in want if n in held)
+    result["moved"] = sorted(n for n in moved if n in want)
 
 
 def main():
+    spec = {
+        "repo_url": {"type": "str"},
+        "suites": {"type": "list", "elements": "str", "default": []},
+        "components": {"type": "list", "elements": "str", "default": []},
+        "architectures": {"type": "list", "elements": "str", "default": []},
+        "key_url": {"type": "str"},
+        "keyring": {"type": "path"},
+        "key_file": {"type": "path"},
+        "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret
+        "dearmor_to": {"type": "path"},
+        "lists_dir": {"type": "path"},
+        "versions": {"type": "dict", "default": {}},
+        "installed_only": {"type": "bool", "default": False},
+        "verify": {"type": "dict"},
+        "hold": {"type": "bool", "default": True},
+        "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
+        "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
+        "allow_downgrade": {"type": "bool", "default": False},
+        "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
+        "label": {"type": "str", "default": ""},
+        "fix": {"type": "str", "default": ""},
+        "timeout": {"type": "int", "default": 30},
+    }
     module = AnsibleModule(
-        argument_spec={
-            "key_file": {"type": "path"},
-            "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret
-            "dearmor_to": {"type": "path"},
-            "lists_dir": {"type": "path"},
-            "versions": {"type": "dict", "default": {}},
-            "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
-            "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
-            "allow_downgrade": {"type": "bool", "default": False},
-            "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
-            "label": {"type": "str", "default": ""},
-            "fix": {"type": "str", "default": ""},
-        },
+        argument_spec=spec,
         supports_check_mode=True,
     )
     p = module.params
     result = {"changed": False}
     label = p["label"] + ": " if p["label"] else ""
+    if p["repo_url"] and not (p["key_url"] and p["key_fingerprint"] and p["suites"]):
+        module.fail_json(msg=f"{label}repo_url needs key_url, key_fingerprint and suites")
 
     if p["key_file"]:
         with open(p["key_file"], "rb") as handle:
             raw = handle.read()
-        try:
-            result["fingerprints"] = pp.key_fingerprints(raw)
-        except (ValueError, IndexError) as exc:
-            module.fail_json(
-                msg=f"{label}{p['key_file']} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
-                "repository's public key.",
-                **result,
-            )
-        want = pp.normalize_fingerprint(p["key_fingerprint"])
-        if want and want not in result["fingerprints"]["primary"]:
-            found = ", ".join(result["fingerprints"]["primary"]) or "none"
-            module.fail_json(
-                msg=f"{label}the repository key has fingerprint {found}; "
-                f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
-                "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
-                **result,
-            )
+        result["fingerprints"] = check_key(module, raw, label, p["key_file"])
         if p["dearmor_to"]:
             with open(p["dearmor_to"], "wb") as handle:
                 handle.write(pp.dearmor(raw))
 
-    if p["lists_dir"]:
-        files = sorted(glob.glob(os.path.join(p["lists_dir"], "*_Packages*")))
-        stanzas = []
-        for path in files:
-            if path.endswith((".gz", ".xz")) or os.path.basename(path).endswith("_Packages"):
-                stanzas.extend(pp.parse_stanzas(pp.read_index(path)))
-        index = pp.build_index(stanzas)
-        installed = {}
-        if p["status_file"] and os.path.exists(p["status_file"]):
-            installed = pp.installed_versions(pp.parse_stanzas(pp.read_index(p["status_file"])))
+    reads_status = p["repo_url"] or p["lists_dir"] or p["installed_only"] or p["verify"] is not None
+    status = _status(p["status_file"]) if reads_status else []
+    if p["verify"] is not None:
+        verify(module, status, result)
+    if p["installed_only"]:
         versions = {str(k): str(v) for k, v in p["versions"].items()}
-        out = pp.resolve(index, versions, follow=p["follow"], installed=installed)
-        result.update({k: out[k] for k in ("resolved", "requested", "closure_reasons")})
-        result["installed"] = {n: installed[n] for n in out["resolved"] if n in installed}
-        result["moving"] = sorted(n for n, v in out["resolved"].items() if n in installed and installed[n] != v)
-        result["index_files"] = [os.path.basename(f) for f in files]
-        errors = list(out["errors"])
-        if not files:
-            errors.insert(0, f"no Packages index in {p['lists_dir']}")
-        down = pp.downgrades(out["resolved"], installed)
-        if down and not p["allow_downgrade"]:
-            errors.append(
-                "the set would downgrade "
-                + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in sorted(down.items()))
-                + f"; set {p['downgrade_variable']}: true to allow it"
-            )
-        if errors:
-            fix = (" Fix: " + p["fix"]) if p["fix"] else ""
-            module.fail_json(msg=label + "; ".join(errors) + "." + fix, errors=errors, **result)
+        out = pp.resolve(pp.installed_index(status), versions, follow=p["follow"])
+        describe(out, pp.installed_versions(status), status, result)
+        result["complete"] = bool(versions) and not out["errors"] and not result["missing"]
+    elif p["repo_url"]:
+        scratch = tempfile.mkdtemp(prefix="gpuops-pin.")
+        try:
+            resolve_lists(module, probe_repository(module, scratch, label, result), status, label, result)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    elif p["lists_dir"]:
+        resolve_lists(module, p["lists_dir"], status, label, result)
 
     module.exit_json(**result)
 

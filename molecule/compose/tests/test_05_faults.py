@@ -5,8 +5,9 @@ predicts no change - is then checked on the node these faults went through. Each
 (finally), so one failing test does not take the others down.
 
 - dpkg lock held by another process (a labelled stand-in holder, started as a systemd unit as
-  unattended-upgrades would be): docker_engine waits, bounded, then fails naming the PID, command and unit,
-  with no package changed; a holder that lets go within the timeout is waited for and the run converges.
+  unattended-upgrades would be): with every package at its pin the run does not wait for the lock at all; with a
+  package to install docker_engine waits, bounded, then fails naming the PID, command and unit, with no package
+  changed; a holder that lets go within the timeout is waited for and the run converges.
 - package mirror down when the package step runs (apt's HTTP goes to a closed port on 127.0.0.1, as a stopped
   mirror): the run fails naming the URL it could not fetch, packages and holds unchanged; with the mirror
   back the rerun converges.
@@ -109,13 +110,40 @@ def stack_states(host, settle: int = 300) -> dict[str, str]:
         time.sleep(5)
 
 
+def remove_compose_plugin(host) -> None:
+    """A package the next docker_engine run has to install again (the stack keeps running without the CLI plugin)."""
+    sh(host, "apt-get remove -y -q --allow-change-held-packages docker-compose")
+
+
+def restore_compose_plugin(host) -> None:
+    """Put the plugin back when a test failed half-way."""
+    if "docker-compose ii " not in package_state(host):
+        host.run("apt-get install -y -q --allow-change-held-packages docker-compose=2.26.1-4 "
+                 "&& apt-mark hold docker-compose")
+
+
+def hold_lock(host, seconds: int) -> str:
+    """Start the stand-in holder; its PID."""
+    sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {shlex.quote(HOLDER)} {seconds}")
+    time.sleep(2)
+    return sh(host, f"systemctl show --property=MainPID --value {HOLDER_UNIT}").strip()
+
+
 def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(host) -> None:
     before = package_state(host)
-    script = shlex.quote(HOLDER)
     try:
-        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 600")
-        time.sleep(2)
-        holder_pid = sh(host, f"systemctl show --property=MainPID --value {HOLDER_UNIT}").strip()
+        # Every package at its pin and held: nothing to install, so the run does not queue behind the lock at all.
+        hold_lock(host, 600)
+        rc, out, _seconds = playbook("--tags", "docker_engine_install",
+                                     "-e", f"docker_engine_package_lock_timeout={LOCK_TIMEOUT}")
+        assert rc == 0, out[-3000:]
+        assert "still locked" not in out
+        assert package_state(host) == before
+        host.run(f"systemctl stop {HOLDER_UNIT}")
+        # A package to install: the run waits, bounded, then fails naming the holder, and changes nothing.
+        remove_compose_plugin(host)
+        removed = package_state(host)
+        holder_pid = hold_lock(host, 600)
         rc, out, seconds = playbook("--tags", "docker_engine_install",
                                     "-e", f"docker_engine_package_lock_timeout={LOCK_TIMEOUT}")
         assert rc != 0, out[-3000:]
@@ -126,14 +154,10 @@ def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(h
         assert "changed no package" in out
         assert "raise docker_engine_package_lock_timeout" in out
         assert "Install | the closure at its pinned versions" not in out, "apt ran while the lock was held"
-        assert package_state(host) == before
-    finally:
+        assert package_state(host) == removed
         host.run(f"systemctl stop {HOLDER_UNIT}")
-    # A holder that lets go after 30 s (the probes before the lock check take ~15 s): the default timeout waits for it,
-    # and the run converges.
-    try:
-        sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {script} 30")
-        time.sleep(1)
+        # A holder that lets go after 30 s: the default timeout waits for it, and the run converges.
+        hold_lock(host, 30)
         rc, out, _seconds = playbook("--tags", "docker_engine_install", "-v")
         assert rc == 0, out[-3000:]
         waited = [float(value) for value in re.findall(r'"waited": ([0-9.]+)', out)]
@@ -141,9 +165,10 @@ def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(h
         assert max(waited) >= MIN_WAIT, f"the run did not wait for the holder: {waited}\n{out[-3000:]}"
         assert f"unit {HOLDER_UNIT}.service" in out, "held_at_start names the holder"
         assert " failed=0 " in recap(out)
-        assert package_state(host) == before
+        assert package_state(host) == before, "the run installed and held the plugin again"
     finally:
         host.run(f"systemctl stop {HOLDER_UNIT}")
+        restore_compose_plugin(host)
 
 
 def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host) -> None:
@@ -152,7 +177,8 @@ def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host)
         # A package the run has to fetch: the Compose plugin removed (the stack keeps running without the CLI
         # plugin), and apt pointed at an empty download cache (the scenario's shared one is left alone).
         sh(host, f"mkdir -p {FAULT_ARCHIVES}/partial && printf 'Dir::Cache::Archives \"{FAULT_ARCHIVES}/\";\\n' "
-                 f"> {EMPTY_CACHE} && apt-get remove -y -q --allow-change-held-packages docker-compose")
+                 f"> {EMPTY_CACHE}")
+        remove_compose_plugin(host)
         sh(host, f"printf 'Acquire::http::Proxy \"http://127.0.0.1:9/\";\\n' > {MIRROR_DOWN}")
         # An index older than docker_engine's cache_valid_time (3600 s): the run reads the mirror first.
         sh(host, f"touch -c -d '2 hours ago' {APT_STAMPS}")
@@ -174,9 +200,7 @@ def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host)
         assert package_state(host) == before, "the rerun installed and held the pinned package again"
     finally:
         host.run(f"rm -rf {MIRROR_DOWN} {EMPTY_CACHE} {FAULT_ARCHIVES}")
-        if "docker-compose ii " not in package_state(host):  # the test failed half-way: put the plugin back
-            host.run("apt-get install -y -q --allow-change-held-packages docker-compose=2.26.1-4 "
-                     "&& apt-mark hold docker-compose")
+        restore_compose_plugin(host)
 
 
 def test_stopped_docker_daemon_is_started_again_and_the_stack_kept_running(host) -> None:
