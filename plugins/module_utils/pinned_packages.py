@@ -283,6 +283,7 @@ def resolve(index, requested, follow="all", installed=None):
     installed = installed or {}
     provides = _LazyProvides(index)
     errors, resolved, reasons, rules = [], {}, {}, {}
+    dep_errors = {}  # dep -> its latest error, which states every rule on it (one message per package)
 
     for name, requested_version in sorted(requested.items()):
         want = str(requested_version)
@@ -326,14 +327,14 @@ def resolve(index, requested, follow="all", installed=None):
             error, changed = _place(dep, index, resolved, rules[dep], requested, installed, version)
             reasons.setdefault(dep, []).append(why)
             if error:
-                errors.append(error)
+                dep_errors[dep] = error
             elif changed:
                 queue.append(dep)
     return {
         "resolved": dict(sorted(resolved.items())),
         "requested": {n: resolved[n] for n in sorted(requested) if n in resolved},
         "closure_reasons": {n: _dedupe(r) for n, r in sorted(reasons.items())},
-        "errors": _dedupe(errors),
+        "errors": _dedupe(errors + list(dep_errors.values())),
     }
 
 

@@ -3,9 +3,12 @@
 #   debian/  dists/bookworm/non-free: Debian's REAL NVIDIA driver packages at every version in
 #            DRIVER_VERSIONS (the headless set the role installs, and everything it pulls in from
 #            contrib/non-free/non-free-firmware; main comes from deb.debian.org as usual)
-#   nct/     flat repository ("deb URL /", like NVIDIA's): the nvidia-container-toolkit TEST STAND-IN
+#   nct/     flat repository ("deb URL /", like NVIDIA's): TEST STAND-INS of the Container Toolkit's four
+#            packages at STANDIN_VERSIONS (build-standin-nvidia.py --toolkit, from nvidia-repo-structure.json
+#            next to this script)
 #   cuda/    flat repository like NVIDIA's CUDA repository: LABELLED STAND-INS with its package names and
-#            dependency structure (build-standin-nvidia.py, from NVIDIA_STANDIN = the structure as JSON)
+#            dependency structure (build-standin-nvidia.py, from NVIDIA_STANDIN = the structure as JSON), and
+#            gpuops-test-uu-control 1-1 and 2-1 (the unattended-upgrades test's control)
 #   NAME/    one more flat repository per NAME=DIR in FLAT_REPOS, with the .debs found in DIR (other
 #            scenarios' stand-ins, e.g. molecule/kubernetes: kube=/var/tmp/gpuops-kube-debs)
 #   keys/    gpuops-test-mirror.asc (signs all) and wrong-key.asc (signs nothing; negative test), and
@@ -103,8 +106,10 @@ flat_repo() { # flat_repo DIR: index and sign the .debs in DIR ("deb URL /")
    sign .)
 }
 
-# 3. The toolkit stand-in, in a flat repository.
-for v in ${STANDIN_VERSIONS:-}; do "$here/build-standin.sh" "$v" "$mirror/nct"; done
+# 3. The toolkit stand-ins, in a flat repository.
+if [ -n "${STANDIN_VERSIONS:-}" ]; then
+  python3 "$here/build-standin-nvidia.py" "$here/nvidia-repo-structure.json" "$mirror/nct" --toolkit $STANDIN_VERSIONS
+fi
 flat_repo "$mirror/nct"
 
 # 4. Other flat repositories (NAME=DIR: the .debs in DIR, served under NAME/).
@@ -120,6 +125,17 @@ done
 if [ -n "${NVIDIA_STANDIN:-}" ]; then
   rm -rf "${mirror:?}/cuda"
   python3 "$here/build-standin-nvidia.py" "$NVIDIA_STANDIN" "$mirror/cuda"
+  # The unattended-upgrades test's CONTROL: a package nothing pins or holds, at versions 1 and 2, so that the test
+  # shows unattended-upgrade does take a newer version from this origin when nothing stops it.
+  for v in 1 2; do
+    ctl=$(mktemp -d); chmod 0755 "$ctl"; mkdir "$ctl/DEBIAN"
+    printf '%s\n' "Package: gpuops-test-uu-control" "Version: $v-1" "Architecture: all" \
+      "Maintainer: gpuops.cluster test suite <tests@gpuops.invalid>" "Section: misc" "Priority: optional" \
+      "Description: TEST CONTROL package of the unattended-upgrades test (gpuops.cluster), not NVIDIA's" \
+      >"$ctl/DEBIAN/control"
+    dpkg-deb --root-owner-group -Zgzip --build "$ctl" "$mirror/cuda/gpuops-test-uu-control_$v-1_all.deb" >/dev/null
+    rm -rf "$ctl"
+  done
   flat_repo "$mirror/cuda"
 fi
 chmod -R a+rX "$mirror"

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Build LABELLED TEST STAND-IN .debs that copy the package names and dependency structure of NVIDIA's
-Debian CUDA repository (nvidia-repo-structure.yml, converted to JSON by prepare.yml), at every version the
-structure lists, into OUTDIR. They hold no driver: a doc file saying what they are, and, for the packages
-whose real counterpart ships a systemd unit the role enables (Fabric Manager, nvidia-persistenced), a unit
-that runs a labelled sleep.
+"""Build LABELLED TEST STAND-IN .debs that copy the package names and dependency structure of NVIDIA's apt
+repositories (nvidia-repo-structure.yml, converted to JSON by the scenario's prepare), into OUTDIR.
 
-Usage: build-standin-nvidia.py STRUCTURE.json OUTDIR
+  build-standin-nvidia.py STRUCTURE.json OUTDIR                    the CUDA repository's driver packages, at
+                                                                   every version the structure lists
+  build-standin-nvidia.py STRUCTURE.json OUTDIR --toolkit V [V...]  the Container Toolkit's packages at V...
+
+They hold no driver and no toolkit: a doc file saying what they are; for the packages whose real counterpart
+ships a systemd unit the role enables (Fabric Manager, nvidia-persistenced), a unit that runs a labelled sleep;
+for the toolkit, the labelled stand-in programs of standin/ next to this script where NVIDIA's package ships
+the real ones (the structure's "payload"). stanza() is imported by the unit tests, so the index they resolve
+is the one these packages make.
 """
 
 import json
@@ -14,16 +19,32 @@ import subprocess
 import sys
 import tempfile
 
-LABEL = "TEST STAND-IN built by the gpuops.cluster driver scenario; NOT NVIDIA's package, no driver inside"
+LABEL = "TEST STAND-IN built by the gpuops.cluster test scenarios; NOT NVIDIA's package, no driver inside"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def fill(text, branch, version):
     return text.replace("{branch}", branch).replace("{version}", version + "-1").replace("{toolkit}", version + "-1")
 
 
+def stanza(pkg, branch, version):
+    """The control fields of one stand-in: NVIDIA's name, version and dependencies (the structure's), plus the
+    test-only dependencies the stand-in programs need to run."""
+    depends = pkg.get("depends_by_version", {}).get(version, pkg.get("depends", []))
+    fields = {"Package": fill(pkg["name"], branch, version), "Version": version + "-1"}
+    depends = [fill(d, branch, version) for d in depends] + list(pkg.get("standin_depends", []))
+    if depends:
+        fields["Depends"] = ", ".join(depends)
+    if pkg.get("conflicts"):
+        fields["Conflicts"] = ", ".join(pkg["conflicts"])
+    return fields
+
+
 def build(pkg, branch, version, outdir):
-    name = fill(pkg["name"], branch, version)
+    fields = stanza(pkg, branch, version)
+    name = fields["Package"]
     with tempfile.TemporaryDirectory() as root:
+        os.chmod(root, 0o755)
         os.makedirs(os.path.join(root, "DEBIAN"))
         doc = os.path.join(root, "usr/share/doc", name)
         os.makedirs(doc)
@@ -36,20 +57,24 @@ def build(pkg, branch, version, outdir):
             with open(os.path.join(units, pkg["service"] + ".service"), "w", encoding="utf-8") as handle:
                 handle.write(f"[Unit]\nDescription={pkg['service']} ({LABEL})\n[Service]\n"
                              "ExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
-        control = [
-            f"Package: {name}",
-            f"Version: {version}-1",
+        for dest, source in pkg.get("payload", {}).items():
+            path = os.path.join(root, dest)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(os.path.join(HERE, "standin", source), encoding="utf-8") as handle:
+                text = handle.read().replace("@VERSION@", version)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(path, 0o755 if dest.startswith("usr/bin/") else 0o644)
+        if pkg.get("conffiles"):
+            with open(os.path.join(root, "DEBIAN/conffiles"), "w", encoding="utf-8") as handle:
+                handle.write("\n".join(pkg["conffiles"]) + "\n")
+        control = [f"{key}: {value}" for key, value in fields.items()] + [
             "Architecture: all",
             "Maintainer: gpuops.cluster test suite <tests@gpuops.invalid>",
             "Section: non-free/libs",
             "Priority: optional",
+            f"Description: {LABEL}\n Copies the name and dependencies of NVIDIA's {name}.",
         ]
-        depends = [fill(d, branch, version) for d in pkg.get("depends", [])]
-        if depends:
-            control.append("Depends: " + ", ".join(depends))
-        if pkg.get("conflicts"):
-            control.append("Conflicts: " + ", ".join(pkg["conflicts"]))
-        control.append(f"Description: {LABEL}\n Copies the name and dependencies of NVIDIA's {name}.")
         with open(os.path.join(root, "DEBIAN/control"), "w", encoding="utf-8") as handle:
             handle.write("\n".join(control) + "\n")
         out = os.path.join(outdir, f"{name}_{version}-1_all.deb")
@@ -59,17 +84,19 @@ def build(pkg, branch, version, outdir):
 
 
 def main():
-    structure_file, outdir = sys.argv[1], sys.argv[2]
+    structure_file, outdir, *rest = sys.argv[1:]
     with open(structure_file, encoding="utf-8") as handle:
         structure = json.load(handle)
     os.makedirs(outdir, exist_ok=True)
     branch = structure["driver_branch"]
-    count = 0
-    for pkg in structure["packages"]:
-        for version in pkg.get("versions", structure["driver_versions"]):
-            build(pkg, branch, version, outdir)
-            count += 1
-    print(f"build-standin-nvidia: {count} stand-in .debs in {outdir}")
+    if rest[:1] == ["--toolkit"]:
+        jobs = [(pkg, version) for pkg in structure["toolkit"] for version in rest[1:] or structure["toolkit_versions"]]
+    else:
+        jobs = [(pkg, version) for pkg in structure["packages"]
+                for version in pkg.get("versions", structure["driver_versions"])]
+    for pkg, version in jobs:
+        build(pkg, branch, version, outdir)
+    print(f"build-standin-nvidia: {len(jobs)} stand-in .debs in {outdir}")
 
 
 if __name__ == "__main__":

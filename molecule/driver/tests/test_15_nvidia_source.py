@@ -35,6 +35,7 @@ ABSENT = {
     "gpuops-driver-deb12-cuda": ["nvidia-kernel-open-dkms", "nvidia-fabricmanager-570"],
 }
 UU_CONF = "/etc/apt/apt.conf.d/52gpuops-test-unattended"
+CONTROL = "gpuops-test-uu-control"  # the unattended-upgrades test's control package (build-mirror.sh)
 
 
 def _name(host) -> str:
@@ -88,19 +89,25 @@ def test_upgrade_and_dist_upgrade_move_nothing(host, command):
 
 
 def test_unattended_upgrades_for_the_mirror_origin_moves_nothing(host):
-    """A real unattended-upgrade run allowed to take everything from the mirror's origin (and nothing else)."""
+    """A real unattended-upgrade run allowed to take everything from the mirror's origin (and nothing else).
+
+    Control: gpuops-test-uu-control (build-mirror.sh), installed at 1-1 from the same repository and neither
+    pinned nor held, must move to 2-1 in that same run; else the run could not have moved anything."""
     host.run(f"printf '%s\\n' '#clear Unattended-Upgrade::Origins-Pattern;' "
              f"'Unattended-Upgrade::Origins-Pattern {{ \"origin=gpuops-test-mirror\"; }};' > {UU_CONF}")
     try:
+        host.check_output(f"apt-get install -y -q {CONTROL}=1-1")
         before = _standins(host)
         assert sorted(before) == sorted(EXPECTED[_name(host)]), "the comparison needs the installed set"
         run = host.run("unattended-upgrade -d")
         after = _standins(host)
+        control = host.package(CONTROL).version
     finally:
-        host.run(f"rm -f {UU_CONF}")
+        host.run(f"rm -f {UU_CONF}; apt-get purge -y -q {CONTROL}")
     log = run.stdout + run.stderr
     assert run.rc == 0, log[-3000:]
     assert "origin=gpuops-test-mirror" in log, "unattended-upgrade did not read the test's origin pattern"
+    assert control == "2-1", f"control: unattended-upgrade left {CONTROL} at {control}\n{log[-3000:]}"
     assert after == before, f"unattended-upgrade moved {set(after.items()) ^ set(before.items())}"
     assert all(v == PIN for v in after.values())
 

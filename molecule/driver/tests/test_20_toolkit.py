@@ -16,15 +16,23 @@ STANDIN_LOG = "/var/log/gpuops-nvidia-runtime-standin.log"
 IMAGE = "gpuops-test/busybox:1"
 
 
-def test_toolkit_is_pinned_held_and_labelled_as_stand_in(host):
-    pkg = host.package("nvidia-container-toolkit")
-    assert pkg.version == PIN_APT
-    assert "TEST STAND-IN" in host.check_output("dpkg-query -W -f '${Description}' nvidia-container-toolkit")
-    assert NEWER in host.check_output("apt-cache madison nvidia-container-toolkit")
-    assert "nvidia-container-toolkit" in host.check_output("apt-mark showhold").split()
-    upgrade = host.check_output("apt-get -s upgrade")
-    assert not re.search(r"^Inst nvidia-container-toolkit ", upgrade, re.M), upgrade
-    assert f"Candidate: {PIN_APT}" in host.check_output("apt-cache policy nvidia-container-toolkit")
+# The role's default package list: NVIDIA's four toolkit packages (nvidia-repo-structure.yml, [S4]).
+PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+            "libnvidia-container1"]
+
+
+def test_every_toolkit_package_is_pinned_held_and_labelled_as_stand_in(host):
+    held = host.check_output("apt-mark showhold").split()
+    upgrades = host.check_output("apt-get -s upgrade") + host.check_output("apt-get -s dist-upgrade")
+    for name in PACKAGES:
+        assert host.package(name).version == PIN_APT, name
+        assert "TEST STAND-IN" in host.check_output(f"dpkg-query -W -f '${{Description}}' {name}")
+        assert NEWER in host.check_output(f"apt-cache madison {name}"), f"the mirror offers a newer {name}"
+        assert name in held
+        assert not re.search(rf"^Inst {re.escape(name)} ", upgrades, re.M), upgrades
+        assert f"Candidate: {PIN_APT}" in host.check_output(f"apt-cache policy {name}")
+    # The runtime and nvidia-ctk come from -base, as in NVIDIA's packaging (the top package only depends on it).
+    assert host.check_output("dpkg -S /usr/bin/nvidia-ctk").startswith("nvidia-container-toolkit-base:")
 
 
 def test_docker_lists_the_nvidia_runtime_as_default(host):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packa
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = Path(__file__).resolve().parents[4]
 OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
+BUILDER = REPO / "molecule/driver/files/build-standin-nvidia.py"
 
 
 @pytest.fixture(scope="module")
@@ -165,27 +167,25 @@ def test_downgrade_is_reported():
 # --- the NVIDIA repository structure the stand-in mirror copies -----------------------------------------
 
 
+def _builder():
+    """molecule/driver/files/build-standin-nvidia.py: its stanza() makes the stand-ins' control fields."""
+    spec = importlib.util.spec_from_file_location("build_standin_nvidia", BUILDER)
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    return builder
+
+
 def _structure_index():
+    """The index the stand-in mirror serves: every stand-in's control fields, as the builder writes them."""
     structure = yaml.safe_load((REPO / "molecule/driver/files/nvidia-repo-structure.yml").read_text())
-    stanzas = []
-
-    def fill(text, version):
-        return (
-            text.replace("{branch}", structure["driver_branch"])
-            .replace("{version}", version + "-1")
-            .replace("{toolkit}", version + "-1")
-        )
-
-    for kind, versions in (("packages", structure["driver_versions"]), ("toolkit", structure["toolkit_versions"])):
-        for pkg in structure[kind]:
-            for version in pkg.get("versions", versions):
-                stanzas.append(
-                    {
-                        "Package": fill(pkg["name"], version),
-                        "Version": version + "-1",
-                        "Depends": ", ".join(fill(d, version) for d in pkg.get("depends", [])),
-                    }
-                )
+    stanza = _builder().stanza
+    branch = structure["driver_branch"]
+    stanzas = [
+        stanza(pkg, branch, version)
+        for kind, versions in (("packages", structure["driver_versions"]), ("toolkit", structure["toolkit_versions"]))
+        for pkg in structure[kind]
+        for version in pkg.get("versions", versions)
+    ]
     return structure, pp.build_index(stanzas)
 
 
@@ -229,6 +229,21 @@ def test_toolkit_members_without_equal_dependency_take_the_requested_versions():
     together = pp.resolve(index, dict.fromkeys(names, old))
     assert together["errors"] == []
     assert set(together["resolved"].values()) == {old + "-1"}
+    assert set(together["resolved"]) == set(names)  # python3 and runc (the stand-ins' own needs) are not offered
+
+
+def test_toolkit_118_ties_its_tools_to_its_own_version():
+    # From 1.18 nvidia-container-toolkit depends on libnvidia-container-tools at "=" its version ([S4]).
+    structure, index = _structure_index()
+    old, new = structure["toolkit_versions"]
+    assert pp.resolve(index, dict.fromkeys([p["name"] for p in structure["toolkit"]], new))["errors"] == []
+    mixed = pp.resolve(index, {"nvidia-container-toolkit": new, "libnvidia-container-tools": old})
+    assert mixed["errors"] == [
+        f"libnvidia-container-tools is requested at {old} ({old}-1) but nvidia-container-toolkit {new}-1 depends on "
+        f"libnvidia-container-tools (= {new}-1); nvidia-container-toolkit {new}-1 depends on libnvidia-container-tools "
+        f"(<< 2.0.0): the set cannot be pinned consistently. Pin libnvidia-container-tools to a version that satisfies "
+        f"it (offered: {new}-1)"
+    ]
 
 
 # --- key fingerprints -----------------------------------------------------------------------------------
