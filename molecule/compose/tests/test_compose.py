@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -311,6 +312,34 @@ def test_training_image_is_non_root_and_carries_no_data(host) -> None:
     assert "/workspace/config/train.yaml" in listing
     assert not [p for p in listing if "/data/" in p], f"data got into the image: {listing}"
     assert "config: " in sh(host, f"docker run --rm {image}")
+
+
+def test_training_image_is_rebuilt_only_when_its_inputs_change(host, tmp_path) -> None:
+    """The re-run reads the image's inputs digest and builds nothing; changed code is built, then the original."""
+    image = "gpuops-test/training:0.1.0"
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+
+    def build(*extra: str) -> tuple[str, str, str]:
+        run = ["ansible-playbook", "-i", INVENTORY, str(PROJECT / "playbooks" / "training_image.yml"), *extra]
+        result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=900, check=False)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        config = json.loads(sh(host, f"docker image inspect {image}"))[0]
+        return result.stdout, config["Id"], config["Config"]["Labels"]["org.gpuops.inputs-digest"]
+
+    before = json.loads(sh(host, f"docker image inspect {image}"))[0]["Id"]
+    out, same, digest = build()
+    assert same == before, "unchanged inputs: the image must not be rebuilt"
+    assert "skipping: [gpuops-compose-node]" in out.split("Build the training image", 1)[1].split("TASK [", 1)[0]
+    code = tmp_path / "code"
+    shutil.copytree(PROJECT / "roles" / "training_image" / "files" / "scaffold", code)
+    (code / "src" / "train.py").write_text((code / "src" / "train.py").read_text() + "\n# changed by the test\n")
+    _out, changed, changed_digest = build("-e", f"training_image_code_dir={code}")
+    assert changed != before, "changed code must be built"
+    assert changed_digest != digest
+    assert "# changed by the test" in sh(host, f"docker run --rm --entrypoint cat {image} /workspace/src/train.py")
+    _out, _back, back_digest = build()
+    assert back_digest == digest, "the scaffold again: its digest again"
+    assert "# changed by the test" not in sh(host, f"docker run --rm --entrypoint cat {image} /workspace/src/train.py")
 
 
 def test_check_mode_on_the_converged_stack_changes_nothing() -> None:
