@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from container_node import ansible_env, docker, start_systemd_node
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -45,28 +45,9 @@ INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-ku
 MIN_CASES = 30
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_FORCE_COLOR="false",
-        ANSIBLE_NOCOLOR="1",
-        NO_COLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
-    )
-    env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
-    return env
-
-
-def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=120)
-
-
 def _diff() -> list[str]:
     """The node's filesystem changes against its image, without Ansible's temp dir."""
-    lines = _docker("diff", NODE).stdout.splitlines()
+    lines = docker("diff", NODE).stdout.splitlines()
     return sorted(line for line in lines if not line[2:].startswith(ANSIBLE_TMP) and line[2:] != "/root")
 
 
@@ -87,7 +68,7 @@ def _play(extra: dict, report_dir: str, inventory: Path) -> subprocess.Completed
         return subprocess.run(
             [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory),
              str(HERE / "until_host_layer.yml"), "-e", f"@{handle.name}", "-e", f"gpuops_report_dir={report_dir}"],
-            capture_output=True, text=True, env=_env(), cwd=REPO, timeout=600, check=False,
+            capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=600, check=False,
         )
     finally:
         os.unlink(handle.name)
@@ -95,28 +76,10 @@ def _play(extra: dict, report_dir: str, inventory: Path) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def node():
-    if not shutil.which("docker") or _docker("info", check=False).returncode != 0:
-        pytest.skip("docker is not available here")
-    if _docker("image", "inspect", IMAGE, check=False).returncode != 0:
-        pytest.skip(f"image {IMAGE} is missing (make images)")
-    _docker("rm", "-f", NODE, check=False)
-    # The settings of molecule/resources/tasks/node_container.yml (a systemd node without --privileged).
-    _docker("run", "-d", "--name", NODE, "--hostname", NODE, "--label", "gpuops.test-node=true",
-            "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined",
-            "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-            "--tmpfs", "/tmp:exec", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/docker",
-            "-v", "/var/lib/containerd", IMAGE, "/lib/systemd/systemd")
-    deadline = time.monotonic() + 300  # a loaded CI host boots slowly
-    while time.monotonic() < deadline:
-        state = _docker("exec", NODE, "systemctl", "is-system-running", check=False).stdout.strip()
-        if state in ("running", "degraded"):
-            break
-        time.sleep(2)
-    else:
-        pytest.fail(f"{NODE} did not finish booting (systemd state {state!r})")
+    start_systemd_node(NODE, IMAGE)
     time.sleep(2)  # boot-time writers (journald, timers) settle before the reference diff
     yield NODE
-    _docker("rm", "-f", "-v", NODE, check=False)
+    docker("rm", "-f", "-v", NODE, check=False)
 
 
 @pytest.fixture(scope="module")

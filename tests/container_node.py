@@ -1,0 +1,59 @@
+"""Helpers the container-host test folders share (tests/bad_input, tests/dnf): the environment ansible-playbook
+runs with, docker calls, and one systemd node container started from a gpuops image and booted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ansible_env() -> dict[str, str]:
+    """The environment `make` gives ansible-playbook: this checkout's config and collections, plain output."""
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_FORCE_COLOR="false",
+        ANSIBLE_NOCOLOR="1",
+        NO_COLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+    )
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    return env
+
+
+def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def start_systemd_node(name: str, image: str) -> str:
+    """Start `name` from `image` as a systemd node (skip the test without docker or the image) and wait until it
+    has booted; the caller removes it with `docker rm -f -v name`."""
+    if not shutil.which("docker") or docker("info", check=False).returncode != 0:
+        pytest.skip("docker is not available here")
+    if docker("image", "inspect", image, check=False).returncode != 0:
+        pytest.skip(f"image {image} is missing (make images)")
+    docker("rm", "-f", name, check=False)
+    # The settings of molecule/resources/tasks/node_container.yml (a systemd node without --privileged).
+    docker("run", "-d", "--name", name, "--hostname", name, "--label", "gpuops.test-node=true",
+           "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined",
+           "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+           "--tmpfs", "/tmp:exec", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/docker",
+           "-v", "/var/lib/containerd", image, "/lib/systemd/systemd")
+    deadline = time.monotonic() + 300  # a loaded CI host boots slowly
+    state = ""
+    while time.monotonic() < deadline:
+        state = docker("exec", name, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            return name
+        time.sleep(2)
+    pytest.fail(f"{name} did not finish booting (systemd state {state!r})")
+    return name
