@@ -16,14 +16,14 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test site-check-test gpu-test molecule test demo demo-clean bench clean
+.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
 	@echo "make docs      regenerate docs/roles/*.md from each role's meta/argument_specs.yml"
-	@echo "make lint | unit | collection | report-test | ops-test | bad-input-test | site-check-test | gpu-test | bench | clean"
+	@echo "make lint | unit | collection | report-test | ops-test | bad-input-test | dnf-test | site-check-test | gpu-test | bench | clean"
 
 host:
 	@scripts/bootstrap.sh
@@ -81,6 +81,11 @@ ops-test: setup
 # tests/bad_input: every bad-input case refused before any change, on one Debian 12 container.
 bad-input-test: setup
 	@scripts/run-tests.sh bad_input
+
+# tests/dnf: _pinned_packages' dnf path (versionlock) for real, on a Debian 12 container with Debian's dnf and rpm
+# (a labelled stand-in for a RHEL host's package manager) and a signed RPM repository built in it.
+dnf-test: setup
+	@scripts/run-tests.sh dnf
 
 # tests/site_check: site.yml --check on inventories/cluster against four Debian 13 containers.
 site-check-test: setup

@@ -2,7 +2,7 @@
 # The test runner behind `make test`: lint -> unit -> collection -> molecule.
 # Every stage runs even when an earlier one failed, so one run shows everything;
 # the closing line is the plain "summary: N passed, N failed" form.
-# Usage: run-tests.sh all | lint | unit | collection | report | ops | bad_input | site_check | molecule [scenario...]
+# Usage: run-tests.sh all | lint | unit | collection | report | ops | bad_input | dnf | site_check | molecule [scenario...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -117,6 +117,16 @@ bad_input() {
   exec {fd}>&-
 }
 
+# The dnf path of _pinned_packages for real, on its own container (gpuops-dnf-node), under its lock.
+dnf_path() {
+  local fd
+  exec {fd}>/tmp/gpuops-dnf.lock
+  flock "$fd"
+  pytest_stage dnf tests/dnf
+  flock -u "$fd"
+  exec {fd}>&-
+}
+
 # site.yml --check on inventories/cluster against four Debian 13 containers (tests/site_check), under its lock.
 site_check() {
   local fd
@@ -182,11 +192,13 @@ case "$what" in
   ops) ops ;;
   # The bad-input matrix: one container, every case refused before any change (tests/bad_input).
   bad_input) bad_input ;;
+  # _pinned_packages' dnf path on a labelled dnf stand-in: a signed RPM repository, install, lock, verify (tests/dnf).
+  dnf) dnf_path ;;
   # site.yml --check on the Kubernetes worked site: stops nowhere unexpectedly (tests/site_check).
   site_check) site_check ;;
   molecule) molecule_scenarios "$@" ;;
-  all) lint; unit; collection; pytest_stage report tests/report; ops; bad_input; site_check; molecule_scenarios ;;
-  *) echo "usage: $0 all|lint|unit|collection|report|ops|bad_input|site_check|molecule [scenario...]" >&2; exit 2 ;;
+  all) lint; unit; collection; pytest_stage report tests/report; ops; bad_input; dnf_path; site_check; molecule_scenarios ;;
+  *) echo "usage: $0 all|lint|unit|collection|report|ops|bad_input|dnf|site_check|molecule [scenario...]" >&2; exit 2 ;;
 esac
 echo
 echo "== total time $(( $(date +%s) - t0 )) s"
