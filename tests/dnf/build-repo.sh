@@ -5,6 +5,7 @@
 # version) - signs them and the repository metadata with a throw-away key, and leaves:
 #   /srv/repo/          the createrepo_c repository (repomd.xml.asc beside repomd.xml)
 #   /srv/repo/key.asc   the armored public key;  /srv/repo/fingerprint  its full fingerprint
+#   /srv/impostor.asc   a signature of the same repomd.xml by another key (what a tampered mirror would serve)
 set -euo pipefail
 export GNUPGHOME=/root/.gnupg-repo LC_ALL=C
 mkdir -p -m 0700 "$GNUPGHOME"
@@ -45,3 +46,9 @@ createrepo_c --quiet /srv/repo
 gpg --batch --yes --detach-sign --armor --local-user "$fpr" /srv/repo/repodata/repomd.xml
 gpg --batch --armor --export "$fpr" >/srv/repo/key.asc
 echo "$fpr" >/srv/repo/fingerprint
+# Another key's signature of the same metadata, for the case that swaps it in.
+export GNUPGHOME=/root/.gnupg-impostor
+mkdir -p -m 0700 "$GNUPGHOME"
+gpg --batch --quiet --pinentry-mode loopback --passphrase '' \
+  --quick-gen-key 'impostor <impostor@gpuops.invalid>' rsa2048 sign never 2>/dev/null
+gpg --batch --yes --detach-sign --armor -o /srv/impostor.asc /srv/repo/repodata/repomd.xml 2>/dev/null

@@ -130,6 +130,22 @@ def test_a_version_not_offered_is_refused_listing_the_offered_versions(node) -> 
     assert host_state() == before
 
 
+def test_repository_metadata_signed_by_another_key_is_refused_before_anything_is_written(node) -> None:
+    """repo_gpgcheck is real: the right key, but repomd.xml signed by another one (a tampered mirror)."""
+    before = host_state()
+    sh("cp /srv/repo/repodata/repomd.xml.asc /srv/repomd.xml.asc.good && cp /srv/impostor.asc "
+       "/srv/repo/repodata/repomd.xml.asc")
+    try:
+        result = play(node)
+    finally:
+        sh("cp /srv/repomd.xml.asc.good /srv/repo/repodata/repomd.xml.asc")
+    text = output(result)
+    assert result.returncode != 0, text[-3000:]
+    assert "dnf could not read http://127.0.0.1:8080/" in text, text[-3000:]
+    assert "repomd.xml GPG signature verification error" in text, text[-3000:]
+    assert host_state() == before
+
+
 def test_check_mode_on_a_fresh_host_reports_the_repository_and_changes_nothing(node) -> None:
     before = host_state()
     result = play(node, check_mode=True)
