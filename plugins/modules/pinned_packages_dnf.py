@@ -222,6 +222,10 @@ def _locklist(path):
 def _base(module, p, plugins):
     base = dnf.Base()
     conf = base.conf
+    # The host's own settings (dnf.conf: proxy, excludes, TLS; /etc/dnf/vars), as dnf itself would run.
+    if os.path.exists(conf.config_file_path):
+        conf.read()
+    conf.substitutions.update_from_etc(conf.installroot)
     conf.assumeyes = True
     # A substitution dnf could not detect ($releasever on a host without a release package) is None, which
     # libdnf's repositories refuse: leave it out.
@@ -237,6 +241,8 @@ def _base(module, p, plugins):
         repo.baseurl = [p["repo_url"]]
         repo.gpgcheck = True
         repo.repo_gpgcheck = True
+        # A repository that cannot be read or verified is an error here, whatever dnf.conf says for the others.
+        repo.skip_if_unavailable = False
         repo.gpgkey = ["file://" + p["key_file"]]
         # Packages of module streams not enabled yet (NVIDIA's driver streams) are visible to the probe.
         repo.module_hotfixes = True
