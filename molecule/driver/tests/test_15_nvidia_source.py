@@ -10,8 +10,10 @@ deb12-cuda: proprietary flavour, no NVSwitch. Image-bake mode: nothing is loaded
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 testinfra_hosts = ["gpuops-driver-deb13", "gpuops-driver-deb12-cuda"]
 
@@ -35,6 +37,9 @@ ABSENT = {
     "gpuops-driver-deb12-cuda": ["nvidia-kernel-open-dkms", "nvidia-fabricmanager-570"],
 }
 UU_CONF = "/etc/apt/apt.conf.d/52gpuops-test-unattended"
+# deb13 also carries the toolkit's stand-ins (test_20_toolkit.py); the driver's set is compared without them.
+STRUCTURE = yaml.safe_load((Path(__file__).resolve().parents[1] / "files" / "nvidia-repo-structure.yml").read_text())
+TOOLKIT = {pkg["name"] for pkg in STRUCTURE["toolkit"]}
 CONTROL = "gpuops-test-uu-control"  # the unattended-upgrades test's control package (build-mirror.sh)
 
 
@@ -43,12 +48,12 @@ def _name(host) -> str:
 
 
 def _standins(host) -> dict[str, str]:
-    """Installed packages that carry the stand-in label -> version."""
+    """Installed driver packages that carry the stand-in label -> version (the toolkit's are not the driver's)."""
     out = host.check_output("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'")
     # Status-Abbrev: selection (i install, h hold), then state (i installed).
     installed = {p: v for p, v, status in (line.split(" ", 2) for line in out.splitlines()) if status[1:2] == "i"}
     labelled = host.check_output("ls /usr/share/doc/*/GPUOPS-TEST-STANDIN 2>/dev/null || true").split()
-    names = {path.split("/")[4] for path in labelled}
+    names = {path.split("/")[4] for path in labelled} - TOOLKIT
     return {p: v for p, v in installed.items() if p in names}
 
 

@@ -55,11 +55,12 @@ def test_missing_runtime_refusal_changed_no_host_file(results):
 
 
 def test_wrong_key_is_refused_by_fingerprint_before_any_apt_source_is_written(results):
-    """The refusal comes from the probe's fingerprint check; the host comparison above covers this run too
-    (before/after bracket both cases), so no .sources, .pref or keyring was written."""
+    """The refusal comes from the probe (the pinned_packages module checks the fingerprint before it reads the
+    index); the host comparison above covers this run too (before/after bracket both cases), so no .sources,
+    .pref or keyring was written."""
     case = results["wrong_key"]
     assert case["failed"]
-    assert case["task"].startswith("Key | fingerprint is"), case["task"]
+    assert case["task"].startswith("Probe | offered versions and dependency closure"), case["task"]
     assert "the repository key has fingerprint" in case["msg"], case["msg"]
     assert "Fix:" in case["msg"]
 
