@@ -4,16 +4,18 @@
 
 * ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
 * ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
-* ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on.
+* ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
+* ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins.
 
-Thin: the logic lives in plugins/module_utils/kube_plan.py and containerd_config.py; documentation in the .yml
-files next to this one.
+Thin: the logic lives in plugins/module_utils/kube_plan.py, containerd_config.py and plugins/plugin_utils/kube_ca.py;
+documentation in the .yml files next to this one.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils import containerd_config, kube_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_ca
 
 
 def kubelet_policy(
@@ -56,6 +58,15 @@ def containerd_systemd_cgroup(text: object) -> str:
         raise AnsibleFilterError(f"containerd_systemd_cgroup: {exc}") from exc
 
 
+def kube_ca_cert_hash(pem: object) -> str:
+    if not isinstance(pem, (str, bytes)):
+        raise AnsibleFilterError(f"kube_ca_cert_hash: expected the PEM text of ca.crt, got {type(pem).__name__}")
+    try:
+        return kube_ca.ca_cert_hash(pem)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"kube_ca_cert_hash: not a PEM certificate ({exc})") from exc
+
+
 class FilterModule:
     """gpuops.cluster Kubernetes filters."""
 
@@ -64,4 +75,5 @@ class FilterModule:
             "kubelet_policy": kubelet_policy,
             "kube_cluster_problems": kube_cluster_problems,
             "containerd_systemd_cgroup": containerd_systemd_cgroup,
+            "kube_ca_cert_hash": kube_ca_cert_hash,
         }
