@@ -65,6 +65,8 @@ def kube_ca_cert_hash(pem: object) -> str:
         return kube_ca.ca_cert_hash(pem)
     except ValueError as exc:
         raise AnsibleFilterError(f"kube_ca_cert_hash: not a PEM certificate ({exc})") from exc
+    except RuntimeError as exc:
+        raise AnsibleFilterError(f"kube_ca_cert_hash: {exc}") from exc
 
 
 class FilterModule:

@@ -25,7 +25,7 @@ description:
     member cannot be pinned to a version that satisfies everything that depends on it (the NVIDIA repository's
     C(= version) case), and when the set would downgrade an installed package and O(allow_downgrade) is false.
   - With O(installed_only), resolves O(versions) against the installed packages only (no index is read) and
-    reports O(complete) - every requested package and its closure installed at a matching version. It never fails;
+    reports RV(complete) - every requested package and its closure installed at a matching version. It never fails;
     a caller reads the index only when the set is not complete (a re-run reads nothing and refreshes nothing).
   - With O(verify), compares the installed packages with that package -> version map, their holds, and what
     C(apt-get -s upgrade) and C(dist-upgrade) would move (simulated, without taking apt's lock).
@@ -384,7 +384,7 @@ def main():
         "suites": {"type": "list", "elements": "str", "default": []},
         "components": {"type": "list", "elements": "str", "default": []},
         "architectures": {"type": "list", "elements": "str", "default": []},
-        "key_url": {"type": "str"},
+        "key_url": {"type": "str", "no_log": False},  # a public key's URL, not a secret
         "keyring": {"type": "path"},
         "key_file": {"type": "path"},
         "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import hashlib
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+try:  # ansible-core depends on cryptography; the guard keeps the import sanity test (a bare interpreter) green
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+except ImportError:  # pragma: no cover
+    x509 = serialization = None
 
 
 def ca_cert_hash(pem: str | bytes) -> str:
-    """'sha256:<hex>' of the first certificate in PEM text; ValueError when it holds none."""
+    """'sha256:<hex>' of the first certificate in PEM text; ValueError when it holds none, RuntimeError when the
+    cryptography library is missing on the controller."""
+    if x509 is None:
+        raise RuntimeError("the Python library cryptography is needed on the controller (pip install cryptography)")
     data = pem.encode() if isinstance(pem, str) else pem
     cert = x509.load_pem_x509_certificate(data)
     spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

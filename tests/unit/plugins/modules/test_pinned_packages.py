@@ -167,8 +167,8 @@ def test_repository_probe_refuses_another_key_by_its_fingerprint(key_server, sta
 
 
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (a Debian host): the scratch apt-get update")
-def test_repository_probe_runs_a_scratch_apt_update_and_reports_its_refusal(key_server, status, scratch, tmp_path,
-                                                                           capsys):
+def test_repository_probe_runs_a_scratch_apt_update_and_reports_its_refusal(
+        key_server, status, scratch, tmp_path, capsys):
     keyring = tmp_path / "x.gpg"
     keyring.write_bytes(pp.dearmor((FIXTURES / "throwaway-ed25519.asc").read_bytes()))
     code, result = run_main(module, repo_args(key_server, status, keyring=str(keyring)), capsys)
