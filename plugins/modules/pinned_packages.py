@@ -272,7 +272,8 @@ def probe_repository(module, scratch, label, result):
     for sub in ("lists/partial", "cache/archives/partial", "parts"):
         os.makedirs(os.path.join(scratch, sub))
     response, info = fetch_url(module, p["key_url"], timeout=p["timeout"])
-    if response is None or info.get("status") != HTTP_OK:
+    # A file:// URL (a mirror on the host's disk) answers without an HTTP status.
+    if response is None or info.get("status") not in (HTTP_OK, None):
         module.fail_json(
             msg=f"{label}could not fetch the signing key {p['key_url']}: {info.get('msg', '')} (HTTP "
             f"{info.get('status')}). Fix: point the key URL at a reachable copy of the repository's key.",

@@ -156,6 +156,15 @@ def test_repository_probe_refuses_a_key_it_cannot_fetch(key_server, status, scra
     assert not list(scratch.glob("gpuops-pin.*"))
 
 
+def test_repository_probe_reads_a_key_from_a_file_url(key_server, status, scratch, capsys):
+    wrong = "0123456789ABCDEF0123456789ABCDEF01234567"
+    key = FIXTURES / "throwaway-ed25519.asc"
+    code, result = run_main(module, repo_args(key_server, status, key_url=f"file://{key}", key_fingerprint=wrong),
+                            capsys)
+    assert code == 1
+    assert "the repository key has fingerprint" in result["msg"], "the file:// key was read, then judged"
+
+
 def test_repository_probe_refuses_another_key_by_its_fingerprint(key_server, status, scratch, capsys):
     wrong = "0123456789ABCDEF0123456789ABCDEF01234567"
     code, result = run_main(module, repo_args(key_server, status, key_fingerprint=wrong), capsys)
