@@ -148,3 +148,40 @@ def test_the_scenario_runner_reports_changed_failed_and_empty_tags(tmp_path):
     )
     nothing = run("r_none")
     assert "--tags r_none ran no task of the role (the tag selects nothing)" in nothing.problems()
+
+
+def playbook_include_problems(play_files) -> list[str]:
+    """A play that runs a whole role with include_role must carry the role's stage tags on the include: a tag on an
+    include selects the include itself, so without them the role's documented --tags <role>_<stage> selects nothing
+    there (the molecule kubernetes scenario's tags-alone test found this on stage 4)."""
+    problems = []
+    for path in play_files:
+        for play in yaml.load(path.read_text(), Loader=_Loader) or []:
+            for task in (play.get("pre_tasks") or []) + (play.get("tasks") or []) + (play.get("post_tasks") or []):
+                include = task.get("ansible.builtin.include_role")
+                if not isinstance(include, dict) or include.get("tasks_from", "main") not in ("main", "main.yml"):
+                    continue
+                role = str(include.get("name", "")).split(".")[-1]
+                main = ROLES / role / "tasks" / "main.yml"
+                if not main.exists():
+                    continue
+                wanted = set(all_stage_tags(role, yaml.load(main.read_text(), Loader=_Loader)))
+                missing = sorted(wanted - set(task.get("tags") or []))
+                if missing:
+                    problems.append(f"{path.name}: include_role {role} ({task.get('name')!r}) lacks the tags {missing}")
+    return problems
+
+
+def test_plays_that_include_a_role_carry_its_stage_tags():
+    plays = [*sorted((REPO / "playbooks").glob("*.yml")), REPO / "site.yml"]
+    assert playbook_include_problems(plays) == []
+
+
+def test_the_playbook_rule_catches_an_include_without_the_stage_tags(tmp_path):
+    play = tmp_path / "p.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "all", "tasks": [
+        {"name": "Join", "ansible.builtin.include_role": {"name": "gpuops.cluster.kube_join"}, "tags": ["kube_join"]},
+    ]}]))
+    assert playbook_include_problems([play]) == [
+        "p.yml: include_role kube_join ('Join') lacks the tags "
+        "['kube_join_assert', 'kube_join_configure', 'kube_join_labels', 'kube_join_verify']"]
