@@ -161,7 +161,7 @@ def playbook_include_problems(play_files) -> list[str]:
                 include = task.get("ansible.builtin.include_role")
                 if not isinstance(include, dict) or include.get("tasks_from", "main") not in ("main", "main.yml"):
                     continue
-                role = str(include.get("name", "")).split(".")[-1]
+                role = str(include.get("name", "")).rsplit(".", maxsplit=1)[-1]
                 main = ROLES / role / "tasks" / "main.yml"
                 if not main.exists():
                     continue
