@@ -489,3 +489,41 @@ def key_fingerprints(data):
 
 def normalize_fingerprint(value):
     return re.sub(r"[\s:]", "", str(value or "")).upper()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The two apt files the role writes, as text: the probe compares them with the host's, so a re-run writes
+# (and even stats) nothing when they are current.
+
+_MANAGED = "# Ansible managed: gpuops.cluster._pinned_packages '{name}'. Edits here are replaced on the next run."
+
+
+def pin_preferences(name, resolved, repo_url=""):
+    """apt_preferences(5) text pinning every closure member at its exact version, priority 1001."""
+    source = f" from {repo_url}" if repo_url else ""
+    lines = [
+        _MANAGED.format(name=name),
+        f"# Every package of the set and of its dependency closure{source}, at its exact version. Priority 1001",
+        "# keeps these versions even when a repository offers newer ones (or older ones: a move is an explicit",
+        "# pin change).",
+    ]
+    for package in sorted(resolved):
+        lines += ["", f"Package: {package}", f"Pin: version {resolved[package]}", "Pin-Priority: 1001"]
+    return "\n".join(lines) + "\n"
+
+
+def deb822_source(name, repo_url, suites, components, architectures, keyring, fingerprint):
+    """sources.list(5) deb822 text for one repository, signed-by its own keyring only."""
+    lines = [
+        _MANAGED.format(name=name),
+        f"# Signed by {fingerprint} only.",
+        "Types: deb",
+        f"URIs: {repo_url}",
+        f"Suites: {' '.join(suites)}",
+    ]
+    if components:
+        lines.append(f"Components: {' '.join(components)}")
+    if architectures:
+        lines.append(f"Architectures: {' '.join(architectures)}")
+    lines.append(f"Signed-By: {keyring}")
+    return "\n".join(lines) + "\n"

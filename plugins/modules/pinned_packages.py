@@ -118,6 +118,21 @@ options:
     description: Seconds to wait for O(key_url) (the index download follows apt's own timeouts).
     type: int
     default: 30
+  set_name:
+    description: Name of the package set, written in the header of RV(pin_content) and RV(sources_content).
+    type: str
+    default: ""
+  pin_file:
+    description:
+      - apt preferences file of the set. With resolved versions, RV(pin_content) is its text (every closure member
+        at its exact version, priority 1001) and RV(pin_current) says whether the file already holds exactly that,
+        owned by root, mode 0644 - the caller writes it only when not.
+    type: path
+  sources_file:
+    description:
+      - deb822 sources file of O(repo_url), signed-by O(keyring) only; RV(sources_content) and RV(sources_current)
+        as for O(pin_file).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -213,6 +228,22 @@ moved:
   returned: with verify
   type: list
   elements: str
+pin_content:
+  description: The text O(pin_file) must hold.
+  returned: when pin_file is given and versions are resolved
+  type: str
+pin_current:
+  description: O(pin_file) holds exactly RV(pin_content), owned by root:root, mode 0644.
+  returned: when pin_file is given and versions are resolved
+  type: bool
+sources_content:
+  description: The text O(sources_file) must hold.
+  returned: when sources_file and repo_url are given
+  type: str
+sources_current:
+  description: O(sources_file) holds exactly RV(sources_content), owned by root:root, mode 0644.
+  returned: when sources_file and repo_url are given
+  type: bool
 """
 
 import glob
@@ -379,6 +410,31 @@ def verify(module, status, result):
     result["moved"] = sorted(n for n in moved if n in want)
 
 
+def file_current(path, content):
+    """The file holds exactly ``content``, owned by root:root, mode 0644 (what the caller would write)."""
+    try:
+        info = os.stat(path)
+        with open(path, "rb") as handle:
+            held = handle.read()
+    except OSError:
+        return False
+    return (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (0, 0, 0o644) and held == content.encode()
+
+
+def apt_files(module, result):
+    """The pin file's (and the repository's sources file's) text, and whether the host holds it already."""
+    p = module.params
+    if p["pin_file"] and "resolved" in result:
+        result["pin_content"] = pp.pin_preferences(p["set_name"], result["resolved"], p["repo_url"] or "")
+        result["pin_current"] = file_current(p["pin_file"], result["pin_content"])
+    if p["sources_file"] and p["repo_url"]:
+        result["sources_content"] = pp.deb822_source(
+            p["set_name"], p["repo_url"], p["suites"], p["components"], p["architectures"], p["keyring"] or "",
+            pp.normalize_fingerprint(p["key_fingerprint"]),
+        )
+        result["sources_current"] = file_current(p["sources_file"], result["sources_content"])
+
+
 def main():
     spec = {
         "repo_url": {"type": "str"},
@@ -402,6 +458,9 @@ def main():
         "label": {"type": "str", "default": ""},
         "fix": {"type": "str", "default": ""},
         "timeout": {"type": "int", "default": 30},
+        "set_name": {"type": "str", "default": ""},
+        "pin_file": {"type": "path"},
+        "sources_file": {"type": "path"},
     }
     module = AnsibleModule(
         argument_spec=spec,
@@ -438,7 +497,7 @@ def main():
             shutil.rmtree(scratch, ignore_errors=True)
     elif p["lists_dir"]:
         resolve_lists(module, p["lists_dir"], status, label, result)
-
+    apt_files(module, result)
     module.exit_json(**result)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -190,3 +192,55 @@ def test_repository_probe_runs_a_scratch_apt_update_and_reports_its_refusal(
     keyring.write_bytes(b"another key")
     code, result = run_main(module, repo_args(key_server, status, keyring=str(keyring)), capsys)
     assert result["keyring_current"] is False
+
+
+# The two files install writes: the probe renders them and says whether the host holds them already (a re-run
+# then writes and stats neither). apt itself reads the rendered text here, in a scratch configuration.
+
+def apt_scratch(tmp_path: Path, status: Path) -> list[str]:
+    """apt options for a configuration that reads only the given status file and the scratch parts."""
+    for sub in ("lists/partial", "cache/archives/partial", "parts", "prefs"):
+        (tmp_path / "apt" / sub).mkdir(parents=True, exist_ok=True)
+    d = tmp_path / "apt"
+    opts = {"Dir::State::status": status, "Dir::State::Lists": d / "lists", "Dir::Etc::SourceList": "/dev/null",
+            "Dir::Etc::SourceParts": d / "parts", "Dir::Etc::Preferences": "/dev/null",
+            "Dir::Etc::PreferencesParts": d / "prefs", "Dir::Cache": d / "cache", "Dir::Cache::pkgcache": "",
+            "Dir::Cache::srcpkgcache": ""}
+    return [a for k, v in opts.items() for a in ("-o", f"{k}={v}")]
+
+
+@pytest.mark.skipif(shutil.which("apt-cache") is None, reason="needs apt-cache (a Debian host) to read the pin file")
+def test_the_pin_file_pins_every_closure_member_at_1001_for_apt_and_is_current_once_written(status, tmp_path, capsys):
+    pin = tmp_path / "apt" / "prefs" / "jq.pref"
+    args = {"installed_only": True, "versions": {"jq": JQ}, "follow": "exact", "status_file": str(status),
+            "set_name": "jq", "pin_file": str(pin)}
+    code, result = run_main(module, args, capsys)
+    assert (code, result["pin_current"]) == (0, False), "absent: to be written"
+    scratch = apt_scratch(tmp_path, status)
+    pin.write_text(result["pin_content"])
+    pin.chmod(0o644)
+    policy = subprocess.run(["apt-cache", *scratch, "policy", "jq", "libjq1", "tini"], capture_output=True, text=True,
+                            env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}, check=True).stdout
+    # apt's version table: "*** <installed version> <priority>"; libjq1 joined the closure through jq.
+    assert re.findall(r"^(\S+):\n(?:.*\n)*? \*\*\* (\S+) (\d+)$", policy, re.M) == [
+        ("jq", JQ, "1001"), ("libjq1", JQ, "1001"), ("tini", "0.19.0-1+b3", "100")]
+    assert run_main(module, args, capsys)[1]["pin_current"] is True
+    pin.chmod(0o664)
+    assert run_main(module, args, capsys)[1]["pin_current"] is False, "another mode: written again"
+    pin.chmod(0o644)
+    pin.write_text(result["pin_content"].replace("1001", "990"))
+    assert run_main(module, args, capsys)[1]["pin_current"] is False, "edited by hand: written again"
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (a Debian host) to read the sources file")
+def test_the_sources_file_is_deb822_apt_reads_signed_by_the_keyring_only(status, tmp_path):
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+    text = pp.deb822_source("nvidia-driver", url, ["/"], [], ["amd64"], "/etc/apt/keyrings/nvidia-driver.gpg",
+                            "EB693B3035CD5710E231E123A4B469963BF863CC")
+    assert "\nSigned-By: /etc/apt/keyrings/nvidia-driver.gpg\n" in text
+    scratch = apt_scratch(tmp_path, status)
+    (tmp_path / "apt" / "parts" / "nvidia-driver.sources").write_text(text)
+    uris = subprocess.run(["apt-get", *scratch, "update", "--print-uris"], capture_output=True, text=True,
+                          env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}, check=True).stdout
+    # A flat repository ("/" suite): apt fetches InRelease and Packages from the URL itself.
+    assert [line.split()[0].strip("'") for line in uris.splitlines()] == [f"{url}InRelease", f"{url}Packages.xz"]
