@@ -1,0 +1,57 @@
+"""nvidia_driver refuses Secure Boot without a signed module, from the state preflight's gpu_facts read.
+
+Runs tests/unit/roles/playbooks/driver_secure_boot.yml on localhost: gpu_facts reads the SecureBoot efivar from
+a fake /sys tree (4 attribute bytes, then the value, as efivarfs shows it), then the role's assert stage judges
+it without asking the host again (the mokutil/efivarfs read is for the role run alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "driver_secure_boot.yml"
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
+EFIVAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
+
+
+def run(tmp_path: Path, secure_boot: int | None, **extra) -> subprocess.CompletedProcess:
+    sysfs = tmp_path / "sys"
+    (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    if secure_boot is not None:  # None: a legacy BIOS boot, no /sys/firmware/efi
+        (sysfs / EFIVAR).parent.mkdir(parents=True)
+        (sysfs / EFIVAR).write_bytes(bytes([6, 0, 0, 0, secure_boot]))
+    variables = {"fake_sysfs": str(sysfs), "nvidia_driver_version": "535.261.03", "nvidia_driver_load_module": True,
+                 **extra}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+def test_secure_boot_enabled_is_refused_from_gpu_facts_without_asking_the_host_again(tmp_path):
+    out = run(tmp_path, 1)
+    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
+    assert "Secure Boot is enabled on localhost (SecureBoot enabled (efivarfs, read by gpu_facts in preflight))" \
+        in " ".join(out.stdout.split())
+    assert "nvidia_driver_secure_boot_signed: true" in out.stdout, "the fix is named"
+    read = out.stdout.split("TASK [gpuops.cluster.nvidia_driver : Secure Boot | read the state")[1].split("TASK [")[0]
+    assert read.strip().splitlines()[-1].startswith("skipping:"), "the host is not asked again"
+
+
+@pytest.mark.parametrize(("state", "extra"), [(0, {}), (None, {}), (1, {"nvidia_driver_secure_boot_signed": True})])
+def test_secure_boot_off_legacy_boot_or_a_signed_module_pass(tmp_path, state, extra):
+    out = run(tmp_path, state, **extra)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "Secure Boot | the NVIDIA module will be allowed to load" in out.stdout
