@@ -516,7 +516,7 @@ def deb822_source(name, repo_url, suites, components, architectures, keyring, fi
     """sources.list(5) deb822 text for one repository, signed-by its own keyring only."""
     lines = [
         _MANAGED.format(name=name),
-        f"# Signed by {fingerprint} only.",
+        f"# This repository is signed by {fingerprint} only.",
         "Types: deb",
         f"URIs: {repo_url}",
         f"Suites: {' '.join(suites)}",

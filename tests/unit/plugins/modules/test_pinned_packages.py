@@ -238,6 +238,7 @@ def test_the_sources_file_is_deb822_apt_reads_signed_by_the_keyring_only(status,
     text = pp.deb822_source("nvidia-driver", url, ["/"], [], ["amd64"], "/etc/apt/keyrings/nvidia-driver.gpg",
                             "EB693B3035CD5710E231E123A4B469963BF863CC")
     assert "\nSigned-By: /etc/apt/keyrings/nvidia-driver.gpg\n" in text
+    assert "signed by EB693B3035CD5710E231E123A4B469963BF863CC only" in text
     scratch = apt_scratch(tmp_path, status)
     (tmp_path / "apt" / "parts" / "nvidia-driver.sources").write_text(text)
     uris = subprocess.run(["apt-get", *scratch, "update", "--print-uris"], capture_output=True, text=True,
