@@ -1,20 +1,19 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Action gpuops.cluster.preflight_fleet, run once per run: the platform for the whole fleet, every host's
-report (plugin_utils/preflight_report.py) and the refusal, in-process on the controller.
-Documented in plugins/modules/preflight_fleet.py."""
+"""Action gpuops.cluster.preflight_fleet, run once per run: the platform for the whole fleet, the plan
+(``gpuops_plan``, plugin_utils/plan.py), every host's report (plugin_utils/preflight_report.py) and the refusal,
+in-process on the controller. Documented in plugins/modules/preflight_fleet.py."""
 
 from __future__ import annotations
 
 import os
-import re
 from datetime import datetime, timezone
-from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import finish
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, write_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
 
 ARGUMENT_SPEC = {
@@ -24,19 +23,6 @@ ARGUMENT_SPEC = {
     "gpu_group": {"type": "str", "default": "gpu_nodes"},
     "platforms_with_play": {"type": "list", "elements": "str"},
 }
-COLLECTION = Path(__file__).resolve().parents[2]
-
-
-def platforms_with_play(site: Path = COLLECTION / "playbooks" / "site.yml") -> list[str]:
-    """Platforms whose play playbooks/site.yml imports (playbooks/<platform>.yml)."""
-    try:
-        text = site.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    imported = set(re.findall(r"import_playbook:\s*['\"]?([\w.-]+)\.ya?ml", text))
-    return [p for p in PLATFORMS if p in imported and (site.parent / f"{p}.yml").exists()]
-
-
 def _no_play(decision: dict, served: list[str]) -> dict:
     reason = (
         f"the fleet's platform is {decision['platform']} ({decision['reason']}), but no play applies "
@@ -77,12 +63,23 @@ class ActionModule(ActionBase):
                 count = (facts.get("gpu") or {}).get("count")
                 detected[host] = None if count is None else int(count)
         fleet = decide_fleet({h: r["preflight"]["request"] for h, r in judged.items()}, detected)
-        served = args["platforms_with_play"] if args["platforms_with_play"] is not None else platforms_with_play()
+        # The platforms with a play are said by the plays (playbooks/vars/run_roles.yml, passed by the preflight
+        # play); the role run alone assumes every platform has one.
+        served = list(PLATFORMS) if args["platforms_with_play"] is None else args["platforms_with_play"]
         if fleet["ok"] and fleet["platform"] not in served:
             fleet = _no_play(fleet, served)
             fleet["hosts"] = {h: _no_play(d, served) for h, d in fleet["hosts"].items()}
 
-        run_dir = os.path.join(args["report_dir"], datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        now = datetime.now(timezone.utc)
+        run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
+        plan = build_plan(
+            fleet,
+            {h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": {"ok": True}} for h, r in judged.items()},
+            hostvars,
+            served,
+            now.isoformat(timespec="seconds"),
+            run_dir,
+        )
         records = {}
         for host, registered in judged.items():
             facts = registered["ansible_facts"]
@@ -95,10 +92,15 @@ class ActionModule(ActionBase):
                     {k: registered["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host]
                 ),
                 "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
+                "planned": plan["hosts"][host],
             }
             add_sections(host, record, hostvars[host])
             records[host] = record
         written = write_reports(run_dir, records, fleet)
+        for host, record in records.items():
+            plan["hosts"][host]["ok"] = record["result"]["ok"]
+        # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
+        plan_files = write_plan(plan, run_dir, args["report_dir"])
 
         summary = [f"fleet: platform {fleet.get('platform')} ({fleet.get('source')}): {fleet.get('reason')}"]
         for host, record in records.items():
@@ -123,9 +125,10 @@ class ActionModule(ActionBase):
             changed=False,
             summary="\n".join(summary),
             report_dir=run_dir,
+            plan=plan,
+            plan_files=plan_files,
             fleet={k: fleet.get(k) for k in ("ok", "platform", "source", "reason", "gpu_count")},
             ansible_facts={
-                "preflight_platform": fleet.get("platform"),
                 "preflight_report_dir": run_dir,
                 "preflight_result": {
                     "ok": not refused,

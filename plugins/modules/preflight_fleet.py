@@ -14,11 +14,13 @@ description:
   - "The platform is the fleet's: where C(gpuops_gpu_count) is unset, the GPUs are the sum of those detected
     across O(gpu_group) (hosts outside this run count from their cached facts; with none, the decision is refused).
     Hosts whose plans lead to different platforms are refused, named by platform: one site gets one platform."
-  - A platform without a play (C(playbooks/<platform>.yml) imported by C(playbooks/site.yml)) is refused, so
-    C(site.yml) never ends with only a driver installed.
+  - A platform without a play (not in O(platforms_with_play)) is refused, so C(site.yml) never ends with only a
+    driver installed.
   - Writes C(<report_dir>/<UTC run id>/<host>.json) and C(<host>.md) for every host, and C(fleet.json), once.
   - Fails, naming every refused host and its failed checks, when any check failed on any host.
-  - Sets C(preflight_platform), C(preflight_result) and C(preflight_report_dir) as facts on every host of the play.
+  - Returns the plan (C(gpuops_plan), documented in docs/plan.md), which the preflight role sets on every host of the
+    play, and writes it as C(plan.json) in the run's report folder and in O(report_dir) itself (the last plan).
+  - Sets C(preflight_result) and C(preflight_report_dir) as facts on every host of the play.
 options:
   report_dir:
     description: Controller directory for the reports; each run writes a timestamped subdirectory.
@@ -37,7 +39,9 @@ options:
     type: str
     default: gpu_nodes
   platforms_with_play:
-    description: Platforms that have a play; defaults to those C(playbooks/site.yml) of this collection imports.
+    description:
+      - Platforms that have a play. The preflight play of C(site.yml) passes those C(playbooks/vars/run_roles.yml)
+        lists roles for; unset, every platform is taken to have one.
     type: list
     elements: str
 attributes:
@@ -92,6 +96,16 @@ fleet:
     source: auto
     gpu_count: 24
     reason: "a team of 4 with 24 GPUs is large (...): Kubernetes (GPUs: the sum of the GPUs detected on 3 gpu_nodes)"
+plan:
+  description: The plan of this run, C(gpuops_plan); its keys are documented in docs/plan.md.
+  returned: always
+  type: dict
+plan_files:
+  description: The plan.json files written, the run's and the last plan in O(report_dir).
+  returned: always
+  type: list
+  elements: str
+  sample: [/srv/gpuops/reports/20261201T070000Z/plan.json, /srv/gpuops/reports/plan.json]
 msg:
   description: On failure, one line per refused host, C(preflight refused <host>) and its failed checks.
   returned: always

@@ -1,24 +1,36 @@
-"""A platform without a play is refused in preflight (preflight_fleet.platforms_with_play)."""
+"""A platform without a play is refused in preflight; the plays say which platforms they serve
+(playbooks/vars/run_roles.yml, passed by the preflight play as preflight_platforms_with_play)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _no_play, platforms_with_play
+from pathlib import Path
+
+import yaml
+from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _no_play
+from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS
+
+PLAYBOOKS = Path(__file__).resolve().parents[4] / "playbooks"
 
 
-def test_this_collection_has_a_play_for_compose():
-    assert "compose" in platforms_with_play()
+def _run_roles() -> dict:
+    return yaml.safe_load((PLAYBOOKS / "vars" / "run_roles.yml").read_text())["_gpuops_run_roles"]
 
 
-def test_only_imported_plays_that_exist_count(tmp_path):
-    site = tmp_path / "site.yml"
-    site.write_text(
-        "- ansible.builtin.import_playbook: compose.yml\n- ansible.builtin.import_playbook: kubernetes.yml\n"
-    )
-    (tmp_path / "compose.yml").write_text("---\n")
-    assert platforms_with_play(site) == ["compose"]
-    (tmp_path / "kubernetes.yml").write_text("---\n")
-    assert platforms_with_play(site) == ["compose", "kubernetes"]
-    assert platforms_with_play(tmp_path / "missing.yml") == []
+def test_every_platform_run_roles_lists_has_a_play_that_site_yml_imports():
+    site = [p["ansible.builtin.import_playbook"] for p in yaml.safe_load((PLAYBOOKS / "site.yml").read_text())]
+    platforms = [name for name in _run_roles() if name != "host"]
+    assert platforms, "run_roles.yml lists the roles of at least one platform"
+    for name in platforms:
+        assert name in PLATFORMS, f"run_roles.yml names {name!r}, not a platform of the rule ({PLATFORMS})"
+        assert f"{name}.yml" in site, name
+        assert (PLAYBOOKS / f"{name}.yml").is_file(), name
+
+
+def test_the_preflight_play_passes_those_platforms_to_the_role():
+    [play] = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
+    assert "vars/run_roles.yml" in play["vars_files"]
+    [role] = play["roles"]
+    assert "_gpuops_run_roles.keys()" in role["vars"]["preflight_platforms_with_play"]
 
 
 def test_no_play_message_names_the_platform_and_the_fix():

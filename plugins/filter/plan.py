@@ -1,0 +1,30 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filter: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``.
+
+Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
+read); documentation in inventory_plan.yml next to this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import inventory_plan as _inventory_plan
+
+
+def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict:
+    if not isinstance(gpu_hosts, list):
+        raise AnsibleFilterError(f"inventory_plan: expected the list of gpu_nodes hosts, got {gpu_hosts!r}")
+    try:
+        return _inventory_plan([str(h) for h in gpu_hosts], hostvars, None if with_play is None else list(with_play))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
+
+
+class FilterModule:
+    """gpuops.cluster plan filters."""
+
+    def filters(self) -> dict:
+        return {"inventory_plan": inventory_plan}

@@ -1,0 +1,306 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""``gpuops_plan``: every decision of a run, made once in preflight and read by every play, role and day-2 playbook.
+
+Pure functions, no Ansible imports. ``build_plan()`` is called by the action ``preflight_fleet`` with what preflight
+judged; ``inventory_plan()`` builds the same shape from the inventory alone, for a run without a preflight on record
+(``playbooks/tasks/plan.yml``: render, a platform play run alone). The shape is ``SCHEMA`` (JSON Schema), from which
+``docs/plan.md`` is generated (``scripts/gen-role-docs``); ``SCHEMA_VERSION`` changes whenever a key changes meaning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.module_utils.team import namespace_of
+
+SCHEMA_VERSION = 1
+PLAN_FILE = "plan.json"
+FILE_MODE = 0o640
+
+_NULL_STR = {"type": ["string", "null"]}
+_NULL_INT = {"type": ["integer", "null"]}
+_INT_LISTS = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "gpuops_plan",
+    "description": "Every decision of a run, made once in preflight (action gpuops.cluster.preflight_fleet) and read "
+    "by every play, role and day-2 playbook. Written as plan.json in the run's report folder and as the last plan "
+    "in the report folder itself (reports/plan.json), which day-2 playbooks read.",
+    "type": "object",
+    "required": ["schema_version", "source", "platform", "team", "pins", "hosts"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION, "description": "Changes whenever a key changes meaning."},
+        "source": {
+            "enum": ["preflight", "inventory"],
+            "description": "preflight: made from the facts preflight gathered in one call per host. inventory: made "
+            "from the inventory alone, with no preflight on record (render, a play run alone); no GPU was counted.",
+        },
+        "created": {**_NULL_STR, "description": "UTC time the plan was made (ISO 8601)."},
+        "report_dir": {**_NULL_STR, "description": "The run's report folder (preflight only)."},
+        "platform": {
+            "type": "object",
+            "required": ["name", "source", "reason", "ok"],
+            "description": "The one platform of the site (rule: plugin_utils platform.decide_fleet).",
+            "properties": {
+                "name": {"enum": [*PLATFORMS, None], "description": "compose or kubernetes; null when undecided."},
+                "source": {"type": "string", "description": "auto (the rule), override (gpuops_platform) or error."},
+                "reason": {"type": "string", "description": "One sentence: why this platform, or why none."},
+                "ok": {"type": "boolean", "description": "false when no platform could be decided."},
+                "gpu_count": {**_NULL_INT, "description": "The GPUs the decision counted (sum over gpu_nodes)."},
+                "with_play": {
+                    "type": "array",
+                    "items": {"enum": list(PLATFORMS)},
+                    "description": "Platforms that have a play in this run (playbooks/vars/run_roles.yml).",
+                },
+            },
+        },
+        "team": {
+            "type": "object",
+            "required": ["members", "namespaces"],
+            "description": "The team (gpuops_members, gpuops_teams): who gets which GPUs, which namespace a team has.",
+            "properties": {
+                "members": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {"team": _NULL_STR, "gpus": {"type": "array", "items": {"type": "integer"}}},
+                    },
+                    "description": "member name -> {team, gpus}: the GPU indexes the member's workspace gets.",
+                },
+                "namespaces": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "team name -> its Kubernetes namespace (namespace:, else the team's name).",
+                },
+            },
+        },
+        "pins": {
+            "type": "object",
+            "description": "Versions in force for the whole site.",
+            "properties": {
+                "driver": {**_NULL_STR, "description": "nvidia_driver_version (exact)."},
+                "cuda": {**_NULL_STR, "description": "gpuops_cuda_version requested."},
+                "registry_mirror": {**_NULL_STR, "description": "gpuops_registry_mirror, when images come from one."},
+            },
+        },
+        "hosts": {
+            "type": "object",
+            "description": "The per-host part, by inventory name (gpu_nodes hosts that preflight judged).",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["gpu_count", "topology", "packages", "pool", "kubelet_policy", "nccl"],
+                "properties": {
+                    "ok": {"type": ["boolean", "null"], "description": "preflight's verdict on this host."},
+                    "gpu_count": {**_NULL_INT, "description": "GPUs found (null: not read)."},
+                    "gpu_models": {"type": "array", "items": {"type": "string"}},
+                    "gpu_source": {**_NULL_STR, "description": "nvml, nvidia-smi, sysfs or inventory."},
+                    "topology": {
+                        "type": ["object", "null"],
+                        "description": "The GPU topology preflight read (as ansible_facts.gpu.topology), else null.",
+                    },
+                    "topology_source": {
+                        **_NULL_STR,
+                        "description": "preflight, or inventory (gpuops_gpu_topology) when preflight read none.",
+                    },
+                    "numa_nodes": {"type": "array", "items": {"type": "integer"}, "description": "GPUs' NUMA nodes."},
+                    "nvlink_domains": {**_INT_LISTS, "description": "GPU indexes joined by NVLink, per domain."},
+                    "packages": {
+                        "type": "object",
+                        "description": "The driver set this host gets.",
+                        "properties": {
+                            "driver": _NULL_STR,
+                            "fabric_manager": {
+                                **_NULL_STR,
+                                "description": "Exactly the driver pin on NVSwitch hosts, else null.",
+                            },
+                        },
+                    },
+                    "pool": {**_NULL_STR, "description": "gpuops_pool: training or inference (kubernetes)."},
+                    "kubelet_policy": {
+                        "type": ["object", "null"],
+                        "description": "kubernetes GPU nodes: the KubeletConfiguration policy (plugin_utils "
+                        "kube_plan.kubelet_policy), else null.",
+                    },
+                    "nccl": {
+                        "type": "object",
+                        "description": "NCCL settings from this host's topology (training_jobs.nccl_env): env, notes.",
+                    },
+                },
+            },
+        },
+    },
+}
+
+# Inputs of the platform rule, per host, with the defaults preflight uses (roles/preflight/tasks/gather.yml passes
+# the same): name in the rule -> (inventory variable, default).
+_PLATFORM_INPUTS = {
+    "platform": ("gpuops_platform", "auto"),
+    "team_size": ("gpuops_team_size", None),
+    "gpu_count": ("gpuops_gpu_count", None),
+    "multi_node_training": ("gpuops_multi_node_training", False),
+}
+
+
+def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
+    """A variable of one host; an undefined or untemplatable one reads as the default."""
+    try:
+        value = hostvars.get(name, default) if hasattr(hostvars, "get") else default
+    except Exception:  # Ansible raises on a variable that cannot be templated
+        return default
+    return default if value is None else value
+
+
+# kube_plan.kubelet_policy's keyword -> the kube_node variable that sets it; unset ones keep the function's default.
+_RESERVATIONS = {
+    "reserved_cpus_per_numa": ("kube_node_reserved_cpus_per_numa", int),
+    "reserved_system_cpus": ("kube_node_reserved_system_cpus", str),
+    "reserved_memory_mib": ("kube_node_reserved_memory_mib", int),
+    "eviction_memory_mib": ("kube_node_eviction_memory_mib", int),
+}
+
+
+def _reservations(hostvars: Any) -> dict:
+    """The reservations the inventory sets for this host, typed (kube_node's argument spec types)."""
+    found = {}
+    for keyword, (name, kind) in _RESERVATIONS.items():
+        value = get_var(hostvars, name)
+        if value is not None:
+            found[keyword] = kind(value)
+    return found
+
+
+def _team(members: Any, teams: Any) -> dict:
+    members = members if isinstance(members, list) else []
+    teams = teams if isinstance(teams, list) else []
+    return {
+        "members": {
+            str(m["name"]): {"team": m.get("team"), "gpus": [int(g) for g in m.get("gpus") or [] if isinstance(g, int)]}
+            for m in members
+            if isinstance(m, dict) and m.get("name")
+        },
+        "namespaces": {str(t["name"]): namespace_of(t) for t in teams if isinstance(t, dict) and t.get("name")},
+    }
+
+
+def host_part(platform: str | None, gpu: dict, fabric_manager: bool, hostvars: Any, ok: bool | None) -> dict:
+    """One host's part: GPUs, topology summary, packages, and the kubelet policy and NCCL settings derived from it.
+    The topology is the one preflight read, else the inventory's declaration (gpuops_gpu_topology)."""
+    topology, source = gpu.get("topology"), "preflight"
+    if not isinstance(topology, dict) or not topology:
+        declared = get_var(hostvars, "gpuops_gpu_topology")
+        topology, source = (declared, "inventory (gpuops_gpu_topology)") if isinstance(declared, dict) else (None, None)
+    pool = get_var(hostvars, "gpuops_pool") or None
+    driver = str(get_var(hostvars, "nvidia_driver_version", "") or "") or None
+    policy = None
+    if platform == "kubernetes" and pool in kube_plan.POOLS:
+        try:
+            policy = kube_plan.kubelet_policy(topology, pool, **_reservations(hostvars))
+        except (TypeError, ValueError) as exc:
+            policy = {"error": str(exc)}
+    numa = sorted(
+        {g.get("numa_node") for g in (topology or {}).get("gpus") or [] if isinstance(g.get("numa_node"), int)}
+        | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
+    )
+    return {
+        "ok": ok,
+        "gpu_count": gpu.get("count"),
+        "gpu_models": sorted({str(g.get("name")) for g in gpu.get("gpus") or [] if g.get("name")}),
+        "gpu_source": gpu.get("source"),
+        "topology": topology,
+        "topology_source": source,
+        "numa_nodes": numa,
+        "nvlink_domains": [sorted(int(i) for i in d) for d in (topology or {}).get("nvlink_domains") or []],
+        "packages": {"driver": driver, "fabric_manager": driver if fabric_manager else None},
+        "pool": pool,
+        "kubelet_policy": policy,
+        "nccl": training_jobs.nccl_env([topology], ""),
+    }
+
+
+def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "platform": {
+            "name": fleet.get("platform"),
+            "source": fleet.get("source") or "error",
+            "reason": fleet.get("reason") or "",
+            "ok": bool(fleet.get("ok")),
+            "gpu_count": fleet.get("gpu_count"),
+            "with_play": list(with_play),
+        },
+        "team": _team(get_var(anyvars, "gpuops_members", []), get_var(anyvars, "gpuops_teams", [])),
+        "pins": {
+            "driver": str(get_var(anyvars, "nvidia_driver_version", "") or "") or None,
+            "cuda": str(get_var(anyvars, "gpuops_cuda_version", "") or "") or None,
+            "registry_mirror": str(get_var(anyvars, "gpuops_registry_mirror", "") or "") or None,
+        },
+    }
+
+
+def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str,
+               report_dir: str) -> dict:
+    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> judged preflight record
+    (gpu, result), ``hostvars`` host -> that host's variables."""
+    first = next(iter(records), None)
+    plan = _fleet_part(fleet, with_play, hostvars[first] if first else {})
+    plan.update(source="preflight", created=created, report_dir=report_dir)
+    plan["hosts"] = {
+        host: host_part(
+            fleet.get("platform"),
+            record.get("gpu") or {},
+            bool(((record.get("gpu") or {}).get("fabric_manager") or {}).get("required")),
+            hostvars[host],
+            bool((record.get("result") or {}).get("ok")),
+        )
+        for host, record in records.items()
+    }
+    return plan
+
+
+def platform_request(hostvars: Any) -> dict:
+    """One host's inputs of the platform rule, read from its variables."""
+    request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
+    if request["team_size"] is None and isinstance(get_var(hostvars, "gpuops_members"), list):
+        request["team_size"] = len(get_var(hostvars, "gpuops_members"))
+    return request
+
+
+def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None) -> dict:
+    """The plan from the inventory alone (no preflight on record): the same platform rule, on the GPU counts the
+    hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count."""
+    hosts = [h for h in gpu_hosts if h in hostvars]
+    detected = {}
+    for host in hosts:
+        count = (get_var(get_var(hostvars[host], "ansible_facts", {}), "gpu", {}) or {}).get("count")
+        detected[host] = None if count is None else int(count)
+    fleet = decide_fleet({h: platform_request(hostvars[h]) for h in hosts}, detected) if hosts else {
+        "ok": False, "platform": None, "source": "error", "reason": "no host in gpu_nodes", "gpu_count": None}
+    plan = _fleet_part(fleet, list(PLATFORMS) if with_play is None else with_play, hostvars[hosts[0]] if hosts else {})
+    plan.update(source="inventory", created=None, report_dir=None)
+    plan["hosts"] = {
+        h: host_part(fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {}, False,
+                      hostvars[h], None)
+        for h in hosts
+    }
+    return plan
+
+
+def write_plan(plan: dict, *folders: str) -> list[str]:
+    """plan.json (mode 0640, atomically) in each folder; returns the paths."""
+    text = json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n"
+    written = []
+    for folder in folders:
+        os.makedirs(folder, mode=0o750, exist_ok=True)
+        path = os.path.join(folder, PLAN_FILE)
+        tmp = f"{path}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        written.append(path)
+    return written

@@ -1,0 +1,145 @@
+"""gpuops_plan (plugins/plugin_utils/plan.py): built from real `nvidia-smi topo -m` captures in ../shared/data
+(parsed by the collection's own parser), validated against plan.SCHEMA, written as plan.json."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+import jsonschema
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from fleet_fixture import shared_path
+
+REPO = Path(__file__).resolve().parents[4]
+PIN = "550.90.07"
+
+
+def _topology(name: str) -> dict:
+    return parse_topology(shared_path("nvidia-smi", "topo", name).read_text())
+
+
+def _valid(built: dict) -> dict:
+    jsonschema.Draft202012Validator(plan.SCHEMA).validate(json.loads(json.dumps(built)))
+    return built
+
+
+@pytest.fixture(name="kube_plan")
+def _kube_plan() -> dict:
+    fleet = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "16 GPUs, team of 14", "gpu_count": 16}
+    records = {
+        # HGX H100: one NVLink domain of 8 GPUs over 2 NUMA nodes, no NIC (real capture h100x8_sxm_2numa_noNIC)
+        "hgx-01": {"gpu": {"count": 8, "source": "nvml", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}] * 8,
+                           "fabric_manager": {"required": True}, "topology": _topology("h100x8_sxm_2numa_noNIC.txt")},
+                   "result": {"ok": True}},
+        # DGX A100: 10 NICs, 8 of them nearest to a GPU (real capture dgx-a100_8gpu_10nic_nps4-numa_dgx05)
+        "dgx-05": {"gpu": {"count": 8, "source": "nvml", "gpus": [{"name": "NVIDIA A100-SXM4-80GB"}] * 8,
+                           "fabric_manager": {"required": True},
+                           "topology": _topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05.txt")},
+                   "result": {"ok": True}},
+    }
+    team = {"gpuops_members": [{"name": "alice", "team": "vision", "gpus": [0, 1]}, {"name": "bob", "team": "nlp"}],
+            "gpuops_teams": [{"name": "vision", "namespace": "cv"}, {"name": "nlp"}]}
+    hostvars = {
+        "hgx-01": {**team, "gpuops_pool": "training", "nvidia_driver_version": PIN, "gpuops_cuda_version": "12.4"},
+        "dgx-05": {**team, "gpuops_pool": "training", "nvidia_driver_version": PIN,
+                   "kube_node_reserved_system_cpus": "0-3"},
+    }
+    return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
+                                  "/r/20261202T000000Z"))
+
+
+def test_fleet_part_platform_team_and_pins(kube_plan):
+    assert kube_plan["source"] == "preflight"
+    assert kube_plan["schema_version"] == plan.SCHEMA_VERSION
+    assert kube_plan["platform"] == {"name": "kubernetes", "source": "auto", "reason": "16 GPUs, team of 14",
+                                     "ok": True, "gpu_count": 16, "with_play": ["compose", "kubernetes"]}
+    assert kube_plan["team"]["members"] == {"alice": {"team": "vision", "gpus": [0, 1]},
+                                            "bob": {"team": "nlp", "gpus": []}}
+    assert kube_plan["team"]["namespaces"] == {"vision": "cv", "nlp": "team-nlp"}
+    assert kube_plan["pins"]["driver"] == PIN
+    assert kube_plan["pins"]["cuda"] == "12.4"
+
+
+def test_host_part_from_the_hgx_capture(kube_plan):
+    hgx = kube_plan["hosts"]["hgx-01"]
+    assert hgx["numa_nodes"] == [0, 1]
+    assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert hgx["packages"] == {"driver": PIN, "fabric_manager": PIN}, "NVSwitch host: Fabric Manager at exactly the pin"
+    assert hgx["topology_source"] == "preflight"
+    # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
+    assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
+    assert "spans NUMA nodes" in hgx["kubelet_policy"]["reason"]
+    assert hgx["nccl"]["env"] == {"NCCL_IB_DISABLE": "1"}, "no NIC: NCCL over TCP sockets"
+
+
+def test_host_part_from_the_dgx_capture_and_the_inventorys_reservation(kube_plan):
+    dgx = kube_plan["hosts"]["dgx-05"]
+    assert dgx["nccl"]["env"]["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
+    assert "mlx5_8, mlx5_9" in dgx["nccl"]["notes"][0], "storage NICs nearest to no GPU are left out"
+    assert dgx["kubelet_policy"]["reserved_system_cpus"] == "0-3", "kube_node_reserved_system_cpus reaches the plan"
+    hgx = kube_plan["hosts"]["hgx-01"]
+    assert hgx["kubelet_policy"]["reserved_system_cpus"] != "0-3"
+
+
+def test_no_kubelet_policy_on_compose_or_without_a_pool():
+    gpu = {"count": 4, "topology": _topology("a10x4_pcie_sys_2nic.txt")}
+    assert plan.host_part("compose", gpu, False, {"gpuops_pool": "training"}, True)["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, False, {}, True)["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, False, {"gpuops_pool": "training"}, True)["packages"] == {
+        "driver": None, "fabric_manager": None}
+
+
+def test_inventory_topology_when_preflight_read_none():
+    declared = {"nvlink_domains": [[0, 1]], "numa_groups": [{"numa_node": 0, "gpus": [0, 1], "cpus": "0-15"}]}
+    part = plan.host_part("kubernetes", {"count": 2}, False,
+                          {"gpuops_pool": "training", "gpuops_gpu_topology": declared}, None)
+    assert part["topology_source"] == "inventory (gpuops_gpu_topology)"
+    assert part["kubelet_policy"]["topology_manager_policy"] == "single-numa-node"
+
+
+def test_inventory_plan_decides_by_the_same_rule():
+    base = {"gpuops_team_size": 3, "gpuops_multi_node_training": False}
+    decided = _valid(plan.inventory_plan(["a", "b"], {"a": {**base, "gpuops_gpu_count": 4}, "b": {**base,
+                                                                                              "gpuops_gpu_count": 4}}))
+    assert decided["source"] == "inventory"
+    assert (decided["platform"]["name"], decided["platform"]["source"]) == ("compose", "auto")
+    forced = plan.inventory_plan(["a"], {"a": {**base, "gpuops_platform": "kubernetes"}})
+    assert (forced["platform"]["name"], forced["platform"]["source"]) == ("kubernetes", "override")
+    # GPUs counted by gpu_facts in this play (ansible_facts.gpu) decide when gpuops_gpu_count is unset
+    many = 24
+    counted = plan.inventory_plan(["a"], {"a": {**base, "ansible_facts": {"gpu": {"count": many}}}})
+    assert counted["platform"]["name"] == "kubernetes"
+    assert counted["platform"]["gpu_count"] == many
+
+
+def test_inventory_plan_that_cannot_decide_says_why():
+    undecided = _valid(plan.inventory_plan(["a"], {"a": {"gpuops_team_size": 6}}))
+    assert undecided["platform"]["ok"] is False
+    assert undecided["platform"]["name"] is None
+    assert "gpuops_gpu_count" in undecided["platform"]["reason"]
+    assert plan.inventory_plan([], {})["platform"]["reason"] == "no host in gpu_nodes"
+
+
+def test_write_plan_is_0640_in_each_folder(kube_plan, tmp_path):
+    paths = plan.write_plan(kube_plan, str(tmp_path / "run"), str(tmp_path))
+    assert paths == [str(tmp_path / "run" / "plan.json"), str(tmp_path / "plan.json")]
+    for path in paths:
+        assert stat.S_IMODE(Path(path).stat().st_mode) == plan.FILE_MODE
+        assert json.loads(Path(path).read_text()) == json.loads(json.dumps(kube_plan))
+
+
+def test_no_play_resolves_the_platform_itself():
+    """Every play reads gpuops_plan (playbooks/tasks/plan.yml); no copy of the old fallback chain is left."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}"
+        for folder in ("playbooks", "roles", "plugins")
+        for path in sorted((REPO / folder).rglob("*"))
+        if path.suffix in (".yml", ".yaml", ".py", ".j2") and path.is_file()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bpreflight_platform\b|preflight_platform \| default", line)
+    ]
+    assert offenders == []
