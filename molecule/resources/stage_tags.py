@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_env import playbook_env  # tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
 ROLES = PROJECT / "roles"
@@ -116,14 +117,10 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
         return _RUNS[key]
     inventory = inventory or os.environ.get("MOLECULE_INVENTORY_FILE")
     assert inventory, "MOLECULE_INVENTORY_FILE is not set: run these tests through `molecule verify`"
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.timer",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_RETRY_FILES_ENABLED="0",
+    env = playbook_env(
+        PROJECT,
+        callback="ansible.posix.json",
+        extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_RETRY_FILES_ENABLED": "0"},
     )
     started = time.monotonic()
     proc = subprocess.run(
