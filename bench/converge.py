@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
+
 LOGS = REPO / "build" / "bench"
 LOCK = "/tmp/gpuops-molecule-demo.lock"
 INVENTORY = "inventories/demo/hosts.yml"
@@ -28,15 +31,8 @@ TASK_TIME = re.compile(r"^(.+?) -+ (\d+\.\d+)s$", re.M)
 
 
 def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(LOGS / "converge-facts"),
-    )
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    return env
+    """ansible.cfg's jsonfile fact cache, in the bench's own folder (the second run reads what the first cached)."""
+    return playbook_env(REPO, cache_dir=LOGS / "converge-facts", bin_dir=Path(sys.executable).parent)
 
 
 def playbook(name: str, *argv: str, env: dict[str, str]) -> tuple[float, str]:

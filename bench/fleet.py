@@ -26,6 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
+
 WORK = REPO / "build" / "bench"
 IMAGE = "gpuops/debian12-systemd"
 PREFIX = "gpuops-bench-"
@@ -131,16 +134,9 @@ def commands(inv: Path) -> dict[str, list[str]]:
 
 
 def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(WORK / "facts"),  # the project's jsonfile cache, kept out of .cache/
-        ANSIBLE_NOCOLOR="1",
-        GPUOPS_BENCH="1",
-    )
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    return env
+    # the project's jsonfile cache, kept out of .cache/
+    bin_dir = Path(sys.executable).parent
+    return playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=bin_dir, extra={"GPUOPS_BENCH": "1"})
 
 
 def timed(argv: list[str], env: dict[str, str], log: Path) -> float:

@@ -1,33 +1,29 @@
 """Helpers the container-host test folders share (tests/bad_input, tests/dnf): the environment ansible-playbook
-runs with, docker calls, and one systemd node container started from a gpuops image and booted."""
+runs with (over tests/ansible_env.py), docker calls, and one systemd node container started from a gpuops image and
+booted."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def ansible_env() -> dict[str, str]:
-    """The environment `make` gives ansible-playbook: this checkout's config and collections, plain output."""
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_FORCE_COLOR="false",
-        ANSIBLE_NOCOLOR="1",
-        NO_COLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+    """The environment `make` gives ansible-playbook: this checkout's config and collections, plain output; facts
+    in memory only (the nodes are throwaway), results as YAML, the venv's bin first on PATH."""
+    return playbook_env(
+        REPO,
+        cache="memory",
+        bin_dir=REPO / ".venv" / "bin",
+        extra={"ANSIBLE_FORCE_COLOR": "false", "NO_COLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml"},
     )
-    env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
-    return env
 
 
 def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """Run each documented stage tag of a role alone against a converged scenario (issue 11, one stage rule).
 
-Shared by the scenarios' testinfra files (molecule/<scenario>/tests/test_*_tags_alone.py). For every stage tag a
+Shared by the scenarios' testinfra files (molecule/<scenario>/tests/test_*tags_alone.py), each a declaration
+(playbook, roles) over the two tests ``tags_alone_tests`` makes. For every stage tag a
 role documents (its page docs/roles/<role>.md names the tags of its tasks/main.yml; the unit test
 tests/unit/roles/test_stage_tags.py keeps page and tasks in step), one ansible-playbook run of the scenario's
 converge playbook with ``--tags <tag>`` against the already converged hosts, through the scenario's inventory.
@@ -19,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import yaml
+from ansible_env import playbook_env  # tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
 ROLES = PROJECT / "roles"
@@ -114,14 +117,10 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
         return _RUNS[key]
     inventory = inventory or os.environ.get("MOLECULE_INVENTORY_FILE")
     assert inventory, "MOLECULE_INVENTORY_FILE is not set: run these tests through `molecule verify`"
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.timer",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_RETRY_FILES_ENABLED="0",
+    env = playbook_env(
+        PROJECT,
+        callback="ansible.posix.json",
+        extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_RETRY_FILES_ENABLED": "0"},
     )
     started = time.monotonic()
     proc = subprocess.run(
@@ -153,3 +152,31 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
 def report(run: TagRun) -> str:
     """A failure message: what went wrong, then the run's output tail."""
     return f"--tags {run.tag} alone ({run.seconds:.0f} s): " + "; ".join(run.problems()) + f"\n{run.tail}"
+
+
+def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = False):
+    """The two tests of a scenario's test_*tags_alone.py, parametrised over what the scenario declares.
+
+    ``playbook`` is run once per documented stage tag of each of ``roles`` (``reuse``: see ``run_tag``). The
+    scenario's file binds the returned functions to the names pytest collects, e.g.::
+
+        test_every_stage_tag_is_documented, test_tag_alone_on_the_converged_node = stage_tags.tags_alone_tests(
+            SCENARIO / "converge.yml", ("local_pv",)
+        )
+
+    Test ids: ``test_every_stage_tag_is_documented[<role>]`` and ``<name>[<tag>]`` (tags are role-prefixed).
+    """
+    cases = [(role, tag) for role in roles for tag in documented_tags(role)]
+
+    @pytest.mark.parametrize("role", roles)
+    def test_every_stage_tag_is_documented(role):
+        """Every stage tag of the role's tasks/main.yml is on its page, so every one is run alone below."""
+        assert documented_tags(role) == stage_tags(role), role
+
+    @pytest.mark.parametrize(("role", "tag"), cases, ids=[tag for _role, tag in cases])
+    def test_tag_alone(role, tag):
+        """``--tags <tag>`` alone on the converged hosts: rc 0, nothing failed or changed, a task of the role ran."""
+        run = run_tag(playbook, tag, role, reuse=reuse)
+        assert run.problems() == [], report(run)
+
+    return test_every_stage_tag_is_documented, test_tag_alone

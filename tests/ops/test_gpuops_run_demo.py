@@ -12,7 +12,6 @@ run under /tmp/gpuops-molecule-demo.lock by scripts/run-tests.sh ops). One conta
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -29,8 +29,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 2, 4
 
 
 def env() -> dict:
-    return dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"))
+    return playbook_env(ROOT, bin_dir=VENV_BIN)
 
 
 def gpuops_run(*args: str, cwd: Path = ROOT, extra_env: dict | None = None) -> subprocess.CompletedProcess:

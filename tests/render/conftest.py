@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_env import playbook_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,13 +23,7 @@ SHARED_DATA = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shar
 
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run playbooks/render.yml on the controller; returns the finished process (output captured)."""
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_FORCE_COLOR="false",
-    )
+    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false"})
     command = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         "-i",

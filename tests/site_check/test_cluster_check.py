@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_env import playbook_env
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -202,10 +203,9 @@ def site(tmp_path_factory):
             "training_stack_credentials_dir": str(credentials / "kubernetes"),
         }
         (work / "extra.json").write_text(json.dumps(extra))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-                   ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_CACHE_PLUGIN="memory",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="false")
-        env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
+        env = playbook_env(
+            REPO, cache="memory", bin_dir=REPO / ".venv" / "bin", extra={"ANSIBLE_FORCE_COLOR": "false"}
+        )
         command = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY / "hosts.yml"),
                    str(REPO / "site.yml"), "--check", "-e", f"@{work / 'extra.json'}"]
         if KNOWN_CRASHES:

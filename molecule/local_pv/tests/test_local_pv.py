@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env  # tests/ansible_env.py (pyproject's pytest pythonpath)
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
@@ -31,9 +32,9 @@ def needs_loop_devices() -> None:
 
 
 def run_ansible(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"))
-    return subprocess.run([*args, "-i", INVENTORY], capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [*args, "-i", INVENTORY], capture_output=True, text=True, env=playbook_env(PROJECT), timeout=300, check=False
+    )
 
 
 def uuid_of(host, device: str) -> str:

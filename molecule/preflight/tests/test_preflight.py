@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env  # tests/ansible_env.py (pyproject's pytest pythonpath)
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
@@ -29,12 +30,7 @@ def latest_report() -> dict:
 
 
 def playbook(playbook: str, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_COLLECTIONS_PATH=str(PROJECT / "collections"),
-    )
+    env = playbook_env(PROJECT)
     return subprocess.run(
         ["ansible-playbook", "-i", INVENTORY, str(PROJECT / playbook), *extra],
         capture_output=True,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_env import playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
@@ -42,9 +43,7 @@ def run_playbook(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"), "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCALHOST_WARNING": "false"}
+    env = playbook_env(REPO, extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
     return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{vars_file}"], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
 

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "driver_secure_boot.yml"
@@ -33,9 +34,7 @@ def run(tmp_path: Path, secure_boot: int | None, **extra) -> subprocess.Complete
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    env = playbook_env(REPO, cache_dir=tmp_path / "facts", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
     return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
 

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ansible_env import playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "training_image_render.yml"
@@ -26,8 +27,7 @@ def run(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
     tmp_path.mkdir(parents=True, exist_ok=True)
     variables = {"training_image_build_dir": str(tmp_path / "ctx"), **extra}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"), "ANSIBLE_LOCALHOST_WARNING": "false"}
+    env = playbook_env(REPO, extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
     return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
 

@@ -1,0 +1,53 @@
+"""The environment ansible-playbook runs with in the tests, the benches and the Molecule verifiers: one builder.
+
+Every caller runs a checkout's own ansible.cfg and collections/ (``project``, this one by default) with
+``ANSIBLE_NOCOLOR=1``, on top of the caller's environment. What differs between callers differs on purpose, and is
+a parameter:
+
+- ``cache``: ``ANSIBLE_CACHE_PLUGIN``. ``"memory"`` where facts must not outlive the run (tests/container_node.py,
+  tests/render, tests/site_check run against throwaway hosts); unset, ansible.cfg's jsonfile cache;
+- ``cache_dir``: ``ANSIBLE_CACHE_PLUGIN_CONNECTION``, where that jsonfile cache lives: the bench's own folder under
+  build/bench, a unit test's tmp_path; unset, ansible.cfg's;
+- ``callback``: ``ANSIBLE_STDOUT_CALLBACK``, e.g. ``ansible.posix.json`` for molecule/resources/stage_tags.py, which
+  reads each run as one JSON document;
+- ``bin_dir``: a folder put first on ``PATH`` (the venv's bin), for playbooks that call the venv's own tools;
+- ``extra``: any other variable, set last (result format, colour, the localhost warning, ...).
+
+Importable by name: from tests/ (pyproject's pytest ``pythonpath``), and from bench/ and molecule/resources/, which
+put tests/ on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def playbook_env(
+    project: Path = REPO,
+    *,
+    cache: str | None = None,
+    cache_dir: Path | str | None = None,
+    callback: str | None = None,
+    bin_dir: Path | str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """``os.environ`` with the ansible-playbook settings of ``project`` and the caller's differences (module doc)."""
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_CONFIG=str(Path(project) / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(Path(project) / "collections"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    if cache is not None:
+        env["ANSIBLE_CACHE_PLUGIN"] = cache
+    if cache_dir is not None:
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(cache_dir)
+    if callback is not None:
+        env["ANSIBLE_STDOUT_CALLBACK"] = callback
+    env.update(extra or {})
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
