@@ -120,10 +120,14 @@ def test_unattended_upgrades_for_the_mirror_origin_moves_nothing(host):
 def test_fabric_manager_at_the_driver_version_held_and_enabled(host):
     """deb13's GPU facts (labelled fixture) report an NVSwitch, so nvidia_driver_fabric_manager: auto installs it.
 
-    In image-bake mode, and in a container without the hardware, the unit is enabled, not started: enabled is
-    what is checked (the stand-in's unit would only run a labelled sleep)."""
+    What is real: apt's version, the hold and systemd's enablement, all done by the role. What stands in: the
+    package (labelled, from build-standin-nvidia.py) and its unit, which runs a labelled sleep; it is enabled,
+    not started (image-bake mode, no hardware), so no Fabric Manager ever runs here. The stand-in package has no
+    maintainer scripts, so the unit can only have been enabled by the role."""
     if _name(host) != "gpuops-driver-deb13":
         pytest.skip("no NVSwitch in deb12-cuda's fixture: Fabric Manager absence is checked above")
     assert host.package("nvidia-fabricmanager-570").version == PIN
     assert "nvidia-fabricmanager-570" in host.check_output("apt-mark showhold").split()
     assert host.service("nvidia-fabricmanager").is_enabled
+    assert "TEST STAND-IN" in host.check_output("systemctl show -p Description --value nvidia-fabricmanager")
+    assert not host.file("/var/lib/dpkg/info/nvidia-fabricmanager-570.postinst").exists

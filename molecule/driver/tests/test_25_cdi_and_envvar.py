@@ -1,7 +1,14 @@
 """The toolkit's CDI spec and its config.toml, on both nodes (stand-in nvidia-ctk and runtime, real dockerd).
 
-The CDI spec is checked against the CDI JSON schema's rules, written here as a minimal schema of our own (not a
-copy) from the upstream schema at a pinned commit:
+What the ROLE controls is tested as such: the command it ran to make the spec (the stand-in nvidia-ctk records
+its arguments and the sha256 of what it wrote), where and how it installed the result, the scratch it removed, the
+config.toml key it set, and that dockerd hands containers to the nvidia runtime, which reads that key. What the
+stand-ins compute themselves (the spec's content, from a fixture; which devices NVIDIA's envvar rule would grant)
+is checked only in the tests named `test_standin_contract_*`: they hold the stand-ins to the real programs'
+documented behaviour and prove nothing about the role.
+
+The stand-in's CDI spec is checked against the CDI JSON schema's rules, written here as a minimal schema of our own
+(not a copy) from the upstream schema at a pinned commit:
 https://github.com/cncf-tags/container-device-interface/blob/9c1a1bdee4ebb2e79015f54eb2b489c054cd0f48/schema/schema.json
 https://github.com/cncf-tags/container-device-interface/blob/1537b1dbd72ca3c971cdc498f558f986e0b9ffa1/schema/defs.json
 plus the name rules of the spec (SPEC.md: kind is vendor/class, device names are alphanumeric with _.:-).
@@ -10,6 +17,7 @@ plus the name rules of the spec (SPEC.md: kind is vendor/class, device names are
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -21,6 +29,8 @@ testinfra_hosts = ["gpuops-driver-deb12", "gpuops-driver-deb13"]
 SPEC = "/etc/cdi/nvidia.yaml"
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
 STANDIN_LOG = "/var/log/gpuops-nvidia-runtime-standin.log"
+CTK_LOG = "/var/log/gpuops-nvidia-ctk-standin.log"
+KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 IMAGE = "gpuops-test/busybox:1"
 FIXTURE_UUIDS = ["GPU-0a0a0a0a-0000-4000-8000-000000000000", "GPU-0a0a0a0a-0000-4000-8000-000000000001"]
 
@@ -130,12 +140,34 @@ def test_the_schema_check_can_fail():
             jsonschema.validate(bad, CDI_SCHEMA)
 
 
-def test_cdi_spec_is_generated_and_valid(host):
+def _ctk_generate_calls(host) -> list[dict]:
+    lines = host.file(CTK_LOG).content_string.splitlines() if host.file(CTK_LOG).exists else []
+    return [r for r in map(json.loads, filter(None, lines)) if r["args"][:2] == ["cdi", "generate"]]
+
+
+def test_role_installs_what_nvidia_ctk_cdi_generate_wrote_to_its_scratch_file(host):
+    """The role's part: `nvidia-ctk cdi generate --output=<scratch dir>/nvidia.yaml`, exactly those arguments,
+    then the file installed at the spec path, root 0644, byte for byte what nvidia-ctk wrote (its content is the
+    stand-in's: see the contract test below), and the scratch directory removed."""
+    generated = _ctk_generate_calls(host)
+    assert generated, f"nvidia-ctk cdi generate was never called (no record in {CTK_LOG})"
+    for call in generated:
+        output = call["args"][2][len("--output=") :]
+        assert call["args"][2:] == [f"--output={output}"], call
+        assert re.fullmatch(r"/tmp/gpuops-cdi\.[^/]+/nvidia\.yaml", output), call
+        assert not host.file(output.rsplit("/", 1)[0]).exists, f"scratch directory left: {call}"
     spec_file = host.file(SPEC)
     assert spec_file.exists
     assert spec_file.mode == MODE
     assert spec_file.user == "root"
-    text = spec_file.content_string
+    assert spec_file.group == "root"
+    assert host.check_output(f"sha256sum {SPEC}").split()[0] == generated[-1]["sha256"]
+
+
+def test_standin_contract_nvidia_ctk_writes_a_valid_cdi_spec_of_the_fixture(host):
+    """The STAND-IN's contract, not the role's: the spec nvidia-ctk (stand-in) wrote from its labelled fixture is
+    valid CDI with NVIDIA's device names. It checks that the stand-in is shaped like the real program."""
+    text = host.file(SPEC).content_string
     assert "TEST STAND-IN" in text, "the spec comes from the labelled stand-in nvidia-ctk"
     spec = yaml.safe_load(text)
     jsonschema.validate(spec, CDI_SCHEMA)
@@ -179,18 +211,29 @@ def _run_and_record(host, flags: str) -> dict:
     return mine[-1]["request"]
 
 
-def test_unprivileged_container_cannot_take_every_gpu_by_envvar(host):
+def test_unprivileged_container_goes_to_the_runtime_that_reads_the_key_as_false(host):
+    """The role's part, end to end: dockerd (real, with the role's daemon.json) hands an unprivileged container
+    asking for every GPU to the nvidia runtime, and the runtime reads the role's config.toml (parsed by Python's
+    real TOML parser, tomllib) with the key false at top level; placed under a [table] it would read as the
+    default, true. Which devices the real runtime then grants is NVIDIA's rule, not the role's: the contract
+    tests below check only that the stand-in applies it as documented."""
     request = _run_and_record(host, "")
     assert request["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert request["privileged"] is False
-    assert request["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+    assert request[KEY] is False
+
+
+def test_standin_contract_runtime_ignores_the_envvar_of_an_unprivileged_container(host):
+    """The STAND-IN's contract (its copy of NVIDIA's rule), not the role's: with the key false, an unprivileged
+    container's NVIDIA_VISIBLE_DEVICES gets no device."""
+    request = _run_and_record(host, "")
     assert request["envvar_ignored"] is True
     assert request["devices"] == []
 
 
-def test_the_envvar_record_can_show_devices(host):
-    # Control: with CAP_SYS_ADMIN (what the runtime calls privileged) the same request would get every GPU, so the
-    # empty list above is the config.toml setting at work, not a stand-in that never hands out devices.
+def test_standin_contract_runtime_grants_devices_to_a_privileged_container(host):
+    # Control of the contract test above: with CAP_SYS_ADMIN (what the runtime calls privileged) the same request
+    # gets every GPU, so the empty list is the key at work, not a stand-in that never hands out devices.
     request = _run_and_record(host, "--cap-add SYS_ADMIN")
     assert request["privileged"] is True
     assert request["devices"] == ["all"]

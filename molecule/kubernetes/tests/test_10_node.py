@@ -3,13 +3,16 @@ from the scenario's signed mirror, all pinned and held; host preparation; runc w
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+import yaml
 
 testinfra_hosts = ["gpuops-kube-cp", "gpuops-kube-gpu"]
 
 REAL = {"containerd": "1.7.24~ds1-6+deb13u1", "kubectl": "1.32.3+ds-2"}
+CALLS = "/var/lib/gpuops-standin/kubeadm/calls.jsonl"
 STANDIN = {"kubelet": "1.34.2-1.1", "kubeadm": "1.34.2-1.1", "cri-tools": "1.34.0-1.1"}
 
 
@@ -70,7 +73,21 @@ def test_swap_off_modules_and_sysctls_persisted(host):
     assert host.file("/proc/sys/net/ipv4/ip_forward").content_string.strip() == "1"
 
 
-def test_kubelet_runs_under_kubeadms_unit(host):
+def test_kubeadm_was_given_containerds_cri_socket(host):
+    """The role's part: the Init/JoinConfiguration it gave kubeadm (recorded by the stand-in kubeadm as given)
+    names containerd's CRI socket, and Debian's real containerd answers there."""
+    calls = [json.loads(line) for line in host.file(CALLS).content_string.splitlines() if line.strip()]
+    given = [c for c in calls if c["argv"][0] in ("init", "join") and "phase" not in c["argv"]]
+    assert len(given) == 1, given
+    docs = {d["kind"]: d for d in yaml.safe_load_all(given[0]["config"]) if d}
+    config = docs.get("InitConfiguration") or docs["JoinConfiguration"]
+    assert config["nodeRegistration"]["criSocket"] == "unix:///run/containerd/containerd.sock"
+    host.run_expect([0], "ctr --address /run/containerd/containerd.sock version")
+
+
+def test_standin_contract_kubeadm_started_the_kubelet_with_that_socket(host):
+    """The STAND-IN kubeadm's contract, not the role's: like real kubeadm it writes kubeadm-flags.env from the
+    registration it was given and enables and starts the kubelet (the stand-in kubelet only sleeps)."""
     assert host.service("kubelet").is_running
     assert host.service("kubelet").is_enabled
     flags = host.file("/var/lib/kubelet/kubeadm-flags.env").content_string

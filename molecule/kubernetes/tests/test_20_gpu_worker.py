@@ -1,8 +1,13 @@
 """The GPU worker: the nvidia runtime through the toolkit role's drop-in, and a kubelet configuration derived
-from the fixture topology (a100x8_17nic_singleNUMA: one NVSwitch domain on NUMA node 0, training pool)."""
+from the fixture topology (a100x8_17nic_singleNUMA: one NVSwitch domain on NUMA node 0, training pool).
+
+The role's part is the patch file and the JoinConfiguration that points kubeadm at it (recorded by the stand-in
+kubeadm as it was given). /var/lib/kubelet/config.yaml is merged by the STAND-IN kubeadm, so the test that reads
+it is named `test_standin_contract_*`: it holds the stand-in to real kubeadm's patch rule, not the role."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import testinfra
@@ -10,6 +15,7 @@ import yaml
 
 testinfra_hosts = ["gpuops-kube-gpu"]
 PATCH = "/etc/kubernetes/gpuops/patches/kubeletconfiguration+strategic.yaml"
+CALLS = "/var/lib/gpuops-standin/kubeadm/calls.jsonl"
 
 POLICY = {
     "cgroupDriver": "systemd",
@@ -43,7 +49,20 @@ def test_kubelet_patch_carries_the_topology_policy(host):
         assert patch[key] == value, key
 
 
-def test_kubelet_config_kubeadm_wrote_has_the_policy(host):
+def test_join_configuration_points_kubeadm_at_the_patch(host):
+    """kubeadm reads <patches.directory>/kubeletconfiguration+strategic.yaml: the role names the directory in the
+    JoinConfiguration it gives kubeadm, and the file name is kubeadm's target+patchtype form."""
+    calls = [json.loads(line) for line in host.file(CALLS).content_string.splitlines() if line.strip()]
+    joins = [c for c in calls if c["argv"][0] == "join"]
+    assert len(joins) == 1, joins
+    config = {d["kind"]: d for d in yaml.safe_load_all(joins[0]["config"]) if d}["JoinConfiguration"]
+    assert config["patches"] == {"directory": PATCH.rsplit("/", 1)[0]}
+    assert host.file(PATCH).is_file
+
+
+def test_standin_contract_kubeadm_merged_the_patch_into_config_yaml(host):
+    """The STAND-IN kubeadm's contract, not the role's: it merged the patch into the kubelet's config.yaml as
+    real kubeadm does (maps merged, lists replaced)."""
     config = yaml.safe_load(host.file("/var/lib/kubelet/config.yaml").content_string)
     assert config["kind"] == "KubeletConfiguration"
     for key, value in POLICY.items():

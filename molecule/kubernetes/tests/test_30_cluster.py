@@ -43,6 +43,7 @@ def test_init_ran_once_with_the_rendered_configuration():
     assert cfg["ClusterConfiguration"]["networking"]["podSubnet"] == "10.244.0.0/16"
     taints = cfg["InitConfiguration"]["nodeRegistration"]["taints"]
     assert {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"} in taints
+    # written by the stand-in kubeadm (its contract): evidence that init ran, not a check of the role
     for path in ("admin.conf", "kubelet.conf", "pki/ca.crt", "manifests/kube-apiserver.yaml", "manifests/etcd.yaml"):
         assert CP.file(f"/etc/kubernetes/{path}").exists, path
     assert not calls(GPU, "init"), "the worker never runs kubeadm init"
@@ -89,11 +90,17 @@ def test_worker_registered_with_the_gpu_taint_and_labels():
         "gpuops.io/nvlink-domains": "0-7",
         "gpuops.io/topology-policy": "single-numa-node",
     }
-    flags = GPU.file("/var/lib/kubelet/kubeadm-flags.env").content_string
-    assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in flags
+    # kubelet.conf (written by the stand-in's join) shows the join ran
     assert GPU.file("/etc/kubernetes/kubelet.conf").exists
     # the JoinConfiguration held the token: removed after the join
     assert not GPU.file("/etc/kubernetes/gpuops/kubeadm-join.yaml").exists
+
+
+def test_standin_contract_kubeadm_wrote_the_taints_into_kubeadm_flags():
+    """The STAND-IN kubeadm's contract, not the role's: it renders the JoinConfiguration's taints (checked above)
+    into the kubelet's --register-with-taints, as real kubeadm does."""
+    flags = GPU.file("/var/lib/kubelet/kubeadm-flags.env").content_string
+    assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in flags
 
 
 def test_admin_kubeconfig_fetched_to_the_controller_0600_and_gitignored():
