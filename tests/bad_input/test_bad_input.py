@@ -12,11 +12,21 @@ preflight, the input checks) and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
-* leave the host as it was: ``docker diff`` of the node, taken when the case ends, equals the one taken
-  before any case ran (paths under Ansible's own temp dir, /root/.ansible, aside).
+* leave the host as it was: a snapshot of the node taken when the case starts and one taken when it ends
+  both equal the reference taken before any case ran. A snapshot is ``docker diff`` (paths under Ansible's own
+  temp dir, /root/.ansible, aside) and, from one ``docker exec`` of snapshot.py, what docker diff cannot see:
+  every path under the tmpfs mounts /run and /tmp with a file's content hash, the systemd units with their
+  states, ``sysctl -a`` (less the kernel's own counters), and the content hash of every file the boot already
+  changed (less the journal, which logs each module Ansible runs).
+
+Every expected fragment must be absent from the output of the baseline the case varies: a fragment that an
+accepted run also prints cannot tell a refusal apart.
+
+The node's timers are stopped before the reference, so that a timer's run is not taken for a change. After the
+cases, a control changes each of the five things once and checks that the snapshot sees every change.
 
 Cases run a few at a time (GPUOPS_BAD_INPUT_JOBS, default 6): a case waits mostly on the host, and a
-change made by any case shows in the diff taken when the next one ends. Needs docker and the
+change made by any case shows in the next snapshot taken. Needs docker and the
 gpuops/debian12-systemd image (make images); skipped, with the reason, without them.
 """
 
@@ -45,10 +55,34 @@ INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-ku
 MIN_CASES = 30
 
 
+SNAPSHOT = (HERE / "snapshot.py").read_text()
+
+
 def _diff() -> list[str]:
     """The node's filesystem changes against its image, without Ansible's temp dir."""
     lines = docker("diff", NODE).stdout.splitlines()
     return sorted(line for line in lines if not line[2:].startswith(ANSIBLE_TMP) and line[2:] != "/root")
+
+
+def _snapshot(boot_diff: list[str]) -> dict:
+    """docker diff, and snapshot.py's tmpfs, units, sysctl and boot-file hashes (one docker exec)."""
+    paths = [line[2:] for line in boot_diff]
+    inside = subprocess.run(["docker", "exec", "-i", NODE, "python3", "-", json.dumps(paths)], input=SNAPSHOT,
+                            capture_output=True, text=True, check=True, timeout=120)
+    return {"docker diff": _diff(), **json.loads(inside.stdout)}
+
+
+def _changes(reference: dict, snapshot: dict) -> list[str]:
+    """What differs, one line per path, unit, sysctl or file. For sysctl, only keys both sides have: the node
+    cannot load a kernel module (no CAP_SYS_MODULE), so a key that appears or goes is another container's module
+    on this machine, not a case's doing."""
+    lines = [f"docker diff: {line}" for line in sorted(set(reference["docker diff"]) ^ set(snapshot["docker diff"]))]
+    for part in ("tmpfs", "units", "sysctl", "boot files"):
+        before, after = reference[part], snapshot[part]
+        keys = set(before) & set(after) if part == "sysctl" else set(before) | set(after)
+        lines += [f"{part}: {key}: {before.get(key)} -> {after.get(key)}"
+                  for key in sorted(keys) if before.get(key) != after.get(key)]
+    return lines
 
 
 def _inventory(data: dict, workdir: Path) -> Path:
@@ -74,39 +108,65 @@ def _play(extra: dict, report_dir: str, inventory: Path) -> subprocess.Completed
         os.unlink(handle.name)
 
 
+# The control: one change of each kind the snapshot must see (run after every case, on the node they used).
+CONTROL = {
+    "docker diff": "touch /etc/gpuops-control",
+    "tmpfs": "echo control > /tmp/gpuops-control",
+    "units": "systemd-run --unit gpuops-control /bin/sleep 600",
+    # docker mounts /proc/sys read-only, so a case cannot set a sysctl here; the control makes it writable first
+    # (the node's own network namespace: nothing outside the node changes).
+    "sysctl": "mount -o remount,rw /proc/sys && sysctl -q -w net.ipv4.ip_forward=$((1 - $(sysctl -n "
+    "net.ipv4.ip_forward))) && mount -o remount,ro /proc/sys",
+    "boot files": "echo control >> /var/log/wtmp",  # in the boot diff already: docker diff cannot show this
+}
+
+
 @pytest.fixture(scope="module")
 def node():
     start_systemd_node(NODE, IMAGE)
-    time.sleep(2)  # boot-time writers (journald, timers) settle before the reference diff
+    # Timers would start their services in the middle of the matrix; stopped before the reference is taken.
+    docker("exec", NODE, "systemctl", "stop", "*.timer")
+    time.sleep(2)  # boot-time writers (journald) settle before the reference
     yield NODE
     docker("rm", "-f", "-v", NODE, check=False)
 
 
 @pytest.fixture(scope="module")
 def matrix(node, tmp_path_factory, request):
-    """Run the baselines, then every selected case; return ({case: (result, diff_after)}, baselines, reference).
-
-    baselines is {inventory: (result, diff_after)} for the compose and the kubernetes baseline."""
+    """Run the baselines, then every selected case, then the control; return ({case: (result, changes)},
+    baselines, control). changes lists what differed from the reference in the snapshot taken when the case
+    started, then in the one taken when it ended; baselines is {inventory: (result, changes)} for the compose and
+    the kubernetes baseline; control is {kind: changes} after each change of CONTROL, made in turn."""
     selected = {item.callspec.params["case"] for item in request.session.items
                 if hasattr(item, "callspec") and "case" in item.callspec.params}
     reports = tmp_path_factory.mktemp("reports")
-    reference = _diff()
+    boot_diff = _diff()
+    reference = _snapshot(boot_diff)
+
+    def checked(play):
+        before = _changes(reference, _snapshot(boot_diff))
+        result = play()
+        return result, [f"at the start: {c}" for c in before] + _changes(reference, _snapshot(boot_diff))
 
     def baseline(name: str):
-        return name, (_play({}, str(reports / f"baseline-{name}"), INVENTORIES[name] / "hosts.yml"), _diff())
+        return name, checked(lambda: _play({}, str(reports / f"baseline-{name}"), INVENTORIES[name] / "hosts.yml"))
 
     def run(case: Path):
         data = yaml.safe_load(case.read_text())
         started = time.monotonic()
         inventory = _inventory(data, reports / f"{case.stem}-inventory")
-        result = _play(data.get("vars") or {}, str(reports / case.stem), inventory)
+        result, changes = checked(lambda: _play(data.get("vars") or {}, str(reports / case.stem), inventory))
         print(f"bad input {case.stem}: rc {result.returncode}, {time.monotonic() - started:.0f} s")
-        return case.stem, (result, _diff())
+        return case.stem, (result, changes)
 
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         baselines = dict(pool.map(baseline, INVENTORIES))
         results = dict(pool.map(run, [c for c in CASES if c in selected]))
-    return results, baselines, reference
+    control = {}
+    for kind, command in CONTROL.items():
+        docker("exec", NODE, "sh", "-c", command)
+        control[kind] = _changes(reference, _snapshot(boot_diff))
+    return results, baselines, control
 
 
 def test_the_matrix_has_at_least_30_cases() -> None:
@@ -129,21 +189,50 @@ def test_site_runs_these_plays_before_the_host_layer() -> None:
 
 @pytest.mark.parametrize("inventory", list(INVENTORIES))
 def test_the_baseline_passes_every_check_and_changes_nothing(matrix, inventory: str) -> None:
-    _results, baselines, reference = matrix
-    baseline, diff = baselines[inventory]
+    _results, baselines, _control = matrix
+    baseline, changes = baselines[inventory]
     assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
-    assert diff == reference
+    assert not changes, "\n".join(changes)
+
+
+def test_the_snapshot_sees_each_kind_of_change(matrix) -> None:
+    """The control, made after every case: each change of CONTROL, made in turn, shows in its own part of the
+    snapshot (and the boot file's shows nowhere else: docker diff alone would have missed it)."""
+    _results, _baselines, control = matrix
+    earlier: set[str] = set()
+    for kind, changes in control.items():
+        new = set(changes) - earlier
+        parts = {line.split(":", 1)[0] for line in new}
+        assert kind in parts, f"{kind}: {CONTROL[kind]!r} was not seen; new changes: {sorted(new)}"
+        if kind == "boot files":
+            assert parts == {"boot files"}, f"the appended wtmp showed elsewhere too: {sorted(new)}"
+        earlier |= new
+
+
+def _baseline_of(data: dict) -> str:
+    """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars."""
+    return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_no_expected_fragment_is_in_the_accepted_output(matrix, case: Path) -> None:
+    """A fragment the accepted run prints too would be found whether or not the case was refused."""
+    _results, baselines, _control = matrix
+    data = yaml.safe_load(case.read_text())
+    baseline, _changes = baselines[_baseline_of(data)]
+    output = baseline.stdout + baseline.stderr
+    shared = [f for f in data["expect"] if f in output]
+    assert not shared, f"{case.stem}: {shared} also in the accepted {_baseline_of(data)} run's output"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_input_is_refused_before_any_change(matrix, case: Path) -> None:
-    results, _baseline, reference = matrix
-    result, diff = results[case.stem]
+    results, _baseline, _control = matrix
+    result, changes = results[case.stem]
     output = result.stdout + result.stderr
     assert result.returncode != 0, f"{case.stem} was accepted:\n{output[-3000:]}"
     assert "unreachable=1" not in output, output[-3000:]
     missing = [f for f in yaml.safe_load(case.read_text())["expect"] if f not in output]
     errors = "\n".join(line for line in output.splitlines() if "ERROR" in line or "fatal:" in line or "msg" in line)
     assert not missing, f"{case.stem}: missing {missing} in:\n{errors[-4000:]}"
-    changed = sorted(set(diff) ^ set(reference))
-    assert not changed, f"{case.stem}: the host changed: {changed}"
+    assert not changes, f"{case.stem}: the host changed:\n" + "\n".join(changes)
