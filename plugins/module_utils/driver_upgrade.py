@@ -7,8 +7,10 @@ import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.versions import compare_versions
 
-# Packages whose version is the driver's (Debian non-free, Ubuntu, NVIDIA's CUDA repository).
-_DRIVER_PACKAGE = re.compile(r"^(nvidia-driver(-\d+)?(-open|-server)?|nvidia-kernel-(dkms|open-dkms)|"
+# Packages whose version is the driver's (Debian non-free, Ubuntu, NVIDIA's CUDA repository for Debian/Ubuntu and
+# for RHEL 9: there the role installs kmod-nvidia-{latest,open}-dkms and nvidia-driver-cuda).
+_DRIVER_PACKAGE = re.compile(r"^(nvidia-driver(-\d+)?(-open|-server|-cuda)?|nvidia-kernel-(dkms|open-dkms)|"
+                             r"kmod-nvidia-(latest|open)-dkms|"
                              r"nvidia-open(-\d+)?|cuda-drivers(-\d+)?|libnvidia-compute(-\d+)?|nvidia-driver-bin)$")
 
 
@@ -18,8 +20,9 @@ def upstream(version: str) -> str:
 
 
 def installed_driver(dpkg_output: str) -> str | None:
-    """`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*' 'cuda-drivers*'` -> the installed driver version
-    (the highest among the driver packages; None when none is installed)."""
+    """`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*' 'cuda-drivers*'`, or on an RPM host
+    `rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n' '*nvidia*' 'cuda-drivers*'` (the same "name version"
+    lines) -> the installed driver version (the highest among the driver packages; None when none is installed)."""
     versions = set()
     for line in (dpkg_output or "").splitlines():
         parts = line.split()

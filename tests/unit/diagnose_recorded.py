@@ -54,6 +54,28 @@ nvidia-driver-565-open 565.57.01-0ubuntu1
 nvidia-fabricmanager-565 565.57.01-1
 """
 
+# `rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n' '*nvidia*' 'cuda-drivers*'` on RHEL 9 with what
+# the nvidia_driver role installs from NVIDIA's CUDA repository (roles/nvidia_driver/vars/RedHat.yml, module stream
+# nvidia-driver:550-dkms) and their dependencies; NVIDIA's driver RPMs carry epoch 3, the toolkit's and Fabric
+# Manager's none (EPOCHNUM prints 0). rpm lists in database order, not sorted.
+RPM_RHEL9_550 = """nvidia-kmod-common 3:550.90.07-1.el9
+kmod-nvidia-latest-dkms 3:550.90.07-1.el9
+nvidia-driver-cuda-libs 3:550.90.07-1.el9
+nvidia-driver-libs 3:550.90.07-1.el9
+nvidia-persistenced 3:550.90.07-1.el9
+nvidia-driver-cuda 3:550.90.07-1.el9
+nvidia-modprobe 3:550.90.07-1.el9
+nvidia-fabric-manager 0:550.90.07-1
+libnvidia-container1 0:1.17.8-1
+nvidia-container-toolkit-base 0:1.17.8-1
+"""
+RPM_RHEL9_TOOLKIT_ONLY = """libnvidia-container1 0:1.17.8-1
+nvidia-container-toolkit-base 0:1.17.8-1
+nvidia-container-toolkit 0:1.17.8-1
+"""
+# `rpm -qa --qf '%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n' 'nvidia-fabric*manager*'` on the same host.
+RPM_RHEL9_FM_550 = "0:550.90.07-1\n"
+
 CONTAINERD_V2_NVIDIA = """version = 2
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]

@@ -164,6 +164,14 @@ def test_driver_not_loaded_and_off_pin():
     assert "upgrade_driver.yml" in off_pin["fix"]
 
 
+
+def test_driver_versions_from_rpm_output():
+    out = D.driver_versions(R.PROC_VERSION_PROPRIETARY, R.RPM_RHEL9_550, "550.90.07")
+    assert out["status"] == D.BROKEN
+    assert out["evidence"] == "reboot required: loaded module 535.261.03, installed packages 550.90.07"
+    loaded = R.PROC_VERSION_PROPRIETARY.replace("535.261.03", "550.90.07")
+    assert D.driver_versions(loaded, R.RPM_RHEL9_550, "550.90.07")["status"] == D.OK
+
 # ---- fabric manager ----
 def fabric_state(name):
     text = shared_path("nvidia-smi", "query", name).read_text()
@@ -183,6 +191,9 @@ def test_fabric_manager_failures():
     assert "must be equal" in mismatch["evidence"]
     assert D.fabric_manager(True, "active", "", "", "In Progress")["status"] == D.BROKEN
     assert D.fabric_manager(False, "inactive")["status"] == D.OK
+    # RHEL: rpm's version with its epoch (0 when the package has none)
+    assert D.fabric_manager(True, "active", R.RPM_RHEL9_FM_550, "550.90.07", "Completed")["status"] == D.OK
+    assert "does not match" in D.fabric_manager(True, "active", R.RPM_RHEL9_FM_550, "550.54.15")["evidence"]
     # A100 x4 HGX reports N/A: no NVSwitch, so the link is ok whatever the service says.
     assert fabric_state("a100-sxm4-80gb-x4_nvidia-smi-q.txt") == "N/A"
 

@@ -1,0 +1,79 @@
+"""The commands upgrade_driver.yml and diagnose.yml run to read the installed driver, run here as written in the
+playbooks, with LABELLED stand-ins of dpkg-query and rpm alone on PATH: on a Debian-family host dpkg-query is asked
+and rpm is not; on an RPM host rpm is asked, with the query format whose "name version" lines the parsers read
+(plugins/module_utils/driver_upgrade.py, diagnose.py). The stand-ins print output shaped like the real tools'
+(diagnose_recorded.py); that the real rpm renders the format so is tested nowhere here (no rpm on this machine)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import diagnose_recorded as R
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils import diagnose as D
+from ansible_collections.gpuops.cluster.plugins.module_utils import driver_upgrade as U
+
+REPO = Path(__file__).resolve().parents[2]
+RPM_ARGS = ["-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "*nvidia*", "cuda-drivers*"]
+RPM_FM_ARGS = ["-qa", "--qf", "%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "nvidia-fabric*manager*"]
+
+
+def _upgrade_command() -> str:
+    play = yaml.safe_load((REPO / "playbooks" / "upgrade_driver.yml").read_text())[0]
+    block = next(t for t in play["tasks"] if t.get("name") == "Upgrade this node")["block"]
+    return next(t for t in block if t.get("name") == "Installed driver packages")["ansible.builtin.shell"]["cmd"]
+
+
+def _diagnose_commands() -> dict:
+    return yaml.safe_load((REPO / "playbooks" / "diagnose.yml").read_text())[0]["vars"]["__diagnose_node_commands"]
+
+
+def _run(command: str, tmp_path: Path, tools: dict[str, str], shell: str = "/bin/sh") -> tuple[str, dict]:
+    """Run `command` with only the given stand-in tools on PATH; (stdout, {tool: argv it was called with})."""
+    assert "{{" not in command, "the command is run verbatim: no Jinja in it"
+    assert "{%" not in command, "the command is run verbatim: no Jinja in it"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool, output in tools.items():
+        script = bin_dir / tool
+        script.write_text(f"#!/bin/sh\n# LABELLED TEST STAND-IN for {tool}\n"
+                          f"printf '%s\\n' \"$@\" > {tmp_path}/{tool}.argv\nprintf '%s' '{output}'\n")
+        script.chmod(0o755)
+    out = subprocess.run([shell, "-c", command], capture_output=True, text=True, env={"PATH": str(bin_dir)},
+                         check=True, timeout=30)
+    called = {t: (tmp_path / f"{t}.argv").read_text().splitlines() for t in tools if (tmp_path / f"{t}.argv").exists()}
+    return out.stdout, called
+
+
+def test_upgrade_driver_reads_rpm_on_an_rpm_host(tmp_path):
+    out, called = _run(_upgrade_command(), tmp_path, {"rpm": R.RPM_RHEL9_550})
+    assert called == {"rpm": RPM_ARGS}
+    assert U.plan(out, "535.261.03")["refuse"], "the downgrade refusal must see the installed 550.90.07"
+    assert U.plan(out, "550.90.07")["action"] == "none"
+
+
+def test_upgrade_driver_reads_dpkg_on_a_debian_host(tmp_path):
+    out, called = _run(_upgrade_command(), tmp_path, {"dpkg-query": R.DPKG_535_261, "rpm": ""})
+    assert list(called) == ["dpkg-query"]
+    assert called["dpkg-query"] == ["-W", "-f", "${Package} ${Version}\\n", "*nvidia*", "cuda-drivers*"]
+    assert U.installed_driver(out) == "535.261.03"
+
+
+def test_diagnose_reads_rpm_on_an_rpm_host(tmp_path):
+    commands = _diagnose_commands()
+    packages, called = _run(commands["packages"], tmp_path, {"rpm": R.RPM_RHEL9_550}, "/bin/bash")
+    assert called == {"rpm": RPM_ARGS}
+    loaded = R.PROC_VERSION_PROPRIETARY.replace("535.261.03", "550.90.07")
+    evidence = D.driver_versions(loaded, packages, "550.90.07")["evidence"]
+    assert evidence == "loaded 550.90.07 = pin 550.90.07; installed 550.90.07"
+    fm, called = _run(commands["fm_version"], tmp_path, {"rpm": R.RPM_RHEL9_FM_550}, "/bin/bash")
+    assert called == {"rpm": RPM_FM_ARGS}
+    assert D.fabric_manager(True, "active", fm, "550.90.07")["status"] == D.OK
+
+
+@pytest.mark.parametrize("key", ["packages", "fm_version"])
+def test_diagnose_reads_dpkg_on_a_debian_host(tmp_path, key):
+    _out, called = _run(_diagnose_commands()[key], tmp_path, {"dpkg-query": "", "rpm": ""}, "/bin/bash")
+    assert list(called) == ["dpkg-query"]
