@@ -20,9 +20,11 @@ import subprocess
 import sys
 
 TMPFS = ("/run", "/tmp")
-# Counters and values the kernel changes by itself between two reads: not host state a case could set.
+# Counters and values the kernel changes by itself between two reads, or that count what is in use at that moment
+# (kernel.pty.nr: ptys open, such as a concurrent case's docker exec): not host state a case could set.
 VOLATILE = re.compile(
-    r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state)|kernel\.ns_last_pid|kernel\.random\.(uuid|entropy_avail)"
+    r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state)|kernel\.ns_last_pid|kernel\.pty\.nr"
+    r"|kernel\.random\.(uuid|entropy_avail)"
     r"|net\.netfilter\.nf_conntrack_count)$"
 )
 JOURNAL = "/var/log/journal/"

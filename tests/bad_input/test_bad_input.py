@@ -17,7 +17,9 @@ preflight, the input checks) and must:
   temp dir, /root/.ansible, aside) and, from one ``docker exec`` of snapshot.py, what docker diff cannot see:
   every path under the tmpfs mounts /run and /tmp with a file's content hash, the systemd units with their
   states, ``sysctl -a`` (less the kernel's own counters), and the content hash of every file the boot already
-  changed (less the journal, which logs each module Ansible runs).
+  changed (less the journal, which logs each module Ansible runs). While other cases run, the payload directories
+  of their running modules (/tmp/ansible_*_payload_*) are left out; a snapshot taken once every case has ended
+  must equal the reference with them included.
 
 Every expected fragment must be absent from the output of the baseline the case varies: a fragment that an
 accepted run also prints cannot tell a refusal apart.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -56,6 +59,7 @@ MIN_CASES = 30
 
 
 SNAPSHOT = (HERE / "snapshot.py").read_text()
+ANSIBLE_PAYLOAD = re.compile(r"^/tmp/ansible_[^/]+_payload_[^/]+(/|$)")
 
 
 def _diff() -> list[str]:
@@ -72,14 +76,18 @@ def _snapshot(boot_diff: list[str]) -> dict:
     return {"docker diff": _diff(), **json.loads(inside.stdout)}
 
 
-def _changes(reference: dict, snapshot: dict) -> list[str]:
+def _changes(reference: dict, snapshot: dict, in_flight: bool = True) -> list[str]:
     """What differs, one line per path, unit, sysctl or file. For sysctl, only keys both sides have: the node
     cannot load a kernel module (no CAP_SYS_MODULE), so a key that appears or goes is another container's module
-    on this machine, not a case's doing."""
+    on this machine, not a case's doing. With in_flight (other cases may be running), the payload directories
+    Ansible unpacks a running module into (/tmp/ansible_<module>_payload_<random>, removed when the module ends)
+    are left out; the snapshot taken once every case has ended compares them too (in_flight=False)."""
     lines = [f"docker diff: {line}" for line in sorted(set(reference["docker diff"]) ^ set(snapshot["docker diff"]))]
     for part in ("tmpfs", "units", "sysctl", "boot files"):
         before, after = reference[part], snapshot[part]
         keys = set(before) & set(after) if part == "sysctl" else set(before) | set(after)
+        if part == "tmpfs" and in_flight:
+            keys = {key for key in keys if not ANSIBLE_PAYLOAD.match(key)}
         lines += [f"{part}: {key}: {before.get(key)} -> {after.get(key)}"
                   for key in sorted(keys) if before.get(key) != after.get(key)]
     return lines
@@ -134,9 +142,10 @@ def node():
 @pytest.fixture(scope="module")
 def matrix(node, tmp_path_factory, request):
     """Run the baselines, then every selected case, then the control; return ({case: (result, changes)},
-    baselines, control). changes lists what differed from the reference in the snapshot taken when the case
+    baselines, control, ended). changes lists what differed from the reference in the snapshot taken when the case
     started, then in the one taken when it ended; baselines is {inventory: (result, changes)} for the compose and
-    the kubernetes baseline; control is {kind: changes} after each change of CONTROL, made in turn."""
+    the kubernetes baseline; control is {kind: changes} after each change of CONTROL, made in turn; ended is
+    what differs once every case has ended, Ansible's payload directories included."""
     selected = {item.callspec.params["case"] for item in request.session.items
                 if hasattr(item, "callspec") and "case" in item.callspec.params}
     reports = tmp_path_factory.mktemp("reports")
@@ -162,11 +171,12 @@ def matrix(node, tmp_path_factory, request):
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         baselines = dict(pool.map(baseline, INVENTORIES))
         results = dict(pool.map(run, [c for c in CASES if c in selected]))
+    ended = _changes(reference, _snapshot(boot_diff), in_flight=False)
     control = {}
     for kind, command in CONTROL.items():
         docker("exec", NODE, "sh", "-c", command)
         control[kind] = _changes(reference, _snapshot(boot_diff))
-    return results, baselines, control
+    return results, baselines, control, ended
 
 
 def test_the_matrix_has_at_least_30_cases() -> None:
@@ -189,7 +199,7 @@ def test_site_runs_these_plays_before_the_host_layer() -> None:
 
 @pytest.mark.parametrize("inventory", list(INVENTORIES))
 def test_the_baseline_passes_every_check_and_changes_nothing(matrix, inventory: str) -> None:
-    _results, baselines, _control = matrix
+    _results, baselines, _control, _ended = matrix
     baseline, changes = baselines[inventory]
     assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
     assert not changes, "\n".join(changes)
@@ -198,7 +208,7 @@ def test_the_baseline_passes_every_check_and_changes_nothing(matrix, inventory: 
 def test_the_snapshot_sees_each_kind_of_change(matrix) -> None:
     """The control, made after every case: each change of CONTROL, made in turn, shows in its own part of the
     snapshot (and the boot file's shows nowhere else: docker diff alone would have missed it)."""
-    _results, _baselines, control = matrix
+    _results, _baselines, control, _ended = matrix
     earlier: set[str] = set()
     for kind, changes in control.items():
         new = set(changes) - earlier
@@ -209,6 +219,11 @@ def test_the_snapshot_sees_each_kind_of_change(matrix) -> None:
         earlier |= new
 
 
+def test_nothing_is_left_once_every_case_has_ended(matrix) -> None:
+    _results, _baselines, _control, ended = matrix
+    assert not ended, "the node differs from its reference after the last case:\n" + "\n".join(ended)
+
+
 def _baseline_of(data: dict) -> str:
     """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars."""
     return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
@@ -217,7 +232,7 @@ def _baseline_of(data: dict) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_no_expected_fragment_is_in_the_accepted_output(matrix, case: Path) -> None:
     """A fragment the accepted run prints too would be found whether or not the case was refused."""
-    _results, baselines, _control = matrix
+    _results, baselines, _control, _ended = matrix
     data = yaml.safe_load(case.read_text())
     baseline, _changes = baselines[_baseline_of(data)]
     output = baseline.stdout + baseline.stderr
@@ -227,7 +242,7 @@ def test_no_expected_fragment_is_in_the_accepted_output(matrix, case: Path) -> N
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_bad_input_is_refused_before_any_change(matrix, case: Path) -> None:
-    results, _baseline, _control = matrix
+    results, _baseline, _control, _ended = matrix
     result, changes = results[case.stem]
     output = result.stdout + result.stderr
     assert result.returncode != 0, f"{case.stem} was accepted:\n{output[-3000:]}"
