@@ -164,13 +164,13 @@ def test_driver_not_loaded_and_off_pin():
     assert "upgrade_driver.yml" in off_pin["fix"]
 
 
-
 def test_driver_versions_from_rpm_output():
     out = D.driver_versions(R.PROC_VERSION_PROPRIETARY, R.RPM_RHEL9_550, "550.90.07")
     assert out["status"] == D.BROKEN
     assert out["evidence"] == "reboot required: loaded module 535.261.03, installed packages 550.90.07"
     loaded = R.PROC_VERSION_PROPRIETARY.replace("535.261.03", "550.90.07")
     assert D.driver_versions(loaded, R.RPM_RHEL9_550, "550.90.07")["status"] == D.OK
+
 
 # ---- fabric manager ----
 def fabric_state(name):

@@ -19,7 +19,6 @@ def test_installed_driver():
     assert U.upstream("1:535.261.03-1~deb12u1") == "535.261.03"
 
 
-
 def test_installed_driver_from_rpm_output():
     # RHEL 9: no package is named nvidia-driver; kmod-nvidia-latest-dkms and nvidia-driver-cuda carry the version.
     assert U.installed_driver(R.RPM_RHEL9_550) == "550.90.07"
@@ -37,6 +36,7 @@ def test_downgrade_is_refused_on_an_rpm_host_too():
     refused = U.plan(R.RPM_RHEL9_550, "535.261.03")
     assert "535.261.03 is older than the installed driver 550.90.07" in refused["refuse"]
     assert U.plan(R.RPM_RHEL9_550, "535.261.03", allow_downgrade=True)["refuse"] is None
+
 
 @pytest.mark.parametrize(("dpkg", "target", "action"), [
     (R.DPKG_535_261, "535.309.01", "upgrade"), (R.DPKG_535_309, "535.261.03", "downgrade"),
