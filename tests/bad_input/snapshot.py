@@ -21,9 +21,10 @@ import sys
 
 TMPFS = ("/run", "/tmp")
 # Counters and values the kernel changes by itself between two reads, or that count what is in use at that moment
-# (kernel.pty.nr: ptys open, such as a concurrent case's docker exec): not host state a case could set.
+# (kernel.pty.nr: ptys open, such as a concurrent case's docker exec; fs.quota.*: the whole machine's quota
+# statistics, moved by any sync on it): not host state a case could set.
 VOLATILE = re.compile(
-    r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state)|kernel\.ns_last_pid|kernel\.pty\.nr"
+    r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state)|fs\.quota\.[a-z_]+|kernel\.ns_last_pid|kernel\.pty\.nr"
     r"|kernel\.random\.(uuid|entropy_avail)"
     r"|net\.netfilter\.nf_conntrack_count)$"
 )
