@@ -16,13 +16,15 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test demo demo-clean bench clean
+.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
 	@echo "make docs      regenerate docs/roles/*.md from each role's meta/argument_specs.yml"
+	@echo "               and the figures in docs/performance.md and README.md from bench/results.json"
+	@echo "make record-test   after a full make test: keep its build/test-summary.json as bench/test-summary.json"
 	@echo "make lint | unit | collection | report-test | ops-test | bad-input-test | dnf-test | site-check-test | gpu-test | bench | clean"
 
 host:
@@ -56,8 +58,15 @@ setup: host venv images
 lint: venv
 	@scripts/run-tests.sh lint
 
-# Role pages: the block between the markers in docs/roles/<role>.md, from meta/argument_specs.yml.
+# Role pages: the block between the markers in docs/roles/<role>.md, from meta/argument_specs.yml; the figures
+# blocks of docs/performance.md and README.md, from bench/results.json and bench/test-summary.json.
 docs: venv
+	@$(VENV)/bin/python scripts/gen-role-docs
+
+# The README's test figures come from the last full `make test` recorded here (build/ is not tracked): copy its
+# build/test-summary.json to bench/test-summary.json (a full run only), then regenerate the docs; commit both.
+record-test: venv
+	@$(VENV)/bin/python bench/figures.py record build/test-summary.json
 	@$(VENV)/bin/python scripts/gen-role-docs
 
 unit: venv
