@@ -45,7 +45,7 @@ def shipped_with_modules(plugins: Path) -> set[str]:
             for name in collection_imports(module.read_text(encoding="utf-8"))]
     reached: set[str] = set()
     while todo:
-        kind, _, name = todo.pop().partition(".")
+        kind, name = todo.pop().split(".", 1)
         if kind != "module_utils" or name in reached:
             continue
         reached.add(name)
