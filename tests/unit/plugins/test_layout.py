@@ -101,10 +101,6 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 ALLOWED = {
     "plugins/lookup/monitoring_assets.py": {"*/roles/monitoring_assets/files"},
 }
-KNOWN = {
-    "plugins/action/preflight_fleet.py": "platforms_with_play regex-parses playbooks/site.yml for the imported plays; "
-                                         "being replaced in this release (issue 18)",
-}
 
 
 def _parts(node: ast.AST) -> list[str]:
@@ -145,14 +141,7 @@ def play_or_role_paths(source: str) -> set[str]:
     return found
 
 
-def _plugin_files() -> list:
-    return [
-        pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=KNOWN[rel])) if rel in KNOWN else rel
-        for rel in sorted(str(path.relative_to(REPO)) for path in PLUGINS.rglob("*.py"))
-    ]
-
-
-@pytest.mark.parametrize("rel", _plugin_files())
+@pytest.mark.parametrize("rel", sorted(str(path.relative_to(REPO)) for path in PLUGINS.rglob("*.py")))
 def test_no_plugin_builds_a_path_to_a_playbook_or_a_role(rel: str) -> None:
     found = play_or_role_paths((REPO / rel).read_text(encoding="utf-8"))
     assert found == ALLOWED.get(rel, set()), (
@@ -180,21 +169,9 @@ def test_the_path_check_finds_joins_and_ignores_words() -> None:
 # ------------------------------------------------------------------------------ tests mirror the collection
 
 TESTS = REPO / "tests" / "unit" / "plugins"
-MISPLACED = {
-    "tests/unit/plugins/plugin_utils/test_platform_plays.py": "tests the action plugin preflight_fleet "
-    "(platforms_with_play), so it belongs in tests/unit/plugins/action/; left in place while that function is "
-    "being replaced in this release (issue 18)",
-}
 
 
-def _test_files() -> list:
-    return [
-        pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=MISPLACED[rel])) if rel in MISPLACED else rel
-        for rel in sorted(str(path.relative_to(REPO)) for path in TESTS.glob("*/test_*.py"))
-    ]
-
-
-@pytest.mark.parametrize("rel", _test_files())
+@pytest.mark.parametrize("rel", sorted(str(path.relative_to(REPO)) for path in TESTS.glob("*/test_*.py")))
 def test_a_plugin_test_sits_in_the_folder_of_what_it_tests(rel: str) -> None:
     kind = Path(rel).parent.name
     assert (PLUGINS / kind).is_dir(), f"{rel}: there is no plugins/{kind}/ for it to mirror"
