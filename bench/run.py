@@ -38,13 +38,13 @@ TABLES: list[dict] = []  # every table printed, as recorded in results.json
 
 
 def _collection():
-    """The collection's module_utils, imported in place (collections/ansible_collections/gpuops/cluster)."""
+    """The collection's module_utils and plugin_utils, imported in place (collections/ansible_collections/...)."""
     sys.path.insert(0, str(REPO / "collections"))
     from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 -- needs the path above
         gpu_facts,
-        preflight,
         topology,
     )
+    from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight  # noqa: PLC0415 -- needs the path above
 
     return gpu_facts, preflight, topology
 

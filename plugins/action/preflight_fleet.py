@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, write_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
 
 ARGUMENT_SPEC = {

@@ -14,9 +14,9 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan, training_jobs
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.module_utils.team import namespace_of
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 
 SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"

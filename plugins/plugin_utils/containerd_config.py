@@ -5,7 +5,7 @@ driver needs. Everything else in the file (comments, order, other tools' keys) s
 
 Config version 2 (containerd 1.x) keeps runc under ``plugins."io.containerd.grpc.v1.cri"``, version 3
 (containerd 2.x) under ``plugins."io.containerd.cri.v1.runtime"``. Tested on the real ``containerd config
-default`` outputs in tests/unit/plugins/module_utils/fixtures/containerd/.
+default`` outputs in tests/unit/plugins/plugin_utils/fixtures/containerd/.
 """
 
 from __future__ import annotations

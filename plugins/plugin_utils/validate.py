@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.diagnose import allocatable, workspace_gpus
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import allocatable, workspace_gpus
 
 NO_GPU = "skipped: no GPU"
 # Unidirectional GB/s per NVLink (NVLink 3 on A100 and NVLink 4 on H100 both give 25 GB/s per link per

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.module_utils.training_jobs import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_jobs import (
     mirror_manifest_images,
     nccl_env,
     pytorchjob,

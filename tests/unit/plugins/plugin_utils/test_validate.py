@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import validate as V
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import validate as V
 from conftest import shared_path
 
 HEADER = (

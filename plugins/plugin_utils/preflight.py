@@ -14,11 +14,11 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import check_compat
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import decide_fleet
 from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_driver_version,
     version_eq,
 )
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
 
 # distribution (as ansible_facts['distribution']) -> accepted versions; a version matches
 # when the host's version equals it or starts with it followed by a dot (12 matches 12.7).

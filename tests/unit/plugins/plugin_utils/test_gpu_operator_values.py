@@ -9,8 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_operator as go
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator as go
 from conftest import shared_path
 
 NVLINKED = "dgx-a100_8gpu_10nic_nps4-numa_dgx05"

@@ -7,7 +7,7 @@ import diagnose_recorded as R
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.driver_upgrade import driver_upgrade_plan
-from ansible_collections.gpuops.cluster.plugins.module_utils import driver_upgrade as U
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
 
 PROCS = "1843, /usr/bin/python3, 30512 MiB\n1910, /opt/conda/bin/torchrun, 1024 MiB\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.kernel import FilterModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.kernel import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kernel import (
     header_packages,
     hold_packages,
     newest_release,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan
 from conftest import SHARED_DATA, shared_path
 
 TOPO_DIR = ("nvidia-smi", "topo")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import decide_fleet
-from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     finish,
     free_space,
     host_checks,

@@ -1,4 +1,4 @@
-"""The team list rules (plugins/module_utils/team.py): one list for preflight, compose and Kubernetes."""
+"""The team list rules (plugins/plugin_utils/team.py): one list for preflight, compose and Kubernetes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils import team
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import team
 
 REPO = Path(__file__).resolve().parents[4]
 TEAMS = [{"name": "vision", "gpu_quota": 4, "cpu_quota": "48", "memory_quota": "384Gi", "storage_quota": "2Ti"},

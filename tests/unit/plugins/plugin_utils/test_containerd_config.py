@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from ansible_collections.gpuops.cluster.plugins.module_utils import containerd_config as cc
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import containerd_config as cc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
 V2 = "io.containerd.grpc.v1.cri"

@@ -8,7 +8,7 @@ import re
 
 import diagnose_recorded as R
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import diagnose as D
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import diagnose as D
 from conftest import shared_path
 
 

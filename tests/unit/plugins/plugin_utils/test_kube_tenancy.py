@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import kube_tenancy as kt
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_tenancy as kt
 
 
 def config(**extra: object) -> dict:
