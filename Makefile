@@ -16,7 +16,7 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
+.PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
@@ -50,10 +50,16 @@ $(VENV)/.gpuops-run-installed: $(VENV)/.installed pyproject.toml $(wildcard gpuo
 
 venv: $(VENV)/.installed $(VENV)/.gpuops-run-installed
 
+# The two debootstrap images build at the same time (each mostly waits on the Debian mirror and dpkg), and in
+# `make setup` alongside the venv's pip install; -O prints each target's output whole when it ends.
 images: host
-	@scripts/build-images.sh all
+	@$(MAKE) --no-print-directory -j2 -O image-debian12 image-debian13
 
-setup: host venv images
+image-debian12 image-debian13:
+	@scripts/build-images.sh $(@:image-%=%)
+
+setup: host
+	@$(MAKE) --no-print-directory -j3 -O venv image-debian12 image-debian13
 
 lint: venv
 	@scripts/run-tests.sh lint
