@@ -162,7 +162,8 @@ run_stage() {
     site_check) with_lock /tmp/gpuops-site-check.lock pytest_stage site_check tests/site_check ;;
     # compose's node shares the host's image cache (/var/cache/gpuops/molecule-compose) with the demo node.
     molecule-compose) with_lock /tmp/gpuops-molecule-demo.lock molecule_scenario compose ;;
-    molecule-*) molecule_scenario "${name#molecule-}" ;;
+    # Each other scenario under a lock of its own: its containers have fixed names, shared by every checkout.
+    molecule-*) with_lock "/tmp/gpuops-molecule-${name#molecule-}.lock" molecule_scenario "${name#molecule-}" ;;
     *) bad "$name: no such stage"; note_rc 2 ;;
   esac
   [ "$failed" -eq 0 ] || [ "$stage_rc" -ne 0 ] || stage_rc=1
