@@ -9,6 +9,7 @@
 #   run-tests.sh lint | unit | collection | report | ops | bad_input | dnf | site_check
 #                                       one stage, its output live
 #   run-tests.sh molecule [scenario...] Molecule scenarios in series (every one without names), output live
+#   run-tests.sh plan                   print the lanes `all` would run, and run nothing
 #   run-tests.sh lanes LANE [LANE...]   the stages named, through the scheduler `all` uses: a LANE is a
 #                                       comma-separated list of stages run in series; the lanes run at the same
 #                                       time, each stage printed whole when it ends. Stage names: the ones above
@@ -234,9 +235,11 @@ t0=$(date +%s)
 load0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
 what=${1:-all}; shift || true
 case "$what" in
-  all)
+  all|plan)
     if [ -n "${GPUOPS_TEST_LANES:-}" ]; then read -ra want <<<"$GPUOPS_TEST_LANES"; else want=("${ALL_LANES[@]}"); fi
-    mapfile -t lanes < <(check_lanes yes "${want[@]}") ;;
+    mapfile -t lanes < <(check_lanes yes "${want[@]}")
+    [ ${#lanes[@]} -gt 0 ] || exit 2
+    [ "$what" != plan ] || { printf 'lane: %s\n' "${lanes[@]}"; exit 0; } ;;
   lanes)
     [ $# -gt 0 ] || { echo "usage: $0 lanes STAGE[,STAGE...] [STAGE[,STAGE...]...]" >&2; exit 2; }
     mapfile -t lanes < <(check_lanes no "$@") ;;
@@ -244,7 +247,7 @@ case "$what" in
     names=("$@"); [ ${#names[@]} -gt 0 ] || names=("${scenarios[@]}")
     lanes=("$(IFS=,; echo "${names[*]/#/molecule-}")") ;;
   lint|unit|collection|report|ops|bad_input|dnf|site_check) lanes=("$what") ;;
-  *) echo "usage: $0 all|lint|unit|collection|report|ops|bad_input|dnf|site_check|molecule [scenario...]|lanes LANE..." >&2
+  *) echo "usage: $0 all|plan|lint|unit|collection|report|ops|bad_input|dnf|site_check|molecule [scenario...]|lanes LANE..." >&2
      exit 2 ;;
 esac
 [ ${#lanes[@]} -gt 0 ] || exit 2
