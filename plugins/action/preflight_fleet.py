@@ -23,6 +23,8 @@ ARGUMENT_SPEC = {
     "gpu_group": {"type": "str", "default": "gpu_nodes"},
     "platforms_with_play": {"type": "list", "elements": "str"},
 }
+
+
 def _no_play(decision: dict, served: list[str]) -> dict:
     reason = (
         f"the fleet's platform is {decision['platform']} ({decision['reason']}), but no play applies "
