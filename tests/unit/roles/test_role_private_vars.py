@@ -20,15 +20,6 @@ NAME = re.compile(r"(?<![A-Za-z0-9_])_{1,3}[a-z][a-z0-9_]*")
 BUILT = re.compile(r"""(['"])(_{1,3}[a-z0-9_]*)\1\s*[~+]""")  # '__' ~ x, "_kube_" + y
 COMMENT = re.compile(r"(?s:\{#.*?#\})|^[ \t]*#[^\n]*|[ \t]#[ \t][^\n]*", re.MULTILINE)
 
-KNOWN = {
-    "kube_control_plane": "reads kube_node's _kube_node_registration (render.yml, kubeadm templates) and kube_join's "
-                          "_kube_join_token / _kube_join_ca_hash (kubeadm-join-control-plane.yaml.j2); the kube "
-                          "roles are being reworked in this release (issue 18)",
-    "kube_join": "reads kube_node's _kube_node_registration (render.yml, kubeadm-join.yaml.j2) and builds "
-                 "'__' ~ kube_join_render_role ~ '_objects' in tasks/join.yml (kube_control_plane's "
-                 "__kube_control_plane_objects); the kube roles are being reworked in this release (issue 18)",
-}
-
 
 def owner(name: str, roles: list[str]) -> str | None:
     """The role whose private prefix ``name`` carries (the longest role name wins), or None."""
@@ -56,10 +47,7 @@ def role_files(role: str) -> list[Path]:
     return [p for part in SCANNED for p in sorted((base / part).rglob("*")) if p.is_file()]
 
 
-@pytest.mark.parametrize(
-    "role",
-    [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN[r])) if r in KNOWN else r for r in ROLES],
-)
+@pytest.mark.parametrize("role", ROLES)
 def test_role_reads_no_other_roles_private_variables(role: str) -> None:
     found = {str(path.relative_to(REPO)): hits for path in role_files(role)
              if (hits := foreign_private_names(path.read_text(encoding="utf-8"), role, ROLES))}
