@@ -19,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     version_eq,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
 
 # distribution (as ansible_facts['distribution']) -> accepted versions; a version matches
 # when the host's version equals it or starts with it followed by a dot (12 matches 12.7).
@@ -146,29 +147,14 @@ def mig(plan: dict[str, Any], gpu: dict[str, Any], topology: dict[str, Any] | No
 
 
 def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int) -> dict[str, Any]:
+    """The team's GPU-assignment rule (``team.gpu_assignment_problems``) on a host with ``gpu_count`` GPUs."""
     if not assignments:
         return _check("gpu_assignment", None, "no per-member GPU assignments to check")
-    owner: dict[int, str] = {}
-    problems = []
-    for entry in assignments:
-        name = str(entry.get("name", "?"))
-        for index in entry.get("gpus") or []:
-            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                problems.append(f"{name} lists GPU {index!r}, expected a GPU index (a whole number >= 0)")
-                continue
-            if index in owner:
-                problems.append(f"GPU {index} is assigned twice: to {owner[index]} and to {name}")
-            else:
-                owner[index] = name
-            if gpu_count and index >= gpu_count:
-                problems.append(f"{name} lists GPU {index} but this host has {gpu_count} GPUs (0-{gpu_count - 1})")
+    problems = gpu_assignment_problems(assignments, range(gpu_count))
     if problems:
-        return _check(
-            "gpu_assignment",
-            False,
-            "; ".join(problems) + ". Fix: give every member its own GPUs (gpuops_members[].gpus).",
-        )
-    return _check("gpu_assignment", True, f"{len(owner)} GPUs assigned, each to exactly one member")
+        return _check("gpu_assignment", False, "; ".join(problems) + ".")
+    owned = {g for entry in assignments for g in entry.get("gpus") or []}
+    return _check("gpu_assignment", True, f"{len(owned)} GPUs assigned, each to exactly one member")
 
 
 def time_slicing(replicas: Any) -> dict[str, Any]:

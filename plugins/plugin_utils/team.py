@@ -12,7 +12,9 @@ make the list usable by all three, checked once by the boilerplate play before a
   names, user names and paths, so no shell metacharacters), unique;
 * uids: whole numbers >= 1 (never root), unique; gid likewise when given;
 * ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
-  every compose host, so a GPU listed twice is always an error);
+  every compose host, so a GPU listed twice is always an error); on a host whose GPUs are known, each
+  index one of them. This GPU-assignment rule is ``gpu_assignment_problems``, and the member rules are
+  ``member_problems``: preflight (per host) and the compose workspaces call them rather than keep copies;
 * team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
   whole number >= 0;
 * unknown keys are refused (a typo such as ``gpu:`` would otherwise be ignored).
@@ -23,6 +25,7 @@ Every problem names the variable path, the value found, what is allowed and the 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 MEMBER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -100,28 +103,56 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
     return problems, names
 
 
-def _gpu_problems(where: str, label: str, gpus: Any, owner: dict[int, str]) -> list[str]:
-    if not isinstance(gpus, list):
-        return [f"{where}.gpus is {_show(gpus)}; expected a list of GPU indexes such as [0, 1]. Fix: e.g. gpus: [0, 1]"]
-    problems = []
-    for gpu in gpus:
-        if not _is_int(gpu) or gpu < 0:
-            problems.append(f"{where}.gpus lists {_show(gpu)}; expected GPU indexes, whole numbers >= 0 as nvidia-smi "
-                            "numbers them. Fix: write 0, not '0', GPU0 or -1")
-        elif gpu in owner:
-            problems.append(f"GPU {gpu} is given twice: to {owner[gpu]} and to {label} (gpuops_members[].gpus); "
-                            "each GPU goes to exactly one member. Fix: give one of them another GPU")
-        else:
-            owner[gpu] = label
+def _label(member: dict, position: int) -> str:
+    name = member.get("name")
+    return name if isinstance(name, str) else f"#{position}"
+
+
+def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None) -> list[str]:
+    """The GPU-assignment rule, the one copy: the team check, preflight and the compose workspaces call it.
+
+    A member's ``gpus`` (when given) is a list of GPU indexes, whole numbers >= 0; each GPU goes to one member
+    only; with ``host_gpus`` (the indexes of one host's GPUs; empty or None when unknown), every index is one of
+    them. Members without ``gpus`` and entries that are not mappings are left to ``member_problems``.
+    """
+    problems: list[str] = []
+    owner: dict[int, str] = {}
+    host = sorted(set(host_gpus or ()))
+    listing = ", ".join(str(i) for i in host)
+    for i, member in enumerate(members if isinstance(members, list) else []):
+        if not isinstance(member, dict) or "gpus" not in member:
+            continue
+        where, label, gpus = f"gpuops_members[{i}]", _label(member, i), member["gpus"]
+        if not isinstance(gpus, list):
+            problems.append(f"{where}.gpus is {_show(gpus)}; expected a list of GPU indexes such as [0, 1]. "
+                            "Fix: e.g. gpus: [0, 1]")
+            continue
+        for gpu in gpus:
+            if not _is_int(gpu) or gpu < 0:
+                problems.append(f"{where}.gpus lists {_show(gpu)}; expected GPU indexes, whole numbers >= 0 as "
+                                "nvidia-smi numbers them. Fix: write 0, not '0', GPU0 or -1")
+            elif gpu in owner:
+                problems.append(f"GPU {gpu} is given twice: to {owner[gpu]} and to {label} (gpuops_members[].gpus); "
+                                "each GPU goes to exactly one member. Fix: give one of them another GPU")
+            elif host and gpu not in host:
+                problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {listing} "
+                                f"({where}.gpus); expected indexes as nvidia-smi -L numbers them. "
+                                f"Fix: give {label} one of GPUs {listing}")
+            else:
+                owner[gpu] = label
     return problems
 
 
-def _member_problems(members: list, team_names: dict[str, int]) -> tuple[list[str], set[str]]:
+def member_problems(members: list, team_names: Iterable[str] | None = None,
+                    host_gpus: Iterable[int] | None = None) -> list[str]:
+    """Everything wrong with the members themselves: keys, names, uids, gids, teams and GPUs.
+
+    ``team_names``: the teams a member may name (None: not checked, for a member list given to one role alone);
+    ``host_gpus``: see ``gpu_assignment_problems``.
+    """
     problems: list[str] = []
     names: dict[str, int] = {}
     uids: dict[int, str] = {}
-    owner: dict[int, str] = {}
-    used: set[str] = set()
     for i, member in enumerate(members):
         where = f"gpuops_members[{i}]"
         if not isinstance(member, dict):
@@ -133,7 +164,7 @@ def _member_problems(members: list, team_names: dict[str, int]) -> tuple[list[st
             problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: "
                             f"{', '.join(MEMBER_KEYS)}. Fix: correct the spelling or remove them")
         name = member.get("name")
-        label = name if isinstance(name, str) else f"#{i}"
+        label = _label(member, i)
         if not isinstance(name, str) or not MEMBER_NAME.match(name):
             problems.append(f"{where}.name is {_show(name)}; expected lower-case letters, digits and '-', "
                             "starting with a letter, at most 31 (it becomes a user, a service ws-<name> and a path; "
@@ -157,15 +188,11 @@ def _member_problems(members: list, team_names: dict[str, int]) -> tuple[list[st
             problems.append(f"{where}.gid is {_show(gid)} for {label}; expected a whole number >= 1. "
                             "Fix: give a non-root group id, or leave it out (the uid is used)")
         team = member.get("team")
-        if not isinstance(team, str) or team not in team_names:
+        if team_names is not None and (not isinstance(team, str) or team not in team_names):
             known = ", ".join(team_names) or "none defined"
             problems.append(f"{where}.team is {_show(team)} for {label}; expected one of the gpuops_teams names "
                             f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
-        else:
-            used.add(team)
-        if "gpus" in member:
-            problems += _gpu_problems(where, label, member["gpus"], owner)
-    return problems, used
+    return problems + gpu_assignment_problems(members, host_gpus)
 
 
 def team_problems(teams: Any, members: Any) -> list[str]:
@@ -182,8 +209,8 @@ def team_problems(teams: Any, members: Any) -> list[str]:
         members = members if isinstance(members, list) else []
     found, team_names = _team_problems(teams)
     problems += found
-    found, used = _member_problems(members, team_names)
-    problems += found
+    problems += member_problems(members, team_names)
+    used = {m["team"] for m in members if isinstance(m, dict) and isinstance(m.get("team"), str)}
     if members:
         for name in team_names:
             if name not in used:

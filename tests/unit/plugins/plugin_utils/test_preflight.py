@@ -79,9 +79,9 @@ def test_gpu_assigned_twice_and_out_of_range():
     members = [{"name": "alice", "gpus": [0, 1]}, {"name": "bob", "gpus": [1, 2]}, {"name": "carol", "gpus": ["0"]}]
     c = checks(evaluate(plan(gpu_assignments=members), {"os": DEBIAN12, "gpu": gpu}))["gpu_assignment"]
     assert c["ok"] is False
-    assert "GPU 1 is assigned twice: to alice and to bob" in c["msg"]
-    assert "bob lists GPU 2 but this host has 2 GPUs (0-1)" in c["msg"]
-    assert "carol lists GPU '0'" in c["msg"]
+    assert "GPU 1 is given twice: to alice and to bob" in c["msg"]
+    assert "member bob is given GPU 2, but this host has GPUs 0, 1" in c["msg"]
+    assert "gpuops_members[2].gpus lists '0'" in c["msg"]
 
 
 def test_disjoint_assignments_pass():
