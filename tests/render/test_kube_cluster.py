@@ -141,7 +141,10 @@ def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
     # An old report giving gpu-train-02 gpu-train-01's topology (restricted): ignored.
     (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
     # This run's plan giving gpu-train-01 gpu-train-02's topology (single-numa-node): used over the inventory.
-    plan = {"gpuops_plan": {"hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}}}
+    plan = {"gpuops_plan": {
+        "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
+        "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
     assert result.returncode == 0, result.stdout[-4000:]
