@@ -16,13 +16,15 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
-.PHONY: help setup host venv images lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test demo demo-clean bench clean
+.PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
 	@echo "make demo      provision a local systemd container as a GPU node with site.yml"
 	@echo "make molecule SCENARIO=name   run one Molecule scenario"
 	@echo "make docs      regenerate docs/roles/*.md from each role's meta/argument_specs.yml"
+	@echo "               and the figures in docs/performance.md and README.md from bench/results.json"
+	@echo "make record-test   after a full make test: keep its build/test-summary.json as bench/test-summary.json"
 	@echo "make lint | unit | collection | report-test | ops-test | bad-input-test | dnf-test | site-check-test | gpu-test | bench | clean"
 
 host:
@@ -48,16 +50,29 @@ $(VENV)/.gpuops-run-installed: $(VENV)/.installed pyproject.toml $(wildcard gpuo
 
 venv: $(VENV)/.installed $(VENV)/.gpuops-run-installed
 
+# The two debootstrap images build at the same time (each mostly waits on the Debian mirror and dpkg), and in
+# `make setup` alongside the venv's pip install; -O prints each target's output whole when it ends.
 images: host
-	@scripts/build-images.sh all
+	@$(MAKE) --no-print-directory -j2 -O image-debian12 image-debian13
 
-setup: host venv images
+image-debian12 image-debian13:
+	@scripts/build-images.sh $(@:image-%=%)
+
+setup: host
+	@$(MAKE) --no-print-directory -j3 -O venv image-debian12 image-debian13
 
 lint: venv
 	@scripts/run-tests.sh lint
 
-# Role pages: the block between the markers in docs/roles/<role>.md, from meta/argument_specs.yml.
+# Role pages: the block between the markers in docs/roles/<role>.md, from meta/argument_specs.yml; the figures
+# blocks of docs/performance.md and README.md, from bench/results.json and bench/test-summary.json.
 docs: venv
+	@$(VENV)/bin/python scripts/gen-role-docs
+
+# The README's test figures come from the last full `make test` recorded here (build/ is not tracked): copy its
+# build/test-summary.json to bench/test-summary.json (a full run only), then regenerate the docs; commit both.
+record-test: venv
+	@$(VENV)/bin/python bench/figures.py record build/test-summary.json
 	@$(VENV)/bin/python scripts/gen-role-docs
 
 unit: venv

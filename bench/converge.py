@@ -5,13 +5,13 @@ On a fresh demo node (playbooks/demo_node.yml, then molecule/resources/local_ima
 does), times the first ``ansible-playbook -i inventories/demo/hosts.yml site.yml`` and a second, identical one,
 and prints second/first and the second run's changed count (target: <= 0.25 with changed=0). Runs under
 /tmp/gpuops-molecule-demo.lock, like `make demo`; the node stays up afterwards (make demo-clean removes it).
-Not a test: nothing passes or fails on a time. Figures go to bench/results.json ("converge").
+Not a test: nothing passes or fails on a time. Figures go to bench/results.json ("converge"), with the load
+average before, at each run's start and after (bench/_meta.py).
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import subprocess
@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from _meta import generator, load1, record, started  # noqa: E402
 from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
 
 LOGS = REPO / "build" / "bench"
@@ -28,6 +29,7 @@ LOCK = "/tmp/gpuops-molecule-demo.lock"
 INVENTORY = "inventories/demo/hosts.yml"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 TASK_TIME = re.compile(r"^(.+?) -+ (\d+\.\d+)s$", re.M)
+TARGETS_GPU = False  # the demo node (playbooks/demo_node.yml) is a container given no GPU
 
 
 def environment() -> dict[str, str]:
@@ -65,6 +67,7 @@ def slowest(out: str, count: int = 8) -> list[list]:
 def main() -> None:
     LOGS.mkdir(parents=True, exist_ok=True)
     env = environment()
+    start = started()
     with open(LOCK, "w") as lock:
         print(f"bench converge: waiting for {LOCK}")
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -72,9 +75,9 @@ def main() -> None:
         playbook("destroy", "playbooks/demo_node.yml", "-e", "demo_state=absent", env=env)
         playbook("node", "playbooks/demo_node.yml", env=env)
         playbook("images", "-i", INVENTORY, "--flush-cache", "molecule/resources/local_images.yml", env=env)
-        load_first = os.getloadavg()[0]
+        load_first = load1()
         first, first_out = playbook("first", "-i", INVENTORY, "site.yml", env=env)
-        load_second = os.getloadavg()[0]
+        load_second = load1()
         second, second_out = playbook("second", "-i", INVENTORY, "site.yml", env=env)
     ratio = second / first
     first_recap, second_recap = recap(first_out), recap(second_out)
@@ -83,24 +86,19 @@ def main() -> None:
         f"(changed={second_recap['changed']}): second/first = {ratio:.2f} (target <= 0.25, changed=0)"
     )
     print("  re-run's slowest tasks: " + "; ".join(f"{n} {s:.1f} s" for n, s in slowest(second_out, 5)))
-    path = REPO / "bench" / "results.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["cpu_count"] = os.cpu_count()
-    data["converge"] = {
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpu_count": os.cpu_count(),
-        "command": "make bench (bench/converge.py): site.yml on the demo node, twice",
-        "first_seconds": round(first, 1),
-        "second_seconds": round(second, 1),
-        "second_over_first": round(ratio, 3),
-        "first_recap": first_recap,
-        "second_recap": second_recap,
-        "second_slowest_tasks": slowest(second_out),
-        "load_average_at_start": {"first": round(load_first, 1), "second": round(load_second, 1)},
-        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
-    }
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"  written: {path.relative_to(REPO)}")
+    record(
+        "converge",
+        {
+            "generator": generator(start, "bench/converge.py", TARGETS_GPU, (load_first, load_second)),
+            "first_seconds": round(first, 1),
+            "second_seconds": round(second, 1),
+            "second_over_first": round(ratio, 3),
+            "first_recap": first_recap,
+            "second_recap": second_recap,
+            "second_slowest_tasks": slowest(second_out),
+            "load_1min_at_start": {"first": load_first, "second": load_second},
+        },
+    )
 
 
 if __name__ == "__main__":

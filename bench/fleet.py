@@ -7,7 +7,9 @@ as in the Molecule scenarios), then times, interleaved round by round:
   (b) ``ansible gpu_nodes -m ansible.builtin.setup``  (a full fact gathering)
   (c) ``ansible-playbook playbooks/preflight.yml``
 with the project's own ansible.cfg, and prints c/a and c/b at each N and the marginal cost per host
-between the two Ns. Not a test: nothing passes or fails on a time. Figures go to bench/results.json.
+between consecutive Ns. Not a test: nothing passes or fails on a time. Figures go to bench/results.json ("fleet"),
+with the load average before and after each N (bench/_meta.py: a size measured above the load limit is recorded
+as such and docs/performance.md does not quote it).
 
   bench/fleet.py [--sizes 10,50] [--rounds 3] [--keep]
 Environment: GPUOPS_BENCH_SIZES, GPUOPS_BENCH_ROUNDS (same meaning as the flags).
@@ -27,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from _meta import generator, load1, load_limit, over_load, record, started  # noqa: E402
 from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
 
 WORK = REPO / "build" / "bench"
@@ -35,6 +38,7 @@ PREFIX = "gpuops-bench-"
 LABEL = "gpuops.bench=true"
 BOOT_BATCH = 10  # systemd containers booted at once (2 cores: 50 at once starve each other)
 BOOT_TIMEOUT = 300
+TARGETS_GPU = False  # start() passes no GPU to the containers (no --gpus, no /dev/nvidia*): gpu_facts finds none
 PLAN_VARS = {  # the preflight scenario's plan: a team of 3, GPUs counted across the fleet (none here)
     "ansible_connection": "community.docker.docker",
     "ansible_python_interpreter": "/usr/bin/python3",
@@ -150,6 +154,7 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
 
 
 def measure(size: int, rounds: int, env: dict[str, str], init: str) -> dict:
+    load_before = load1()
     names, startup = fleet(size, init)
     cmds = commands(inventory(names))
     times: dict[str, list[float]] = {name: [] for name in cmds}
@@ -159,10 +164,15 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str) -> dict:
             times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log"))
         print(f"  N={size} round {round_no + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     med = {name: statistics.median(values) for name, values in times.items()}
+    load_after, cores = load1(), os.cpu_count() or 1
     return {
         "hosts": size,
         "init": init,
         "rounds": rounds,
+        "load_1min_before": load_before,
+        "load_1min_after": load_after,
+        "load_limit": load_limit(cores),
+        "over_load": over_load([load_before, load_after], cores),
         "start_seconds": round(startup, 1),
         "median_seconds": {k: round(v, 2) for k, v in med.items()},
         "all_seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
@@ -190,49 +200,52 @@ def main() -> None:
         f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
         f"targets' PID 1: {args.init}"
     )
+    start = started()
     results = []
     try:
         for size in sizes:
             results.append(measure(size, args.rounds, env, args.init))
-            record_fleet(results, {})  # kept even if a later size fails
+            record_fleet(start, sizes, results)  # kept even if a later size fails
     finally:
         if not args.keep:
             remove_all()
-    print(f"\n  {'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}")
+    print(f"\n  {'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}  load")
     for r in results:
         m = r["median_seconds"]
         print(
             f"  {r['hosts']:>4}  {m['ping']:>7.1f}  {m['setup']:>7.1f}  {m['preflight']:>11.1f}  "
-            f"{r['preflight_over_ping']:>5.2f}  {r['preflight_over_setup']:>5.2f}"
+            f"{r['preflight_over_ping']:>5.2f}  {r['preflight_over_setup']:>5.2f}  "
+            f"{r['load_1min_before']}-{r['load_1min_after']}{' (over the limit: not quoted)' if r['over_load'] else ''}"
         )
-    marginal = {}
-    if len(results) >= 2:  # noqa: PLR2004 -- two sizes give a slope
-        lo, hi = results[0], results[-1]
-        span = hi["hosts"] - lo["hosts"]
-        marginal = {
-            k: round((hi["median_seconds"][k] - lo["median_seconds"][k]) / span, 3) for k in lo["median_seconds"]
-        }
+    for step in marginal(results):
         print(
-            f"  marginal cost per host ({lo['hosts']} -> {hi['hosts']}): "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in marginal.items())
+            f"  marginal cost per host ({step['from_hosts']} -> {step['to_hosts']}): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in step["seconds_per_host"].items())
         )
-    record_fleet(results, marginal)
 
 
-def record_fleet(results: list[dict], marginal: dict) -> None:
-    path = REPO / "bench" / "results.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["cpu_count"] = os.cpu_count()
-    data["fleet"] = {
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpu_count": os.cpu_count(),
-        "command": "make bench (bench/fleet.py)",
-        "sizes": results,
-        "marginal_seconds_per_host": marginal,
-        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
-    }
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"  written: {path.relative_to(REPO)}")
+def marginal(results: list[dict]) -> list[dict]:
+    """Seconds per extra host between consecutive sizes (the slope of each median)."""
+    steps = []
+    for lo, hi in zip(results, results[1:]):
+        span = hi["hosts"] - lo["hosts"]
+        low, high = lo["median_seconds"], hi["median_seconds"]
+        per_host = {k: round((high[k] - low[k]) / span, 3) for k in low}
+        steps.append({"from_hosts": lo["hosts"], "to_hosts": hi["hosts"], "seconds_per_host": per_host})
+    return steps
+
+
+def record_fleet(start: dict, sizes: list[int], results: list[dict]) -> None:
+    loads = tuple(r[key] for r in results for key in ("load_1min_before", "load_1min_after"))
+    record(
+        "fleet",
+        {
+            "generator": generator(start, "bench/fleet.py", TARGETS_GPU, loads),
+            "sizes_requested": sizes,
+            "sizes": results,
+            "marginal_seconds_per_host": marginal(results),
+        },
+    )
 
 
 if __name__ == "__main__":

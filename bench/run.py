@@ -3,7 +3,8 @@
 
 Not a test: nothing here passes or fails on a time. Every number is the minimum over several
 repeats (``time.perf_counter``), and the point of each table is a ratio within this one run, so
-that a slow or busy machine shifts all rows together. See bench/README.md.
+that a slow or busy machine shifts all rows together. See bench/README.md. The tables go to
+bench/results.json ("parsers", with bench/_meta.py's generator fields), from which `make docs` renders them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from _meta import generator, record, started
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
 TOPO_DIR = SHARED / "nvidia-smi" / "topo"
@@ -31,16 +34,17 @@ SYNTHETIC_GPUS = (8, 16, 32, 64)
 FLEET_GPUS = (1, 8, 64, 512)
 BIG_XML_GPUS = 64  # from this size on, the N-GPU XML takes long enough that fewer repeats do
 FLEET_HOSTS = 1000
+TABLES: list[dict] = []  # every table printed, as recorded in results.json
 
 
 def _collection():
-    """The collection's module_utils, imported in place (collections/ansible_collections/gpuops/cluster)."""
+    """The collection's module_utils and plugin_utils, imported in place (collections/ansible_collections/...)."""
     sys.path.insert(0, str(REPO / "collections"))
     from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 -- needs the path above
         gpu_facts,
-        preflight,
         topology,
     )
+    from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight  # noqa: PLC0415 -- needs the path above
 
     return gpu_facts, preflight, topology
 
@@ -82,6 +86,8 @@ def best_once(fn, repeat: int) -> float:
 
 
 def table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> None:
+    cells = [[str(cell) for cell in row] for row in rows]
+    TABLES.append({"title": title, "header": header, "rows": cells, "note": note})
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     print(f"\n{title}")
     print(
@@ -105,6 +111,7 @@ def table(title: str, header: list[str], rows: list[list[str]], note: str = "") 
 
 
 def skip(title: str, reason: str) -> None:
+    TABLES.append({"title": title, "header": [], "rows": [], "note": f"skipped: {reason}"})
     print(f"\n{title}\n  skipped: {reason}")
 
 
@@ -398,7 +405,7 @@ def bench_preflight() -> None:
 
 
 def main() -> None:
-    started = time.perf_counter()
+    start, t0 = started(), time.perf_counter()
     print(
         f"gpuops.cluster bench: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
         f"min of {REPEAT} repeats (spawns: {SPAWN_REPEAT}); ratios, not pass/fail"
@@ -406,7 +413,9 @@ def main() -> None:
     bench_topology()
     bench_gather()
     bench_preflight()
-    print(f"\ntotal bench time: {time.perf_counter() - started:.1f} s")
+    print(f"\ntotal bench time: {time.perf_counter() - t0:.1f} s")
+    # the code runs in-process: no targets, so targets_gpu is null
+    record("parsers", {"generator": generator(start, "bench/run.py", None), "tables": TABLES})
 
 
 if __name__ == "__main__":

@@ -1,47 +1,76 @@
 #!/usr/bin/env bash
-# The test runner behind `make test`: lint -> unit -> collection -> molecule.
-# Every stage runs even when an earlier one failed, so one run shows everything;
-# the closing line is the plain "summary: N passed, N failed" form.
-# Usage: run-tests.sh all | lint | unit | collection | report | ops | bad_input | dnf | site_check | molecule [scenario...]
+# The test runner behind `make test`. Every stage runs even when an earlier one failed, so one run shows
+# everything. Each stage's output goes to its own log (build/logs/stage-<stage>.log), its counts to
+# build/results/<stage>.json; the run ends with the failures, the skips per stage with their reasons, and the
+# closing line "summary: N passed, N failed, N skipped"; build/test-summary.json records the run (format:
+# docs/testing.md). Exit status: non-zero when anything failed or nothing ran.
+# Usage:
+#   run-tests.sh all                    every stage, in two concurrent lanes (ALL_LANES below, or GPUOPS_TEST_LANES)
+#   run-tests.sh lint | unit | collection | report | ops | bad_input | dnf | site_check
+#                                       one stage, its output live
+#   run-tests.sh molecule [scenario...] Molecule scenarios in series (every one without names), output live
+#   run-tests.sh plan                   print the lanes `all` would run, and run nothing
+#   run-tests.sh lanes LANE [LANE...]   the stages named, through the scheduler `all` uses: a LANE is a
+#                                       comma-separated list of stages run in series; the lanes run at the same
+#                                       time, each stage printed whole when it ends. Stage names: the ones above
+#                                       and molecule-<scenario>. Example: run-tests.sh lanes lint,unit report,collection
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 # Tests start from no cached facts: ansible.cfg's jsonfile cache would let a role that
 # forgets to gather facts pass here and fail on a fresh controller.
 export ANSIBLE_CACHE_PLUGIN=memory
-mkdir -p build/logs build/junit
+mkdir -p build/logs build/junit build/results
+results() { python3 "$root/scripts/test_summary.py" "$@"; }
+
+# The lanes of `all`, balanced on the measured stage times (docs/testing.md, "Measured times"): the longest
+# stage that mostly waits on downloads, dpkg and container boots (driver) starts at once, beside the CPU-bound
+# lint and unit stages; compose shares the host's image cache with ops (the demo node), so both stay in one lane
+# (and both take the demo's lock as well). Containers, names and locks of the two lanes never overlap.
+ALL_LANES=(
+  "molecule-driver,molecule-kubernetes,dnf,site_check,molecule-local_pv"
+  "lint,unit,collection,report,ops,molecule-compose,bad_input,molecule-preflight"
+)
+scenarios=()
+for s in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$s")")"); done
+ALL_STAGES=(lint unit collection report ops bad_input dnf site_check "${scenarios[@]/#/molecule-}")
+
+# Per-stage counters: reset by run_stage, written to build/results/<stage>.json when the stage ends.
 passed=0
 failed=0
+stage_rc=0
 failures=()
+junits=()
 
 ok()   { passed=$((passed + ${2:-1})); echo "  ok    $1"; }
 bad()  { failed=$((failed + ${2:-1})); failures+=("$1"); echo "  FAIL  $1"; }
+# note_rc RC: the stage's rc is the exit status of its first failing command.
+note_rc() { [ "$1" -eq 0 ] || [ "$stage_rc" -ne 0 ] || stage_rc=$1; }
 # check NAME LOG CMD...: run CMD with output to LOG, count one pass or fail.
 check() {
-  local name=$1 log=$2; shift 2
-  if "$@" >"$log" 2>&1; then ok "$name"; else bad "$name (log: $log)"; tail -40 "$log" | sed 's/^/        /'; fi
+  local name=$1 log=$2 rc; shift 2
+  "$@" >"$log" 2>&1; rc=$?
+  note_rc "$rc"
+  if [ "$rc" -eq 0 ]; then ok "$name"; else bad "$name (log: $log)"; tail -40 "$log" | sed 's/^/        /'; fi
 }
-# junit_counts FILE -> "passed failed" (skipped tests count as neither)
-junit_counts() {
-  python3 - "$1" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except (OSError, ET.ParseError):
-    print("0 0"); sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-t = f = s = 0
-for su in suites:
-    t += int(su.get("tests", 0)); s += int(su.get("skipped", 0))
-    f += int(su.get("failures", 0)) + int(su.get("errors", 0))
-print(t - f - s, f)
-PY
+# pytest_run NAME JUNIT LOG ARGS...: pytest with JUnit; its tests are counted from the JUnit file (with the
+# skips and their reasons); a failing run that recorded no failure (a crash, nothing collected) counts one.
+pytest_run() {
+  local name=$1 junit=$2 log=$3 rc counts; shift 3
+  rm -f "$junit"
+  pytest -q -p no:cacheprovider --junitxml="$junit" "$@" >"$log" 2>&1; rc=$?
+  note_rc "$rc"
+  junits+=("$junit")
+  counts=$(results counts "$junit")
+  tail -3 "$log" | sed 's/^/        /'
+  if [ "$rc" -ne 0 ]; then
+    read -r _ f _ <<<"$counts"
+    [ "$f" -gt 0 ] || failed=$((failed + 1))
+    failures+=("$name (log: $log)"); grep -E '^(FAILED|ERROR)' "$log" | head -30 | sed 's/^/        /'
+  fi
 }
-stage_start() { echo "== $1"; stage_t0=$(date +%s); }
-stage_end() { echo "   ($1 took $(( $(date +%s) - stage_t0 )) s)"; }
 
 lint() {
-  stage_start lint
   check "yamllint (strict)" build/logs/yamllint.log yamllint --strict .
   check "ruff check" build/logs/ruff.log ruff check .
   check "ansible-lint (production profile)" build/logs/ansible-lint.log ansible-lint --profile production --offline
@@ -50,95 +79,29 @@ lint() {
     python scripts/check-links
   check "changelog fragments (antsibull-changelog lint)" build/logs/changelog.log antsibull-changelog lint
   check "ansible-test sanity (ignores: tests/sanity/ignore-2.19.txt)" build/logs/sanity.log scripts/sanity.sh
-  stage_end lint
 }
 
 unit() {
-  stage_start unit
-  rm -f build/junit/unit.xml
-  pytest -q -p no:cacheprovider --junitxml=build/junit/unit.xml tests/unit >build/logs/unit.log 2>&1
-  local rc=$? counts
-  counts=$(junit_counts build/junit/unit.xml)
-  tail -3 build/logs/unit.log | sed 's/^/        /'
-  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
-  if [ "$rc" -ne 0 ]; then
-    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
-    failures+=("unit tests (log: build/logs/unit.log)"); grep -E '^(FAILED|ERROR)' build/logs/unit.log | head -30 | sed 's/^/        /'
-  fi
+  pytest_run "unit tests" build/junit/unit.xml build/logs/unit.log tests/unit
   # playbooks/render.yml on inventories/cluster, every object validated strictly (its own pytest session:
   # tests/render has its own conftest).
-  rm -f build/junit/render.xml
-  pytest -q -p no:cacheprovider --junitxml=build/junit/render.xml tests/render >build/logs/render.log 2>&1
-  rc=$?
-  counts=$(junit_counts build/junit/render.xml)
-  tail -2 build/logs/render.log | sed 's/^/        /'
-  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
-  if [ "$rc" -ne 0 ]; then
-    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
-    failures+=("render tests (log: build/logs/render.log)"); grep -E '^(FAILED|ERROR)' build/logs/render.log | head -30 | sed 's/^/        /'
-  fi
-  stage_end unit
+  pytest_run "render tests" build/junit/render.xml build/logs/render.log tests/render
 }
 
-# Tests outside tests/unit that need the host set-up (bootstrap.sh): pytest per folder, JUnit into build/junit.
-pytest_stage() {
-  local name=$1 dir=$2 rc counts
-  stage_start "$name"
-  rm -f "build/junit/$name.xml"
-  pytest -q -p no:cacheprovider --junitxml="build/junit/$name.xml" "$dir" >"build/logs/$name.log" 2>&1
-  rc=$?
-  counts=$(junit_counts "build/junit/$name.xml")
-  tail -3 "build/logs/$name.log" | sed 's/^/        /'
-  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
-  if [ "$rc" -ne 0 ]; then
-    [ "${counts#* }" -gt 0 ] || { failed=$((failed + 1)); }
-    failures+=("$name tests (log: build/logs/$name.log)"); grep -E '^(FAILED|ERROR)' "build/logs/$name.log" | head -30 | sed 's/^/        /'
-  fi
-  stage_end "$name"
-}
-
-# gpuops-run and validate.yml against the demo node: one container for every test, under the demo's lock.
-ops() {
-  local fd
-  exec {fd}>/tmp/gpuops-molecule-demo.lock
+# with_lock LOCKFILE CMD...: CMD under an exclusive flock (the node containers a stage owns, across checkouts).
+with_lock() {
+  local fd lock=$1; shift
+  exec {fd}>"$lock"
   flock "$fd"
-  pytest_stage ops tests/ops
+  "$@"
   flock -u "$fd"
   exec {fd}>&-
 }
 
-# The bad-input matrix on its own container (gpuops-bad-input-node), under its lock.
-bad_input() {
-  local fd
-  exec {fd}>/tmp/gpuops-bad-input.lock
-  flock "$fd"
-  pytest_stage bad_input tests/bad_input
-  flock -u "$fd"
-  exec {fd}>&-
-}
-
-# The dnf path of _pinned_packages for real, on its own container (gpuops-dnf-node), under its lock.
-dnf_path() {
-  local fd
-  exec {fd}>/tmp/gpuops-dnf.lock
-  flock "$fd"
-  pytest_stage dnf tests/dnf
-  flock -u "$fd"
-  exec {fd}>&-
-}
-
-# site.yml --check on inventories/cluster against four Debian 13 containers (tests/site_check), under its lock.
-site_check() {
-  local fd
-  exec {fd}>/tmp/gpuops-site-check.lock
-  flock "$fd"
-  pytest_stage site_check tests/site_check
-  flock -u "$fd"
-  exec {fd}>&-
-}
+# Tests outside tests/unit that need the host set-up (bootstrap.sh): pytest per folder.
+pytest_stage() { pytest_run "$1 tests" "build/junit/$1.xml" "build/logs/$1.log" "$2"; }
 
 collection() {
-  stage_start collection
   local tmp; tmp=$(mktemp -d)
   check "ansible-galaxy collection build" build/logs/collection-build.log \
     ansible-galaxy collection build --force --output-path build .
@@ -154,54 +117,153 @@ collection() {
     "${clean[@]}" ansible localhost -c local -m gpuops.cluster.gpu_facts
   check "in place: ansible-doc renders every module and filter" build/logs/ansible-doc.log scripts/check-docs.sh
   rm -rf "$tmp"
-  stage_end collection
 }
 
-molecule_scenarios() {
-  local names=("$@") s
-  if [ ${#names[@]} -eq 0 ]; then
-    for s in molecule/*/molecule.yml; do names+=("$(basename "$(dirname "$s")")"); done
+molecule_scenario() {
+  local s=$1 rc p f s_ junit="build/junit/molecule-$1.xml"
+  [ -f "molecule/$s/molecule.yml" ] || { bad "molecule $s (no molecule/$s/molecule.yml)"; note_rc 2; return; }
+  rm -f "$junit"
+  # Keep Molecule's state in this checkout: its default (~/.ansible/tmp, keyed by the
+  # folder's name) is shared by every clone called "main".
+  MOLECULE_EPHEMERAL_DIRECTORY="$root/build/molecule/$s" molecule test -s "$s" >"build/logs/molecule-$s.log" 2>&1
+  rc=$?
+  note_rc "$rc"
+  if [ "$rc" -eq 0 ]; then
+    ok "molecule $s: create, converge, idempotence, verify, destroy"
+  else
+    bad "molecule $s (log: build/logs/molecule-$s.log)"
+    grep -nE 'fatal:|FAILED|ERROR|failed=[1-9]|changed=[1-9]' "build/logs/molecule-$s.log" | tail -30 | sed 's/^/        /'
   fi
-  for s in "${names[@]}"; do
-    stage_start "molecule $s"
-    [ -f "molecule/$s/molecule.yml" ] || { bad "molecule $s (no molecule/$s/molecule.yml)"; continue; }
-    rm -f "build/junit/molecule-$s.xml"
-    # Keep Molecule's state in this checkout: its default (~/.ansible/tmp, keyed by the
-    # folder's name) is shared by every clone called "main".
-    if MOLECULE_EPHEMERAL_DIRECTORY="$root/build/molecule/$s" molecule test -s "$s" >"build/logs/molecule-$s.log" 2>&1; then
-      ok "molecule $s: create, converge, idempotence, verify, destroy"
-    else
-      bad "molecule $s (log: build/logs/molecule-$s.log)"
-      grep -nE 'fatal:|FAILED|ERROR|failed=[1-9]|changed=[1-9]' "build/logs/molecule-$s.log" | tail -30 | sed 's/^/        /'
-    fi
-    local counts; counts=$(junit_counts "build/junit/molecule-$s.xml")
-    passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
-    echo "        testinfra: ${counts% *} passed, ${counts#* } failed"
-    stage_end "molecule $s"
+  junits+=("$junit")
+  read -r p f s_ <<<"$(results counts "$junit")"
+  echo "        testinfra: $p passed, $f failed, $s_ skipped"
+}
+
+# run_stage NAME LANE: one stage, with its own counters; its result goes to build/results/NAME.json.
+run_stage() {
+  local name=$1 lane=$2 t0 args=() j f
+  passed=0 failed=0 stage_rc=0 failures=() junits=()
+  t0=$(date +%s)
+  rm -f "build/results/$name.json"
+  echo "== $name"
+  case "$name" in
+    lint) lint ;;
+    unit) unit ;;
+    collection) collection ;;
+    # The fleet report in headless Chromium.
+    report) pytest_stage report tests/report ;;
+    # gpuops-run and validate.yml against the demo node: one container, under the demo's lock.
+    ops) with_lock /tmp/gpuops-molecule-demo.lock pytest_stage ops tests/ops ;;
+    # The bad-input matrix: one container (gpuops-bad-input-node), every case refused before any change.
+    bad_input) with_lock /tmp/gpuops-bad-input.lock pytest_stage bad_input tests/bad_input ;;
+    # _pinned_packages' dnf path on a labelled dnf stand-in (gpuops-dnf-node): a signed RPM repository,
+    # install, lock, verify.
+    dnf) with_lock /tmp/gpuops-dnf.lock pytest_stage dnf tests/dnf ;;
+    # site.yml --check on inventories/cluster against four Debian 13 containers (gpuops-site-check-*).
+    site_check) with_lock /tmp/gpuops-site-check.lock pytest_stage site_check tests/site_check ;;
+    # compose's node shares the host's image cache (/var/cache/gpuops/molecule-compose) with the demo node.
+    molecule-compose) with_lock /tmp/gpuops-molecule-demo.lock molecule_scenario compose ;;
+    # Each other scenario under a lock of its own: its containers have fixed names, shared by every checkout.
+    molecule-*) with_lock "/tmp/gpuops-molecule-${name#molecule-}.lock" molecule_scenario "${name#molecule-}" ;;
+    *) bad "$name: no such stage"; note_rc 2 ;;
+  esac
+  [ "$failed" -eq 0 ] || [ "$stage_rc" -ne 0 ] || stage_rc=1
+  echo "   ($name took $(( $(date +%s) - t0 )) s)"
+  for j in "${junits[@]}"; do args+=(--junit "$j"); done
+  for f in "${failures[@]}"; do args+=(--failure "$name: $f"); done
+  results stage "$name" --rc "$stage_rc" --seconds $(( $(date +%s) - t0 )) --passed "$passed" --failed "$failed" \
+    --lane "$lane" --log "build/logs/stage-$name.log" "${args[@]}"
+}
+
+# Stop the lanes' process trees on INT/TERM (a CI time-out): no stage keeps running after the runner is gone.
+lane_pids=()
+kill_tree() { local c; for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$c"; done; kill "$1" 2>/dev/null; }
+stop_lanes() { local p; for p in "${lane_pids[@]}"; do kill_tree "$p"; done; exit 130; }
+
+# run_lanes LANE...: one lane runs its stages in series, live; several run at the same time, each stage's
+# output buffered in its log and printed whole (under a lock) when it ends.
+run_lanes() {
+  local i=0 lane s
+  if [ $# -eq 1 ]; then
+    IFS=, read -ra stages <<<"$1"
+    for s in "${stages[@]}"; do run_stage "$s" 1 2>&1 | tee "build/logs/stage-$s.log"; done
+    return
+  fi
+  trap stop_lanes INT TERM
+  for lane in "$@"; do
+    i=$((i + 1))
+    echo "== lane $i: ${lane//,/ }"
+    (
+      IFS=, read -ra stages <<<"$lane"
+      for s in "${stages[@]}"; do
+        flock build/.run-tests-print.lock echo "-- $s started (lane $i)"
+        run_stage "$s" "$i" >"build/logs/stage-$s.log" 2>&1
+        flock build/.run-tests-print.lock cat "build/logs/stage-$s.log"
+      done
+    ) &
+    lane_pids+=($!)
   done
+  wait "${lane_pids[@]}"
+  trap - INT TERM
+}
+
+# check_lanes COMPLETE LANE...: refuse an unknown or repeated stage (a stage run twice at once would share its
+# containers); with COMPLETE=yes add every stage of ALL_STAGES not named to the last lane, so that `all` never
+# drops one. Prints the lanes, one a line.
+check_lanes() {
+  local complete=$1 lane s n; shift
+  local -A seen=()
+  local lanes=("$@")
+  for lane in "${lanes[@]}"; do
+    IFS=, read -ra stages <<<"$lane"
+    for s in "${stages[@]}"; do
+      case " ${ALL_STAGES[*]} " in *" $s "*) ;; *)
+        [[ $s == molecule-* ]] || { echo "run-tests.sh: unknown stage '$s'; stages: ${ALL_STAGES[*]}" >&2; return 2; } ;;
+      esac
+      [ -z "${seen[$s]:-}" ] || { echo "run-tests.sh: stage '$s' is named twice; each stage runs once" >&2; return 2; }
+      seen[$s]=1
+    done
+  done
+  if [ "$complete" = yes ]; then
+    n=$((${#lanes[@]} - 1))
+    for s in "${ALL_STAGES[@]}"; do [ -n "${seen[$s]:-}" ] || lanes[n]+=",$s"; done
+  fi
+  printf '%s\n' "${lanes[@]}"
 }
 
 t0=$(date +%s)
+load0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
 what=${1:-all}; shift || true
 case "$what" in
-  lint) lint ;;
-  unit) unit ;;
-  collection) collection ;;
-  report) pytest_stage report tests/report ;;
-  # gpuops-run and validate.yml against the demo node: one container, under the demo's lock.
-  ops) ops ;;
-  # The bad-input matrix: one container, every case refused before any change (tests/bad_input).
-  bad_input) bad_input ;;
-  # _pinned_packages' dnf path on a labelled dnf stand-in: a signed RPM repository, install, lock, verify (tests/dnf).
-  dnf) dnf_path ;;
-  # site.yml --check on the Kubernetes worked site: stops nowhere unexpectedly (tests/site_check).
-  site_check) site_check ;;
-  molecule) molecule_scenarios "$@" ;;
-  all) lint; unit; collection; pytest_stage report tests/report; ops; bad_input; dnf_path; site_check; molecule_scenarios ;;
-  *) echo "usage: $0 all|lint|unit|collection|report|ops|bad_input|dnf|site_check|molecule [scenario...]" >&2; exit 2 ;;
+  all|plan)
+    if [ -n "${GPUOPS_TEST_LANES:-}" ]; then read -ra want <<<"$GPUOPS_TEST_LANES"; else want=("${ALL_LANES[@]}"); fi
+    mapfile -t lanes < <(check_lanes yes "${want[@]}")
+    [ ${#lanes[@]} -gt 0 ] || exit 2
+    [ "$what" != plan ] || { printf 'lane: %s\n' "${lanes[@]}"; exit 0; } ;;
+  lanes)
+    [ $# -gt 0 ] || { echo "usage: $0 lanes STAGE[,STAGE...] [STAGE[,STAGE...]...]" >&2; exit 2; }
+    mapfile -t lanes < <(check_lanes no "$@") ;;
+  molecule)
+    names=("$@"); [ ${#names[@]} -gt 0 ] || names=("${scenarios[@]}")
+    lanes=("$(IFS=,; echo "${names[*]/#/molecule-}")") ;;
+  lint|unit|collection|report|ops|bad_input|dnf|site_check) lanes=("$what") ;;
+  *) echo "usage: $0 all|plan|lint|unit|collection|report|ops|bad_input|dnf|site_check|molecule [scenario...]|lanes LANE..." >&2
+     exit 2 ;;
 esac
+[ ${#lanes[@]} -gt 0 ] || exit 2
+run_lanes "${lanes[@]}"
+
+# The stages in the order of ALL_STAGES (then any other, as named), for the summary.
+ran=()
+for s in "${ALL_STAGES[@]}"; do case ",$(IFS=,; echo "${lanes[*]}")," in *",$s,"*) ran+=("$s") ;; esac; done
+for lane in "${lanes[@]}"; do
+  IFS=, read -ra stages <<<"$lane"
+  for s in "${stages[@]}"; do case " ${ran[*]} " in *" $s "*) ;; *) ran+=("$s") ;; esac; done
+done
+lane_args=()
+for lane in "${lanes[@]}"; do lane_args+=(--lane "$lane"); done
+out=build/test-summary.json
+[ "$what" = all ] || out=build/test-summary-$what.json
 echo
-echo "== total time $(( $(date +%s) - t0 )) s"
-for f in "${failures[@]}"; do echo "failed: $f"; done
-echo "summary: $passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ $((passed + failed)) -gt 0 ]
+echo "== total time $(( $(date +%s) - t0 )) s (record: $out)"
+results summary --command "$what" --started "$t0" --load-start "$load0" --out "$out" "${lane_args[@]}" "${ran[@]}"

@@ -1,12 +1,12 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Action gpuops.cluster.preflight: ONE remote call (gpu_facts with OS facts and probes), then the host's
-rules in-process on the controller (module_utils/preflight.py). Documented in plugins/modules/preflight.py."""
+rules in-process on the controller (plugin_utils/preflight.py). Documented in plugins/modules/preflight.py."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
     host_checks,
     nfs_targets,

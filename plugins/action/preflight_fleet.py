@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, write_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
 
 ARGUMENT_SPEC = {
@@ -23,6 +23,8 @@ ARGUMENT_SPEC = {
     "gpu_group": {"type": "str", "default": "gpu_nodes"},
     "platforms_with_play": {"type": "list", "elements": "str"},
 }
+
+
 def _no_play(decision: dict, served: list[str]) -> dict:
     reason = (
         f"the fleet's platform is {decision['platform']} ({decision['reason']}), but no play applies "

@@ -2,13 +2,13 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filter: ``outputs | gpuops.cluster.diagnose_chain(platform=..., ...)``.
 
-Thin: the links and the walk live in plugins/module_utils/diagnose.py; documentation in diagnose_chain.yml.
+Thin: the links and the walk live in plugins/plugin_utils/diagnose.py; documentation in diagnose_chain.yml.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.diagnose import compose_chain, kubernetes_chain
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import compose_chain, kubernetes_chain
 
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "") -> dict:

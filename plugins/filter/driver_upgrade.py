@@ -2,13 +2,13 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filter: ``dpkg_output | gpuops.cluster.driver_upgrade_plan(target=..., ...)``.
 
-Thin: the decisions live in plugins/module_utils/driver_upgrade.py; documentation in driver_upgrade_plan.yml.
+Thin: the decisions live in plugins/plugin_utils/driver_upgrade.py; documentation in driver_upgrade_plan.yml.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.driver_upgrade import gpu_processes, plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.driver_upgrade import gpu_processes, plan
 
 
 def driver_upgrade_plan(dpkg_output, target: str = "", allow_downgrade: bool = False, processes_output: str = "",

@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters: kernel_headers, kernel_holds, newest_kernel (rules in plugins/module_utils/kernel.py).
+"""Filters: kernel_headers, kernel_holds, newest_kernel (rules in plugins/plugin_utils/kernel.py).
 
 Documentation in kernel_headers.yml, kernel_holds.yml and newest_kernel.yml next to this file.
 """
@@ -8,7 +8,7 @@ Documentation in kernel_headers.yml, kernel_holds.yml and newest_kernel.yml next
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import kernel as _rule
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kernel as _rule
 
 
 def kernel_headers(installed, pkg_mgr: str = "apt") -> list[str]:

@@ -7,15 +7,14 @@
 * ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
 * ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins.
 
-Thin: the logic lives in plugins/module_utils/kube_plan.py, containerd_config.py and plugins/plugin_utils/kube_ca.py;
+Thin: the logic lives in plugins/plugin_utils/kube_plan.py, containerd_config.py and kube_ca.py;
 documentation in the .yml files next to this one.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import containerd_config, kube_plan
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_ca
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import containerd_config, kube_ca, kube_plan
 
 
 def kubelet_policy(

@@ -8,7 +8,7 @@
 * ``pool | gpuops.cluster.pytorchjob_template(config)``: a training pool's PyTorchJob template with NCCL settings;
 * ``objects | gpuops.cluster.kube_mirror_images(mirror)``: upstream manifests with their images on the mirror.
 
-Thin: the logic lives in plugins/module_utils/{gpu_operator,kube_tenancy,training_jobs}.py; documentation in the
+Thin: the logic lives in plugins/plugin_utils/{gpu_operator,kube_tenancy,training_jobs}.py; documentation in the
 .yml files next to this one.
 """
 
@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_operator, kube_tenancy, training_jobs
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import images
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, images, kube_tenancy, training_jobs
 
 
 def _plain(value: Any) -> Any:
-    """Ansible's lazy containers as plain dicts and lists, so module_utils see ordinary data."""
+    """Ansible's lazy containers as plain dicts and lists, so plugin_utils see ordinary data."""
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

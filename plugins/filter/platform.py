@@ -2,14 +2,14 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filter: ``team_size | gpuops.cluster.choose_platform(gpu_count=N, multi_node_training=bool)``.
 
-Thin: the rule lives in plugins/module_utils/platform.py (shared with preflight); documentation in
+Thin: the rule lives in plugins/plugin_utils/platform.py (shared with preflight); documentation in
 choose_platform.yml next to this file.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import choose_platform as _rule
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import choose_platform as _rule
 
 _MISSING = object()
 

@@ -5,13 +5,13 @@
 * ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members)``: everything that stops a run, all at once;
 * ``gpuops_teams | gpuops.cluster.team_resolved(gpuops_members)``: teams with namespace, group and members filled in.
 
-Thin: the rules live in plugins/module_utils/team.py; documentation in the .yml files next to this one.
+Thin: the rules live in plugins/plugin_utils/team.py; documentation in the .yml files next to this one.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import team
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import team
 
 
 def team_problems(teams: object, members: object = None) -> list:

@@ -2,13 +2,13 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filter: ``outputs | gpuops.cluster.validate_rows(platform=..., gpu_count=..., ...)``.
 
-Thin: the judgements live in plugins/module_utils/validate.py; documentation in validate_rows.yml.
+Thin: the judgements live in plugins/plugin_utils/validate.py; documentation in validate_rows.yml.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.validate import compose_rows, kubernetes_rows, no_gpu_rows
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import compose_rows, kubernetes_rows, no_gpu_rows
 
 
 def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917

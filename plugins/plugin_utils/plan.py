@@ -14,9 +14,9 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import kube_plan, training_jobs
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.module_utils.team import namespace_of
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 
 SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
@@ -284,8 +284,10 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
     plan = _fleet_part(fleet, list(PLATFORMS) if with_play is None else with_play, hostvars[hosts[0]] if hosts else {})
     plan.update(source="inventory", created=None, report_dir=None)
     plan["hosts"] = {
-        h: host_part(fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {}, False,
-                      hostvars[h], None)
+        h: host_part(
+            fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {}, False,
+            hostvars[h], None,
+        )
         for h in hosts
     }
     return plan

@@ -10,9 +10,10 @@ Input is the team list (``gpuops_members``, the role parameter ``compose_stack_m
 
 Rules (also the role's documented behaviour):
 
-* A GPU belongs to at most one member. A GPU assigned twice, a GPU the host does not have, a
-  member without GPUs, a duplicate name or uid, or uid 0 are *problems*: the caller refuses to
-  go on (the compose_stack assert stage), listing all of them at once.
+* The members must pass the team's rules (``plugin_utils/team``: ``member_problems``, which holds the
+  GPU-assignment rule): a GPU assigned twice, a GPU the host does not have, a bad or duplicate name or
+  uid are *problems*, and so is a member without GPUs (a workspace needs one). The caller refuses to go
+  on (the compose_stack assert stage), listing all of them at once.
 * CPUs: GPUs are grouped into pools by NUMA node (by identical CPU affinity when the node is
   unknown). Each pool's CPU list (the union of its GPUs' ``cpu_affinity``) is shared among the
   members holding GPUs in it, in proportion to how many of the pool's GPUs each holds. Every
@@ -27,51 +28,20 @@ Rules (also the role's documented behaviour):
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list, ranges
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import member_problems
 
-NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
-
-def _member_problems(members: list[dict], known: set[int]) -> list[str]:
-    problems: list[str] = []
-    names: dict[str, int] = {}
-    uids: dict[int, str] = {}
-    owner: dict[int, str] = {}
-    host = ", ".join(str(i) for i in sorted(known)) or "none"
+def _member_problems(members: list, known: set[int]) -> list[str]:
+    """The team's member and GPU-assignment rules (plugin_utils/team), and a workspace's own: at least one GPU."""
+    problems = member_problems(members, host_gpus=known)
     for position, member in enumerate(members):
-        name = member.get("name")
-        label = name if isinstance(name, str) else f"#{position}"
-        if not isinstance(name, str) or not NAME.match(name):
-            problems.append(f"member {label}: name {name!r} must be lower-case letters, digits and '-', "
-                            "starting with a letter (it becomes the service name ws-<name>)")
-        elif name in names:
-            problems.append(f"member name {name!r} appears twice; names must be unique")
-        names[str(name)] = position
-        uid = member.get("uid")
-        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 1:
-            problems.append(f"member {label}: uid {uid!r} must be a positive integer; workspaces never run as root")
-        elif uid in uids:
-            problems.append(f"members {uids[uid]} and {label} share uid {uid}; each member needs their own uid")
-        else:
-            uids[uid] = label
-        gpus = member.get("gpus")
-        if not isinstance(gpus, list) or not gpus:
-            problems.append(f"member {label}: gpus is {gpus!r}; expected a non-empty list of GPU indexes "
-                            "such as [0, 1]")
-            continue
-        for gpu in gpus:
-            if isinstance(gpu, bool) or not isinstance(gpu, int):
-                problems.append(f"member {label}: GPU {gpu!r} is not a GPU index (write 0, not '0' or GPU0)")
-            elif gpu in owner:
-                problems.append(f"GPU {gpu} is assigned twice: to {owner[gpu]} and to {label}; each GPU goes to "
-                                "exactly one member. Fix: give one of them another GPU")
-            elif known and gpu not in known:
-                problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {host}")
-            else:
-                owner[gpu] = label
+        if isinstance(member, dict) and member.get("gpus", []) == []:
+            problems.append(f"gpuops_members[{position}].gpus is {member.get('gpus')!r} for "
+                            f"{member.get('name', f'#{position}')}; expected a non-empty list of GPU indexes such as "
+                            "[0, 1] (a compose workspace needs a GPU). Fix: give the member GPUs, e.g. gpus: [0]")
     return problems
 
 

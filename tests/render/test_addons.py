@@ -19,7 +19,7 @@ from validator import crd_schemas, problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "collections"))
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_operator
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator
 
 ADDONS = ("gpu_operator", "kube_tenancy", "local_pv", "kube_monitoring", "training_stack")
 POD_OWNERS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 import yaml
-from conftest import INVENTORY, run_render
+from conftest import INVENTORY, load_objects, run_render
 
 
 def _mib(quantity: str) -> int:
@@ -126,3 +127,52 @@ def test_bad_plans_are_refused_before_anything_is_written(tmp_path, edit, extra,
     for text in expected:
         assert text in result.stdout
     assert not list(out.rglob("*.yaml"))
+
+
+def _topology(host):
+    return yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text())["gpuops_gpu_topology"]
+
+
+def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
+    """gpu facts of this run, else gpuops_plan (preflight of this run), else the inventory; a report an earlier run
+    left in gpuops_report_dir is not read (it may describe a host as it was)."""
+    reports = tmp_path / "reports" / "20200101T000000"
+    reports.mkdir(parents=True)
+    # An old report giving gpu-train-02 gpu-train-01's topology (restricted): ignored.
+    (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
+    # This run's plan giving gpu-train-01 gpu-train-02's topology (single-numa-node): used over the inventory.
+    plan = {"gpuops_plan": {
+        "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
+        "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}}}
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
+    assert result.returncode == 0, result.stdout[-4000:]
+    configs = _by(load_objects(out), "kube_node", "KubeletConfiguration")
+    assert configs["gpu-train-02"]["topologyManagerPolicy"] == "single-numa-node"
+    assert configs["gpu-train-01"]["topologyManagerPolicy"] == "single-numa-node"
+    assert configs["gpu-train-01"]["memoryManagerPolicy"] == "Static"
+
+
+def test_three_control_planes_render_their_joins(tmp_path):
+    def three(groups):
+        groups["kube_control_plane"]["hosts"]["cp-02"] = {"ansible_host": "192.0.2.11"}
+        groups["kube_control_plane"]["hosts"]["cp-03"] = {"ansible_host": "192.0.2.12"}
+
+    out = tmp_path / "render"
+    result = run_render(_inventory_with(tmp_path, three), out, "-e", "kube_control_plane_endpoint=api.lab.example:6443")
+    assert result.returncode == 0, result.stdout[-4000:]
+    joins = _by(load_objects(out), "kube_control_plane", "JoinConfiguration")
+    assert set(joins) == {"cp-02", "cp-03"}
+    for host, join in joins.items():
+        assert join["discovery"]["bootstrapToken"] == {
+            "apiServerEndpoint": "api.lab.example:6443",
+            "token": "review.placeholder00000",
+            "caCertHashes": ["sha256:" + "0" * 64],
+        }
+        assert join["nodeRegistration"]["name"] == host
+        assert join["nodeRegistration"]["taints"] == [
+            {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+        ]
+        assert "kubeletExtraArgs" not in join["nodeRegistration"]
+        assert join["controlPlane"]["certificateKey"] == "0" * 64

@@ -1,7 +1,7 @@
 """The commands upgrade_driver.yml and diagnose.yml run to read the installed driver, run here as written in the
 playbooks, with LABELLED stand-ins of dpkg-query and rpm alone on PATH: on a Debian-family host dpkg-query is asked
 and rpm is not; on an RPM host rpm is asked, with the query format whose "name version" lines the parsers read
-(plugins/module_utils/driver_upgrade.py, diagnose.py). The stand-ins print output shaped like the real tools'
+(plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print output shaped like the real tools'
 (diagnose_recorded.py); that the real rpm renders the format so is tested nowhere here (no rpm on this machine)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import diagnose_recorded as R
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils import diagnose as D
-from ansible_collections.gpuops.cluster.plugins.module_utils import driver_upgrade as U
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import diagnose as D
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
 
 REPO = Path(__file__).resolve().parents[2]
 RPM_ARGS = ["-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "*nvidia*", "cuda-drivers*"]

@@ -32,8 +32,8 @@ STANDIN_DIR = "/root/kernel-standins"
 
 
 def kernel_rules():
-    """plugins/module_utils/kernel.py, the rules the role's filters apply (loaded from the checkout)."""
-    spec = importlib.util.spec_from_file_location("gpuops_kernel", PROJECT / "plugins" / "module_utils" / "kernel.py")
+    """plugins/plugin_utils/kernel.py, the rules the role's filters apply (loaded from the checkout)."""
+    spec = importlib.util.spec_from_file_location("gpuops_kernel", PROJECT / "plugins" / "plugin_utils" / "kernel.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -5,7 +5,7 @@ again, and stops at the second, leaving it untouched; then a downgrade without a
 role run in all (the scenario's slowest step); the file runs last (test_95), after the negative cases that read
 converge's state. The downgrade path with allow_downgrade=true is the same role run in the other direction (checked
 once by hand in this scenario, 535.309.01 -> 535.261.03, during development); its decision is unit-tested
-(tests/unit/plugins/module_utils/test_driver_upgrade.py)."""
+(tests/unit/plugins/plugin_utils/test_driver_upgrade.py)."""
 
 from __future__ import annotations
 

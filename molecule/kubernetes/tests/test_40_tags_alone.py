@@ -2,7 +2,7 @@
 
 One ansible-playbook run of playbooks/kubernetes.yml per tag against the converged nodes: rc 0, nothing failed,
 nothing changed, and some task of the role ran (the tests: molecule/resources/stage_tags.py, tags_alone_tests).
-The roles whose stages need a live API server (kube_cni, kube_tenancy, kube_monitoring, gpu_operator, kube_apply)
+The roles whose stages need a live API server (kube_cni, kube_tenancy, kube_monitoring, gpu_operator, _kube_apply)
 end with the scenario's stated reason (gpuops_kube_skip_api_stages) and are covered by the static stage-tag test
 (tests/unit/roles/test_stage_tags.py) and the rendered-object tests instead. Runs after test_30_cluster.py, whose
 call records it reads: a tag run that called kubeadm again would show there, and is refused here as a change.

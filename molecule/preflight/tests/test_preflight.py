@@ -116,7 +116,7 @@ def test_bad_plan_is_refused_before_any_change(host):
     assert run.returncode != 0, out
     assert "preflight refused gpuops-preflight-node" in out
     assert "CUDA 12.4 cannot run on the pinned driver 470.82.01" in out
-    assert "GPU 1 is assigned twice: to alice and to bob" in out
+    assert "GPU 1 is given twice: to alice and to bob" in out
     assert "MIG disables NVLink" in out
     assert "time-slicing replicas is 1" in out
     assert_unchanged(host)

@@ -182,7 +182,7 @@ def test_gpu_assigned_twice_fails_before_any_change(tmp_path: Path, h100_topolog
                                   {"name": "bob", "uid": 2002, "gpus": [1]}],
     })
     assert result.returncode != 0
-    assert "GPU 1 is assigned twice: to alice and to bob" in result.stdout
+    assert "GPU 1 is given twice: to alice and to bob" in result.stdout
     assert "Nothing was changed" in result.stdout
     assert not (tmp_path / "project").exists()
     assert not (tmp_path / "credentials").exists()

@@ -1,4 +1,5 @@
-"""No role reads another role's files, and nothing shipped reads the test scenarios.
+"""No role reads another role's files, and nothing shipped reads the test scenarios (private variables:
+test_role_private_vars.py).
 
 A role that reaches into ``role_path ~ '/../<other>'`` breaks when the roles are installed apart and hides a
 dependency its argument spec does not declare; shared data is passed in as a parameter (the monitoring assets come

@@ -16,7 +16,7 @@ import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.platform import FilterModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import (
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (
     choose_platform,
     choose_platform_with_reason,
 )

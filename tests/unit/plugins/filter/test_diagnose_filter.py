@@ -1,4 +1,4 @@
-"""diagnose_chain filter: thin over module_utils/diagnose.py; registered command results are read as they are."""
+"""diagnose_chain filter: thin over plugin_utils/diagnose.py; registered command results are read as they are."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_gpu_assigned_twice_is_a_problem_with_both_names(topology) -> None:
     topo = topology("h100x8_sxm_2numa_noNIC.txt")
     plan = plan_workspaces([member("alice", 2001, [0, 1]), member("bob", 2002, [1, 2])], topo, 1000)
     assert plan["members"] == {}
-    assert any("GPU 1 is assigned twice: to alice and to bob" in p for p in plan["problems"])
+    assert any("GPU 1 is given twice: to alice and to bob" in p for p in plan["problems"])
 
 
 @pytest.mark.parametrize(
@@ -80,10 +80,10 @@ def test_gpu_assigned_twice_is_a_problem_with_both_names(topology) -> None:
         ([member("alice", 2001, [9])], "given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7"),
         ([member("alice", 0, [0])], "never run as root"),
         ([member("alice", 2001, [0]), member("alice", 2002, [1])], "appears twice"),
-        ([member("alice", 2001, [0]), member("bob", 2001, [1])], "share uid 2001"),
+        ([member("alice", 2001, [0]), member("bob", 2001, [1])], "uid 2001 of bob is also the uid of alice"),
         ([member("Alice", 2001, [0])], "lower-case"),
         ([member("alice", 2001, [])], "non-empty list"),
-        ([member("alice", 2001, ["0"])], "is not a GPU index"),
+        ([member("alice", 2001, ["0"])], "gpuops_members[0].gpus lists '0'"),
     ],
 )
 def test_problems_are_refused(topology, members: list, fragment: str) -> None:

@@ -103,8 +103,8 @@ def test_inventory_topology_when_preflight_read_none():
 
 def test_inventory_plan_decides_by_the_same_rule():
     base = {"gpuops_team_size": 3, "gpuops_multi_node_training": False}
-    decided = _valid(plan.inventory_plan(["a", "b"], {"a": {**base, "gpuops_gpu_count": 4}, "b": {**base,
-                                                                                              "gpuops_gpu_count": 4}}))
+    four = {**base, "gpuops_gpu_count": 4}
+    decided = _valid(plan.inventory_plan(["a", "b"], {"a": four, "b": four}))
     assert decided["source"] == "inventory"
     assert (decided["platform"]["name"], decided["platform"]["source"]) == ("compose", "auto")
     forced = plan.inventory_plan(["a"], {"a": {**base, "gpuops_platform": "kubernetes"}})

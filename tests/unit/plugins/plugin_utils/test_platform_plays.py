@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _no_play
-from ansible_collections.gpuops.cluster.plugins.module_utils.platform import PLATFORMS
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS
 
 PLAYBOOKS = Path(__file__).resolve().parents[4] / "playbooks"
 

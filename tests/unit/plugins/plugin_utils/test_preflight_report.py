@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import stat
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight_report
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 
 
 def record(host: str, ok: bool = True) -> dict:

@@ -1,0 +1,124 @@
+"""What every entry of bench/results.json carries about how it was made, and the one writer of that file.
+
+Each bench script (run.py, fleet.py, converge.py) calls ``started()`` before it measures and ``record()`` when it
+has figures; ``record()`` stores the entry under the script's key with a ``generator`` object:
+
+  script            the bench script, relative to the repository (bench/fleet.py)
+  command           the exact command line, with the GPUOPS_BENCH_* variables that were set
+  commit            ``git rev-parse HEAD``, with ``-dirty`` when tracked files differ from it (results.json aside)
+  measured_at       UTC start of the measurement, YYYY-MM-DDTHH:MM:SSZ
+  cores             os.cpu_count()
+  load_1min_before  1-minute load average when the measurement started
+  load_1min_after   1-minute load average when it ended
+  load_limit        LOAD_LIMIT_PER_CORE x cores: above it, the figures are recorded but never quoted
+  over_load         true when any load sampled during the measurement was above load_limit
+  targets_gpu       whether the measured targets had a GPU (null: no targets, the code ran in-process)
+
+docs/performance.md and README.md are generated from these entries (bench/figures.py, through `make docs`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results.json"
+LOAD_LIMIT_PER_CORE = 1.5
+GENERATOR_FIELDS = (
+    "script",
+    "command",
+    "commit",
+    "measured_at",
+    "cores",
+    "load_1min_before",
+    "load_1min_after",
+    "load_limit",
+    "over_load",
+    "targets_gpu",
+)
+
+
+def load1() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def commit() -> str:
+    """HEAD of this checkout, ``-dirty`` when a tracked file other than results.json differs from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    if head.returncode != 0:
+        raise SystemExit(f"bench: cannot record the commit (git rev-parse HEAD: {head.stderr.strip()}); run in a clone")
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    dirty = [line for line in status if not line.endswith("bench/results.json")]
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def command(argv: list[str] | None = None) -> str:
+    """The command as run: the GPUOPS_BENCH_* variables set, the script relative to the repository, its arguments."""
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0]).resolve()
+    shown = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else argv[0]
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("GPUOPS_BENCH_")]
+    return shlex.join([*env, "python", shown, *argv[1:]])
+
+
+def load_limit(cores: int) -> float:
+    return round(LOAD_LIMIT_PER_CORE * cores, 2)
+
+
+def over_load(loads: list[float], cores: int) -> bool:
+    return max(loads) > load_limit(cores)
+
+
+def started() -> dict:
+    """Call before measuring: the start time, the load then, the commit and the command (so that a checkout
+    without git fails before the measurement, not after it)."""
+    return {"measured_at": utc_now(), "load_1min_before": load1(), "commit": commit(), "command": command()}
+
+
+def generator(start: dict, script: str, targets_gpu: bool | None, loads_during: tuple[float, ...] = ()) -> dict:
+    """The generator object of an entry; ``loads_during``: other samples taken while measuring."""
+    cores = os.cpu_count() or 1
+    after = load1()
+    return {
+        "script": script,
+        "command": start["command"],
+        "commit": start["commit"],
+        "measured_at": start["measured_at"],
+        "cores": cores,
+        "load_1min_before": start["load_1min_before"],
+        "load_1min_after": after,
+        "load_limit": load_limit(cores),
+        "over_load": over_load([start["load_1min_before"], after, *loads_during], cores),
+        "targets_gpu": targets_gpu,
+    }
+
+
+def missing_fields(entry: object) -> list[str]:
+    """The generator fields an entry lacks (all of them when it has no generator object)."""
+    gen = entry.get("generator") if isinstance(entry, dict) else None
+    if not isinstance(gen, dict):
+        return list(GENERATOR_FIELDS)
+    return [name for name in GENERATOR_FIELDS if name not in gen]
+
+
+def record(key: str, entry: dict) -> None:
+    """Store ``entry`` (with its ``generator``) as results.json[key], replacing the previous one."""
+    if missing_fields(entry):
+        raise SystemExit(f"bench: entry {key!r} lacks generator fields {missing_fields(entry)}; use _meta.generator()")
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[key] = entry
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    shown = RESULTS.relative_to(REPO) if RESULTS.is_relative_to(REPO) else RESULTS
+    print(f"  written: {shown} ({key})")

@@ -1,0 +1,55 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The parts of kubeadm's v1beta4 configuration that kube_control_plane and kube_join both render.
+
+A node's ``nodeRegistration`` (name, CRI socket, the taints and labels it has from its first moment in the
+cluster) and a join's ``discovery`` (the endpoint, the one-use token and the CA hash). The registration itself
+(labels, annotations, taints) is what the kube_node role renders from the node's kubelet policy; it is passed to
+both roles as a parameter. A review render has no secrets yet: token and CA hash are placeholders, filled in at
+join time. Used through the filters in plugins/filter/kubeadm.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+PLACEHOLDER_TOKEN = "review.placeholder00000"
+PLACEHOLDER_CA_HASH = "sha256:" + "0" * 64
+
+
+def node_registration(name: str, registration: Mapping) -> dict:
+    """kubeadm's ``nodeRegistration`` for node ``name`` from its registration (labels, annotations, taints).
+
+    The labels travel as the kubelet's ``--node-labels`` (``kubeletExtraArgs``), left out when there are none.
+    """
+    if not isinstance(registration, Mapping) or "labels" not in registration or "taints" not in registration:
+        raise ValueError(
+            f"the node registration of {name} is {registration!r}: expected a mapping with labels, annotations "
+            "and taints. Fix: run the kube_node role (or its render entry point, which sets kube_node_registration) "
+            "on this host first, or pass the registration to the role as a parameter"
+        )
+    labels, taints = registration["labels"], registration["taints"]
+    if not isinstance(labels, Mapping) or not isinstance(taints, list):
+        raise ValueError(
+            f"the node registration of {name} has labels {labels!r} and taints {taints!r}: expected a mapping of "
+            "label names to values and a list of taints (key, value, effect)"
+        )
+    section: dict = {"name": name, "criSocket": CRI_SOCKET, "taints": list(taints)}
+    if labels:
+        value = ",".join(f"{key}={label}" for key, label in labels.items())
+        section["kubeletExtraArgs"] = [{"name": "node-labels", "value": value}]
+    return section
+
+
+def discovery(endpoint: str, token: str = "", ca_hash: str = "") -> dict:
+    """kubeadm's ``discovery`` for a join through ``endpoint`` (host:port); placeholders where no secret is given."""
+    if not endpoint:
+        raise ValueError("the API server endpoint to join through is empty: expected host:port, e.g. 192.0.2.10:6443")
+    return {
+        "bootstrapToken": {
+            "apiServerEndpoint": endpoint,
+            "token": token or PLACEHOLDER_TOKEN,
+            "caCertHashes": [ca_hash or PLACEHOLDER_CA_HASH],
+        }
+    }

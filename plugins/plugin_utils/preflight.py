@@ -1,0 +1,339 @@
+"""Preflight: judge a host's plan against its facts, before anything on the host changes.
+
+Pure functions only. ``host_checks()`` takes what gpu_facts found (GPUs, topology, and the OS facts,
+free space and TCP probes it gathers in the same call) and what the inventory asks for, and returns one
+check per rule, each with the fact found, what was expected and the fix. The platform is decided for
+the whole fleet at once (``platform.decide_fleet``); ``evaluate()`` is one host judged as a fleet of one.
+The action plugins ``preflight`` (per host, in-process) and ``preflight_fleet`` (once per run) run these
+on the controller and refuse the whole play when any check fails.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import check_compat
+from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
+    parse_driver_version,
+    version_eq,
+)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
+
+# distribution (as ansible_facts['distribution']) -> accepted versions; a version matches
+# when the host's version equals it or starts with it followed by a dot (12 matches 12.7).
+SUPPORTED_OS: dict[str, list[str]] = {
+    "Debian": ["12", "13"],
+    "Ubuntu": ["22.04", "24.04"],
+    "RedHat": ["9"],
+    "Rocky": ["9"],
+}
+WORKLOADS = ("training", "inference", "mixed")
+MIN_TIME_SLICING_REPLICAS = 2
+NFS_PORT = 2049
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def _check(name: str, ok: bool | None, msg: str) -> dict[str, Any]:
+    """ok: True passed, False failed, None not applicable (skipped, with the reason in msg)."""
+    return {"name": name, "ok": ok, "status": {True: "ok", False: "failed", None: "skipped"}[ok], "msg": msg}
+
+
+def os_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> dict[str, Any]:
+    wanted = supported.get(distribution or "", [])
+    version = str(version or "")
+    if any(version == v or version.startswith(v + ".") for v in wanted):
+        return _check("os_supported", True, f"{distribution} {version} is supported")
+    listing = "; ".join(f"{d} {'/'.join(v)}" for d, v in supported.items())
+    return _check(
+        "os_supported",
+        False,
+        f"{distribution or 'unknown OS'} {version} found; supported: {listing}. "
+        "Fix: reinstall the host with a supported OS, or remove it from gpu_nodes.",
+    )
+
+
+def driver_cuda(driver: str, cuda: str, gpu_name: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    if not driver:
+        return _check("driver_cuda_compat", None, "no driver pin (nvidia_driver_version): nothing to compare"), None
+    try:
+        parse_driver_version(driver, "nvidia_driver_version")
+    except ValueError as exc:
+        return _check("driver_cuda_compat", False, str(exc)), None
+    if not cuda:
+        msg = f"driver {driver} pinned; no CUDA version requested (gpuops_cuda_version)"
+        return _check("driver_cuda_compat", None, msg), None
+    try:
+        result = check_compat(driver, cuda, gpu_name)
+    except ValueError as exc:
+        return _check("driver_cuda_compat", False, str(exc)), None
+    detail = "; ".join(result["reasons"])
+    if result["compatible"]:
+        return _check("driver_cuda_compat", True, f"CUDA {cuda} on driver {driver}: {result['mode']}. {detail}"), result
+    return (
+        _check(
+            "driver_cuda_compat",
+            False,
+            f"CUDA {cuda} cannot run on the pinned driver {driver} (needs >= {result['min_driver']}; "
+            f"this driver runs CUDA <= {result['max_cuda']} natively). {detail}",
+        ),
+        result,
+    )
+
+
+def fabric_manager(gpu: dict[str, Any], driver: str) -> dict[str, Any]:
+    fm = gpu.get("fabric_manager") or {}
+    if not fm.get("required"):
+        return _check("fabric_manager", None, "no NVSwitch found: Fabric Manager is not needed")
+    installed = fm.get("version")
+    if not driver:
+        return _check("fabric_manager", None, "NVSwitch host, but no driver pin to compare Fabric Manager with")
+    if not installed:
+        return _check(
+            "fabric_manager", True, f"NVSwitch host: Fabric Manager will be installed at exactly {driver} (driver pin)"
+        )
+    try:
+        same = version_eq(parse_driver_version(installed, "fabric_manager_version"), parse_driver_version(driver))
+    except ValueError as exc:
+        msg = f"cannot compare Fabric Manager {installed!r} with driver {driver!r}: {exc}"
+        return _check("fabric_manager", False, msg)
+    if same:
+        return _check("fabric_manager", True, f"Fabric Manager {installed} equals the driver pin {driver}")
+    return _check(
+        "fabric_manager",
+        False,
+        f"Fabric Manager {installed} is installed but the driver pin is {driver}; they must match exactly, or "
+        "the fabric never initialises (CUDA error 802, 'system not yet initialized'). Fix: let nvidia_driver "
+        f"install nvidia-fabricmanager at {driver}, or pin the driver to {installed}.",
+    )
+
+
+def _nvlink_present(gpu: dict[str, Any], topology: dict[str, Any] | None, assume: bool) -> tuple[bool, str]:
+    if assume:
+        return True, "the inventory says this node has NVLink (preflight_assume_nvlink)"
+    linked = [g.get("index") for g in gpu.get("gpus") or [] if (g.get("nvlink") or 0) > 0]
+    if linked:
+        return True, f"GPUs {linked} report active NVLink links"
+    domains = (topology or {}).get("nvlink_domains") or []
+    big = [d for d in domains if len(d) > 1]
+    if big:
+        return True, f"nvidia-smi topo shows NVLink domains {big}"
+    return False, "no active NVLink found"
+
+
+def mig(plan: dict[str, Any], gpu: dict[str, Any], topology: dict[str, Any] | None) -> dict[str, Any]:
+    workload = plan.get("workload") or "training"
+    requested = bool(plan.get("mig_requested"))
+    enabled = [g.get("index") for g in gpu.get("gpus") or [] if str(g.get("mig_mode") or "").lower() == "enabled"]
+    if not requested and not enabled:
+        return _check("mig", True, "MIG is neither requested nor enabled")
+    nvlink, why = _nvlink_present(gpu, topology, bool(plan.get("assume_nvlink")))
+    multi_node = bool(plan.get("multi_node_training"))
+    training = workload in ("training", "mixed")
+    if training and (nvlink or multi_node):
+        serves = why if nvlink else "the team runs multi-node training (gpuops_multi_node_training)"
+        found = "MIG is requested (preflight_mig_requested)" if requested else f"MIG is enabled on GPUs {enabled}"
+        return _check(
+            "mig",
+            False,
+            f"{found} on a {workload} node, and {serves}. MIG disables NVLink and GPU peer-to-peer, so training "
+            "there would silently fall back to PCIe. Fix: keep whole GPUs on this node (disable MIG: "
+            "nvidia-smi -mig 0), or mark it an inference node (preflight_workload: inference).",
+        )
+    where = "requested" if requested else f"enabled on GPUs {enabled}"
+    return _check("mig", True, f"MIG {where} on a {workload} node: allowed ({why}; no multi-node training)")
+
+
+def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int) -> dict[str, Any]:
+    """The team's GPU-assignment rule (``team.gpu_assignment_problems``) on a host with ``gpu_count`` GPUs."""
+    if not assignments:
+        return _check("gpu_assignment", None, "no per-member GPU assignments to check")
+    problems = gpu_assignment_problems(assignments, range(gpu_count))
+    if problems:
+        return _check("gpu_assignment", False, "; ".join(problems) + ".")
+    owned = {g for entry in assignments for g in entry.get("gpus") or []}
+    return _check("gpu_assignment", True, f"{len(owned)} GPUs assigned, each to exactly one member")
+
+
+def time_slicing(replicas: Any) -> dict[str, Any]:
+    if replicas is None:
+        return _check("time_slicing", None, "time-slicing not configured")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < MIN_TIME_SLICING_REPLICAS:
+        return _check(
+            "time_slicing",
+            False,
+            f"time-slicing replicas is {replicas!r}; expected a whole number >= {MIN_TIME_SLICING_REPLICAS} "
+            "(1 would advertise each GPU once, i.e. no sharing). Fix: set replicas to 2 or more, or turn "
+            "time-slicing off.",
+        )
+    return _check("time_slicing", True, f"each GPU is advertised {replicas} times")
+
+
+def parse_size(value: Any, name: str = "min_free") -> int:
+    """Bytes from an int or a size such as 10G, 10GiB, 500M (binary units)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} is {value!r}; expected a size such as 10G or 500MiB")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{name} is {value!r}; expected a size such as 10G or 500MiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def human(size: float | None) -> str:
+    if size is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:  # noqa: PLR2004 -- the next binary unit
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def free_space(wanted: list[dict[str, Any]] | None, measured: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Each planned path has at least its min_free on the filesystem that holds (or will hold) it."""
+    if not wanted:
+        return _check("free_space", None, "no data paths to check (preflight_free_space)")
+    by_path = {m.get("path"): m for m in measured or []}
+    problems, fine = [], []
+    for item in wanted:
+        path = str(item.get("path"))
+        try:
+            need = parse_size(item.get("min_free", 0), f"preflight_free_space[{path}].min_free")
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        got = by_path.get(path) or {}
+        why = f" for {item['why']}" if item.get("why") else ""
+        where = got.get("measured_at") or path
+        if got.get("free_bytes") is None:
+            problems.append(f"{path}: free space unknown ({got.get('error') or 'not measured'})")
+        elif got["free_bytes"] < need:
+            problems.append(
+                f"{path} (filesystem of {where}) has {human(got['free_bytes'])} free; {human(need)} is needed{why}. "
+                f"Fix: free or grow that volume (at least {human(need - got['free_bytes'])} more), "
+                "or point the data at a larger one"
+            )
+        else:
+            fine.append(f"{path} {human(got['free_bytes'])} free (>= {human(need)})")
+    if problems:
+        return _check("free_space", False, "; ".join(problems) + ".")
+    return _check("free_space", True, "; ".join(fine))
+
+
+def nfs_targets(datasets: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The NFS servers the datasets mount, as {dataset, host, port} (port= from opts, else 2049)."""
+    targets = []
+    for item in datasets or []:
+        fstype = str(item.get("fstype") or "nfs4")
+        src = str(item.get("src") or "")
+        if not fstype.startswith("nfs") or ":" not in src:
+            continue
+        host = src.rsplit(":", 1)[0] if not src.startswith("[") else src[1 : src.index("]")]
+        opts = dict(o.split("=", 1) for o in str(item.get("opts") or "").split(",") if "=" in o)
+        port = int(opts["port"]) if str(opts.get("port", "")).isdigit() and int(opts["port"]) > 0 else NFS_PORT
+        targets.append({"dataset": item.get("name"), "host": host, "port": port})
+    return targets
+
+
+def nfs_reachable(targets: list[dict[str, Any]], probes: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Every NFS server answered one bounded TCP connect, so no hard mount can hang the run."""
+    if not targets:
+        return _check("nfs_servers", None, "no NFS datasets")
+    answers = {(p.get("host"), p.get("port")): p for p in probes or []}
+    problems, fine = [], []
+    for target in targets:
+        probe = answers.get((target["host"], target["port"])) or {}
+        name = f"dataset {target['dataset']} ({target['host']}:{target['port']})"
+        if probe.get("reachable"):
+            fine.append(f"{name} answered in {probe.get('seconds', 0):g} s")
+        else:
+            problems.append(f"{name}: {probe.get('error') or 'not probed'}")
+    if problems:
+        return _check(
+            "nfs_servers",
+            False,
+            "NFS server unreachable: "
+            + "; ".join(problems)
+            + ". Nothing was mounted or created. Fix: start the NFS server or open TCP port 2049 to it from the "
+            "node, correct the dataset's src (server:/export), or remove the dataset (compose_stack_datasets).",
+        )
+    return _check("nfs_servers", True, "; ".join(fine))
+
+
+def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """Every per-host rule (all but the platform, which is the fleet's). ``facts``: os, gpu, topology, host."""
+    gpu = facts.get("gpu") or {}
+    topology = facts.get("topology")
+    os_facts = facts.get("os") or {}
+    host = facts.get("host") or {}
+    driver = str(plan.get("driver_version") or "").strip()
+    cuda = str(plan.get("cuda_version") or "").strip()
+    first_name = next((g.get("name") for g in gpu.get("gpus") or [] if g.get("name")), None)
+    gpu_name = plan.get("gpu_name") or first_name
+
+    supported = plan.get("supported_os") or SUPPORTED_OS
+    checks = [os_supported(os_facts.get("distribution", ""), os_facts.get("version", ""), supported)]
+    compat_check, compat = driver_cuda(driver, cuda, gpu_name)
+    checks.append(compat_check)
+    checks.append(fabric_manager(gpu, driver))
+    checks.append(mig(plan, gpu, topology))
+    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)))
+    checks.append(time_slicing(plan.get("time_slicing_replicas")))
+    if "free_space" in plan:
+        checks.append(free_space(plan.get("free_space"), host.get("free_space")))
+    if "nfs_datasets" in plan:
+        checks.append(nfs_reachable(nfs_targets(plan.get("nfs_datasets")), host.get("tcp_probes")))
+    return {"checks": checks, "compat": compat, "driver_pin": driver or None}
+
+
+def finish(result: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
+    """Add the fleet's platform decision for this host to its checks, and the verdict."""
+    checks = [c for c in result["checks"] if c["name"] != "platform"]
+    checks.append(_check("platform", decision.get("ok", True), decision["reason"]))
+    failed = [c for c in checks if c["ok"] is False]
+    platform = {k: decision.get(k) for k in ("platform", "source", "reason")}
+    return {
+        **result,
+        "ok": not failed,
+        "checks": checks,
+        "failed_checks": [c["name"] for c in failed],
+        "platform": platform,
+    }
+
+
+def platform_request(plan: dict[str, Any]) -> dict[str, Any]:
+    """What one host's plan says about the platform (the inputs of the fleet decision)."""
+    return {k: plan.get(k) for k in ("platform", "team_size", "gpu_count", "multi_node_training")}
+
+
+def evaluate(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """Every preflight rule over one host, judged as a fleet of one (its GPUs are the fleet's)."""
+    gpu = facts.get("gpu") or {}
+    fleet = decide_fleet({"host": platform_request(plan)}, {"host": int(gpu.get("count") or 0)})
+    return finish(host_checks(plan, facts), fleet["hosts"]["host"])
+
+
+# The per-host action's arguments (plugins/action/preflight.py; documented in plugins/modules/preflight.py).
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "driver_version": {"type": "str", "default": ""},
+    "cuda_version": {"type": "str", "default": ""},
+    "gpu_name": {"type": "str"},
+    "workload": {"type": "str", "choices": list(WORKLOADS), "default": "training"},
+    "mig_requested": {"type": "bool", "default": False},
+    "assume_nvlink": {"type": "bool", "default": False},
+    "multi_node_training": {"type": "bool", "default": False},
+    "gpu_assignments": {"type": "list", "elements": "dict", "default": []},
+    "time_slicing_replicas": {"type": "int"},
+    "platform": {"type": "str", "choices": ["auto", "compose", "kubernetes"], "default": "auto"},
+    "team_size": {"type": "int"},
+    "gpu_count": {"type": "int"},
+    "supported_os": {"type": "dict"},
+    "topology": {"type": "bool", "default": True},
+    "free_space": {"type": "list", "elements": "dict", "default": []},
+    "nfs_datasets": {"type": "list", "elements": "dict", "default": []},
+    "probe_timeout": {"type": "float", "default": 3.0},
+}

@@ -1,0 +1,232 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The team: one list of members and teams for both platforms (``group_vars/all/team.yml``).
+
+``gpuops_teams`` (one Kubernetes namespace each; compose ignores quotas) and ``gpuops_members``
+(name, uid, team; ``gpus`` and the other workspace keys are read by compose only) are read by
+preflight, the compose workspaces and the Kubernetes tenancy. This module holds the rules that
+make the list usable by all three, checked once by the boilerplate play before any host is touched:
+
+* at least one member and one team; every member in a team that exists; every team with members;
+* member names: lower-case letters, digits and ``-``, starting with a letter (they become service
+  names, user names and paths, so no shell metacharacters), unique;
+* uids: whole numbers >= 1 (never root), unique; gid likewise when given;
+* ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
+  every compose host, so a GPU listed twice is always an error); on a host whose GPUs are known, each
+  index one of them. This GPU-assignment rule is ``gpu_assignment_problems``, and the member rules are
+  ``member_problems``: preflight (per host) and the compose workspaces call them rather than keep copies;
+* team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
+  whole number >= 0;
+* unknown keys are refused (a typo such as ``gpu:`` would otherwise be ignored).
+
+Every problem names the variable path, the value found, what is allowed and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+MEMBER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][0-9]+)?$")
+MEMBER_KEYS = ("name", "uid", "gid", "team", "gpus", "image", "shm_size", "mounts")
+TEAM_KEYS = ("name", "namespace", "gpu_quota", "cpu_quota", "memory_quota", "storage_quota", "storage_class", "group")
+QUOTA_KEYS = ("cpu_quota", "memory_quota", "storage_quota")
+EXAMPLE_MEMBER = "{name: alice, uid: 2001, team: vision, gpus: [0, 1]}"
+EXAMPLE_TEAM = "{name: vision, gpu_quota: 8, cpu_quota: '96', memory_quota: 768Gi, storage_quota: 4Ti}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, str) else f"'{value}'"
+
+
+def namespace_of(team: dict) -> str:
+    """The team's namespace: ``namespace``, else ``team-<name>``."""
+    return str(team.get("namespace") or f"team-{team.get('name')}")
+
+
+def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
+    problems: list[str] = []
+    names: dict[str, int] = {}
+    namespaces: dict[str, str] = {}
+    for i, team in enumerate(teams):
+        where = f"gpuops_teams[{i}]"
+        if not isinstance(team, dict):
+            problems.append(f"{where} is {_show(team)}; expected a mapping such as {EXAMPLE_TEAM}. "
+                            "Fix: write each team as a mapping")
+            continue
+        unknown = sorted(set(team) - set(TEAM_KEYS), key=str)
+        if unknown:
+            problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: "
+                            f"{', '.join(TEAM_KEYS)}. Fix: correct the spelling or remove them")
+        name = team.get("name")
+        if not isinstance(name, str) or not DNS_LABEL.match(name):
+            problems.append(f"{where}.name is {_show(name)}; expected a DNS-1123 label (lower-case letters, digits "
+                            "and '-', at most 63, starting and ending with a letter or digit). Fix: e.g. name: vision")
+            continue
+        if name in names:
+            problems.append(f"{where}.name '{name}' appears twice (also gpuops_teams[{names[name]}]); team names "
+                            "must be unique. Fix: merge the two teams or rename one")
+            continue
+        names[name] = i
+        namespace = namespace_of(team)
+        if not DNS_LABEL.match(namespace):
+            problems.append(f"{where}.namespace is {_show(team.get('namespace'))}; expected a DNS-1123 label. "
+                            f"Fix: e.g. namespace: team-{name}, or leave it out")
+        elif namespace in namespaces:
+            problems.append(f"teams {namespaces[namespace]} and {name} share namespace '{namespace}'; each team needs "
+                            "its own. Fix: change one team's namespace")
+        else:
+            namespaces[namespace] = name
+        gpu_quota = team.get("gpu_quota")
+        if gpu_quota is not None and (not _is_int(gpu_quota) or gpu_quota < 0):
+            problems.append(f"{where}.gpu_quota is {_show(gpu_quota)}; expected a whole number >= 0 (GPUs), "
+                            "unquoted. Fix: e.g. gpu_quota: 8")
+        for key in QUOTA_KEYS:
+            value = team.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not QUANTITY.match(str(value)):
+                problems.append(f"{where}.{key} is {_show(value)}; expected a Kubernetes quantity such as "
+                                "'96', 500m, 768Gi or 4Ti. Fix: write the amount with a binary suffix (Gi, Ti)")
+        for key in ("storage_class", "group"):
+            value = team.get(key)
+            if value is not None and (not isinstance(value, str) or not value):
+                problems.append(f"{where}.{key} is {_show(value)}; expected a non-empty string. Fix: set it or "
+                                "leave it out for the default")
+    return problems, names
+
+
+def _label(member: dict, position: int) -> str:
+    name = member.get("name")
+    return name if isinstance(name, str) else f"#{position}"
+
+
+def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None) -> list[str]:
+    """The GPU-assignment rule, the one copy: the team check, preflight and the compose workspaces call it.
+
+    A member's ``gpus`` (when given) is a list of GPU indexes, whole numbers >= 0; each GPU goes to one member
+    only; with ``host_gpus`` (the indexes of one host's GPUs; empty or None when unknown), every index is one of
+    them. Members without ``gpus`` and entries that are not mappings are left to ``member_problems``.
+    """
+    problems: list[str] = []
+    owner: dict[int, str] = {}
+    host = sorted(set(host_gpus or ()))
+    listing = ", ".join(str(i) for i in host)
+    for i, member in enumerate(members if isinstance(members, list) else []):
+        if not isinstance(member, dict) or "gpus" not in member:
+            continue
+        where, label, gpus = f"gpuops_members[{i}]", _label(member, i), member["gpus"]
+        if not isinstance(gpus, list):
+            problems.append(f"{where}.gpus is {_show(gpus)}; expected a list of GPU indexes such as [0, 1]. "
+                            "Fix: e.g. gpus: [0, 1]")
+            continue
+        for gpu in gpus:
+            if not _is_int(gpu) or gpu < 0:
+                problems.append(f"{where}.gpus lists {_show(gpu)}; expected GPU indexes, whole numbers >= 0 as "
+                                "nvidia-smi numbers them. Fix: write 0, not '0', GPU0 or -1")
+            elif gpu in owner:
+                problems.append(f"GPU {gpu} is given twice: to {owner[gpu]} and to {label} (gpuops_members[].gpus); "
+                                "each GPU goes to exactly one member. Fix: give one of them another GPU")
+            elif host and gpu not in host:
+                problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {listing} "
+                                f"({where}.gpus); expected indexes as nvidia-smi -L numbers them. "
+                                f"Fix: give {label} one of GPUs {listing}")
+            else:
+                owner[gpu] = label
+    return problems
+
+
+def member_problems(members: list, team_names: Iterable[str] | None = None,
+                    host_gpus: Iterable[int] | None = None) -> list[str]:
+    """Everything wrong with the members themselves: keys, names, uids, gids, teams and GPUs.
+
+    ``team_names``: the teams a member may name (None: not checked, for a member list given to one role alone);
+    ``host_gpus``: see ``gpu_assignment_problems``.
+    """
+    problems: list[str] = []
+    names: dict[str, int] = {}
+    uids: dict[int, str] = {}
+    for i, member in enumerate(members):
+        where = f"gpuops_members[{i}]"
+        if not isinstance(member, dict):
+            problems.append(f"{where} is {_show(member)}; expected a mapping such as {EXAMPLE_MEMBER}. "
+                            "Fix: write each member as a mapping")
+            continue
+        unknown = sorted(set(member) - set(MEMBER_KEYS), key=str)
+        if unknown:
+            problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: "
+                            f"{', '.join(MEMBER_KEYS)}. Fix: correct the spelling or remove them")
+        name = member.get("name")
+        label = _label(member, i)
+        if not isinstance(name, str) or not MEMBER_NAME.match(name):
+            problems.append(f"{where}.name is {_show(name)}; expected lower-case letters, digits and '-', "
+                            "starting with a letter, at most 31 (it becomes a user, a service ws-<name> and a path; "
+                            "no spaces or shell characters). Fix: e.g. name: alice")
+        elif name in names:
+            problems.append(f"{where}.name '{name}' appears twice (also gpuops_members[{names[name]}]); member names "
+                            "must be unique. Fix: rename one, e.g. alice2")
+        else:
+            names[name] = i
+        uid = member.get("uid")
+        if not _is_int(uid) or uid < 1:
+            problems.append(f"{where}.uid is {_show(uid)} for {label}; expected a whole number >= 1, unquoted "
+                            "(workspaces never run as root). Fix: give the member their own uid, e.g. 2001")
+        elif uid in uids:
+            problems.append(f"{where}.uid {uid} of {label} is also the uid of {uids[uid]}; each member needs their own "
+                            "uid. Fix: give one of them another uid")
+        else:
+            uids[uid] = label
+        gid = member.get("gid")
+        if gid is not None and (not _is_int(gid) or gid < 1):
+            problems.append(f"{where}.gid is {_show(gid)} for {label}; expected a whole number >= 1. "
+                            "Fix: give a non-root group id, or leave it out (the uid is used)")
+        team = member.get("team")
+        if team_names is not None and (not isinstance(team, str) or team not in team_names):
+            known = ", ".join(team_names) or "none defined"
+            problems.append(f"{where}.team is {_show(team)} for {label}; expected one of the gpuops_teams names "
+                            f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
+    return problems + gpu_assignment_problems(members, host_gpus)
+
+
+def team_problems(teams: Any, members: Any) -> list[str]:
+    """Everything wrong with ``gpuops_teams`` and ``gpuops_members``, all at once ([] when usable)."""
+    problems: list[str] = []
+    if not isinstance(teams, list) or not teams:
+        problems.append(f"gpuops_teams is {_show(teams)}; expected a list of at least one team such as "
+                        f"[{EXAMPLE_TEAM}]. Fix: declare the teams in group_vars/all/team.yml")
+        teams = teams if isinstance(teams, list) else []
+    if not isinstance(members, list) or not members:
+        problems.append(f"gpuops_members is {_show(members)}; expected a list of at least one member such as "
+                        f"[{EXAMPLE_MEMBER}] (an empty team gets no workspaces and no namespaces). "
+                        "Fix: list the members in group_vars/all/team.yml")
+        members = members if isinstance(members, list) else []
+    found, team_names = _team_problems(teams)
+    problems += found
+    problems += member_problems(members, team_names)
+    used = {m["team"] for m in members if isinstance(m, dict) and isinstance(m.get("team"), str)}
+    if members:
+        for name in team_names:
+            if name not in used:
+                problems.append(f"team '{name}' (gpuops_teams) has no members; expected every team to have at least "
+                                "one member in gpuops_members. Fix: add a member with team: "
+                                f"{name}, or remove the team")
+    return problems
+
+
+def resolve_teams(teams: list[dict], members: list[dict]) -> list[dict]:
+    """Teams with their defaults filled in (namespace, group) and their members' names, in list order."""
+    resolved = []
+    for team in teams:
+        entry = dict(team)
+        entry["namespace"] = namespace_of(team)
+        entry["group"] = team.get("group") or team["name"]
+        entry["members"] = [m["name"] for m in members if m.get("team") == team["name"]]
+        resolved.append(entry)
+    return resolved

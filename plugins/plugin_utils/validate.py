@@ -1,0 +1,174 @@
+"""validate.yml's judgements: pure functions over recorded command output, one result row per step.
+
+A row is {"step": name, "status": "ok" | "failed" | "skipped", "detail": text}. A host without GPUs gets
+every GPU step as "skipped: no GPU", never ok.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import allocatable, workspace_gpus
+
+NO_GPU = "skipped: no GPU"
+# Unidirectional GB/s per NVLink (NVLink 3 on A100 and NVLink 4 on H100 both give 25 GB/s per link per
+# direction: A100 12 links = 300 GB/s, H100 18 links = 450 GB/s) and per x16 PCIe link by generation.
+NVLINK_GBPS_PER_LINK = 25.0
+PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
+# all_reduce_perf's busbw reaches about 75-90% of the NVLink figure on a healthy box, and far less of the
+# PCIe figure (host bridges, no P2P across sockets): below these shares the step fails.
+NVLINK_FLOOR = 0.6
+PCIE_FLOOR = 0.3
+
+COMPOSE_STEPS = ("CUDA container runs nvidia-smi", "CUDA kernel launch (vectorAdd)", "NCCL all_reduce_perf",
+                 "workspaces see exactly their GPUs")
+KUBERNETES_STEPS = ("nodes Ready", "allocatable nvidia.com/gpu", "GPU Operator pods healthy",
+                    "GPU pod runs nvidia-smi")
+
+
+def row(step: str, status: str, detail: str) -> dict:
+    return {"step": step, "status": status, "detail": detail.strip()}
+
+
+def no_gpu_rows(platform: str, reason: str = "") -> list[dict]:
+    steps = COMPOSE_STEPS if platform == "compose" else KUBERNETES_STEPS[1:]
+    rows = [row(s, "skipped", NO_GPU + (f" ({reason})" if reason else "")) for s in steps]
+    return rows if platform == "compose" else [row(KUBERNETES_STEPS[0], "skipped", "checked on GPU nodes"), *rows]
+
+
+def _why(text: str) -> str:
+    """One line of a failed command's output: its first error line, else its last line."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = next((ln for ln in lines if "rror" in ln), lines[-1] if lines else "no output")
+    return line[:240]
+
+
+def _out(value) -> tuple[int | None, str]:
+    if not isinstance(value, dict) or value.get("skipped"):
+        return None, ""
+    text = "\n".join(x for x in (value.get("stdout"), value.get("stderr")) if x)
+    return value.get("rc"), value.get("out", text)
+
+
+def parse_all_reduce(text: str) -> dict:
+    """all_reduce_perf's table: peak bus bandwidth (out-of-place or in-place, any size), the reported
+    average, and the #wrong total (data validation errors). Columns are found from the header line, so
+    versions that add columns (nccl-tests 2.19's timing statistics) read the same."""
+    peak, wrong, rows = 0.0, 0, 0
+    bw_cols, wrong_cols = [-6, -2], [-5, -1]  # nccl-tests 2.13: ... busbw #wrong time algbw busbw #wrong
+    for line in (text or "").splitlines():
+        cols = line.split()
+        if line.lstrip().startswith("#"):
+            names = line.lstrip("# ").split()
+            if "busbw" in names and "size" in names:
+                bw_cols = [i for i, n in enumerate(names) if n == "busbw"]
+                wrong_cols = [i for i, n in enumerate(names) if n == "#wrong"]
+            continue
+        if not cols or not cols[0].isdigit() or len(cols) <= max(bw_cols + wrong_cols):
+            continue
+        try:
+            bandwidths = [float(cols[i]) for i in bw_cols]
+        except ValueError:
+            continue
+        rows += 1
+        peak = max(peak, *bandwidths)
+        wrong += sum(int(cols[i]) for i in wrong_cols if cols[i].isdigit())
+    avg = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text or "")
+    return {"rows": rows, "peak_busbw": peak, "avg_busbw": float(avg.group(1)) if avg else None, "wrong": wrong}
+
+
+def expected_busbw(topology: dict | None, gpus: list[int], pcie_gen: int = 4) -> dict:
+    """What the interconnect between ``gpus`` should give: NVLink when every pair is NVLinked (the weakest
+    pair's link count), else PCIe of the given generation."""
+    peers = {g["index"]: {int(k): int(v) for k, v in (g.get("nvlink_peers") or {}).items()}
+             for g in (topology or {}).get("gpus", []) if isinstance(g.get("index"), int)}
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    links = [peers.get(a, {}).get(b, 0) for a, b in pairs]
+    if pairs and all(links):
+        peak = min(links) * NVLINK_GBPS_PER_LINK
+        return {"path": f"NVLink (NV{min(links)} per pair)", "peak": peak, "floor": round(peak * NVLINK_FLOOR, 1)}
+    peak = PCIE_X16_GBPS.get(int(pcie_gen), PCIE_X16_GBPS[4])
+    return {"path": f"PCIe Gen{pcie_gen} x16", "peak": peak, "floor": round(peak * PCIE_FLOOR, 1)}
+
+
+def judge_nccl(text: str, rc: int | None, expected: dict) -> dict:
+    step = COMPOSE_STEPS[2]
+    parsed = parse_all_reduce(text)
+    if rc not in (0, None) or not parsed["rows"]:
+        return row(step, "failed", f"all_reduce_perf did not run (exit {rc}): {_why(text)}")
+    detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "
+              f"{expected['peak']:.0f} GB/s; floor {expected['floor']:.1f})")
+    if parsed["wrong"]:
+        return row(step, "failed", f"{parsed['wrong']} wrong results; {detail}")
+    return row(step, "ok" if parsed["peak_busbw"] >= expected["floor"] else "failed", detail)
+
+
+def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: list[dict],
+                 pcie_gen: int = 4) -> list[dict]:
+    """outputs: cuda_smi, cuda_check, nccl (registered results), workspaces ({member: result}) and
+    host_uuids (index -> UUID); members: [{name, gpus}] on this host."""
+    rows = []
+    rc, text = _out(outputs.get("cuda_smi"))
+    listed = len(re.findall(r"^GPU \d+:", text, re.M))
+    rows.append(row(COMPOSE_STEPS[0], "ok" if rc == 0 and listed == gpu_count else "failed",
+                    f"{listed} of {gpu_count} GPUs listed" if rc == 0 else f"exit {rc}: {_why(text)}"))
+    rc, text = _out(outputs.get("cuda_check"))
+    passed = rc == 0 and "Test PASSED" in text
+    rows.append(row(COMPOSE_STEPS[1], "ok" if passed else "failed",
+                    "vectorAdd: Test PASSED" if passed else f"exit {rc}: {_why(text)}"))
+    if gpu_count > 1:
+        rc, text = _out(outputs.get("nccl"))
+        rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen)))
+    else:
+        rows.append(row(COMPOSE_STEPS[2], "skipped", "skipped: one GPU, nothing to all-reduce across"))
+    uuids = outputs.get("host_uuids") or {}
+    results = []
+    for member in members:
+        rc, text = _out((outputs.get("workspaces") or {}).get(member["name"]))
+        want = [uuids.get(str(g), f"GPU{g}?") for g in member.get("gpus", [])]
+        link = workspace_gpus(rc, text, want)
+        results.append((member["name"], link))
+    if not results:
+        rows.append(row(COMPOSE_STEPS[3], "skipped", "no member workspace on this host"))
+    else:
+        bad = [f"{name}: {link['evidence']}" for name, link in results if link["status"] != "ok"]
+        rows.append(row(COMPOSE_STEPS[3], "failed" if bad else "ok",
+                        "; ".join(bad) if bad else f"{len(results)} workspace(s), each sees exactly its GPUs"))
+    return rows
+
+
+def _json(value):
+    _rc, text = _out(value)
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+
+
+def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1) -> list[dict]:
+    """outputs: nodes (kubectl get nodes -o json), node (kubectl get node NAME -o json), operator_pods
+    (kubectl get pods -n gpu-operator -o json), gpu_pod (the test pod's logs, after it completed)."""
+    rows = []
+    nodes = (_json(outputs.get("nodes")) or {}).get("items", [])
+    ready = [n["metadata"]["name"] for n in nodes
+             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in n["status"].get("conditions", []))]
+    not_ready = sorted({n["metadata"]["name"] for n in nodes} - set(ready))
+    rows.append(row(KUBERNETES_STEPS[0], "ok" if nodes and not not_ready else "failed",
+                    f"{len(ready)}/{len(nodes)} Ready" + (f"; not Ready: {', '.join(not_ready)}" if not_ready else "")))
+    alloc = allocatable(_out(outputs.get("node"))[1], gpu_count * replicas)
+    rows.append(row(KUBERNETES_STEPS[1], "ok" if alloc["status"] == "ok" else "failed",
+                    f"{alloc['evidence']} (expected {gpu_count} GPUs x {replicas} replicas)"))
+    pods = (_json(outputs.get("operator_pods")) or {}).get("items", [])
+    unhealthy = [p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Running", "Succeeded")
+                 or (p["status"].get("phase") == "Running"
+                     and not all(c.get("ready") for c in p["status"].get("containerStatuses") or []))]
+    rows.append(row(KUBERNETES_STEPS[2], "ok" if pods and not unhealthy else "failed",
+                    f"{len(pods) - len(unhealthy)}/{len(pods)} healthy" +
+                    (f"; unhealthy: {', '.join(unhealthy)}" if unhealthy else "")))
+    rc, text = _out(outputs.get("gpu_pod"))
+    listed = len(re.findall(r"^GPU \d+:", text, re.M))
+    rows.append(row(KUBERNETES_STEPS[3], "ok" if rc == 0 and listed else "failed",
+                    f"the pod completed and listed {listed} GPU(s) on {node}" if rc == 0 and listed
+                    else f"exit {rc}: {_why(text)}"))
+    return rows

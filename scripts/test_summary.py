@@ -1,0 +1,193 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Per-stage results and the closing summary of scripts/run-tests.sh (the format: docs/testing.md).
+
+    python3 scripts/test_summary.py counts JUNIT...
+        "passed failed skipped" over the JUnit files (a missing or unreadable file counts 0 0 0)
+    python3 scripts/test_summary.py stage NAME --rc N --seconds S --passed P --failed F --lane L
+                                    [--log FILE] [--junit FILE]... [--failure TEXT]...
+        build/results/NAME.json: the stage's own checks (P, F) plus what its JUnit files hold, and every skip
+        with its reason (JUnit <skipped message=...>)
+    python3 scripts/test_summary.py summary --command C --started EPOCH --load-start L --out FILE
+                                    [--lane STAGE,STAGE...]... STAGE...
+        FILE (build/test-summary.json): the stages in the order given; prints the failures, the skips per
+        stage with their reasons and the closing line "summary: N passed, N failed, N skipped"; exits 1 when
+        anything failed or nothing ran. A stage without a result file (it did not finish) counts as failed.
+
+Standard library only: it runs before and without the virtualenv's packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FORMAT = 1
+RESULTS = Path("build") / "results"
+
+
+def _suites(path: str) -> list[ET.Element]:
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    return [root] if root.tag == "testsuite" else root.findall("testsuite")
+
+
+def junit_counts(paths: list[str]) -> tuple[int, int, int]:
+    """(passed, failed, skipped) over JUnit files; errors count as failures."""
+    passed = failed = skipped = 0
+    for path in paths:
+        for suite in _suites(path):
+            tests, skips = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+            fails = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+            passed += tests - fails - skips
+            failed += fails
+            skipped += skips
+    return passed, failed, skipped
+
+
+def junit_skips(paths: list[str]) -> list[dict[str, str]]:
+    """Every skipped test case: {"test": "classname::name", "reason": the <skipped message=...>}."""
+    skips = []
+    for path in paths:
+        for suite in _suites(path):
+            for case in suite.iter("testcase"):
+                skipped = case.find("skipped")
+                if skipped is None:
+                    continue
+                test = "::".join(part for part in (case.get("classname", ""), case.get("name", "")) if part)
+                reason = (skipped.get("message") or (skipped.text or "").strip() or "no reason given").strip()
+                skips.append({"test": test, "reason": reason.removeprefix("Skipped: ")})
+    return skips
+
+
+def stage_record(args: argparse.Namespace) -> dict:
+    passed, failed, skipped = junit_counts(args.junit)
+    return {
+        "passed": args.passed + passed,
+        "failed": args.failed + failed,
+        "skipped": skipped,
+        "skips": junit_skips(args.junit),
+        "seconds": args.seconds,
+        "rc": args.rc,
+        "lane": args.lane,
+        "log": args.log,
+        "failures": args.failure,
+    }
+
+
+def unfinished(name: str) -> dict:
+    why = f"{name}: the stage left no result (build/results/{name}.json): it did not finish"
+    return {"passed": 0, "failed": 1, "skipped": 0, "skips": [], "seconds": None, "rc": None, "lane": None,
+            "log": None, "failures": [why]}
+
+
+def utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def load1() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def commit() -> str | None:
+    run = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return (run.stdout.strip() or None) if run.returncode == 0 else None
+
+
+def is_ci() -> bool:
+    """CI=true (also 1 or yes, any case), as CI services set it."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def summary(args: argparse.Namespace) -> dict:
+    stages = {}
+    for name in args.stages:
+        path = RESULTS / f"{name}.json"
+        try:
+            stages[name] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            stages[name] = unfinished(name)
+    ended = time.time()
+    return {
+        "format": FORMAT,
+        "command": args.command,
+        "commit": commit(),
+        "ci": is_ci(),
+        "cores": os.cpu_count(),
+        "started": utc(args.started),
+        "ended": utc(ended),
+        "seconds": round(ended - args.started),
+        "load_start": args.load_start,
+        "load_end": load1(),
+        "lanes": [lane.split(",") for lane in args.lane],
+        "passed": sum(s["passed"] for s in stages.values()),
+        "failed": sum(s["failed"] for s in stages.values()),
+        "skipped": sum(s["skipped"] for s in stages.values()),
+        "stages": stages,
+    }
+
+
+def closing_lines(result: dict) -> list[str]:
+    """The failures, the skips per stage (one line per reason) and the summary line, as printed."""
+    lines = [f"failed: {text}" for stage in result["stages"].values() for text in stage["failures"]]
+    for name, stage in result["stages"].items():
+        reasons: dict[str, list[str]] = {}
+        for skip in stage["skips"]:
+            reasons.setdefault(skip["reason"], []).append(skip["test"])
+        for reason, tests in reasons.items():
+            which = tests[0] if len(tests) == 1 else f"{len(tests)} tests"
+            lines.append(f"skipped: {name}: {reason} ({which})")
+    if result["passed"] + result["failed"] == 0:
+        lines.append("nothing ran: no test passed or failed")
+    lines.append(f"summary: {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="test_summary.py")
+    sub = parser.add_subparsers(dest="what", required=True)
+    counts = sub.add_parser("counts")
+    counts.add_argument("junit", nargs="*")
+    stage = sub.add_parser("stage")
+    stage.add_argument("name")
+    for option in ("--rc", "--seconds", "--passed", "--failed", "--lane"):
+        stage.add_argument(option, type=int, required=True)
+    stage.add_argument("--log")
+    stage.add_argument("--junit", action="append", default=[])
+    stage.add_argument("--failure", action="append", default=[])
+    total = sub.add_parser("summary")
+    total.add_argument("--command", required=True)
+    total.add_argument("--started", type=float, required=True)
+    total.add_argument("--load-start", type=float)
+    total.add_argument("--out", required=True)
+    total.add_argument("--lane", action="append", default=[])
+    total.add_argument("stages", nargs="+")
+    args = parser.parse_args(argv)
+
+    if args.what == "counts":
+        print(*junit_counts(args.junit))
+        return 0
+    if args.what == "stage":
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{args.name}.json").write_text(json.dumps(stage_record(args), indent=2) + "\n")
+        return 0
+    result = summary(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print("\n".join(closing_lines(result)))
+    return 0 if result["failed"] == 0 and result["passed"] + result["failed"] > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,166 @@
+"""bench/figures.py: the figures blocks of docs/performance.md and README.md, from results.json and the test summary."""
+
+from __future__ import annotations
+
+import json
+
+import figures
+import pytest
+
+GEN = {
+    "script": "bench/fleet.py",
+    "command": "python bench/fleet.py --sizes 10,50",
+    "commit": "a" * 40,
+    "measured_at": "2026-12-02T08:00:00Z",
+    "cores": 2,
+    "load_1min_before": 0.3,
+    "load_1min_after": 0.7,
+    "load_limit": 3.0,
+    "over_load": False,
+    "targets_gpu": False,
+}
+
+
+def size(hosts, ping, setup, preflight, over=False, load=0.5):
+    return {
+        "hosts": hosts,
+        "init": "sleep",
+        "rounds": 3,
+        "load_1min_before": load,
+        "load_1min_after": load,
+        "load_limit": 3.0,
+        "over_load": over,
+        "median_seconds": {"ping": ping, "setup": setup, "preflight": preflight},
+        "preflight_over_ping": round(preflight / ping, 3),
+        "preflight_over_setup": round(preflight / setup, 3),
+    }
+
+
+@pytest.mark.parametrize("page", sorted(figures.PAGES))
+def test_committed_page_is_what_the_generator_writes(page):
+    current = (figures.REPO / page).read_text()
+    assert current == figures.expected_page(page, current), f"{page}: stale figures. Fix: make docs, then commit it"
+
+
+def test_a_size_above_the_load_limit_is_shown_with_its_load_not_its_figures():
+    entry = {
+        "generator": GEN,
+        "sizes_requested": [10, 50, 100],
+        "sizes": [size(10, 7.0, 9.0, 8.0), size(50, 167.7, 217.5, 177.4, over=True, load=55.0)],
+        "marginal_seconds_per_host": [
+            {"from_hosts": 10, "to_hosts": 50, "seconds_per_host": {"ping": 4.0, "setup": 5.2, "preflight": 4.2}}
+        ],
+    }
+    text = "\n".join(figures.fleet_block(entry))
+    assert "| 10 | 3 | 0.5 / 0.5 | 7.0 s | 9.0 s | 8.0 s | **1.14** (met) | **0.89** (met) |" in text
+    assert "| 50 | 3 | 55.0 / 55.0 | not quoted: 1-minute load 55.0 / 55.0, above the limit 3.0 |" in text
+    assert "167.7" not in text
+    assert "177.4" not in text
+    assert "Marginal" not in text  # one end of the slope is not quoted
+    assert "| 100 |  |  | not measured: the run ended before this size |" in text
+    assert f"commit `{'a' * 10}`" in text
+    assert "targets without a GPU" in text
+    readme = "\n".join(figures.readme_performance({"fleet": entry}))
+    assert "10 hosts: 1.14x ping, 0.89x setup" in readme
+    assert "50 hosts" not in readme
+
+
+def test_a_ratio_over_its_target_says_so():
+    entry = {"generator": GEN, "sizes": [size(10, 7.0, 9.0, 10.0)], "marginal_seconds_per_host": []}
+    assert "**1.43** (not met) | **1.11** (not met)" in "\n".join(figures.fleet_block(entry))
+
+
+def test_converge_above_the_load_limit_gives_no_seconds():
+    gen = {**GEN, "script": "bench/converge.py", "load_1min_before": 12.0, "over_load": True}
+    entry = {
+        "generator": gen,
+        "first_seconds": 187.4,
+        "second_seconds": 121.4,
+        "second_over_first": 0.648,
+        "first_recap": {"changed": 12},
+        "second_recap": {"changed": 0},
+        "second_slowest_tasks": [],
+        "load_1min_at_start": {"first": 5.9, "second": 10.1},
+    }
+    text = "\n".join(figures.converge_block(entry) + figures.readme_performance({"converge": entry}))
+    assert "not quoted: 1-minute load 12.0 / 0.7, above the limit 3.0" in text
+    assert "187.4" not in text
+    assert "0.65" not in text
+    quiet = {**entry, "generator": {**gen, "load_1min_before": 0.9, "over_load": False}}
+    text = "\n".join(figures.converge_block(quiet))
+    assert "| 187.4 s (changed=12) | 121.4 s (changed=0) | **0.65** (not met) | 5.9 / 10.1 |" in text
+
+
+def test_no_entry_and_no_summary_say_not_measured_and_not_recorded():
+    assert figures.fleet_block(None)[0].startswith("Not measured yet")
+    assert "not measured yet" in "\n".join(figures.readme_performance({}))
+    assert figures.readme_tests(None)[0].startswith("No full `make test` is recorded yet")
+
+
+def test_the_readme_test_line_comes_from_the_summary():
+    summary = {
+        "format": 1,
+        "command": "all",
+        "commit": "b" * 40,
+        "ci": False,
+        "cores": 2,
+        "started": "2026-12-02T08:00:00Z",
+        "ended": "2026-12-02T08:49:12Z",
+        "seconds": 2952,
+        "load_start": 0.4,
+        "load_end": 2.1,
+        "passed": 1611,
+        "failed": 0,
+        "skipped": 3,
+        "stages": {"lint": {"seconds": 154}, "unit": {"seconds": 95}, "molecule-driver": {"seconds": None}},
+    }
+    line = figures.readme_tests(summary)[0]
+    assert "**1611 passed, 0 failed, 3 skipped** in 49 min 12 s on 2 cores" in line
+    assert "commit `bbbbbbbbbb`" in line
+    assert "Stages: lint 154 s, unit 95 s, molecule-driver unfinished." in line
+    assert "upper bound" not in line
+    loaded = figures.readme_tests({**summary, "load_end": 15.9})[0]
+    assert (
+        "(1-minute load 0.4 at the start, 15.9 at the end; CI: no; the load passed the limit 3.0, so the time" in loaded
+    )
+
+
+def test_a_page_without_its_markers_is_refused():
+    page = f"# x\n\n{figures.begin('fleet')}\nold\n{figures.end('fleet')}\n"
+    with pytest.raises(SystemExit, match="no block figures:converge"):
+        figures.render_page(page, ("fleet", "converge"), {}, None, "docs/performance.md")
+    out = figures.render_page(page, ("fleet",), {}, None, "docs/performance.md")
+    assert "old" not in out
+    assert out.startswith("# x\n\n")
+
+
+def test_record_test_keeps_only_a_full_run(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "kept.json"
+    monkeypatch.setattr(figures, "TEST_SUMMARY", target)
+    monkeypatch.setattr(figures, "REPO", tmp_path)
+    base = dict.fromkeys(figures.SUMMARY_FIELDS, 0) | {"format": 1, "stages": {}, "commit": "c" * 40}
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({**base, "command": "lint"}))
+    assert figures.record_test(partial) == 1
+    assert "not the full suite" in capsys.readouterr().err
+    assert not target.exists()
+    assert figures.record_test(tmp_path / "absent.json") == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"format": 1, "command": "all"}))
+    assert figures.record_test(broken) == 1
+    anonymous = tmp_path / "anonymous.json"
+    anonymous.write_text(json.dumps({**base, "command": "all", "commit": None}))
+    assert figures.record_test(anonymous) == 1
+    assert "names no commit" in capsys.readouterr().err
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps({**base, "command": "all"}))
+    assert figures.record_test(full) == 0
+    assert json.loads(target.read_text())["command"] == "all"
+
+
+def test_a_committed_test_summary_is_a_full_run():
+    if not figures.TEST_SUMMARY.exists():
+        return  # nothing recorded yet: the README says so (test above)
+    summary = json.loads(figures.TEST_SUMMARY.read_text())
+    assert [f for f in figures.SUMMARY_FIELDS if f not in summary] == []
+    assert summary["command"] == "all"

@@ -1,0 +1,149 @@
+"""kube_tenancy: quantities, the refusals, and the objects of each team's namespace."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_tenancy as kt
+
+
+def config(**extra: object) -> dict:
+    base = {
+        "teams": [
+            {"name": "vision", "gpu_quota": 8, "cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti",
+             "storage_class": "local-nvme", "group": "vision-team"},
+            {"name": "nlp", "namespace": "nlp-lab", "gpu_quota": 4, "cpu_quota": "48", "memory_quota": "384Gi",
+             "storage_quota": "2Ti"},
+        ],
+        "members": [
+            {"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 1]},
+            {"name": "bob", "uid": 2002, "team": "vision"},
+            {"name": "chen", "uid": 2003, "team": "nlp"},
+        ],
+        "cluster_gpus": 24,
+        "member_pvc_size": "200Gi",
+        "extra_pvcs": 8,
+        "limit_default": {"cpu": "4", "memory": "16Gi"},
+        "limit_default_request": {"cpu": "500m", "memory": "2Gi"},
+        "monitoring_namespace": "monitoring",
+        "default_storage_class": "",
+    }
+    base.update(extra)
+    return base
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("96", Decimal(96)), ("500m", Decimal("0.5")), ("768Gi", Decimal(768 * 2**30)), ("4Ti", Decimal(4 * 2**40)),
+    ("1.5G", Decimal("1.5e9")), ("1e3", Decimal(1000)), (8, Decimal(8)), (".5", Decimal("0.5")),
+])
+def test_quantities(text: object, number: Decimal) -> None:
+    assert kt.parse_quantity(text) == number
+
+
+@pytest.mark.parametrize("text", ["", "lots", "768GB", "4 Ti", "-1", "1.2.3", "Gi", None, True, 1.5, "0x10"])
+def test_not_quantities(text: object) -> None:
+    assert kt.parse_quantity(text) is None
+
+
+def by_kind(objects: list[dict], namespace: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for obj in objects:
+        if obj["metadata"].get("namespace", obj["metadata"]["name"]) == namespace:
+            out.setdefault(obj["kind"], []).append(obj)
+    return out
+
+
+def test_objects_per_team() -> None:
+    result = kt.plan(config())
+    assert result["problems"] == []
+    vision = by_kind(result["objects"], "team-vision")
+    assert vision["Namespace"][0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    hard = vision["ResourceQuota"][0]["spec"]["hard"]
+    assert hard == {"requests.nvidia.com/gpu": "8", "requests.cpu": "96", "requests.memory": "768Gi",
+                    "limits.memory": "768Gi", "persistentvolumeclaims": "10", "requests.storage": "4Ti"}
+    limits = vision["LimitRange"][0]["spec"]["limits"][0]
+    assert limits["default"] == {"cpu": "4", "memory": "16Gi"}
+    assert limits["defaultRequest"] == {"cpu": "500m", "memory": "2Gi"}
+    policies = {p["metadata"]["name"]: p["spec"] for p in vision["NetworkPolicy"]}
+    assert policies["vision-default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert policies["vision-allow-same-namespace"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    assert policies["vision-allow-monitoring"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
+    binding = vision["RoleBinding"][0]
+    assert binding["metadata"]["namespace"] == "team-vision"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "vision-team"}]
+    pvcs = {p["metadata"]["name"]: p["spec"] for p in vision["PersistentVolumeClaim"]}
+    assert set(pvcs) == {"workspace-alice", "workspace-bob"}
+    assert pvcs["workspace-alice"]["storageClassName"] == "local-nvme"
+    assert pvcs["workspace-alice"]["resources"]["requests"]["storage"] == "200Gi"
+    nlp = by_kind(result["objects"], "nlp-lab")
+    assert nlp["RoleBinding"][0]["subjects"][0]["name"] == "nlp", "group defaults to the team name"
+    assert "storageClassName" not in nlp["PersistentVolumeClaim"][0]["spec"], "no class: the cluster default"
+    assert all(obj["metadata"].get("namespace") in (None, "team-vision", "nlp-lab") for obj in result["objects"])
+    keys = [(obj["kind"], obj["metadata"]["name"]) for obj in result["objects"]]
+    assert len(keys) == len(set(keys)), "kind and name must be unique across teams (one render file each)"
+
+
+def one_problem(**extra: object) -> str:
+    problems = kt.problems(config(**extra))
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_quota_not_a_quantity() -> None:
+    teams = config()["teams"]
+    teams[0]["memory_quota"] = "768GB"
+    assert one_problem(teams=teams).startswith("gpuops_teams[0] (vision).memory_quota is '768GB': not a Kubernetes")
+
+
+def test_team_without_members() -> None:
+    members = [m for m in config()["members"] if m["team"] != "nlp"]
+    assert "gpuops_teams[1] (nlp) has no members" in one_problem(members=members)
+
+
+def test_member_in_no_team() -> None:
+    members = [*config()["members"], {"name": "dora", "uid": 2004, "team": "robotics"}]
+    assert one_problem(members=members).startswith("gpuops_members[3] (dora) has team 'robotics', which is not in")
+
+
+def test_two_teams_same_namespace() -> None:
+    teams = config()["teams"]
+    teams[1]["namespace"] = "team-vision"
+    assert "teams vision, nlp share the namespace 'team-vision'" in one_problem(teams=teams)
+
+
+def test_gpu_quota_above_cluster() -> None:
+    teams = config()["teams"]
+    teams[0]["gpu_quota"] = 32
+    assert "gpu_quota is 32, more than the cluster's 24 GPUs" in one_problem(teams=teams)
+    assert kt.problems(config(teams=teams, cluster_gpus=0)) == [], "unknown cluster size: not checked"
+
+
+@pytest.mark.parametrize("quota", [-1, "8", 2.5, None, True])
+def test_gpu_quota_not_a_count(quota: object) -> None:
+    teams = config()["teams"]
+    teams[0]["gpu_quota"] = quota
+    assert "gpu_quota is" in one_problem(teams=teams)
+
+
+def test_member_pvcs_must_fit_storage_quota() -> None:
+    assert "smaller than its 2 member PVCs of 3Ti each" in kt.problems(config(member_pvc_size="3Ti"))[0]
+
+
+def test_bad_names_and_duplicates() -> None:
+    teams = config()["teams"]
+    teams[1]["name"] = "Vision_Team"
+    problems = kt.problems(config(teams=teams))
+    assert any("expected a DNS-1123 label" in p for p in problems)
+    members = [*config()["members"], {"name": "alice", "team": "vision"}]
+    assert any("'alice' appears more than once" in p for p in kt.problems(config(members=members)))
+
+
+def test_limit_defaults_checked() -> None:
+    assert "kube_tenancy_limit_default.memory is '16 GB'" in one_problem(limit_default={"memory": "16 GB"})
+
+
+def test_no_teams() -> None:
+    assert kt.plan(config(teams=[]))["problems"][0].startswith("gpuops_teams is []")

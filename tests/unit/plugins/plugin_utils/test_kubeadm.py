@@ -1,0 +1,52 @@
+"""kubeadm sections kube_control_plane and kube_join both render (plugins/plugin_utils/kubeadm.py)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kubeadm
+
+GPU_NODE = {
+    "labels": {"nvidia.com/gpu": "true", "gpuops.io/pool": "training"},
+    "annotations": {"gpuops.io/placements": "[]"},
+    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+}
+
+
+def test_gpu_node_registers_tainted_with_its_labels_as_kubelet_flags() -> None:
+    assert kubeadm.node_registration("gpu-01", GPU_NODE) == {
+        "name": "gpu-01",
+        "criSocket": "unix:///run/containerd/containerd.sock",
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "kubeletExtraArgs": [{"name": "node-labels", "value": "nvidia.com/gpu=true,gpuops.io/pool=training"}],
+    }
+
+
+def test_node_without_labels_has_no_kubelet_flags() -> None:
+    section = kubeadm.node_registration("cpu-01", {"labels": {}, "annotations": {}, "taints": []})
+    assert section == {"name": "cpu-01", "criSocket": "unix:///run/containerd/containerd.sock", "taints": []}
+
+
+@pytest.mark.parametrize(
+    "registration", [None, {}, {"labels": {}}, {"labels": [], "taints": []}, {"labels": {}, "taints": "x"}]
+)
+def test_unusable_registration_is_refused_with_the_fix(registration) -> None:
+    with pytest.raises(ValueError, match=r"registration of cpu-01 (is|has)"):
+        kubeadm.node_registration("cpu-01", registration)
+
+
+def test_discovery_placeholders_until_the_join_has_its_secrets() -> None:
+    assert kubeadm.discovery("192.0.2.10:6443") == {
+        "bootstrapToken": {
+            "apiServerEndpoint": "192.0.2.10:6443",
+            "token": "review.placeholder00000",
+            "caCertHashes": ["sha256:" + "0" * 64],
+        }
+    }
+    token = kubeadm.discovery("cp:6443", "abcdef.0123456789abcdef", "sha256:" + "1" * 64)["bootstrapToken"]
+    assert token["token"] == "abcdef.0123456789abcdef"
+    assert token["caCertHashes"] == ["sha256:" + "1" * 64]
+
+
+def test_discovery_without_an_endpoint_is_refused() -> None:
+    with pytest.raises(ValueError, match="endpoint to join through is empty"):
+        kubeadm.discovery("")

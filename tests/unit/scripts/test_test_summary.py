@@ -1,0 +1,115 @@
+"""scripts/test_summary.py: per-stage counts and skip reasons from JUnit, build/test-summary.json and the closing
+lines of scripts/run-tests.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("test_summary", REPO / "scripts" / "test_summary.py")
+ts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ts)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="1" failures="1" skipped="3" tests="7">
+<testcase classname="tests.a" name="test_ok"/>
+<testcase classname="tests.a" name="test_ok2"/>
+<testcase classname="tests.a" name="test_fails"><failure message="assert 1 == 2">...</failure></testcase>
+<testcase classname="tests.a" name="test_errors"><error message="failed on setup">...</error></testcase>
+<testcase classname="tests.b" name="test_node"><skipped type="pytest.skip" message="docker is not available here">
+tests/container_node.py:41: docker is not available here</skipped></testcase>
+<testcase classname="tests.b" name="test_data[x]"><skipped message="Skipped: real third-party data not present: /d/x"/>
+</testcase>
+<testcase classname="tests.b" name="test_data[y]"><skipped message="Skipped: real third-party data not present: /d/x"/>
+</testcase>
+</testsuite></testsuites>
+"""
+
+
+@pytest.fixture
+def junit(tmp_path, monkeypatch) -> str:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "stage.xml"
+    path.write_text(JUNIT)
+    return str(path)
+
+
+def stage(name: str, *extra: str) -> None:
+    assert ts.main(["stage", name, "--rc", "0", "--seconds", "12", "--passed", "0", "--failed", "0", "--lane", "2",
+                    *extra]) == 0
+
+
+def test_counts_take_errors_as_failures_and_skips_apart(junit, tmp_path):
+    assert ts.junit_counts([junit]) == (2, 2, 3)
+    assert ts.junit_counts([junit, junit]) == (4, 4, 6)
+    assert ts.junit_counts([str(tmp_path / "absent.xml")]) == (0, 0, 0), "a stage that wrote no JUnit counts nothing"
+
+
+def test_every_skip_keeps_its_test_and_reason(junit):
+    assert ts.junit_skips([junit]) == [
+        {"test": "tests.b::test_node", "reason": "docker is not available here"},
+        {"test": "tests.b::test_data[x]", "reason": "real third-party data not present: /d/x"},
+        {"test": "tests.b::test_data[y]", "reason": "real third-party data not present: /d/x"},
+    ]
+
+
+def test_stage_record_adds_its_own_checks_to_its_junit(junit, tmp_path):
+    assert ts.main(["stage", "unit", "--rc", "1", "--seconds", "95", "--passed", "5", "--failed", "1", "--lane", "2",
+                    "--junit", junit, "--failure", "unit: unit tests (log: x)"]) == 0
+    record = json.loads((tmp_path / "build" / "results" / "unit.json").read_text())
+    assert (record["passed"], record["failed"], record["skipped"], record["rc"], record["seconds"], record["lane"]) == (
+        7, 3, 3, 1, 95, 2)
+    assert record["failures"] == ["unit: unit tests (log: x)"]
+    assert [s["test"] for s in record["skips"]] == [
+        "tests.b::test_node", "tests.b::test_data[x]", "tests.b::test_data[y]"]
+
+
+def test_summary_totals_skips_per_stage_and_closing_line(junit, tmp_path, capsys):
+    stage("lint", "--passed", "7")
+    stage("unit", "--junit", junit)
+    rc = ts.main(["summary", "--command", "lanes", "--started", "1800000000", "--load-start", "1.5",
+                  "--out", "build/test-summary.json", "--lane", "lint,unit", "lint", "unit"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1, "a failed test fails the run"
+    assert lines[-1] == "summary: 9 passed, 2 failed, 3 skipped"
+    assert lines[-3:-1] == ["skipped: unit: docker is not available here (tests.b::test_node)",
+                            "skipped: unit: real third-party data not present: /d/x (2 tests)"]
+    result = json.loads((tmp_path / "build" / "test-summary.json").read_text())
+    assert list(result["stages"]) == ["lint", "unit"]
+    assert (result["passed"], result["failed"], result["skipped"]) == (9, 2, 3)
+    assert result["started"] == "2027-01-15T08:00:00Z"
+    assert result["lanes"] == [["lint", "unit"]]
+    assert result["load_start"] == pytest.approx(1.5)
+    assert isinstance(result["ci"], bool)
+    assert {"commit", "ended", "seconds", "load_end", "cores", "format"} <= set(result)
+
+
+def test_a_stage_that_left_no_result_fails_the_run(junit, capsys):
+    stage("lint", "--passed", "7")
+    rc = ts.main(["summary", "--command", "all", "--started", "1800000000", "--out", "s.json", "lint", "unit"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert lines[0].startswith("failed: unit: the stage left no result")
+    assert lines[-1] == "summary: 7 passed, 1 failed, 0 skipped"
+
+
+def test_nothing_ran_fails_the_run_even_with_skips_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    only_skips = JUNIT.replace('errors="1" failures="1"', 'errors="0" failures="0"').replace('tests="7"', 'tests="3"')
+    (tmp_path / "s.xml").write_text(only_skips)
+    stage("bad_input", "--junit", "s.xml")
+    rc = ts.main(["summary", "--command", "bad_input", "--started", "1800000000", "--out", "s.json", "bad_input"])
+    assert rc == 1
+    assert capsys.readouterr().out.splitlines()[-2:] == ["nothing ran: no test passed or failed",
+                                                         "summary: 0 passed, 0 failed, 3 skipped"]
+
+
+def test_a_clean_run_exits_0(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    stage("lint", "--passed", "7")
+    assert ts.main(["summary", "--command", "lint", "--started", "1800000000", "--out", "s.json", "lint"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["summary: 7 passed, 0 failed, 0 skipped"]
