@@ -51,20 +51,26 @@ def namespace_of(team: dict) -> str:
     return str(team.get("namespace") or f"team-{team.get('name')}")
 
 
+def _shape_problems(where: str, entry: Any, keys: tuple[str, ...], example: str, kind: str) -> list[str]:
+    """A list entry that is not a mapping, or has keys outside ``keys`` (a team or a member)."""
+    if not isinstance(entry, dict):
+        return [f"{where} is {_show(entry)}; expected a mapping such as {example}. Fix: write each {kind} as a mapping"]
+    unknown = sorted(set(entry) - set(keys), key=str)
+    if unknown:
+        return [f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(keys)}. "
+                "Fix: correct the spelling or remove them"]
+    return []
+
+
 def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
     problems: list[str] = []
     names: dict[str, int] = {}
     namespaces: dict[str, str] = {}
     for i, team in enumerate(teams):
         where = f"gpuops_teams[{i}]"
+        problems += _shape_problems(where, team, TEAM_KEYS, EXAMPLE_TEAM, "team")
         if not isinstance(team, dict):
-            problems.append(f"{where} is {_show(team)}; expected a mapping such as {EXAMPLE_TEAM}. "
-                            "Fix: write each team as a mapping")
             continue
-        unknown = sorted(set(team) - set(TEAM_KEYS), key=str)
-        if unknown:
-            problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: "
-                            f"{', '.join(TEAM_KEYS)}. Fix: correct the spelling or remove them")
         name = team.get("name")
         if not isinstance(name, str) or not DNS_LABEL.match(name):
             problems.append(f"{where}.name is {_show(name)}; expected a DNS-1123 label (lower-case letters, digits "
@@ -155,14 +161,9 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
     uids: dict[int, str] = {}
     for i, member in enumerate(members):
         where = f"gpuops_members[{i}]"
+        problems += _shape_problems(where, member, MEMBER_KEYS, EXAMPLE_MEMBER, "member")
         if not isinstance(member, dict):
-            problems.append(f"{where} is {_show(member)}; expected a mapping such as {EXAMPLE_MEMBER}. "
-                            "Fix: write each member as a mapping")
             continue
-        unknown = sorted(set(member) - set(MEMBER_KEYS), key=str)
-        if unknown:
-            problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: "
-                            f"{', '.join(MEMBER_KEYS)}. Fix: correct the spelling or remove them")
         name = member.get("name")
         label = _label(member, i)
         if not isinstance(name, str) or not MEMBER_NAME.match(name):

@@ -54,7 +54,8 @@ def test_a_valid_team_has_no_problems() -> None:
         (lambda t, m: t[0].update(gpu_quota="8"), ["gpuops_teams[0].gpu_quota is '8'"]),
         (lambda t, m: t[0].update(memory_quota="lots"), ["gpuops_teams[0].memory_quota is 'lots'", "768Gi"]),
         (lambda t, m: t[0].update(quota=1), ["gpuops_teams[0] has unknown key(s) quota"]),
-        (lambda t, m: t.append("ops"), ["gpuops_teams[2] is 'ops'; expected a mapping"]),
+        (lambda t, m: t.append("ops"), ["gpuops_teams[2] is 'ops'; expected a mapping", "write each team as"]),
+        (lambda t, m: m.append("dave"), ["gpuops_members[3] is 'dave'; expected a mapping", "write each member as"]),
     ],
 )
 def test_each_problem_names_the_variable_the_value_and_the_fix(change, fragments) -> None:
