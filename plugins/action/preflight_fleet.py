@@ -74,9 +74,16 @@ class ActionModule(ActionBase):
 
         now = datetime.now(timezone.utc)
         run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
+        results = {
+            host: finish({k: r["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host])
+            for host, r in judged.items()
+        }
         plan = build_plan(
             fleet,
-            {h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": {"ok": True}} for h, r in judged.items()},
+            {
+                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": results[h], "plan": r["preflight"]["plan"]}
+                for h, r in judged.items()
+            },
             hostvars,
             served,
             now.isoformat(timespec="seconds"),
@@ -90,17 +97,13 @@ class ActionModule(ActionBase):
                 "gpu": facts.get("gpu") or {},
                 "host_facts": facts.get("gpu_host"),
                 "plan": registered["preflight"]["plan"],
-                "result": finish(
-                    {k: registered["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host]
-                ),
+                "result": results[host],
                 "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
                 "planned": plan["hosts"][host],
             }
             add_sections(host, record, hostvars[host])
             records[host] = record
         written = write_reports(run_dir, records, fleet)
-        for host, record in records.items():
-            plan["hosts"][host]["ok"] = record["result"]["ok"]
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
         plan_files = write_plan(plan, run_dir, args["report_dir"])
 

@@ -21,7 +21,7 @@ def kubelet_section(host: str, record: dict, hostvars: Any) -> dict | None:
     platform = ((record.get("result") or {}).get("platform") or {}).get("platform")
     if platform != "kubernetes" or "gpu_nodes" not in (plan.get_var(hostvars, "group_names", []) or []):
         return None
-    part = record.get("planned") or plan.host_part(platform, record.get("gpu") or {}, False, hostvars, None)
+    part = record.get("planned") or plan.host_part(platform, record.get("gpu") or {}, hostvars)
     policy = part.get("kubelet_policy")
     if policy is None:
         return {

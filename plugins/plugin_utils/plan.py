@@ -188,15 +188,20 @@ def _team(members: Any, teams: Any) -> dict:
     }
 
 
-def host_part(platform: str | None, gpu: dict, fabric_manager: bool, hostvars: Any, ok: bool | None) -> dict:
+def host_part(
+    platform: str | None, gpu: dict, hostvars: Any, ok: bool | None = None, driver: str | None = None
+) -> dict:
     """One host's part: GPUs, topology summary, packages, and the kubelet policy and NCCL settings derived from it.
-    The topology is the one preflight read, else the inventory's declaration (gpuops_gpu_topology)."""
+    The topology is the one preflight read, else the inventory's declaration (gpuops_gpu_topology); ``driver`` is the
+    pin preflight judged, else the inventory's nvidia_driver_version; Fabric Manager is needed where the GPU facts
+    found NVSwitches."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = get_var(hostvars, "gpuops_gpu_topology")
         topology, source = (declared, "inventory (gpuops_gpu_topology)") if isinstance(declared, dict) else (None, None)
     pool = get_var(hostvars, "gpuops_pool") or None
-    driver = str(get_var(hostvars, "nvidia_driver_version", "") or "") or None
+    driver = (driver if driver is not None else str(get_var(hostvars, "nvidia_driver_version", "") or "")) or None
+    fabric_manager = bool((gpu.get("fabric_manager") or {}).get("required"))
     policy = None
     if platform == "kubernetes" and pool in kube_plan.POOLS:
         try:
@@ -223,7 +228,12 @@ def host_part(platform: str | None, gpu: dict, fabric_manager: bool, hostvars: A
     }
 
 
-def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any) -> dict:
+def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | None = None) -> dict:
+    """The fleet part; ``pins``: the driver and CUDA versions preflight judged, else the inventory's."""
+    pins = pins or {
+        "driver": get_var(anyvars, "nvidia_driver_version", ""),
+        "cuda": get_var(anyvars, "gpuops_cuda_version", ""),
+    }
     return {
         "schema_version": SCHEMA_VERSION,
         "platform": {
@@ -236,8 +246,8 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any) -> dict:
         },
         "team": _team(get_var(anyvars, "gpuops_members", []), get_var(anyvars, "gpuops_teams", [])),
         "pins": {
-            "driver": str(get_var(anyvars, "nvidia_driver_version", "") or "") or None,
-            "cuda": str(get_var(anyvars, "gpuops_cuda_version", "") or "") or None,
+            "driver": str(pins.get("driver") or "") or None,
+            "cuda": str(pins.get("cuda") or "") or None,
             "registry_mirror": str(get_var(anyvars, "gpuops_registry_mirror", "") or "") or None,
         },
     }
@@ -245,18 +255,21 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any) -> dict:
 
 def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str,
                report_dir: str) -> dict:
-    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> judged preflight record
-    (gpu, result), ``hostvars`` host -> that host's variables."""
+    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, result:
+    its verdict (ok), plan: the arguments preflight judged it with (driver_version, cuda_version)}, ``hostvars``
+    host -> that host's variables."""
     first = next(iter(records), None)
-    plan = _fleet_part(fleet, with_play, hostvars[first] if first else {})
+    judged = (records[first].get("plan") or {}) if first else {}
+    pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
+    plan = _fleet_part(fleet, with_play, hostvars[first] if first else {}, pins)
     plan.update(source="preflight", created=created, report_dir=report_dir)
     plan["hosts"] = {
         host: host_part(
             fleet.get("platform"),
             record.get("gpu") or {},
-            bool(((record.get("gpu") or {}).get("fabric_manager") or {}).get("required")),
             hostvars[host],
-            bool((record.get("result") or {}).get("ok")),
+            ok=bool((record.get("result") or {}).get("ok")),
+            driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
         )
         for host, record in records.items()
     }
@@ -284,10 +297,8 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
     plan = _fleet_part(fleet, list(PLATFORMS) if with_play is None else with_play, hostvars[hosts[0]] if hosts else {})
     plan.update(source="inventory", created=None, report_dir=None)
     plan["hosts"] = {
-        h: host_part(
-            fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {}, False,
-            hostvars[h], None,
-        )
+        h: host_part(fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {},
+                     hostvars[h])
         for h in hosts
     }
     return plan

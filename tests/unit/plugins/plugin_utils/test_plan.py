@@ -41,12 +41,13 @@ def _kube_plan() -> dict:
                            "topology": _topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05.txt")},
                    "result": {"ok": True}},
     }
+    for record in records.values():  # the arguments preflight judged each host with
+        record["plan"] = {"driver_version": PIN, "cuda_version": "12.4"}
     team = {"gpuops_members": [{"name": "alice", "team": "vision", "gpus": [0, 1]}, {"name": "bob", "team": "nlp"}],
             "gpuops_teams": [{"name": "vision", "namespace": "cv"}, {"name": "nlp"}]}
     hostvars = {
-        "hgx-01": {**team, "gpuops_pool": "training", "nvidia_driver_version": PIN, "gpuops_cuda_version": "12.4"},
-        "dgx-05": {**team, "gpuops_pool": "training", "nvidia_driver_version": PIN,
-                   "kube_node_reserved_system_cpus": "0-3"},
+        "hgx-01": {**team, "gpuops_pool": "training"},
+        "dgx-05": {**team, "gpuops_pool": "training", "kube_node_reserved_system_cpus": "0-3"},
     }
     return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
                                   "/r/20261202T000000Z"))
@@ -87,16 +88,16 @@ def test_host_part_from_the_dgx_capture_and_the_inventorys_reservation(kube_plan
 
 def test_no_kubelet_policy_on_compose_or_without_a_pool():
     gpu = {"count": 4, "topology": _topology("a10x4_pcie_sys_2nic.txt")}
-    assert plan.host_part("compose", gpu, False, {"gpuops_pool": "training"}, True)["kubelet_policy"] is None
-    assert plan.host_part("kubernetes", gpu, False, {}, True)["kubelet_policy"] is None
-    assert plan.host_part("kubernetes", gpu, False, {"gpuops_pool": "training"}, True)["packages"] == {
+    assert plan.host_part("compose", gpu, {"gpuops_pool": "training"}, ok=True)["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, {}, ok=True)["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
         "driver": None, "fabric_manager": None}
 
 
 def test_inventory_topology_when_preflight_read_none():
     declared = {"nvlink_domains": [[0, 1]], "numa_groups": [{"numa_node": 0, "gpus": [0, 1], "cpus": "0-15"}]}
-    part = plan.host_part("kubernetes", {"count": 2}, False,
-                          {"gpuops_pool": "training", "gpuops_gpu_topology": declared}, None)
+    part = plan.host_part("kubernetes", {"count": 2},
+                          {"gpuops_pool": "training", "gpuops_gpu_topology": declared})
     assert part["topology_source"] == "inventory (gpuops_gpu_topology)"
     assert part["kubelet_policy"]["topology_manager_policy"] == "single-numa-node"
 
