@@ -49,8 +49,10 @@ def test_every_format_is_covered_by_real_lines() -> None:
 
 
 def test_a_line_is_at_most_one_event_and_xid_79_is_an_xid_only() -> None:
-    lines = ["NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", "NVRM: GPU 0000:01:00.0: GPU has fallen "
-             "off the bus."]
+    lines = [
+        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+        "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+    ]
     assert [event["kind"] for event in ev.parse_events(lines)] == ["xid", "fallen_off_bus"]
 
 
@@ -68,13 +70,17 @@ def test_time_stamps_as_printed() -> None:
 def test_fields_beyond_the_interface() -> None:
     fatal = ev.parse_line("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x0)")
     nonfatal = ev.parse_line("NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2)")
-    recovery = ev.parse_line("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
-                             "(Node Reboot Required)")
+    recovery = ev.parse_line(
+        "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    )
     sxid = ev.parse_line("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 10003, Fatal, Link 11 something")
     assert (fatal["fatal"], nonfatal["fatal"]) == (True, False)
     assert recovery["recovery_action"] == "Node Reboot Required"
-    assert (sxid["fatal"], sxid["immediate_action"], sxid["action_source"]) == (True, "RESET_FABRIC",
-                                                                                 "nvsentinel-sxid-mapping")
+    assert (sxid["fatal"], sxid["immediate_action"], sxid["action_source"]) == (
+        True,
+        "RESET_FABRIC",
+        "nvsentinel-sxid-mapping",
+    )
 
 
 def test_codes_outside_the_catalog_or_without_an_action_are_unknown() -> None:
@@ -88,10 +94,12 @@ def test_codes_outside_the_catalog_or_without_an_action_are_unknown() -> None:
 
 def test_pci_addresses_map_to_gpu_indexes_in_any_form() -> None:
     gpus = [{"index": 0, "pci_bus_id": "00000000:18:00.0"}, {"index": 1, "pci_bus_id": "00000019:01:00.0"}]
-    events = ev.parse_events([
-        "NVRM: Xid (PCI:0000:18:00): 13, x",
-        "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0",
-        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
-        "nvidia-nvswitch0: SXid (PCI:0000:18:00.0): 10003, Fatal, Link 11",
-    ])
+    events = ev.parse_events(
+        [
+            "NVRM: Xid (PCI:0000:18:00): 13, x",
+            "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0",
+            "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+            "nvidia-nvswitch0: SXid (PCI:0000:18:00.0): 10003, Fatal, Link 11",
+        ]
+    )
     assert [event["gpu"] for event in ev.map_gpus(events, gpus)] == [0, 1, None, None]

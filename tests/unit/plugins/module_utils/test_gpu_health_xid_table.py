@@ -12,9 +12,22 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_sxid_tab
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import XID_TABLE
 from conftest import shared_path
 
+XID_CATALOG_ROWS = 172  # ../shared/data/xid/README.md: Xid 1-172
+SXID_MAPPING_ROWS = 398
 BUCKETS_WITH_BEHAVIOUR = {
-    "RESTART_APP", "RESET_GPU", "RESTART_BM", "RESTART_VM", "IGNORE", "CONTACT_SUPPORT", "CHECK_MECHANICALS",
-    "UPDATE_SWFW", "CHECK_UVM", "XID_154", "WORKFLOW_XID_45", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR",
+    "RESTART_APP",
+    "RESET_GPU",
+    "RESTART_BM",
+    "RESTART_VM",
+    "IGNORE",
+    "CONTACT_SUPPORT",
+    "CHECK_MECHANICALS",
+    "UPDATE_SWFW",
+    "CHECK_UVM",
+    "XID_154",
+    "WORKFLOW_XID_45",
+    "WORKFLOW_XID_48",
+    "WORKFLOW_NVLINK_ERR",
     "WORKFLOW_NVLINK5_ERR",
 }
 
@@ -26,7 +39,7 @@ def _rows(name: str) -> list:
 
 def test_every_catalog_row_maps_to_the_same_immediate_action() -> None:
     rows = _rows("xid-catalog.csv")
-    assert len(rows) == 172
+    assert len(rows) == XID_CATALOG_ROWS
     differ = []
     for row in rows:
         code = int(row["xid"])
@@ -44,7 +57,7 @@ def test_every_bucket_of_the_catalog_has_a_defined_behaviour() -> None:
 
 def test_every_sxid_row_maps_to_nvsentinels_action() -> None:
     rows = _rows("sxid-catalog.csv")
-    assert len(rows) == 398
+    assert len(rows) == SXID_MAPPING_ROWS
     assert [sxid_action(int(row["sxid"])) for row in rows] == [
         (row["nvsentinel_action"], row["mnemonic"]) for row in rows
     ]
