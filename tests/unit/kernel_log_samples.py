@@ -41,7 +41,6 @@ FORUM_62 = (
 )
 POPOS_3363 = "https://github.com/pop-os/pop/issues/3363"
 
-# fmt: off -- one sample per entry reads better than one value per line
 DEVELOPMENT = [
     # dmesg, the multi-line "fallen off the bus" message without an Xid (open kernel module 570.158.01)
     Sample(
@@ -392,4 +391,3 @@ HELD_OUT = [
         LLAMA_JOURNAL,
     ),
 ]
-# fmt: on
