@@ -1,6 +1,7 @@
 """The collection's own Xid and SXid tables against the catalogs in ../shared/data/xid (read in place, row by row).
 
-Skipped with the reason when ../shared/data is absent (a failure under CI=true, tests/ci_skips.py).
+Skipped with the reason when ../shared/data is absent (a failure under CI=true, tests/ci_skips.py). That every bucket
+of the table has a defined behaviour is test_gpu_health_verdict.py's test of every code.
 """
 
 from __future__ import annotations
@@ -14,22 +15,6 @@ from conftest import shared_path
 
 XID_CATALOG_ROWS = 172  # ../shared/data/xid/README.md: Xid 1-172
 SXID_MAPPING_ROWS = 398
-BUCKETS_WITH_BEHAVIOUR = {
-    "RESTART_APP",
-    "RESET_GPU",
-    "RESTART_BM",
-    "RESTART_VM",
-    "IGNORE",
-    "CONTACT_SUPPORT",
-    "CHECK_MECHANICALS",
-    "UPDATE_SWFW",
-    "CHECK_UVM",
-    "XID_154",
-    "WORKFLOW_XID_45",
-    "WORKFLOW_XID_48",
-    "WORKFLOW_NVLINK_ERR",
-    "WORKFLOW_NVLINK5_ERR",
-}
 
 
 def _rows(name: str) -> list:
@@ -48,11 +33,6 @@ def test_every_catalog_row_maps_to_the_same_immediate_action() -> None:
             differ.append((code, row["immediate_action"], xid_action(code)))
     assert differ == []
     assert sorted(XID_TABLE) == sorted(int(row["xid"]) for row in rows)
-
-
-def test_every_bucket_of_the_catalog_has_a_defined_behaviour() -> None:
-    buckets = {row["immediate_action"] for row in _rows("xid-catalog.csv") if row["immediate_action"]}
-    assert buckets <= BUCKETS_WITH_BEHAVIOUR, buckets - BUCKETS_WITH_BEHAVIOUR
 
 
 def test_every_sxid_row_maps_to_nvsentinels_action() -> None:
