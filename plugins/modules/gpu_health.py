@@ -18,10 +18,10 @@ description:
     or without C(pid=)/C(name=), with dmesg, syslog or journal prefixes), C(SXid) lines of C(nvidia-nvswitch*),
     and C(fallen off the bus) messages (also the multi-line form). A line is at most one event; an Xid 79 line is
     an C(xid) event only. Other NVRM lines are not events."
-  - "Each Xid gets NVIDIA's immediate action, the \"Resolution Bucket (Immediate Action)\" column of NVIDIA's Xid catalog,
-    spelt as there (C(RESTART_APP), C(RESET_GPU), C(RESTART_BM), C(IGNORE), C(CONTACT_SUPPORT), C(WORKFLOW_XID_48),
-    ...), from the collection's own copy of that table; C(UNKNOWN) for a code the catalog does not list or gives
-    no action for (Xid 162-172)."
+  - "Each Xid gets NVIDIA's immediate action, the \"Resolution Bucket (Immediate Action)\" column of NVIDIA's Xid
+    catalog, spelt as there (C(RESTART_APP), C(RESET_GPU), C(RESTART_BM), C(IGNORE), C(CONTACT_SUPPORT),
+    C(WORKFLOW_XID_48), ...), from the collection's own copy of that table; C(UNKNOWN) for a code the catalog
+    does not list or gives no action for (Xid 162-172)."
   - "SXid actions come from NVIDIA NVSentinel's SXid mapping, which is NVSentinel's own and B(not) NVIDIA's
     published guidance (that is in the Fabric Manager User Guide); RV(events[].action_source) says which table
     answered."
