@@ -142,7 +142,7 @@ def read_kern_log(path: str, since_cursor: str | None, notes: list) -> dict | No
         offset, since_boot = 0, True
         part = _cursor_part(since_cursor, "file")
         if part:
-            inode, _, position = part.partition(":")
+            inode, _sep, position = part.partition(":")
             if inode == str(stat.st_ino) and position.isdigit() and int(position) <= stat.st_size:
                 offset, since_boot = int(position), False
             else:

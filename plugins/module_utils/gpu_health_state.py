@@ -94,7 +94,7 @@ def _nvml_links(calls, label: str, handle, state: dict) -> None:
     """Link states and error counters over every NVLink the GPU has (links that do not exist raise)."""
     nvml = calls.nvml
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    active, down, totals = [], [], dict.fromkeys(name for name, _ in _NVLINK_COUNTERS)
+    active, down, totals = [], [], dict.fromkeys(name for name, _counter in _NVLINK_COUNTERS)
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             link_state = nvml.nvmlDeviceGetNvLinkState(handle, link)

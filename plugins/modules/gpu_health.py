@@ -268,11 +268,28 @@ read_ok:
   type: bool
   sample: true
 dcgm:
-  description: "C(ran), C(level), C(version), C(results) (each C({category, test, gpus, status, warnings, info}),
-    status C(pass), C(fail), C(warn) or C(skip)) and C(reason)."
+  description: The DCGM diagnostics, when they ran.
   returned: always
-  type: dict
+  type: complex
   sample: {ran: false, level: 1, version: null, results: [], reason: "dcgmi is not installed ..."}
+  contains:
+    ran:
+      description: True when C(dcgmi diag -r <level> -j) printed its JSON.
+      type: bool
+    level:
+      description: The O(dcgm_level) asked for.
+      type: int
+    version:
+      description: DCGM's version from the JSON; null when it did not run.
+      type: str
+    results:
+      description: One entry per test result, C({category, test, gpus, status, warnings, info}); C(status) is
+        C(pass), C(fail), C(warn) or C(skip); C(gpus) the GPU indexes the result is about.
+      type: list
+      elements: dict
+    reason:
+      description: Why it did not run, or how C(dcgmi) exited.
+      type: str
 notes:
   description: Why a source or backend was skipped, and other observations that are not failures.
   returned: always
