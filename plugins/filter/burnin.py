@@ -1,6 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_launch, burnin_objects.
+"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_markdown, burnin_launch,
+burnin_pair_env, burnin_objects.
 
 Thin: the judgements are in plugins/plugin_utils/burnin.py, the launch in plugins/plugin_utils/burnin_jobs.py;
 documentation in the .yml file of each filter next to this file.
@@ -14,6 +15,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import (
     expected_busbw,
     judge_fleet,
     judge_node,
+    markdown,
     pair_schedule,
 )
 
@@ -30,13 +32,15 @@ def burnin_schedule(nodes) -> list:
     return pair_schedule([str(n) for n in nodes])
 
 
-def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4) -> dict:
+def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4,
+                health=None) -> dict:
     """A registered single-node run judged against what the node's NVLink or PCIe should give."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
     text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
     expected = expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
                               int(pcie_gen))
-    return judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected)
+    return judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
+                      health if isinstance(health, dict) else None)
 
 
 def burnin_report(pairs, singles=None, **options) -> dict:
@@ -44,6 +48,22 @@ def burnin_report(pairs, singles=None, **options) -> dict:
     pairs = _dict(pairs or {}, "burnin_report's input (pair runs by 'a,b')")
     return judge_fleet([s for s in singles or [] if isinstance(s, dict)],
                        {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
+
+
+def burnin_markdown(report) -> str:
+    report = _dict(report, "burnin_markdown's input (burnin_report's result)")
+    try:
+        return markdown(report)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"burnin_markdown: not a burnin_report result ({exc})") from exc
+
+
+def burnin_pair_env(topologies, socket_ifname: str = "") -> dict:
+    """The NCCL settings of the burn-in nodes (training_jobs.nccl_env): {env, notes}."""
+    if not isinstance(topologies, list):
+        raise AnsibleFilterError("burnin_pair_env needs a list of gpu_topology results, "
+                                 f"got {type(topologies).__name__}")
+    return burnin_jobs.pair_env([t if isinstance(t, dict) else None for t in topologies], str(socket_ifname or ""))
 
 
 def burnin_launch(config, role: str = "single", gpus: int = 1, hosts=None, env=None) -> str:
@@ -70,4 +90,5 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_report": burnin_report,
-                "burnin_launch": burnin_launch, "burnin_objects": burnin_objects}
+                "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch, "burnin_pair_env": burnin_pair_env,
+                "burnin_objects": burnin_objects}

@@ -25,7 +25,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
     parse_all_reduce,
 )
 
-__all__ = ["expected_busbw", "judge_fleet", "judge_node", "pair_schedule", "transport"]
+__all__ = ["expected_busbw", "judge_fleet", "judge_node", "markdown", "pair_schedule", "transport"]
 
 # Below this share of the expected pair bus bandwidth a pair is slow.
 PAIR_FLOOR = 0.7
@@ -79,12 +79,19 @@ def transport(text: str) -> dict:
     return {"network": network, "intra": intra, "evidence": evidence.strip()[:240], "hints": hints}
 
 
-def judge_node(node: str, text: str, rc: int | None, expected: dict) -> dict:
-    """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw)."""
+def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None) -> dict:
+    """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), and its
+    gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings)."""
     row = judge_nccl(text, rc, expected)
     parsed = parse_all_reduce(text)
-    return {"node": node, "status": row["status"], "measured": parsed["peak_busbw"], "expected": expected["peak"],
-            "floor": expected["floor"], "path": expected["path"], "detail": row["detail"],
+    verdict = str((health or {}).get("verdict") or "not run")
+    status, detail = row["status"], row["detail"]
+    if verdict == "failed":
+        bad = [f"{f.get('check')} (GPU {f.get('gpu')}): {f.get('evidence')}" for f in (health or {}).get("findings")
+               or [] if f.get("severity") == "failed"]
+        status, detail = "failed", f"gpu_health failed: {'; '.join(bad) or 'see its findings'}; {detail}"
+    return {"node": node, "status": status, "measured": parsed["peak_busbw"], "expected": expected["peak"],
+            "floor": expected["floor"], "path": expected["path"], "detail": detail, "health": verdict,
             "transport": transport(text)}
 
 
@@ -160,7 +167,7 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
     measured = [p["peak_busbw"] for p in parsed.values() if p["rows"]]
     expected = float(options.get("expected_gbps") or 0) or (round(median(measured), 1) if measured else None)
     source = ("burnin_pair_expected_busbw" if options.get("expected_gbps")
-              else "the median of the measured pairs (set burnin_pair_expected_busbw for an absolute expectation)")
+              else "median of the measured pairs; set burnin_pair_expected_busbw for an absolute one")
     rows = [_pair_row(key.split(","), val, expected, floor_share, bool(options.get("rdma")), fix)
             for key, val in pairs.items()]
     bad = [r for r in rows if r["status"] != "ok"]
@@ -170,7 +177,9 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
     if bad and len(bad) < len(rows):
         slow_nodes = [n for n in nodes if len(of[n]) >= 2 and all(r["status"] != "ok" for r in of[n])]  # noqa: PLR2004
     tcp = [r["pair"] for r in rows if r["status"] == "tcp_fallback"]
-    suspect = [r["pair"] for r in bad if not set(r["pair"]) & set(slow_nodes) and r["pair"] not in tcp]
+    everywhere = len(rows) > 1 and len(bad) == len(rows)
+    suspect = [] if everywhere else [r["pair"] for r in bad
+                                     if not set(r["pair"]) & set(slow_nodes) and r["pair"] not in tcp]
     findings = []
     for node in slow_nodes:
         listed = ", ".join(f"{r['pair'][0]}-{r['pair'][1]} {_gbps(r)}" for r in of[node])
@@ -180,9 +189,11 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
         row = next(r for r in rows if r["pair"] == pair)
         findings.append(f"suspect link {pair[0]}-{pair[1]}: only this pair of its nodes is below expectation "
                         f"({row['status']}: {row['detail']})")
-    if bad and len(bad) == len(rows) and len(rows) > 1:
-        findings.append(f"every pair is below expectation ({expected} GB/s from {source}): a fabric-wide problem "
-                        "or a wrong expectation, not one node")
+    if everywhere:
+        why = "; ".join(sorted({r["detail"] for r in bad if r["status"] == "failed"}))[:400]
+        findings.append(f"every pair is below expectation or failed (expectation {_cell(expected) or 'none'} GB/s, "
+                        f"{source}): a fabric-wide problem or a wrong expectation, not one node"
+                        + (f"; {why}" if why else ""))
     for row in rows:
         if row["status"] == "tcp_fallback":
             findings.append(f"{row['pair'][0]}-{row['pair'][1]}: {row['detail']}")
@@ -204,7 +215,10 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
                                   r["node"]))
     rows.sort(key=lambda r: (r["status"] == "ok", r["measured"] if r["measured"] is not None else -1, r["pair"]))
     ok = not (slow_nodes or bad or failed_singles)
-    return {"status": "ok" if ok else "failed", "expected_gbps": expected, "expected_source": source,
+    if not rows and not singles:
+        findings.append("no node with GPUs: nothing was burnt in")
+    status = ("ok" if ok else "failed") if rows or singles else "skipped"
+    return {"status": status, "expected_gbps": expected, "expected_source": source,
             "floor_share": floor_share, "slow_nodes": slow_nodes, "suspect_links": suspect, "tcp_fallback": tcp,
             "findings": findings,
             "nodes": node_rows, "pairs": rows, "singles": singles}
@@ -212,3 +226,26 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
 
 def _gbps(row: dict) -> str:
     return "did not run" if row["measured"] is None else f"{row['measured']:.1f} GB/s"
+
+
+def _cell(value) -> str:
+    return "" if value is None else f"{float(value):.1f}"
+
+
+def markdown(report: dict) -> str:
+    """The burn-in report as Markdown (burnin.md beside burnin.json, and the example in docs/operations.md)."""
+    lines = [f"burn-in: **{report['status']}**; pair expectation {_cell(report['expected_gbps'])} GB/s "
+             f"({report['expected_source']}), slow below {report['floor_share']:.0%} of it", ""]
+    lines += [f"- {finding}" for finding in report["findings"]] or ["- no finding: every node and pair passed"]
+    lines += ["", "| node | result | single-node GB/s | expected (path) | pairs | pair mean GB/s | pair expected |",
+              "|---|---|---|---|---|---|---|"]
+    for node in report["nodes"]:
+        path = f" ({node['single_path']})" if node["single_path"] else ""
+        lines.append(f"| {node['node']} | {node['status']} | {_cell(node['single_measured'])} | "
+                     f"{_cell(node['single_expected'])}{path} | {node['pairs']} | {_cell(node['pair_mean'])} | "
+                     f"{_cell(node['pair_expected'])} |")
+    lines += ["", "| pair | result | measured GB/s | expected GB/s | network |", "|---|---|---|---|---|"]
+    for pair in report["pairs"]:
+        lines.append(f"| {pair['pair'][0]}-{pair['pair'][1]} | {pair['status']} | {_cell(pair['measured'])} | "
+                     f"{_cell(pair['expected'])} | {pair['network'] or '?'} |")
+    return "\n".join(lines) + "\n"

@@ -98,7 +98,9 @@ def single_job(node: str, gpus: int, config: dict) -> dict:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": f"gpuops-burnin-{_dns(node)}", "namespace": str(config["namespace"]),
-                     "labels": {"app.kubernetes.io/name": "gpuops-burnin", "app.kubernetes.io/managed-by": "gpuops"}},
+                     "labels": {"app.kubernetes.io/name": "gpuops-burnin", "app.kubernetes.io/managed-by": "gpuops",
+                                "gpuops.io/node": _dns(node)},
+                     "annotations": {"gpuops.io/node": str(node)}},
         "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(config["timeout"]),
                  "ttlSecondsAfterFinished": 3600, "template": _pod(config, node, container, ssh=False)},
     }

@@ -45,7 +45,8 @@ def test_transport_from_real_info_lines(name: str) -> None:
     assert found["network"] == network
     assert found["intra"] == intra
     if network:
-        assert found["evidence"] and found["evidence"] in capture(name)
+        assert found["evidence"]
+        assert found["evidence"] in capture(name)
 
 
 def test_transport_hints_name_the_missing_verbs_library() -> None:
@@ -132,7 +133,8 @@ def test_slow_node_is_ranked_first_with_measured_and_expected() -> None:
     assert first["pair_expected"] == 338.8  # noqa: PLR2004
     assert all(n["status"] == "ok" for n in report["nodes"][1:])
     slow_pairs = [p for p in report["pairs"] if p["status"] == "slow"]
-    assert report["pairs"][:4] == slow_pairs and all("gpu-c" in p["pair"] for p in slow_pairs)
+    assert report["pairs"][:4] == slow_pairs
+    assert all("gpu-c" in p["pair"] for p in slow_pairs)
     assert slow_pairs[0]["floor"] == 237.2  # noqa: PLR2004
     assert any(f.startswith("slow node gpu-c") for f in report["findings"])
 
@@ -180,5 +182,6 @@ def test_a_pair_that_did_not_run_is_a_suspect_link_with_the_error() -> None:
     report = B.judge_fleet([], pairs, {})
     assert report["suspect_links"] == [["a", "b"]]
     row = report["pairs"][0]
-    assert row["status"] == "failed" and row["measured"] is None
+    assert row["status"] == "failed"
+    assert row["measured"] is None
     assert "Connection refused" in row["detail"]
