@@ -37,8 +37,9 @@ _INTRA = (("NVLS", re.compile(r"NVLS multicast support is available|via P2P/NVLS
 # INFO/WARN lines that say why NCCL could not use the RDMA devices.
 _HINTS = (
     (re.compile(r"Failed to open libibverbs"), "the image has no libibverbs (rdma-core): NCCL cannot open the HCAs"),
-    (re.compile(r"NET/IB\s*:\s*No device found"), "NCCL saw no RDMA device in the container (/dev/infiniband not "
-                                                 "passed in, or on Kubernetes no RDMA device plugin resource)"),
+    (re.compile(r"NET/IB\s*:\s*No device found"),
+     "NCCL saw no RDMA device in the container (/dev/infiniband not passed in, or on Kubernetes no RDMA device "
+     "plugin resource)"),
     (re.compile(r"NCCL_IB_DISABLE set by environment to 1"), "NCCL_IB_DISABLE=1 is set"),
 )
 
