@@ -58,6 +58,20 @@ def health_gpu_pods(pods, node: str = "") -> list:
     return health_steps.gpu_pods(pods or {}, node)
 
 
+def health_fleet_entry(item, state=None, sweeps=None) -> dict:
+    """``{key: host, value: host plan}`` (dict2items of the plan's hosts) -> the host's fleet report entry."""
+    host = str(item.get("key"))
+    return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
+
+
+def health_healthy_again(sweep, gpus=None) -> bool:
+    return health_steps.healthy_again(sweep or {}, list(gpus or []))
+
+
+def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict:
+    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
+
+
 class FilterModule:
     """gpuops.cluster GPU health filters."""
 
@@ -69,4 +83,7 @@ class FilterModule:
             "health_next_state": health_next_state,
             "health_audit": health_audit,
             "health_gpu_pods": health_gpu_pods,
+            "health_fleet_entry": health_fleet_entry,
+            "health_healthy_again": health_healthy_again,
+            "health_step_result": health_step_result,
         }

@@ -115,7 +115,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         steps.append({"kind": "kubectl", "argv": kubectl("drain", host, timeout=timeout)} if whole_node else
                      {"kind": "drain_gpu_pods", "timeout": timeout})
     if action == "reboot":
-        steps.append({"kind": "reboot", "enabled": bool(settings["reboot"])})
+        steps.append({"kind": "reboot", "enabled": bool(settings["reboot"]), "host": host})
     elif action == "restart_fm":
         steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
     else:
@@ -195,3 +195,76 @@ def audit_records(host: str, done: list[dict], hplan: dict, now: str) -> list[st
                   "argv": step.get("argv"), "result": step.get("result"), "detail": step.get("detail", "")}
         lines.append(json.dumps(record, sort_keys=True))
     return lines
+
+
+def fleet_entry(host: str, hplan: dict, state: dict, sweep: dict) -> dict:
+    """One host's entry in the fleet report (plugin_utils/fleet_report.py): its GPUs as the sweep read them and its
+    health (the plan, with the GPUs the state holds out of service)."""
+    gpus = [g for g in (sweep or {}).get("gpus") or [] if isinstance(g, dict)]
+    held = (((state or {}).get("hosts") or {}).get(host) or {}).get("out_of_service") or {}
+    return {"host": host, "gpu": {"count": len(gpus), "gpus": [{"name": g.get("name") or "GPU"} for g in gpus]},
+            "health": {**hplan, "out_of_service": dict(held)}}
+
+
+def healthy_again(sweep: dict, gpus: list) -> bool:
+    """The sweep after a remedy read the host, and every GPU taken out (and the host) is healthy again."""
+    if not (sweep or {}).get("read_ok"):
+        return False
+    verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
+    return sweep.get("verdict") != "failed" and all(verdicts.get(str(g)) == "healthy" for g in gpus or [])
+
+
+def _failure(run: Any) -> str | None:
+    """Why a registered result failed, else None (a skipped task did not fail)."""
+    if not isinstance(run, dict) or run.get("skipped"):
+        return None
+    for item in run.get("results") or []:
+        why = _failure(item)
+        if why:
+            return why
+    if run.get("failed") or run.get("rc", 0) not in (0, None):
+        text = str(run.get("stderr") or run.get("msg") or run.get("stdout") or f"rc {run.get('rc')}").strip()
+        return text[:300]
+    return None
+
+
+# the registered results (names in roles/health/tasks/step.yml) each kind of step looks at
+_RUNS = {"kubectl": ["kubectl"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
+         ["workspaces", "stop"], "bug_report": ["bug"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
+         "back_if_healthy": ["uncordon", "workspaces", "start"]}
+
+
+def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False) -> dict:
+    """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result)."""
+    kind, host_hint = step["kind"], step.get("host", "")
+    if kind in ("notify", "mark_out"):
+        return {"result": "ok", "detail": ""}
+    if check_mode:
+        return {"result": "skipped", "detail": "check mode: nothing was run"}
+    if kind == "gpu_idle":
+        procs = runs.get("procs") or {}
+        if procs.get("rc") != 0:
+            return {"result": "failed", "detail": f"nvidia-smi could not list GPU {step['gpu']}'s processes: "
+                    f"{str(procs.get('stderr') or procs.get('msg') or '').strip()[:200]}"}
+        held = str(procs.get("stdout") or "").strip()
+        if held:
+            return {"result": "failed", "detail": f"GPU {step['gpu']} is held by {held.replace(chr(10), '; ')}: not "
+                    "reset (a reset needs an idle GPU); stop the process, then rerun"}
+        return {"result": "ok", "detail": "no process holds it"}
+    if kind == "reboot" and not step.get("enabled", True):
+        return {"result": "skipped", "detail": f"health_reboot is false: reboot {host_hint or 'the node'} by hand, then "
+                "gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}
+    if kind == "sweep":
+        sweep = runs.get("resweep") or {}
+        ok = bool(sweep.get("read_ok"))
+        return {"result": "ok" if ok else "failed",
+                "detail": f"verdict {sweep.get('verdict')}" if ok else "the sweep could not read the node again"}
+    for name in _RUNS.get(kind, []):
+        why = _failure(runs.get(name))
+        if why:
+            return {"result": "failed", "detail": why}
+    if kind == "back_if_healthy":
+        return {"result": "healthy" if healthy else "unhealthy",
+                "detail": "back in service" if healthy else "still unhealthy after the remedy: stays out of service"}
+    detail = " ".join((runs.get("workspaces") or {}).get("stdout_lines") or []) if kind == "stop_workspaces" else ""
+    return {"result": "ok", "detail": detail}

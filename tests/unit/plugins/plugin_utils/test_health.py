@@ -152,7 +152,7 @@ def test_never_more_than_max_unavailable_nodes_out_at_once():
 
 
 def test_quarantine_goes_before_reboot_when_only_one_may_go():
-    sweeps = {"a": sweep(event(79, "RESTART_BM")), "b": sweep(event(62, "CONTACT_SUPPORT"))}
+    sweeps = {"a": sweep(event(79, "RESTART_BM")), "b": sweep(event(61, "CONTACT_SUPPORT"))}
     plan = H.build_plan(sweeps, {}, 1)
     assert plan["act"] == ["b"]
 

@@ -32,13 +32,13 @@ def kinds(steps: list[dict]) -> list[str]:
 
 
 def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report():
-    steps = S.host_steps("node-a", plan_of(62, "CONTACT_SUPPORT"), "kubernetes", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT"), "kubernetes", MEMBERS)
     argv = [s["argv"] for s in steps if s["kind"] == "kubectl"]
     assert argv == [["kubectl", "cordon", "node-a"],
-                    ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy=Xid-62:NoSchedule", "--overwrite"],
+                    ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy=Xid-61:NoSchedule", "--overwrite"],
                     ["kubectl", "label", "nodes", "node-a", "gpuops.io/health=quarantined", "--overwrite"]]
     taint = next(s["object"] for s in steps if "object" in s)
-    assert taint == {"key": "gpuops.io/unhealthy", "value": "Xid-62", "effect": "NoSchedule"}
+    assert taint == {"key": "gpuops.io/unhealthy", "value": "Xid-61", "effect": "NoSchedule"}
     assert kinds(steps) == ["cordon node-a", "mark_out", "taint nodes", "label nodes", "bug_report"]
     assert next(s for s in steps if s["kind"] == "mark_out")["pending"] == "support"
     assert "reboot" not in kinds(steps)
@@ -75,7 +75,7 @@ def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
 
 
 def test_compose_quarantine_stops_only_the_workspace_holding_the_gpu():
-    steps = S.host_steps("node-a", plan_of(62, "CONTACT_SUPPORT", gpu=2), "compose", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT", gpu=2), "compose", MEMBERS)
     assert kinds(steps) == ["stop_workspaces", "mark_out", "bug_report"]
     assert steps[0]["members"] == ["bob"]
 
