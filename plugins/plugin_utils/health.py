@@ -79,7 +79,7 @@ _XID154 = (("node reboot", "reboot"), ("drain and reset", "reset_gpu"), ("gpu re
 def _xid_154(event: dict, _others: list) -> tuple[str, str]:
     """Xid 154 prints the recovery action itself: 'GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
     Required)'. The last one named wins."""
-    text = str(event.get("line") or "").lower()
+    text = f"{event.get('recovery_action') or ''} {event.get('line') or ''}".lower()
     found = [(text.rfind(needle), action, needle) for needle, action in _XID154 if needle in text]
     if not found:
         return "review", "XID_154: the recovery action could not be read from the message"
@@ -127,7 +127,8 @@ def _xid_74(event: dict, others: list) -> tuple[str, str]:
 def _nvlink5(event: dict, _others: list) -> tuple[str, str]:
     """Xid 144-150: '<Xid> <sub component> <fatal|nonfatal> ...'; the full decode (IntrInfo, error status) is the
     operator's, against NVIDIA's decode table. A fatal one takes the node out, a non-fatal one is reviewed."""
-    if re.search(r"\bnon-?fatal\b", str(event.get("line") or ""), re.IGNORECASE):
+    fatal = event.get("fatal")
+    if fatal is False or (fatal is None and re.search(r"\bnon-?fatal\b", str(event.get("line") or ""), re.I)):
         return "review", "WORKFLOW_NVLINK5_ERR non-fatal: decode IntrInfo/error status (NVIDIA's Xid 144-150 table)"
     return "quarantine", "WORKFLOW_NVLINK5_ERR fatal (or not stated): out of service until decoded and resolved"
 
@@ -263,7 +264,8 @@ def _items(sweep: dict) -> list[dict]:
         label = {"xid": f"Xid {code}", "sxid": f"SXid {code}"}.get(kind, f"fallen off the bus ({code})")
         items.append({"source": "event", "kind": kind, "code": code, "gpu": event.get("gpu"), "pci": event.get("pci"),
                       "bucket": event.get("immediate_action") or "UNKNOWN", "event": label,
-                      "line": event.get("line") or "", "time": event.get("time"),
+                      "line": event.get("line") or "", "time": event.get("time"), "fatal": event.get("fatal"),
+                      "recovery_action": event.get("recovery_action"),
                       "key": f"{kind}:{code}:{event.get('gpu')}:{event.get('time') or event.get('line')}"})
     for finding in sweep.get("findings") or []:
         if finding.get("check") in EVENT_KINDS:
@@ -290,10 +292,14 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None) -> dic
     new = [i for i in items if i["new"] and i["action"] != "none"]
     action = max((i["action"] for i in new), key=RANK.__getitem__, default="none")
     gpus_out = {}
+    every = [str(g.get("index")) for g in sweep.get("gpus") or [] if g.get("index") is not None]
     for item in new:
-        if item["action"] in TAKES_GPU_OUT and item["gpu"] is not None:
-            gpus_out.setdefault(str(item["gpu"]), {"event": item["event"], "action": item["action"],
-                                                   "why": item["why"], "line": item["line"]})
+        if item["action"] not in TAKES_GPU_OUT:
+            continue
+        # an event that names no GPU (its PCI address matched none) takes every GPU of the host out
+        for gpu in [str(item["gpu"])] if item["gpu"] is not None else every:
+            gpus_out.setdefault(gpu, {"event": item["event"], "action": item["action"], "why": item["why"],
+                                      "line": item["line"]})
     verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
     still = {str(i["gpu"]) for i in items if i["action"] != "none" and i["gpu"] is not None}
     back = [gpu for gpu, entry in sorted((previous.get("out_of_service") or {}).items())

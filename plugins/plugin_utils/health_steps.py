@@ -146,10 +146,11 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
     the host was deferred or unreadable (so its events are planned again); ``release``: the operator's
     health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep)."""
     state = json.loads(json.dumps(state or {}))
-    state.setdefault("schema", STATE_SCHEMA)
-    entry = state.setdefault("hosts", {}).setdefault(host, {})
     if hplan.get("status") in ("deferred", "unreadable"):
         return state
+    state.setdefault("schema", STATE_SCHEMA)
+    entry = state.setdefault("hosts", {}).setdefault(host, {})
+    before = json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True)
     failed = [s for s in done if s.get("result") == "failed"]
     out = entry.setdefault("out_of_service", {})
     for step in done:
@@ -178,7 +179,8 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
         entry["handled"] = sorted(k for k in handled if not k.startswith("finding:") or k in live)
         if cursor:
             entry["cursor"] = cursor
-    entry["updated"] = now
+    if json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True) != before:
+        entry["updated"] = now  # only when something changed: a re-run with nothing new leaves the file as it is
     return state
 
 
@@ -234,31 +236,37 @@ _RUNS = {"kubectl": ["kubectl"], "command": ["command"], "drain_gpu_pods": ["pod
          "back_if_healthy": ["uncordon", "workspaces", "start"]}
 
 
+def _idle(step: dict, procs: dict) -> dict:
+    """gpu_idle: ok only when nvidia-smi lists no process on the GPU."""
+    if procs.get("rc") != 0:
+        return {"result": "failed", "detail": f"nvidia-smi could not list GPU {step['gpu']}'s processes: "
+                f"{str(procs.get('stderr') or procs.get('msg') or '').strip()[:200]}"}
+    held = str(procs.get("stdout") or "").strip()
+    if held:
+        return {"result": "failed", "detail": f"GPU {step['gpu']} is held by {held.replace(chr(10), '; ')}: not "
+                "reset (a reset needs an idle GPU); stop the process, then rerun"}
+    return {"result": "ok", "detail": "no process holds it"}
+
+
 def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False) -> dict:
     """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result)."""
-    kind, host_hint = step["kind"], step.get("host", "")
+    kind = step["kind"]
+    found = None
     if kind in ("notify", "mark_out"):
-        return {"result": "ok", "detail": ""}
-    if check_mode:
-        return {"result": "skipped", "detail": "check mode: nothing was run"}
-    if kind == "gpu_idle":
-        procs = runs.get("procs") or {}
-        if procs.get("rc") != 0:
-            return {"result": "failed", "detail": f"nvidia-smi could not list GPU {step['gpu']}'s processes: "
-                    f"{str(procs.get('stderr') or procs.get('msg') or '').strip()[:200]}"}
-        held = str(procs.get("stdout") or "").strip()
-        if held:
-            return {"result": "failed", "detail": f"GPU {step['gpu']} is held by {held.replace(chr(10), '; ')}: not "
-                    "reset (a reset needs an idle GPU); stop the process, then rerun"}
-        return {"result": "ok", "detail": "no process holds it"}
-    if kind == "reboot" and not step.get("enabled", True):
-        return {"result": "skipped", "detail": f"health_reboot is false: reboot {host_hint or 'the node'} by hand, then "
-                "gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}
-    if kind == "sweep":
+        found = {"result": "ok", "detail": ""}
+    elif check_mode:
+        found = {"result": "skipped", "detail": "check mode: nothing was run"}
+    elif kind == "gpu_idle":
+        found = _idle(step, runs.get("procs") or {})
+    elif kind == "reboot" and not step.get("enabled", True):
+        found = {"result": "skipped", "detail": f"health_reboot is false: reboot {step.get('host') or 'the node'} by "
+                 "hand, then gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}
+    elif kind == "sweep":
         sweep = runs.get("resweep") or {}
-        ok = bool(sweep.get("read_ok"))
-        return {"result": "ok" if ok else "failed",
-                "detail": f"verdict {sweep.get('verdict')}" if ok else "the sweep could not read the node again"}
+        found = ({"result": "ok", "detail": f"verdict {sweep.get('verdict')}"} if sweep.get("read_ok") else
+                 {"result": "failed", "detail": "the sweep could not read the node again"})
+    if found:
+        return found
     for name in _RUNS.get(kind, []):
         why = _failure(runs.get(name))
         if why:

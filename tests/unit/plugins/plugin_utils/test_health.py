@@ -211,3 +211,18 @@ def test_bad_settings_are_named(kwargs, needle):
 
 def test_good_settings_pass():
     assert H.settings_problems(2, {"RESTART_APP": "none", "row_remap_pending": "quarantine"}, True, "preflight") == []
+
+
+def test_an_event_that_names_no_gpu_takes_every_gpu_of_the_host_out():
+    plan = H.build_plan({"a": sweep(event(79, "RESTART_BM", gpu=None, line=XID79))}, {}, 1)
+    assert sorted(plan["hosts"]["a"]["gpus_out"]) == ["0", "1"]
+
+
+def test_the_recovery_action_and_fatal_fields_of_gpu_health_are_used_when_present():
+    xid154 = {"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": "Xid 154",
+              "recovery_action": "Node Reboot Required"}
+    assert H.decide(xid154, [])[0] == "reboot"
+    nvlink5 = {"kind": "xid", "code": 145, "gpu": 0, "bucket": "WORKFLOW_NVLINK5_ERR", "line": "Xid 145",
+               "fatal": False}
+    assert H.decide(nvlink5, [])[0] == "review"
+    assert H.decide({**nvlink5, "fatal": True}, [])[0] == "quarantine"

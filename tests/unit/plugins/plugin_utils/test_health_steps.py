@@ -204,3 +204,46 @@ def test_no_state_file_means_no_gpu_out_of_service(tmp_path):
     (tmp_path / "health").mkdir()
     (tmp_path / "health" / "state.json").write_text("{not json")
     assert with_out_of_service({"hosts": {"a": {}}}, str(tmp_path))["hosts"]["a"]["out_of_service"] == {}
+
+
+@pytest.mark.parametrize(("step", "runs", "kwargs", "expected"), [
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3\n"}}, {}, "failed"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": ""}}, {}, "ok"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 9, "stderr": "No devices were found"}}, {}, "failed"),
+    ({"kind": "reboot", "enabled": False, "host": "node-a"}, {"reboot": {"skipped": True}}, {}, "skipped"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"rc": 1, "stderr": "forbidden"}}, {},
+     "failed"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"rc": 0}}, {}, "ok"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"skipped": True}}, {"check_mode": True},
+     "skipped"),
+    ({"kind": "drain_gpu_pods"}, {"pods": {"rc": 0}, "delete": {"results": [{"rc": 0}, {"rc": 1, "stderr": "x"}]}},
+     {}, "failed"),
+    ({"kind": "sweep"}, {"resweep": {"read_ok": False}}, {}, "failed"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"rc": 0}}, {"healthy": True}, "healthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"skipped": True}}, {"healthy": False}, "unhealthy"),
+])
+def test_step_results(step, runs, kwargs, expected):
+    assert S.step_result(step, runs, **kwargs)["result"] == expected
+
+
+def test_a_busy_gpu_is_not_reset_and_says_who_holds_it():
+    found = S.step_result({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3"}})
+    assert found["detail"].startswith("GPU 2 is held by 1843, /usr/bin/python3: not reset")
+
+
+def test_healthy_again_needs_a_read_and_every_gpu_taken_out_healthy():
+    sweep = {"read_ok": True, "verdict": "degraded", "gpus": [{"index": 0, "verdict": "healthy"},
+                                                              {"index": 1, "verdict": "degraded"}]}
+    assert S.healthy_again(sweep, ["0"]) is True
+    assert S.healthy_again(sweep, ["0", "1"]) is False
+    assert S.healthy_again({**sweep, "read_ok": False}, ["0"]) is False
+    assert S.healthy_again({**sweep, "verdict": "failed"}, ["0"]) is False
+
+
+def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
+    hplan = plan_of(79, "RESTART_BM")
+    done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})]
+    state = S.next_state({}, "node-a", hplan, done, "c2", "t1")
+    again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
+                                     "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)["hosts"]["node-a"]
+    assert S.next_state(state, "node-a", again, [], "c2", "t2") == state
