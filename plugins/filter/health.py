@@ -29,10 +29,11 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
                                     _flag(apply), plan_source)
 
 
-def health_plan(sweeps, state=None, max_unavailable=1, overrides=None) -> dict:
+def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False) -> dict:
     if not isinstance(sweeps, dict):
         raise AnsibleFilterError("health_plan needs a dict host -> gpu_health result")
-    return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {})
+    return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
+                             bool(_flag(release)))
 
 
 def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,

@@ -277,9 +277,10 @@ def _items(sweep: dict) -> list[dict]:
     return items
 
 
-def host_plan(sweep: dict, previous: dict, overrides: dict | None = None) -> dict:
+def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, release: bool = False) -> dict:
     """One host: each item with its action, the host's action (the strongest), the GPUs it takes out and gives back.
-    ``previous``: this host's entry in the health state (handled item keys, GPUs out of service)."""
+    ``previous``: this host's entry in the health state (handled item keys, GPUs out of service); ``release``: the
+    operator says the node was serviced (health_release), so a GPU waiting for its remedy goes back when healthy."""
     if not sweep.get("read_ok", False):
         return {"read_ok": False, "status": "unreadable", "action": "none", "items": [], "gpus_out": {},
                 "gpus_back": [], "verdict": sweep.get("verdict"),
@@ -303,17 +304,18 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None) -> dic
     verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
     still = {str(i["gpu"]) for i in items if i["action"] != "none" and i["gpu"] is not None}
     back = [gpu for gpu, entry in sorted((previous.get("out_of_service") or {}).items())
-            if not entry.get("pending") and verdicts.get(gpu) == "healthy" and gpu not in still]
+            if (release or not entry.get("pending")) and verdicts.get(gpu) == "healthy" and gpu not in still]
     return {"read_ok": True, "status": "act" if new else "clear", "action": action, "items": items,
             "gpus_out": gpus_out, "gpus_back": back, "verdict": sweep.get("verdict"),
             "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
 
 
-def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None) -> dict:
+def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None,
+               release: bool = False) -> dict:
     """The fleet's plan: every host's plan, and which hosts act now. At most ``max_unavailable`` nodes are out of
     service at once (those the state already holds out count); the rest are deferred to a later run."""
     known = (state or {}).get("hosts") or {}
-    hosts = {h: host_plan(s, known.get(h) or {}, overrides) for h, s in sorted(sweeps.items())}
+    hosts = {h: host_plan(s, known.get(h) or {}, overrides, release) for h, s in sorted(sweeps.items())}
     already_out = {h for h, entry in known.items() if entry.get("out_of_service") or entry.get("cordoned")}
     disruptive = sorted((h for h, p in hosts.items() if p["action"] in DISRUPTIVE),
                         key=lambda h: (-RANK[hosts[h]["action"]], h))

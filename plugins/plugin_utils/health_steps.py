@@ -163,7 +163,7 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
         if step["kind"] in ("back_if_healthy", "give_back") and step.get("result") in ("ok", "healthy"):
             for gpu in step.get("gpus") or []:
                 out.pop(str(gpu), None)
-    if release:
+    if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy
         for gpu in out.values():
             gpu["pending"] = None
     kubectl_done = [s for s in done if s["kind"] == "kubectl" and s.get("result") == "ok"]

@@ -134,7 +134,10 @@ SCHEMA: dict[str, Any] = {
                     },
                     "out_of_service": {
                         "type": "object",
-                        "additionalProperties": {"type": "object"},
+                        "additionalProperties": {
+                            "type": "object",
+                            "description": "event, action, why, line, since and pending (the remedy still to do).",
+                        },
                         "description": "GPU index -> why health.yml took it out of service (event, action, since); "
                         "preflight refuses a member given one of them. Read from <report dir>/health/state.json "
                         "(out_of_service); empty when none.",

@@ -226,3 +226,11 @@ def test_the_recovery_action_and_fatal_fields_of_gpu_health_are_used_when_presen
                "fatal": False}
     assert H.decide(nvlink5, [])[0] == "review"
     assert H.decide({**nvlink5, "fatal": True}, [])[0] == "quarantine"
+
+
+def test_health_release_gives_back_a_gpu_whose_remedy_the_operator_did():
+    state = {"hosts": {"a": {"out_of_service": {"0": {"event": "Xid 79", "pending": "reboot"}}}}}
+    healthy = sweep(verdicts={0: "healthy"})
+    assert H.build_plan({"a": healthy}, state, 1)["hosts"]["a"]["gpus_back"] == []
+    assert H.build_plan({"a": healthy}, state, 1, release=True)["hosts"]["a"]["gpus_back"] == ["0"]
+    assert H.build_plan({"a": sweep(verdicts={0: "failed"})}, state, 1, release=True)["hosts"]["a"]["gpus_back"] == []
