@@ -303,10 +303,13 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, releas
                                       "line": item["line"]})
     verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
     still = {str(i["gpu"]) for i in items if i["action"] != "none" and i["gpu"] is not None}
-    back = [gpu for gpu, entry in sorted((previous.get("out_of_service") or {}).items())
+    held = previous.get("out_of_service") or {}
+    back = [gpu for gpu, entry in sorted(held.items())
             if (release or not entry.get("pending")) and verdicts.get(gpu) == "healthy" and gpu not in still]
+    # the workspaces an earlier run stopped start again once every GPU it took out is back
+    restart = list(previous.get("stopped") or []) if back and set(back) == set(held) and not gpus_out else []
     return {"read_ok": True, "status": "act" if new else "clear", "action": action, "items": items,
-            "gpus_out": gpus_out, "gpus_back": back, "verdict": sweep.get("verdict"),
+            "gpus_out": gpus_out, "gpus_back": back, "restart": restart, "verdict": sweep.get("verdict"),
             "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
 
 

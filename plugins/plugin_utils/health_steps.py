@@ -133,10 +133,32 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
 def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
     if not hplan.get("gpus_back"):
         return []
-    steps = [{"kind": "give_back", "gpus": hplan["gpus_back"], "members": holders(members, hplan["gpus_back"])}]
+    start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
+    steps = [{"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
     if kube:
         steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel", "uncordon")]
     return steps
+
+
+def _record(entry: dict, out: dict, step: dict, now: str) -> None:
+    """What one step run changes in the host's state entry: GPUs out (and their pending remedy), stopped
+    workspaces, cordon."""
+    result, kind = step.get("result"), step["kind"]
+    if kind == "mark_out" and result == "ok":
+        for gpu, why in step["gpus"].items():
+            out[gpu] = {**why, "since": now, "pending": step["pending"]}
+    if kind in ("reboot", "command") and result == "ok":
+        for gpu in out.values():
+            gpu["pending"] = None if gpu.get("pending") in ("reboot", "reset_gpu", "restart_fm") else gpu["pending"]
+    if kind == "stop_workspaces" and result == "ok":
+        entry["stopped"] = sorted(set(entry.get("stopped") or []) | set(step.get("members") or []))
+    if kind in ("back_if_healthy", "give_back") and result in ("ok", "healthy"):
+        for gpu in step.get("gpus") or []:
+            out.pop(str(gpu), None)
+        entry["stopped"] = sorted(set(entry.get("stopped") or []) - set(step.get("members") or []))
+        entry["cordoned"] = False if kind == "back_if_healthy" else entry.get("cordoned", False)
+    if kind == "kubectl" and result == "ok" and step["argv"][1] in ("cordon", "uncordon"):
+        entry["cordoned"] = step["argv"][1] == "cordon"
 
 
 def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: str | None, now: str,
@@ -154,24 +176,12 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
     failed = [s for s in done if s.get("result") == "failed"]
     out = entry.setdefault("out_of_service", {})
     for step in done:
-        if step["kind"] == "mark_out" and step.get("result") == "ok":
-            for gpu, why in step["gpus"].items():
-                out[gpu] = {**why, "since": now, "pending": step["pending"]}
-        if step["kind"] in ("reboot", "command") and step.get("result") == "ok":
-            for gpu in out.values():
-                gpu["pending"] = None if gpu.get("pending") in ("reboot", "reset_gpu", "restart_fm") else gpu["pending"]
-        if step["kind"] in ("back_if_healthy", "give_back") and step.get("result") in ("ok", "healthy"):
-            for gpu in step.get("gpus") or []:
-                out.pop(str(gpu), None)
+        _record(entry, out, step, now)
+    if not entry.get("stopped"):
+        entry.pop("stopped", None)
     if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy
         for gpu in out.values():
             gpu["pending"] = None
-    kubectl_done = [s for s in done if s["kind"] == "kubectl" and s.get("result") == "ok"]
-    for step in kubectl_done:
-        verb = step["argv"][1]
-        entry["cordoned"] = True if verb == "cordon" else False if verb == "uncordon" else entry.get("cordoned", False)
-    if any(s["kind"] == "back_if_healthy" and s.get("result") == "healthy" for s in done):
-        entry["cordoned"] = False
     if not failed:
         handled = set(entry.get("handled") or []) | {i["key"] for i in hplan.get("items") or []}
         # a GPU back in service forgets its state findings, so a recurrence is acted on again

@@ -139,9 +139,12 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
     back = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
                                     "gpus": [{"index": 0, "verdict": "healthy"}]}}, released, 1)
     assert back["hosts"]["node-a"]["gpus_back"] == ["0"]
+    assert entry["stopped"] == ["alice", "bob", "carol"]  # the reboot stopped every workspace of the node
     give = [{**s, "result": "ok"} for s in S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS)]
-    assert S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"][
-        "out_of_service"] == {}
+    assert give[0]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
+    after = S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"]
+    assert after["out_of_service"] == {}
+    assert "stopped" not in after
 
 
 def test_a_reboot_done_and_a_healthy_sweep_give_the_gpu_back_at_once():
