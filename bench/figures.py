@@ -81,20 +81,27 @@ def _row(*cells: object, width: int = 0) -> str:
     return "| " + " | ".join(padded) + " |"
 
 
+def _loads(size: dict) -> list[float]:
+    """The loads a size recorded: before, the peak sampled during it (newer entries), after."""
+    keys = ("load_1min_before", "load_1min_peak", "load_1min_after")
+    return [size[key] for key in keys if key in size]
+
+
 def fleet_block(entry: dict | None) -> list[str]:
     if not entry:
         return [_not_measured("fleet", "bench/fleet.py")]
     gen = entry["generator"]
     init = ", ".join(sorted({size["init"] for size in entry["sizes"]})) or "?"
-    header = _row("hosts", "rounds", "load before / after", "(a) ping", "(b) setup", "(c) preflight",
+    forks = ", ".join(sorted({str(size["forks"]) for size in entry["sizes"] if "forks" in size})) or "ansible.cfg's"
+    header = _row("hosts", "rounds", "load before / peak / after", "(a) ping", "(b) setup", "(c) preflight",
                   f"c/a (target <= {TARGETS['preflight_over_ping']})",
                   f"c/b (target <= {TARGETS['preflight_over_setup']})")
-    lines = [f"Measured by {provenance(gen)}; targets' PID 1: `{init}`.", "", header, "|---" * 8 + "|"]
+    lines = [f"Measured by {provenance(gen)}; targets' PID 1: `{init}`; forks: {forks}.", "", header, "|---" * 8 + "|"]
     quoted = set()
     for size in entry["sizes"]:
-        load = f"{size['load_1min_before']} / {size['load_1min_after']}"
+        load = " / ".join(str(value) for value in _loads(size))
         if size["over_load"]:
-            over = _over(size["load_1min_before"], size["load_1min_after"], size["load_limit"])
+            over = f"not quoted: 1-minute load {load}, above the limit {size['load_limit']}"
             lines.append(_row(size["hosts"], size["rounds"], load, over, width=8))
             continue
         quoted.add(size["hosts"])

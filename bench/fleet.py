@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -128,12 +129,14 @@ def inventory(names: list[str]) -> Path:
     return path
 
 
-def commands(inv: Path) -> dict[str, list[str]]:
+def commands(inv: Path, forks: int) -> dict[str, list[str]]:
+    """The three commands, each with the same --forks (the same parallelism for all three keeps the ratios fair)."""
     bin_dir = Path(sys.executable).parent
+    common = ["-i", str(inv), "--forks", str(forks)]
     return {
-        "ping": [str(bin_dir / "ansible"), "gpu_nodes", "-i", str(inv), "-m", "ansible.builtin.ping"],
-        "setup": [str(bin_dir / "ansible"), "gpu_nodes", "-i", str(inv), "-m", "ansible.builtin.setup"],
-        "preflight": [str(bin_dir / "ansible-playbook"), "-i", str(inv), str(REPO / "playbooks" / "preflight.yml")],
+        "ping": [str(bin_dir / "ansible"), "gpu_nodes", *common, "-m", "ansible.builtin.ping"],
+        "setup": [str(bin_dir / "ansible"), "gpu_nodes", *common, "-m", "ansible.builtin.setup"],
+        "preflight": [str(bin_dir / "ansible-playbook"), *common, str(REPO / "playbooks" / "preflight.yml")],
     }
 
 
@@ -153,26 +156,48 @@ def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
     return seconds
 
 
-def measure(size: int, rounds: int, env: dict[str, str], init: str) -> dict:
+class _PeakLoad(threading.Thread):
+    """The highest 1-minute load average seen while a size is measured (sampled every few seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = load1()
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(3):
+            self.peak = max(self.peak, load1())
+
+    def stop(self) -> float:
+        self._stop_event.set()
+        self.join()
+        return max(self.peak, load1())
+
+
+def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) -> dict:
     load_before = load1()
     names, startup = fleet(size, init)
-    cmds = commands(inventory(names))
+    cmds = commands(inventory(names), forks)
     times: dict[str, list[float]] = {name: [] for name in cmds}
     timed(cmds["ping"], env, WORK / "warmup.log")  # first contact (python bytecode on the nodes) is not timed
+    sampler = _PeakLoad()
+    sampler.start()
     for round_no in range(rounds):
         for name, argv in cmds.items():  # interleaved: a busy moment hits all three alike
             times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log"))
         print(f"  N={size} round {round_no + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     med = {name: statistics.median(values) for name, values in times.items()}
-    load_after, cores = load1(), os.cpu_count() or 1
+    load_peak, load_after, cores = sampler.stop(), load1(), os.cpu_count() or 1
     return {
         "hosts": size,
         "init": init,
+        "forks": forks,
         "rounds": rounds,
         "load_1min_before": load_before,
         "load_1min_after": load_after,
+        "load_1min_peak": load_peak,
         "load_limit": load_limit(cores),
-        "over_load": over_load([load_before, load_after], cores),
+        "over_load": over_load([load_before, load_peak, load_after], cores),
         "start_seconds": round(startup, 1),
         "median_seconds": {k: round(v, 2) for k, v in med.items()},
         "all_seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
@@ -193,35 +218,50 @@ def main() -> None:
         help="PID 1 of the targets; systemd needs ~4 inotify instances each (this host allows 128 per user, so "
         "beyond ~20 systemd containers on a shared machine systemd hangs in 'initializing')",
     )
+    parser.add_argument(
+        "--forks",
+        type=int,
+        default=int(os.environ.get("GPUOPS_BENCH_FORKS", "0")),
+        help="ansible --forks for all three commands (default: the core count, so that the bench does not raise the "
+        "load past the limit by itself: each fork is a docker exec with several runnable processes behind it)",
+    )
     args = parser.parse_args()
+    forks = args.forks or default_forks()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     env = environment()
     print(
         f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
-        f"targets' PID 1: {args.init}"
+        f"targets' PID 1: {args.init}, forks {forks}"
     )
     start = started()
     results = []
     try:
         for size in sizes:
-            results.append(measure(size, args.rounds, env, args.init))
+            results.append(measure(size, args.rounds, env, args.init, forks))
             record_fleet(start, sizes, results)  # kept even if a later size fails
     finally:
         if not args.keep:
             remove_all()
-    print(f"\n  {'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}  load")
+    head = f"{'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}"
+    print(f"\n  {head}  load before/peak/after")
     for r in results:
         m = r["median_seconds"]
         print(
             f"  {r['hosts']:>4}  {m['ping']:>7.1f}  {m['setup']:>7.1f}  {m['preflight']:>11.1f}  "
             f"{r['preflight_over_ping']:>5.2f}  {r['preflight_over_setup']:>5.2f}  "
-            f"{r['load_1min_before']}-{r['load_1min_after']}{' (over the limit: not quoted)' if r['over_load'] else ''}"
+            f"{r['load_1min_before']}/{r['load_1min_peak']}/{r['load_1min_after']}"
+            f"{' (over the limit: not quoted)' if r['over_load'] else ''}"
         )
     for step in marginal(results):
         print(
             f"  marginal cost per host ({step['from_hosts']} -> {step['to_hosts']}): "
             + ", ".join(f"{k} {v:.2f} s" for k, v in step["seconds_per_host"].items())
         )
+
+
+def default_forks() -> int:
+    """As many forks as cores: with ansible.cfg's 10 on 2 cores the bench alone drove the load from 1.2 to 8."""
+    return max(1, os.cpu_count() or 1)
 
 
 def marginal(results: list[dict]) -> list[dict]:
@@ -236,7 +276,7 @@ def marginal(results: list[dict]) -> list[dict]:
 
 
 def record_fleet(start: dict, sizes: list[int], results: list[dict]) -> None:
-    loads = tuple(r[key] for r in results for key in ("load_1min_before", "load_1min_after"))
+    loads = tuple(r[key] for r in results for key in ("load_1min_before", "load_1min_peak", "load_1min_after"))
     record(
         "fleet",
         {

@@ -1,9 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filter: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``.
+"""Filters: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)`` and
+``hostvars[inventory_hostname] | gpuops.cluster.platform_request``.
 
 Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
-read); documentation in inventory_plan.yml next to this file.
+read); documentation in inventory_plan.yml and platform_request.yml next to this file.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import inventory_plan as _inventory_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import platform_request as _platform_request
 
 
 def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict:
@@ -23,8 +25,15 @@ def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 
 
+def platform_request(host_vars: Any) -> dict:
+    if not hasattr(host_vars, "get"):
+        raise AnsibleFilterError(f"platform_request: expected one host's variables, hostvars[inventory_hostname], "
+                                 f"got {host_vars!r}")
+    return _platform_request(host_vars)
+
+
 class FilterModule:
     """gpuops.cluster plan filters."""
 
     def filters(self) -> dict:
-        return {"inventory_plan": inventory_plan}
+        return {"inventory_plan": inventory_plan, "platform_request": platform_request}

@@ -148,8 +148,8 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-# Inputs of the platform rule, per host, with the defaults preflight uses (roles/preflight/tasks/gather.yml passes
-# the same): name in the rule -> (inventory variable, default).
+# Inputs of the platform rule, per host, with their defaults: name in the rule -> (inventory variable, default).
+# The one mapping: preflight passes platform_request() (filter gpuops.cluster.platform_request) to its module.
 _PLATFORM_INPUTS = {
     "platform": ("gpuops_platform", "auto"),
     "team_size": ("gpuops_team_size", None),

@@ -6,6 +6,8 @@ run under /tmp/gpuops-molecule-demo.lock by scripts/run-tests.sh ops). One conta
 - a bad inventory (a driver branch instead of a version) exits 2, naming the failed task in summary.json,
   junit.xml and on screen; a missing inventory exits 4 with one line;
 - validate.yml on the GPU-less demo node: every GPU step "skipped: no GPU", never ok, and the fleet report;
+- day-2 settings from the inventory's group_vars, without -e: validate's images (through gpuops_registry_mirror)
+  reach its report, and upgrade_driver's settings are type-checked by its settings role before anything runs;
 - the installed console script, and gpuops-run from an installed collection (outside this checkout).
 """
 
@@ -129,6 +131,42 @@ def test_validate_on_the_demo_node_skips_gpu_steps_honestly(tmp_path):
     assert f"data-host='{NODE}'" in page
     assert "<span class=\"badge skip\">skipped</span>" in page
     assert "badge ok" not in page
+
+
+def demo_inventory_with(tmp_path: Path, group_vars: str) -> Path:
+    """A copy of the demo inventory with group_vars/gpu_nodes/zz_test.yml holding ``group_vars`` (YAML)."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventories" / "demo", inventory, ignore=shutil.ignore_patterns("credentials"))
+    (inventory / "group_vars" / "gpu_nodes" / "zz_test.yml").write_text("---\n" + group_vars)
+    return inventory / "hosts.yml"
+
+
+def test_validate_takes_its_settings_from_the_inventory_and_the_mirror(tmp_path):
+    """Play vars would outrank group_vars; the settings role's defaults do not. No -e here at all."""
+    reports = tmp_path / "reports"
+    inventory = demo_inventory_with(tmp_path, f"gpuops_report_dir: {reports}\n"
+                                    "gpuops_registry_mirror: harbor.lan/proxy\n"
+                                    "validate_cuda_image: nvcr.io/nvidia/cuda:12.2.2-base-ubuntu22.04\n")
+    run = gpuops_run("validate", "-i", str(inventory), "--artifacts", str(tmp_path / "a"))
+    assert run.returncode == EXIT_OK, run.stdout[-3000:] + run.stderr[-2000:]
+    [run_dir] = list(reports.iterdir())
+    images = json.loads((run_dir / f"{NODE}.validate.json").read_text())["images"]
+    assert images == {
+        "cuda": "harbor.lan/proxy/nvidia/cuda:12.2.2-base-ubuntu22.04",  # the group_var, through the mirror
+        "cuda_check": "harbor.lan/proxy/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",  # the default, mirrored
+        "nccl_build": "harbor.lan/proxy/nvidia/cuda:12.4.1-devel-ubuntu22.04",
+    }
+
+
+def test_upgrade_driver_checks_an_inventory_setting_before_anything_runs(tmp_path):
+    inventory = demo_inventory_with(tmp_path, "upgrade_drain_timeout: soon\n")
+    run = gpuops_run("upgrade_driver", "-i", str(inventory), "--artifacts", str(tmp_path / "a"))
+    assert run.returncode == EXIT_FAILED, run.stdout[-3000:] + run.stderr[-2000:]
+    [failed] = json.loads((tmp_path / "a" / "summary.json").read_text())["hosts"][NODE]["failed_tasks"]
+    assert "upgrade_drain_timeout" in failed["msg"], failed
+    assert "soon" in failed["msg"], failed
+    stdout = (tmp_path / "a" / "runner" / "artifacts" / "run" / "stdout").read_text()
+    assert "TASK [Installed driver packages]" not in stdout, "refused before the first task of the upgrade"
 
 
 def test_installed_console_script_and_an_installed_collection(tmp_path):

@@ -164,3 +164,27 @@ def test_a_committed_test_summary_is_a_full_run():
     summary = json.loads(figures.TEST_SUMMARY.read_text())
     assert [f for f in figures.SUMMARY_FIELDS if f not in summary] == []
     assert summary["command"] == "all"
+
+
+def test_a_peak_above_the_limit_is_not_quoted_even_when_before_and_after_are_under_it():
+    # bench/fleet.py samples the load during a size; the peak counts like before and after
+    quiet_ends = {**size(100, 40.0, 55.0, 50.0, over=True, load=1.0), "load_1min_peak": 4.2, "forks": 2}
+    text = "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [100], "sizes": [quiet_ends]}))
+    assert "| 100 | 3 | 1.0 / 4.2 / 1.0 | not quoted: 1-minute load 1.0 / 4.2 / 1.0, above the limit 3.0 |" in text
+    assert "forks: 2" in text
+    assert "50.0 s" not in text
+
+
+def test_fleet_measure_counts_the_peak_in_over_load(monkeypatch):
+    import fleet  # noqa: PLC0415  (imports ansible_env from tests/, on pytest's pythonpath)
+
+    loads = iter([0.5, 0.6, 4.5, 4.5, 0.7])  # before, sampler start, ..., after: one sample over the limit
+    monkeypatch.setattr(fleet, "load1", lambda: next(loads, 0.7))
+    monkeypatch.setattr(fleet, "fleet", lambda size, init: ([f"n{i}" for i in range(size)], 0.1))
+    monkeypatch.setattr(fleet, "inventory", lambda names: figures.REPO / "build" / "unused.json")
+    monkeypatch.setattr(fleet, "timed", lambda argv, env, log: {"ansible": 1.0}.get(argv[0].rsplit("/", 1)[-1], 2.0))
+    result = fleet.measure(3, 1, {}, "sleep", 2)
+    assert result["forks"] == 2
+    assert result["load_1min_peak"] >= 4.5
+    assert result["over_load"] is True
+    assert result["preflight_over_ping"] == 2.0

@@ -105,6 +105,8 @@ def test_fleet_writes_an_entry_with_every_field(tmp_path, monkeypatch):
         "rounds": 3,
         "load_1min_before": 0.4,
         "load_1min_after": 0.6,
+        "load_1min_peak": 0.9,
+        "forks": 2,
         "load_limit": 3.0,
         "over_load": False,
         "median_seconds": {"ping": 7.0, "setup": 9.0, "preflight": 8.0},

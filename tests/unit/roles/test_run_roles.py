@@ -73,3 +73,12 @@ def test_no_role_keeps_a_flag_of_its_own_for_the_input_check() -> None:
     flags = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").glob("*/defaults/main.yml")
                    if "_inputs_checked" in p.read_text())
     assert flags == [], f"role-specific input-check flags: {flags}; use gpuops_inputs_checked"
+
+
+@pytest.mark.parametrize("role", sorted({r for roles in _listed().values() for r in roles}))
+def test_every_listed_role_skips_its_variable_checks_once_the_input_check_passed(role: str) -> None:
+    """One tier: every role's assert stage reads the one run-scoped fact, so a run checks each role's variables once."""
+    text = (REPO / "roles" / role / "tasks" / "assert.yml").read_text()
+    assert "role_name not in (gpuops_inputs_checked | default([]))" in text, (
+        f"{role}: its assert stage runs its checks again after playbooks/check_inputs.yml passed them; guard them "
+        "with `when: role_name not in (gpuops_inputs_checked | default([]))`")
