@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_health
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import host_row, render_fleet_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import with_out_of_service
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
@@ -250,3 +251,20 @@ def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
     again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
                                      "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)["hosts"]["node-a"]
     assert S.next_state(state, "node-a", again, [], "c2", "t2") == state
+
+
+def test_the_fleet_report_shows_each_hosts_health():
+    hplan = plan_of(79, "RESTART_BM")
+    state = {"hosts": {"node-a": {"out_of_service": {"0": {"event": "Xid 79"}}}}}
+    sweep = {"gpus": [{"index": 0, "name": "NVIDIA H100 NVL"}, {"index": 1, "name": "NVIDIA H100 NVL"}]}
+    entry = S.fleet_entry("node-a", hplan, state, sweep)
+    clear = S.fleet_entry("node-b", {"status": "clear", "action": "none", "items": [], "verdict": "healthy"}, {}, sweep)
+    row = host_row(entry)
+    assert (row["gpus"], row["health"], row["ok"]) == ("2 x NVIDIA H100 NVL", "reboot (act); GPU 0 out of service",
+                                                       False)
+    assert (host_row(clear)["health"], host_row(clear)["ok"]) == ("healthy", True)
+    page = render_fleet_report([entry, clear], "20261202T050000Z")
+    assert "<th>Health</th>" in page
+    assert "RESTART_BM: restart the bare-metal node" in page
+    assert "health: not run" not in page
+    assert "<th>Health</th>" not in render_fleet_report([{"host": "x"}], "t")  # validate's page is unchanged
