@@ -26,8 +26,6 @@ execution (``run(argv) -> (rc, stdout, stderr)``), executable lookup (``which(na
 
 from __future__ import annotations
 
-import ctypes
-
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
     BACKENDS,
     FABRIC_ACTIVE_STATES,
@@ -39,7 +37,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     GpuFactsParseError,
     aggregate_fabric_state,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import gather_nvml, import_pynvml
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import import_pynvml, load_and_gather_nvml
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
     gather_nvidia_smi,
     parse_nvidia_smi_list,
@@ -158,22 +156,9 @@ def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings:
     return topology
 
 
-# what a pynvml whose API differs from the one written against raises (renamed fields, changed signatures)
-_PYNVML_MISMATCH = (AttributeError, TypeError, ValueError, ctypes.ArgumentError)
-
-
 def _try_backend(name: str, nvml_loader, run, which, warnings: list, notes: list) -> dict:
     if name == SOURCE_NVML:
-        try:
-            nvml = nvml_loader()
-        except ImportError as err:
-            raise BackendUnavailable(f"pynvml is not importable ({err}); install nvidia-ml-py to use NVML") from err
-        try:
-            return gather_nvml(nvml, warnings)
-        except _PYNVML_MISMATCH as err:
-            # an nvidia-ml-py release whose API differs from what this module expects: nvidia-smi can still answer
-            warnings.append(f"the NVML backend raised {type(err).__name__}: {err}; falling back to nvidia-smi")
-            raise BackendUnavailable(f"pynvml API mismatch ({type(err).__name__}: {err})") from err
+        return load_and_gather_nvml(nvml_loader, warnings)
     return gather_nvidia_smi(run, which, notes)
 
 

@@ -2,8 +2,12 @@
 # Apache License 2.0 (see galaxy.yml)
 """GPU facts from NVML through ``pynvml`` (PyPI ``nvidia-ml-py``): the first backend tried.
 
-Every call goes through ``_NvmlCalls``, which turns "not supported" into null and any other NVML
+Every call goes through ``NvmlCalls``, which turns "not supported" into null and any other NVML
 error on one field into a warning, so one odd GPU never costs the whole answer.
+
+``load_and_gather_nvml`` is the backend as ``gpu_facts`` and ``gpu_health`` use it: import pynvml, gather in one
+NVML session, and turn an API mismatch into "try the next backend". Its ``per_gpu`` hook lets ``gpu_health`` read
+its health fields from the same handles, in the same session.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _nvml_errors(nvml, *names: str) -> tuple:
     return tuple(cls for cls in (getattr(nvml, name, None) for name in names) if isinstance(cls, type))
 
 
-class _NvmlCalls:
+class NvmlCalls:
     """Per-field NVML calls: "not supported" answers become None, other NVML errors a warning and None."""
 
     def __init__(self, nvml, warnings: list) -> None:
@@ -139,7 +143,7 @@ class _NvmlCalls:
         return fabric_record(state=state, status=status_text, clique_id=clique, cluster_uuid=cluster)
 
 
-def _nvml_cuda_version(calls: _NvmlCalls) -> str | None:
+def _nvml_cuda_version(calls: NvmlCalls) -> str | None:
     for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
         value = calls.call("the system", name)
         if value:
@@ -147,7 +151,7 @@ def _nvml_cuda_version(calls: _NvmlCalls) -> str | None:
     return None
 
 
-def _nvml_gpu(calls: _NvmlCalls, index: int) -> dict:
+def _nvml_gpu(calls: NvmlCalls, index: int, per_gpu=None) -> dict:
     nvml = calls.nvml
     label = f"GPU {index}"
     try:
@@ -159,7 +163,7 @@ def _nvml_gpu(calls: _NvmlCalls, index: int) -> dict:
     memory = calls.call(label, "nvmlDeviceGetMemoryInfo", handle)
     persistence = calls.call(label, "nvmlDeviceGetPersistenceMode", handle)
     mig_mode, mig_pending = calls.mig_modes(label, handle)
-    return gpu_record(
+    record = gpu_record(
         index,
         name=text_value(calls.call(label, "nvmlDeviceGetName", handle)),
         uuid=text_value(calls.call(label, "nvmlDeviceGetUUID", handle)),
@@ -171,10 +175,17 @@ def _nvml_gpu(calls: _NvmlCalls, index: int) -> dict:
         nvlink=calls.nvlink_active(label, handle),
         fabric=calls.fabric(label, handle),
     )
+    if per_gpu is not None:
+        record["health"] = per_gpu(calls, label, handle)
+    return record
 
 
-def gather_nvml(nvml, warnings: list) -> dict:
-    """Everything through NVML in one session; nvmlShutdown always runs once nvmlInit succeeded."""
+def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
+    """Everything through NVML in one session; nvmlShutdown always runs once nvmlInit succeeded.
+
+    ``per_gpu(calls, label, handle)``, when given, is called for each GPU inside the session; what it returns is
+    the record's ``health`` key.
+    """
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
@@ -183,7 +194,7 @@ def gather_nvml(nvml, warnings: list) -> dict:
             warnings.append(f"nvmlInit failed: {err}; falling back to the next backend")
         raise BackendUnavailable(f"nvmlInit failed: {err}") from err
     try:
-        calls = _NvmlCalls(nvml, warnings)
+        calls = NvmlCalls(nvml, warnings)
         driver = text_value(calls.call("the system", "nvmlSystemGetDriverVersion"))
         cuda = _nvml_cuda_version(calls)
         try:
@@ -191,10 +202,28 @@ def gather_nvml(nvml, warnings: list) -> dict:
         except nvml.NVMLError as err:
             warnings.append(f"nvmlDeviceGetCount failed: {err}; falling back to the next backend")
             raise BackendUnavailable(f"nvmlDeviceGetCount failed: {err}") from err
-        gpus = [_nvml_gpu(calls, index) for index in range(count)]
+        gpus = [_nvml_gpu(calls, index, per_gpu) for index in range(count)]
     finally:
         try:
             nvml.nvmlShutdown()
         except nvml.NVMLError as err:
             warnings.append(f"nvmlShutdown failed: {err}")
     return {"source": SOURCE_NVML, "driver_version": driver, "cuda_driver_version": cuda, "gpus": gpus}
+
+
+# what a pynvml whose API differs from the one written against raises (renamed fields, changed signatures)
+PYNVML_MISMATCH = (AttributeError, TypeError, ValueError, ctypes.ArgumentError)
+
+
+def load_and_gather_nvml(nvml_loader, warnings: list, per_gpu=None) -> dict:
+    """``gather_nvml`` on the pynvml ``nvml_loader()`` returns; BackendUnavailable when pynvml is not importable,
+    NVML does not answer, or the installed nvidia-ml-py's API differs (then nvidia-smi can still answer)."""
+    try:
+        nvml = nvml_loader()
+    except ImportError as err:
+        raise BackendUnavailable(f"pynvml is not importable ({err}); install nvidia-ml-py to use NVML") from err
+    try:
+        return gather_nvml(nvml, warnings, per_gpu)
+    except PYNVML_MISMATCH as err:
+        warnings.append(f"the NVML backend raised {type(err).__name__}: {err}; falling back to nvidia-smi")
+        raise BackendUnavailable(f"pynvml API mismatch ({type(err).__name__}: {err})") from err

@@ -3,7 +3,7 @@
 """GPU facts from ``nvidia-smi``: the parsers of its outputs (pure functions of text) and the backend.
 
 * ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text, as captured in inventories);
-* ``nvidia-smi -L`` and ``nvidia-smi nvlink -s``;
+* ``nvidia-smi -L``, ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
 * ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
 """
 
@@ -139,7 +139,8 @@ def _q_tree(lines) -> dict:
     return root
 
 
-def _q_get(tree: dict, *path: str) -> str | None:
+def q_get(tree: dict, *path: str) -> str | None:
+    """The value at ``path`` in a ``-q`` section tree, or None (also when ``path`` is a section)."""
     node = tree
     for key in path:
         if not isinstance(node, dict) or key not in node:
@@ -152,27 +153,27 @@ def _q_gpu(index: int, bus_id: str, tree: dict) -> dict:
     fabric = tree.get("Fabric") if isinstance(tree.get("Fabric"), dict) else {}
     return gpu_record(
         index,
-        name=value_or_none(_q_get(tree, "Product Name")),
-        uuid=value_or_none(_q_get(tree, "GPU UUID")),
-        pci_bus_id=canonical_bus_id(_q_get(tree, "PCI", "Bus Id") or bus_id),
-        memory_total_mib=parse_mib(_q_get(tree, "FB Memory Usage", "Total")),
-        mig_mode=normalise_mig_mode(_q_get(tree, "MIG Mode", "Current")),
-        mig_mode_pending=normalise_mig_mode(_q_get(tree, "MIG Mode", "Pending")),
-        persistence_mode=parse_enabled(_q_get(tree, "Persistence Mode")),
+        name=value_or_none(q_get(tree, "Product Name")),
+        uuid=value_or_none(q_get(tree, "GPU UUID")),
+        pci_bus_id=canonical_bus_id(q_get(tree, "PCI", "Bus Id") or bus_id),
+        memory_total_mib=parse_mib(q_get(tree, "FB Memory Usage", "Total")),
+        mig_mode=normalise_mig_mode(q_get(tree, "MIG Mode", "Current")),
+        mig_mode_pending=normalise_mig_mode(q_get(tree, "MIG Mode", "Pending")),
+        persistence_mode=parse_enabled(q_get(tree, "Persistence Mode")),
         fabric=fabric_record(
-            state=normalise_fabric_state(_q_get(fabric, "State")),
-            status=value_or_none(_q_get(fabric, "Status")),
-            clique_id=int_or_none(_q_get(fabric, "CliqueId")),
-            cluster_uuid=value_or_none(_q_get(fabric, "ClusterUUID")),
+            state=normalise_fabric_state(q_get(fabric, "State")),
+            status=value_or_none(q_get(fabric, "Status")),
+            clique_id=int_or_none(q_get(fabric, "CliqueId")),
+            cluster_uuid=value_or_none(q_get(fabric, "ClusterUUID")),
         ),
         mig_devices=None,  # the text form's MIG device list is not parsed; use -q -x or -L
     )
 
 
-def parse_nvidia_smi_q(text: str) -> dict:
-    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml.
+def split_nvidia_smi_q(text: str) -> tuple:
+    """``nvidia-smi -q`` text as ``(header tree, [(bus id, GPU section tree), ...])``, in output order.
 
-    ``mig_devices`` is None for every GPU: the text form's MIG listing is not parsed.
+    Raises GpuFactsParseError when the text has neither a ``Driver Version`` line nor a ``GPU <bus id>`` section.
     """
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     header: list = []
@@ -190,11 +191,20 @@ def parse_nvidia_smi_q(text: str) -> dict:
         raise GpuFactsParseError(
             "nvidia-smi -q output", "found neither a 'Driver Version' line nor a 'GPU <bus id>' section", text
         )
+    return head, [(bus, _q_tree(body)) for bus, body in blocks]
+
+
+def parse_nvidia_smi_q(text: str) -> dict:
+    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml.
+
+    ``mig_devices`` is None for every GPU: the text form's MIG listing is not parsed.
+    """
+    head, blocks = split_nvidia_smi_q(text)
     return {
-        "driver_version": value_or_none(_q_get(head, "Driver Version")),
-        "cuda_driver_version": value_or_none(_q_get(head, "CUDA Version")),
-        "attached_gpus": int_or_none(_q_get(head, "Attached GPUs")),
-        "gpus": [_q_gpu(index, bus, _q_tree(body)) for index, (bus, body) in enumerate(blocks)],
+        "driver_version": value_or_none(q_get(head, "Driver Version")),
+        "cuda_driver_version": value_or_none(q_get(head, "CUDA Version")),
+        "attached_gpus": int_or_none(q_get(head, "Attached GPUs")),
+        "gpus": [_q_gpu(index, bus, tree) for index, (bus, tree) in enumerate(blocks)],
     }
 
 
@@ -232,29 +242,65 @@ def parse_nvidia_smi_list(text: str) -> list:
 
 
 _NVLINK_LINK_RE = re.compile(r"^\s*Link\s+(\d+):\s*(.*)$")
+_NVLINK_GPU_RE = re.compile(r"^GPU\s+(\d+):.*?\(UUID:\s*([^)]+)\)(.*)$")
+_NVLINK_ERROR_RE = re.compile(r"^(?P<name>[A-Za-z ]+?)\s+Errors?:\s*(?P<value>\d+)\s*$", re.IGNORECASE)
+
+
+def parse_nvidia_smi_nvlink_links(text: str) -> list:
+    """Parse ``nvidia-smi nvlink -s`` link by link: ``[{index, uuid, said_none, links: {link: active}}]``.
+
+    A link is active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>`` is not.
+    ``said_none``: the GPU's header says it has no NVLink, or that all its links are inactive.
+    """
+    gpus: list = []
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        header = _NVLINK_GPU_RE.match(line)
+        if header:
+            tail = header.group(3).lower()
+            said_none = "nvlink" in tail and ("not" in tail or "inactive" in tail)
+            gpus.append(
+                {"index": int(header.group(1)), "uuid": header.group(2).strip(), "said_none": said_none, "links": {}}
+            )
+            continue
+        link = _NVLINK_LINK_RE.match(line)
+        if link and gpus:
+            gpus[-1]["links"][int(link.group(1))] = "/s" in link.group(2)
+    return gpus
 
 
 def parse_nvidia_smi_nvlink_status(text: str) -> list:
     """Parse ``nvidia-smi nvlink -s``: ``[{index, uuid, active_links}]``.
 
-    A link counts as active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>``
-    does not. A GPU whose header says it has no NVLink, or that all links are inactive, has 0;
+    A link counts as active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>`` does
+    not. A GPU whose header says it has no NVLink, or that all links are inactive, has 0;
     a header with nothing after it has None (the driver said nothing).
+    """
+    gpus = []
+    for gpu in parse_nvidia_smi_nvlink_links(text):
+        active = sum(gpu["links"].values()) if gpu["links"] else (0 if gpu["said_none"] else None)
+        gpus.append({"index": gpu["index"], "uuid": gpu["uuid"], "active_links": active})
+    return gpus
+
+
+def parse_nvidia_smi_nvlink_errors(text: str) -> list:
+    """Parse ``nvidia-smi nvlink -e``: ``[{index, uuid, counters: {name: total over links}}]``.
+
+    Lines are ``Link <n>: <Name> Errors: <count>``; ``name`` is the counter's name lower-cased (``replay``,
+    ``recovery``, ``crc``, or whatever else the driver prints), summed over the GPU's links.
     """
     gpus: list = []
     for raw in text.splitlines():
         line = raw.rstrip("\r")
-        header = re.match(r"^GPU\s+(\d+):.*?\(UUID:\s*([^)]+)\)(.*)$", line)
+        header = _NVLINK_GPU_RE.match(line) or re.match(r"^GPU\s+(\d+):()()", line)
         if header:
-            tail = header.group(3).lower()
-            said_none = "nvlink" in tail and ("not" in tail or "inactive" in tail)
-            active = 0 if said_none else None
-            gpus.append({"index": int(header.group(1)), "uuid": header.group(2).strip(), "active_links": active})
+            gpus.append({"index": int(header.group(1)), "uuid": header.group(2).strip() or None, "counters": {}})
             continue
         link = _NVLINK_LINK_RE.match(line)
-        if link and gpus:
-            gpu = gpus[-1]
-            gpu["active_links"] = (gpu["active_links"] or 0) + (1 if "/s" in link.group(2) else 0)
+        counter = _NVLINK_ERROR_RE.match(link.group(2).strip()) if link else None
+        if counter and gpus:
+            name = counter.group("name").strip().lower()
+            gpus[-1]["counters"][name] = gpus[-1]["counters"].get(name, 0) + int(counter.group("value"))
     return gpus
 
 

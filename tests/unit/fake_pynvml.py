@@ -15,6 +15,9 @@ from typing import ClassVar
 
 # values copied from the real module, so the code under test sees the same numbers
 NVML_SUCCESS = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -119,6 +122,13 @@ class FakeGpu:
     nvlink_states: list = field(default_factory=list)  # one 0/1 per link that exists
     fabric: tuple | None = None  # (state, status, clique_id, cluster_uuid bytes[16]) or None: NotSupported
     errors: dict = field(default_factory=dict)  # pynvml function name -> error class or instance to raise
+    # health (gpu_health): None means NVML answers NotSupported
+    ecc_uncorrected: tuple | None = (0, 0)  # (volatile, aggregate)
+    remapped_rows: tuple | None = (0, 0, 0, 0)  # (correctable, uncorrectable, isPending, failureOccurred)
+    retired_pages_pending: int | None = None  # NVML_FEATURE_ENABLED / _DISABLED
+    clock_reasons: int | None = 0x1  # nvmlClocksEventReason* bits; GpuIdle
+    pcie: tuple | None = (5, 5, 16, 16)  # (current gen, max gen, current width, max width)
+    nvlink_errors: dict = field(default_factory=dict)  # {(link, counter): count}; others read 0
 
 
 class _Handle:
@@ -269,6 +279,58 @@ def make_fake_pynvml(  # noqa: PLR0915 - one closure per pynvml function keeps t
     def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo):
         return fill_fabric("nvmlDeviceGetGpuFabricInfoV", device, gpuFabricInfo)
 
+    def nvmlDeviceGetTotalEccErrors(handle, errorType, counterType):
+        record("nvmlDeviceGetTotalEccErrors", handle)
+        if handle.gpu.ecc_uncorrected is None or errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            raise NVMLError_NotSupported()
+        return handle.gpu.ecc_uncorrected[counterType]
+
+    def nvmlDeviceGetRemappedRows(device):
+        record("nvmlDeviceGetRemappedRows", device)
+        if device.gpu.remapped_rows is None:
+            raise NVMLError_NotSupported()
+        return tuple(device.gpu.remapped_rows)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(device):
+        record("nvmlDeviceGetRetiredPagesPendingStatus", device)
+        if device.gpu.retired_pages_pending is None:
+            raise NVMLError_NotSupported()
+        return device.gpu.retired_pages_pending
+
+    def nvmlDeviceGetCurrentClocksEventReasons(handle):
+        record("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if handle.gpu.clock_reasons is None:
+            raise NVMLError_NotSupported()
+        return handle.gpu.clock_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+        record("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return nvmlDeviceGetCurrentClocksEventReasons(handle)
+
+    def pcie(name, handle, position):
+        record(name, handle)
+        if handle.gpu.pcie is None:
+            raise NVMLError_NotSupported()
+        return handle.gpu.pcie[position]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(handle):
+        return pcie("nvmlDeviceGetCurrPcieLinkGeneration", handle, 0)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(handle):
+        return pcie("nvmlDeviceGetMaxPcieLinkGeneration", handle, 1)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(handle):
+        return pcie("nvmlDeviceGetCurrPcieLinkWidth", handle, 2)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(handle):
+        return pcie("nvmlDeviceGetMaxPcieLinkWidth", handle, 3)
+
+    def nvmlDeviceGetNvLinkErrorCounter(device, link, counter):
+        record("nvmlDeviceGetNvLinkErrorCounter", device)
+        if link >= len(device.gpu.nvlink_states):
+            raise NVMLError_InvalidArgument()
+        return device.gpu.nvlink_errors.get((link, counter), 0)
+
     names = dict(locals())
     for name, value in names.items():
         if name.startswith("nvml"):
@@ -289,6 +351,9 @@ def make_fake_pynvml(  # noqa: PLR0915 - one closure per pynvml function keeps t
     module.NVML_GPU_FABRIC_STATE_NOT_STARTED = 1
     module.NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2
     module.NVML_GPU_FABRIC_STATE_COMPLETED = 3
+    module.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    module.NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    module.NVML_AGGREGATE_ECC = NVML_AGGREGATE_ECC
     for name in without:
         delattr(module, name)
     return module
@@ -311,6 +376,9 @@ MIRRORED_NAMES = (
     "NVML_GPU_FABRIC_STATE_NOT_STARTED",
     "NVML_GPU_FABRIC_STATE_IN_PROGRESS",
     "NVML_GPU_FABRIC_STATE_COMPLETED",
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC",
+    "NVML_AGGREGATE_ECC",
     "nvmlInit",
     "nvmlShutdown",
     "nvmlSystemGetDriverVersion",
@@ -327,4 +395,14 @@ MIRRORED_NAMES = (
     "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetNvLinkErrorCounter",
 )

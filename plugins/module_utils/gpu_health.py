@@ -1,0 +1,113 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""gpu_health for gpuops.cluster: one read-only sweep of a host's GPUs.
+
+``sweep`` reads, in this order, and changes nothing on the host:
+
+1. the GPUs and their state (``gpu_health_state``: NVML, else ``nvidia-smi -q``; or ``state_text``);
+2. the kernel log since a cursor (``gpu_health_log``; or ``kernel_log_text``), parsed into events
+   (``gpu_health_events``) whose PCI addresses are mapped to the GPUs of step 1;
+3. DCGM diagnostics where ``dcgmi`` is installed (``gpu_health_dcgm``);
+4. findings and verdicts (``gpu_health_verdict``): per GPU, then the host (the worst of its GPUs and host-level
+   findings).
+
+The result has the keys of the agreed interface (docs/modules/gpu_health.md): events, cursor, log_source, gpus,
+findings, verdict, state_source, read_ok, dcgm; plus log_read_ok, notes and warnings. Everything that touches the
+host is injected (``run``, ``which``, ``nvml_loader``, paths).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import GpuFactsError
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import scan_pci
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_dcgm import run_dcgm
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import map_gpus, parse_events
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import read_kernel_log
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import gather_state
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict import (
+    HEALTHY,
+    dcgm_findings,
+    event_findings,
+    missing_findings,
+    state_findings,
+    worst,
+)
+
+DCGM_LEVELS = (0, 1, 2, 3)
+
+
+class GpuHealthError(GpuFactsError):
+    """Input the module refuses, or a named backend that cannot answer: the message says what and how to fix."""
+
+
+def check_options(expected_gpus, dcgm_level) -> None:
+    if expected_gpus is not None and expected_gpus < 0:
+        raise GpuHealthError(
+            f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
+            "gpuops_plan.hosts[host].gpu.count); leave it unset to skip the missing-GPU check"
+        )
+    if dcgm_level not in DCGM_LEVELS:
+        raise GpuHealthError(
+            f"dcgm_level is {dcgm_level}: allowed are 0 (no diagnostics), 1, 2 and 3 (`dcgmi diag -r <level>`); "
+            "use 1 for the quick check"
+        )
+
+
+def _gpu_entry(record: dict, findings: list) -> dict:
+    own = [item for item in findings if item["gpu"] == record["index"]]
+    return {
+        "index": record["index"],
+        "pci": record.get("pci_bus_id"),
+        "uuid": record.get("uuid"),
+        "name": record.get("name"),
+        "verdict": worst(item["severity"] for item in own),
+        "findings": own,
+        "state": record["state"],
+    }
+
+
+def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary injected for tests
+    run,
+    which,
+    *,
+    kernel_log_text: str | None = None,
+    since_cursor: str | None = None,
+    expected_gpus: int | None = None,
+    dcgm_level: int = 1,
+    backend: str = "auto",
+    state_text: str | None = None,
+    nvml_loader=None,
+    sysfs_root: str = "/sys",
+    kern_log: str = "/var/log/kern.log",
+    boot_id_path: str = "/proc/sys/kernel/random/boot_id",
+) -> dict:
+    """One host's health: see the module doc. Raises GpuHealthError (or GpuFactsError) for refused input."""
+    check_options(expected_gpus, dcgm_level)
+    state = gather_state(backend, run, which, nvml_loader=nvml_loader, state_text=state_text)
+    log = read_kernel_log(since_cursor, run, which, text=kernel_log_text, kern_log=kern_log, boot_id_path=boot_id_path)
+    events = map_gpus(parse_events(log["lines"]), state["gpus"])
+    dcgm = run_dcgm(dcgm_level, run, which)
+    pci_gpus = scan_pci(sysfs_root)["gpus"] if state_text is None else []
+    findings = event_findings(events)
+    for record in state["gpus"]:
+        findings.extend(state_findings(record))
+    findings.extend(missing_findings(expected_gpus, state["gpus"], state["read_ok"], pci_gpus))
+    findings.extend(dcgm_findings(dcgm, {record["index"] for record in state["gpus"]}))
+    gpus = [_gpu_entry(record, findings) for record in state["gpus"]]
+    notes = [f"state: {note}" for note in state["notes"]] + [f"log: {note}" for note in log["notes"]]
+    if not dcgm["ran"]:
+        notes.append(f"dcgm: {dcgm['reason']}")
+    return {
+        "events": events,
+        "cursor": log["cursor"],
+        "log_source": log["source"],
+        "log_read_ok": log["ok"],
+        "gpus": gpus,
+        "findings": findings,
+        "verdict": worst([HEALTHY, *(item["severity"] for item in findings)]),
+        "state_source": state["source"],
+        "read_ok": state["read_ok"],
+        "dcgm": dcgm,
+        "notes": notes,
+        "warnings": state["warnings"],
+    }

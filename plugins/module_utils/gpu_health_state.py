@@ -1,0 +1,301 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The health state of each GPU, through gpu_facts' backends: NVML, else ``nvidia-smi -q`` (text).
+
+Each GPU record of ``gather_state`` is a gpu_facts record (index, name, uuid, pci_bus_id, persistence_mode, fabric,
+...) plus ``state``, a dict with every key of ``empty_state()``; a value a backend cannot read is null:
+
+* ``ecc_uncorrectable_volatile`` / ``ecc_uncorrectable_aggregate``: uncorrectable ECC errors since the driver
+  loaded / over the GPU's life (DRAM and SRAM together);
+* ``row_remap_pending`` / ``row_remap_failure``: rows waiting for a GPU reset to be remapped / a remap failed;
+* ``retired_pages_pending``: pages waiting for a reset to be retired (GPUs before A100);
+* ``gpu_idle``, ``throttle_thermal`` (HW or SW thermal slowdown), ``throttle_power`` (HW power brake),
+  ``throttle_sw_power_cap``, ``throttle_hw_slowdown``: the current clock event (throttle) reasons;
+* ``nvlink_crc_errors``, ``nvlink_replay_errors``, ``nvlink_recovery_errors``: totals over the GPU's links;
+  ``nvlink_links_active``, ``nvlink_links_down``: link numbers;
+* ``pcie_gen_current``, ``pcie_gen_max``, ``pcie_width_current``, ``pcie_width_max``;
+* ``persistence_mode``.
+
+NVML reads all of it in gpu_facts' NVML session (its ``per_gpu`` hook). The nvidia-smi path reads ``nvidia-smi -q``
+with gpu_facts' own section parser, then ``nvidia-smi nvlink -s`` and ``nvidia-smi nvlink -e`` for the links.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
+    SOURCE_NONE,
+    SOURCE_NVIDIA_SMI,
+    SOURCE_NVML,
+    BackendUnavailable,
+    GpuFactsError,
+    int_or_none,
+    value_or_none,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import import_pynvml, load_and_gather_nvml
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
+    parse_nvidia_smi_nvlink_errors,
+    parse_nvidia_smi_nvlink_links,
+    parse_nvidia_smi_q,
+    q_get,
+    split_nvidia_smi_q,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import one_line
+
+# NVML clock event (throttle) reason bits, as in nvml.h (nvmlClocksEventReason* / nvmlClocksThrottleReason*)
+_REASON_IDLE = 0x1
+_REASON_SW_POWER_CAP = 0x4
+_REASON_HW_SLOWDOWN = 0x8
+_REASON_SW_THERMAL = 0x20
+_REASON_HW_THERMAL = 0x40
+_REASON_HW_POWER_BRAKE = 0x80
+_NVLINK_COUNTERS = (("nvlink_replay_errors", 0), ("nvlink_recovery_errors", 1), ("nvlink_crc_errors", 2))
+_NVLINK_CRC_DATA = 3  # NVML_NVLINK_ERROR_DL_CRC_DATA, added to the flit CRC count
+
+
+def empty_state() -> dict:
+    return {
+        "ecc_uncorrectable_volatile": None,
+        "ecc_uncorrectable_aggregate": None,
+        "row_remap_pending": None,
+        "row_remap_failure": None,
+        "retired_pages_pending": None,
+        "gpu_idle": None,
+        "throttle_thermal": None,
+        "throttle_power": None,
+        "throttle_sw_power_cap": None,
+        "throttle_hw_slowdown": None,
+        "nvlink_crc_errors": None,
+        "nvlink_replay_errors": None,
+        "nvlink_recovery_errors": None,
+        "nvlink_links_active": None,
+        "nvlink_links_down": None,
+        "pcie_gen_current": None,
+        "pcie_gen_max": None,
+        "pcie_width_current": None,
+        "pcie_width_max": None,
+        "persistence_mode": None,
+    }
+
+
+def _reasons(state: dict, mask: int | None) -> None:
+    if mask is None:
+        return
+    state["gpu_idle"] = bool(mask & _REASON_IDLE)
+    state["throttle_thermal"] = bool(mask & (_REASON_HW_THERMAL | _REASON_SW_THERMAL))
+    state["throttle_power"] = bool(mask & _REASON_HW_POWER_BRAKE)
+    state["throttle_sw_power_cap"] = bool(mask & _REASON_SW_POWER_CAP)
+    state["throttle_hw_slowdown"] = bool(mask & _REASON_HW_SLOWDOWN)
+
+
+# --------------------------------------------------------------------------- NVML
+
+
+def _nvml_links(calls, label: str, handle, state: dict) -> None:
+    """Link states and error counters over every NVLink the GPU has (links that do not exist raise)."""
+    nvml = calls.nvml
+    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    active, down, totals = [], [], dict.fromkeys(name for name, _counter in _NVLINK_COUNTERS)
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            link_state = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except nvml.NVMLError:
+            continue  # not a link of this GPU (or NVLink not supported at all)
+        (active if link_state == enabled else down).append(link)
+        for name, counter in (*_NVLINK_COUNTERS, ("nvlink_crc_errors", _NVLINK_CRC_DATA)):
+            value = calls.call(label, "nvmlDeviceGetNvLinkErrorCounter", handle, link, counter)
+            if value is not None:
+                totals[name] = (totals[name] or 0) + int(value)
+    if active or down:
+        state.update(totals, nvlink_links_active=active, nvlink_links_down=down)
+
+
+def nvml_health(calls, label: str, handle) -> dict:
+    """The ``state`` dict of one GPU through NVML (gpu_facts' ``per_gpu`` hook: same session, same handle)."""
+    nvml = calls.nvml
+    state = empty_state()
+    uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+    for key, counter in (
+        ("ecc_uncorrectable_volatile", "NVML_VOLATILE_ECC"),
+        ("ecc_uncorrectable_aggregate", "NVML_AGGREGATE_ECC"),
+    ):
+        value = calls.call(label, "nvmlDeviceGetTotalEccErrors", handle, uncorrected, getattr(nvml, counter, None))
+        state[key] = None if value is None else int(value)
+    remapped = calls.call(label, "nvmlDeviceGetRemappedRows", handle)
+    if remapped is not None:
+        state["row_remap_pending"], state["row_remap_failure"] = bool(remapped[2]), bool(remapped[3])
+    pending = calls.call(label, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    if pending is not None:
+        state["retired_pages_pending"] = pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    mask = calls.call(label, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if mask is None:
+        mask = calls.call(label, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    _reasons(state, mask)
+    for key, name in (
+        ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+        ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+        ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+    ):
+        value = calls.call(label, name, handle)
+        state[key] = None if value is None else int(value)
+    _nvml_links(calls, label, handle, state)
+    return state
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q (text)
+
+
+def _yes(value: str | None) -> bool | None:
+    lowered = (value_or_none(value) or "").lower()
+    return {"yes": True, "no": False, "active": True, "not active": False}.get(lowered)
+
+
+def _sum_uncorrectable(section) -> int | None:
+    """Uncorrectable counts of one ``ECC Errors`` section (Volatile or Aggregate), in every layout drivers print:
+    ``DRAM Uncorrectable``/``SRAM Uncorrectable[ Parity| SEC-DED]`` (R470+), or ``Double Bit`` / ``Total``."""
+    if not isinstance(section, dict):
+        return None
+    values = [
+        int_or_none(value)
+        for key, value in section.items()
+        if isinstance(value, str) and "uncorrectable" in key.lower()
+    ]
+    double_bit = section.get("Double Bit")
+    if isinstance(double_bit, dict):
+        values.append(int_or_none(double_bit.get("Total")))
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
+
+
+def _width(value: str | None) -> int | None:
+    return int_or_none((value_or_none(value) or "").rstrip("xX"))
+
+
+def q_state(tree: dict, persistence_mode) -> dict:
+    """The ``state`` dict of one GPU section of ``nvidia-smi -q`` (NVLink keys stay null: -q does not show them)."""
+    state = empty_state()
+    ecc = tree.get("ECC Errors") if isinstance(tree.get("ECC Errors"), dict) else {}
+    state["ecc_uncorrectable_volatile"] = _sum_uncorrectable(ecc.get("Volatile"))
+    state["ecc_uncorrectable_aggregate"] = _sum_uncorrectable(ecc.get("Aggregate"))
+    state["row_remap_pending"] = _yes(q_get(tree, "Remapped Rows", "Pending"))
+    state["row_remap_failure"] = _yes(q_get(tree, "Remapped Rows", "Remapping Failure Occurred"))
+    state["retired_pages_pending"] = _yes(
+        q_get(tree, "Retired Pages", "Pending Page Blacklist")
+        or q_get(tree, "Retired Pages", "Pending Page Retirement")
+    )
+    reasons = tree.get("Clocks Event Reasons") or tree.get("Clocks Throttle Reasons") or {}
+    if isinstance(reasons, dict) and reasons:
+        flags = {key: _yes(q_get(reasons, key)) for key in reasons}
+        state["gpu_idle"] = flags.get("Idle")
+        thermal = [flags.get("HW Thermal Slowdown"), flags.get("SW Thermal Slowdown")]
+        state["throttle_thermal"] = any(thermal) if any(flag is not None for flag in thermal) else None
+        state["throttle_power"] = flags.get("HW Power Brake Slowdown")
+        state["throttle_sw_power_cap"] = flags.get("SW Power Cap")
+        state["throttle_hw_slowdown"] = flags.get("HW Slowdown")
+    link = ("PCI", "GPU Link Info")
+    state["pcie_gen_current"] = int_or_none(q_get(tree, *link, "PCIe Generation", "Current"))
+    state["pcie_gen_max"] = int_or_none(q_get(tree, *link, "PCIe Generation", "Max"))
+    state["pcie_width_current"] = _width(q_get(tree, *link, "Link Width", "Current"))
+    state["pcie_width_max"] = _width(q_get(tree, *link, "Link Width", "Max"))
+    state["persistence_mode"] = persistence_mode
+    return state
+
+
+def parse_health_q(text: str) -> list:
+    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` (gpu_facts' parser, then the health keys)."""
+    _head, blocks = split_nvidia_smi_q(text)
+    records = parse_nvidia_smi_q(text)["gpus"]
+    for record, (_bus, tree) in zip(records, blocks):
+        record.pop("mig_devices", None)
+        record["state"] = q_state(tree, record["persistence_mode"])
+    return records
+
+
+def add_nvlink(records: list, status_text: str | None, errors_text: str | None) -> None:
+    """Fill the NVLink keys of each record's ``state`` from ``nvidia-smi nvlink -s`` / ``nvlink -e``, by UUID."""
+    by_uuid = {record["uuid"]: record["state"] for record in records}
+    by_index = {record["index"]: record["state"] for record in records}
+    for gpu in parse_nvidia_smi_nvlink_links(status_text or ""):
+        state = by_uuid.get(gpu["uuid"])
+        if state is not None and gpu["links"]:
+            state["nvlink_links_active"] = sorted(link for link, up in gpu["links"].items() if up)
+            state["nvlink_links_down"] = sorted(link for link, up in gpu["links"].items() if not up)
+    for gpu in parse_nvidia_smi_nvlink_errors(errors_text or ""):
+        state = by_uuid.get(gpu["uuid"]) if gpu["uuid"] else by_index.get(gpu["index"])
+        if state is None or not gpu["counters"]:
+            continue
+        for key, word in (
+            ("nvlink_crc_errors", "crc"),
+            ("nvlink_replay_errors", "replay"),
+            ("nvlink_recovery_errors", "recovery"),
+        ):
+            found = [count for name, count in gpu["counters"].items() if word in name]
+            state[key] = sum(found) if found else None
+
+
+def gather_smi_state(run, which, notes: list) -> list:
+    """``nvidia-smi -q`` once for all GPUs, then ``nvlink -s`` and ``nvlink -e`` once each."""
+    binary = which("nvidia-smi")
+    if not binary:
+        raise BackendUnavailable("nvidia-smi is not in PATH")
+    rc, out, err = run([binary, "-q"])
+    if rc != 0:
+        raise BackendUnavailable(f"'nvidia-smi -q' exited {rc}: {one_line(out or err)}")
+    records = parse_health_q(out)
+    texts = []
+    for argv in (["nvlink", "-s"], ["nvlink", "-e"]):
+        rc, out, err = run([binary, *argv])
+        texts.append(out if rc == 0 else None)
+        if rc != 0:
+            notes.append(f"'nvidia-smi {' '.join(argv)}' exited {rc}: {one_line(err or out)}; NVLink fields are null")
+    add_nvlink(records, *texts)
+    return records
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def _nvml_records(nvml_loader, warnings: list) -> list:
+    result = load_and_gather_nvml(nvml_loader, warnings, per_gpu=nvml_health)
+    records = []
+    for record in result["gpus"]:
+        state = record.pop("health", None) or empty_state()
+        state["persistence_mode"] = record["persistence_mode"]
+        records.append({**record, "state": state})
+    return records
+
+
+def gather_state(backend: str, run, which, nvml_loader=None, state_text: str | None = None) -> dict:
+    """``{source, read_ok, gpus, warnings, notes}``: the GPUs and their state from the first backend that answers.
+
+    ``state_text``: ``nvidia-smi -q`` text to read instead of asking the host (source ``nvidia-smi``).
+    ``backend``: ``auto`` (nvml, then nvidia-smi) or one of them; a named backend that cannot answer raises
+    GpuFactsError. With ``auto`` and neither answering, ``read_ok`` is false and ``gpus`` empty.
+    """
+    warnings: list = []
+    notes: list = []
+    if state_text is not None:
+        return {
+            "source": SOURCE_NVIDIA_SMI,
+            "read_ok": True,
+            "gpus": parse_health_q(state_text),
+            "warnings": warnings,
+            "notes": notes,
+        }
+    order = [name for name in (SOURCE_NVML, SOURCE_NVIDIA_SMI) if backend in ("auto", name)]
+    for name in order:
+        try:
+            if name == SOURCE_NVML:
+                gpus = _nvml_records(nvml_loader or import_pynvml, warnings)
+            else:
+                gpus = gather_smi_state(run, which, notes)
+        except BackendUnavailable as err:
+            if backend != "auto":
+                raise GpuFactsError(
+                    f"backend {name} cannot answer on this host: {err}. Expected it to work because "
+                    f"backend={name} was asked for; use backend=auto to fall back, or fix the cause above"
+                ) from err
+            notes.append(f"{name}: {err}")
+            continue
+        return {"source": name, "read_ok": True, "gpus": gpus, "warnings": warnings, "notes": notes}
+    return {"source": SOURCE_NONE, "read_ok": False, "gpus": [], "warnings": warnings, "notes": notes}
