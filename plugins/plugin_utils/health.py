@@ -8,9 +8,11 @@ and the controller's health state (``health_state``: what was already done, whic
 Output: a plan (``build_plan``), whose steps ``health_steps.host_steps`` renders per platform.
 
 The buckets are NVIDIA's "Resolution Bucket (Immediate Action)" names from the Xid catalog
-(../shared/data/xid/resolution-buckets.csv), plus the SXid actions of NVSentinel's mapping. Each maps to one of
-``ACTIONS``, a fixed one or one decided from the event and the other events of the same sweep (the ``WORKFLOW_*``
-buckets and the "solo / not solo" ones follow NVIDIA's described steps).
+(../shared/data/xid/resolution-buckets.csv). Each maps to one of ``ACTIONS``, a fixed one or one decided from the
+event and the other events of the same sweep (the ``WORKFLOW_*`` buckets and the "solo / not solo" ones follow
+NVIDIA's described steps). Where gpu_health names the concrete step of a workflow (a finding's ``step``), that step
+is acted on. An SXid's action is NVSentinel's mapping, not NVIDIA's guidance, so it is never carried out: a fatal
+SXid gets the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's suggestion is advice only.
 """
 
 from __future__ import annotations
@@ -182,16 +184,15 @@ BUCKETS: dict[str, Decision] = {
     "XID_154": _xid_154,
     "XID_154_EVAL": _xid_154_eval,
     "CHECK_NVLINK_FAILURE_FLOW": _nvlink_failure,
-    # NVSentinel's SXid (NVSwitch) actions: its mapping, not NVIDIA's guidance (../shared/data/xid/README.md).
-    "RESET_FABRIC": _fixed("restart_fm", "SXid RESET_FABRIC: restart Fabric Manager with the GPUs' jobs stopped"),
-    "WORKFLOW_NVLINK_POTENTIALY_FATAL_ERR": _fixed("review", "SXid potentially fatal NVLink error: decode, report"),
-    "UNEXPECTED_ERR_REPORT_ISSUE": _fixed("review", "SXid unexpected error: REPORT_ISSUE"),
-    "CHECK_LINK_MECHANICAL_CONNECTIONS": _fixed("quarantine", "SXid: check the link's mechanical connections"),
-    "RUN_FIELDDIAG": _fixed("quarantine", "SXid: run field diagnostics (node out of service)"),
-    "CHECK_THERMALS": _fixed("review", "SXid thermal event: check the switch's cooling"),
-    "CHECK_FM_CONFIG": _fixed("review", "SXid: check the Fabric Manager configuration"),
-    "REPORT_ISSUE": _fixed("review", "REPORT_ISSUE"),
     "UNKNOWN": _fixed("review", "UNKNOWN: not in NVIDIA's catalog; an operator reads the line"),
+    "INVESTIGATE": _fixed("review", "gpu_health: report only (throttling, NVLink counters, persistence)"),
+}
+
+# gpu_health's concrete steps of NVIDIA's workflow buckets (a finding's ``step``) that are no bucket themselves.
+STEPS = {
+    "DRAIN_AND_RESET": ("reset_gpu", "DRAIN_AND_RESET: drain the GPU's work, then reset it"),
+    "RESTART_FM": ("restart_fm", "RESTART_FM: restart Fabric Manager with the GPUs' jobs stopped"),
+    "DRAIN_P2P": ("notify_owner", "DRAIN_P2P: the owner drains the peer-to-peer work; nothing on the node"),
 }
 
 # gpu_health's state findings (not kernel-log events) whose action is no bucket: the collection's default per check.
@@ -239,10 +240,25 @@ def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_sou
     return problems
 
 
+def _sxid(item: dict) -> tuple[str, str]:
+    """An SXid: never NVSentinel's action; fatal -> the CONTACT_SUPPORT behaviour, else reviewed."""
+    advice = f"NVSentinel suggests {item.get('bucket') or 'nothing'} (advice, not NVIDIA guidance)"
+    if item.get("fatal"):
+        return "quarantine", f"SXid {item.get('code')} fatal: CONTACT_SUPPORT behaviour; {advice}"
+    return "review", f"SXid {item.get('code')} not fatal: report only; {advice}"
+
+
 def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str, str]:
     """(action, why) for one event or finding; an override (health_action_overrides) replaces the bucket's action."""
-    bucket = item.get("bucket")
-    if bucket in BUCKETS:
+    bucket, step = item.get("bucket"), item.get("step")
+    if item.get("kind") == "sxid":
+        action, why = _sxid(item)
+    elif step in STEPS:
+        action, why = STEPS[step][0], f"{bucket}: gpu_health's step {STEPS[step][1]}"
+    elif step in BUCKETS and step != bucket:
+        action, why = BUCKETS[step](item, others)
+        why = f"{bucket}: gpu_health's step {why}"
+    elif bucket in BUCKETS:
         action, why = BUCKETS[bucket](item, others)
     elif item.get("check") in CHECK_ACTIONS:
         action, why = CHECK_ACTIONS[item["check"]]
@@ -256,9 +272,24 @@ def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str
     return action, why
 
 
+_EVIDENCE = re.compile(r"^(?:S?Xid (\d+)|fallen off the bus \(Xid (79)\))")
+
+
+def _steps(findings: list) -> dict:
+    """(kind, gpu, code) -> the step gpu_health named for that group of kernel-log events."""
+    found = {}
+    for finding in findings:
+        match = _EVIDENCE.match(str(finding.get("evidence") or ""))
+        if finding.get("check") in EVENT_KINDS and finding.get("step") and match:
+            code = int(match.group(1) or match.group(2))
+            found[(finding["check"], finding.get("gpu"), code)] = finding["step"]
+    return found
+
+
 def _items(sweep: dict) -> list[dict]:
     """A sweep's events and its state findings (kernel-log findings are the events themselves), as plan items."""
     items = []
+    steps = _steps(sweep.get("findings") or [])
     for event in sweep.get("events") or []:
         kind, code = event.get("kind"), event.get("code")
         label = {"xid": f"Xid {code}", "sxid": f"SXid {code}"}.get(kind, f"fallen off the bus ({code})")
@@ -266,12 +297,14 @@ def _items(sweep: dict) -> list[dict]:
                       "bucket": event.get("immediate_action") or "UNKNOWN", "event": label,
                       "line": event.get("line") or "", "time": event.get("time"), "fatal": event.get("fatal"),
                       "recovery_action": event.get("recovery_action"),
+                      "step": steps.get((kind, event.get("gpu"), code)),
                       "key": f"{kind}:{code}:{event.get('gpu')}:{event.get('time') or event.get('line')}"})
     for finding in sweep.get("findings") or []:
         if finding.get("check") in EVENT_KINDS:
             continue
         items.append({"source": "finding", "check": finding.get("check"), "gpu": finding.get("gpu"),
-                      "bucket": finding.get("action"), "event": f"{finding.get('check')}: {finding.get('evidence')}",
+                      "bucket": finding.get("action"), "step": finding.get("step"),
+                      "event": f"{finding.get('check')}: {finding.get('evidence')}",
                       "severity": finding.get("severity"), "line": finding.get("evidence") or "",
                       "key": f"finding:{finding.get('check')}:{finding.get('gpu')}"})
     return items

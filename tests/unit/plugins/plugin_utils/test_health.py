@@ -42,12 +42,40 @@ def test_every_bucket_of_nvidias_sheet_has_a_behaviour():
         assert why
 
 
-def test_every_catalog_and_sxid_action_resolves_to_an_action():
+def test_every_catalog_action_is_a_bucket_with_a_behaviour():
     catalog = list(csv.DictReader(shared_path("xid", "xid-catalog.csv").open(encoding="utf-8")))
     named = {r["immediate_action"] for r in catalog if r["immediate_action"]}
     assert named <= set(H.BUCKETS), sorted(named - set(H.BUCKETS))
+
+
+def test_an_sxid_is_never_nvsentinels_action_fatal_gets_contact_support_behaviour():
     sxid = list(csv.DictReader(shared_path("xid", "sxid-catalog.csv").open(encoding="utf-8")))
-    assert {r["nvsentinel_action"] for r in sxid} <= set(H.BUCKETS)
+    for action in {r["nvsentinel_action"] for r in sxid}:
+        item = {"kind": "sxid", "code": 12028, "gpu": None, "bucket": action}
+        fatal, why = H.decide({**item, "fatal": True}, [])
+        assert fatal == "quarantine"
+        assert f"NVSentinel suggests {action} (advice, not NVIDIA guidance)" in why
+        assert H.decide({**item, "fatal": False}, [])[0] == "review"
+        assert H.decide({**item, "fatal": None}, [])[0] == "review"
+
+
+def test_the_step_gpu_health_names_is_acted_on():
+    dbe = event(48, "WORKFLOW_XID_48", gpu=2)
+    finding = {"gpu": 2, "check": "xid", "severity": "failed", "action": "WORKFLOW_XID_48", "step": "DRAIN_AND_RESET",
+               "evidence": "Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE on GPU 2, last at t1: NVRM: Xid ..."}
+    item = H.build_plan({"a": sweep(dbe, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
+    assert (item["step"], item["action"]) == ("DRAIN_AND_RESET", "reset_gpu")
+    assert "DRAIN_AND_RESET" in item["why"]
+    x154 = event(154, "XID_154", gpu=0, line="Xid 154")
+    finding = {"gpu": 0, "check": "xid", "severity": "failed", "action": "XID_154", "step": "RESTART_BM",
+               "evidence": "Xid 154 GPU_RECOVERY_ACTION_CHANGED on GPU 0: Xid 154"}
+    item = H.build_plan({"a": sweep(x154, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
+    assert item["action"] == "reboot"
+    pending = {"gpu": 1, "check": "row_remap_pending", "severity": "degraded", "action": "RESET_GPU", "step": None,
+               "evidence": "Remapped Rows: Pending = Yes"}
+    assert H.build_plan({"a": sweep(findings=[pending])}, {}, 1)["hosts"]["a"]["action"] == "reset_gpu"
+    report_only = {**pending, "check": "throttle_thermal", "action": "INVESTIGATE"}
+    assert H.build_plan({"a": sweep(findings=[report_only])}, {}, 1)["hosts"]["a"]["action"] == "review"
 
 
 @pytest.mark.parametrize(("bucket", "action"), [
