@@ -120,8 +120,8 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
     else:
         for gpu in out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None}):
-            steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu,
-                                                          "argv": ["nvidia-smi", "-r", "-i", str(gpu)]}]
+            reset = ["nvidia-smi", "-r", "-i", str(gpu)]
+            steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
     if action == "reboot" and not settings["reboot"]:
         return steps
     steps.append({"kind": "sweep"})

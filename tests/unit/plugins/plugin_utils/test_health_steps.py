@@ -185,8 +185,8 @@ def test_audit_lines_carry_time_host_gpu_event_action_result():
 
 def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
     (tmp_path / "health").mkdir()
-    state = {"hosts": {"node-a": {"out_of_service": {"1": {"event": "Xid 79", "action": "reboot",
-                                                         "since": "2026-12-02T05:00:00Z"}}}}}
+    gpu1 = {"event": "Xid 79", "action": "reboot", "since": "2026-12-02T05:00:00Z"}
+    state = {"hosts": {"node-a": {"out_of_service": {"1": gpu1}}}}
     (tmp_path / "health" / "state.json").write_text(json.dumps(state))
     plan = with_out_of_service({"hosts": {"node-a": {}, "node-b": {}}}, str(tmp_path))
     assert plan["hosts"]["node-a"]["out_of_service"]["1"]["event"] == "Xid 79"
