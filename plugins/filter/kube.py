@@ -3,6 +3,7 @@
 """Filters used by the kube_* roles and playbooks/render.yml:
 
 * ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
+* ``policy | gpuops.cluster.kube_node_labels_taints(pool, ...)``: the labels, annotations and taints it registers with;
 * ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
 * ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
 * ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins.
@@ -42,6 +43,20 @@ def kubelet_policy(
         raise AnsibleFilterError(f"kubelet_policy: {exc}") from exc
 
 
+def kube_node_labels_taints(
+    policy: object, pool: object = "", control_plane: object = False, schedulable: object = False
+) -> dict:
+    if policy is not None and not isinstance(policy, dict):
+        raise AnsibleFilterError(
+            "kube_node_labels_taints: expected the node's kubelet policy (a mapping) or none, "
+            f"got {type(policy).__name__}"
+        )
+    try:
+        return kube_plan.node_registration(policy, str(pool or ""), bool(control_plane), bool(schedulable))
+    except KeyError as exc:
+        raise AnsibleFilterError(f"kube_node_labels_taints: the kubelet policy has no {exc}") from exc
+
+
 def kube_cluster_problems(plan: object) -> list[str]:
     if not isinstance(plan, dict):
         raise AnsibleFilterError(f"kube_cluster_problems: expected a mapping, got {type(plan).__name__}")
@@ -74,6 +89,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "kubelet_policy": kubelet_policy,
+            "kube_node_labels_taints": kube_node_labels_taints,
             "kube_cluster_problems": kube_cluster_problems,
             "containerd_systemd_cgroup": containerd_systemd_cgroup,
             "kube_ca_cert_hash": kube_ca_cert_hash,

@@ -4,6 +4,7 @@ preflight reports and the validate results. Controller-side and pure: data in, t
 Input per host: the preflight JSON report (host, os, gpu, topology, plan, result; any part may be missing),
 optionally with "pool" and "validate" (a list of {step, status, detail}; status ok | failed | skipped), and
 "health" (health.yml's plan for the host: status, action, reason, items, out_of_service; plugin_utils/health.py).
+The burn-in report (plugin_utils/burnin.py judge_fleet), when given, is the page's ``burnin`` section.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from math import log2
 
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
 STATUS_CLASS = {"ok": "ok", "passed": "ok", "failed": "bad", "broken": "bad", "error": "bad", "warn": "warn",
+                "slow": "bad", "tcp_fallback": "bad",
                 "skipped": "skip", "unknown": "skip", "clear": "ok", "act": "bad", "deferred": "warn",
                 "unreadable": "warn"}
 
@@ -199,8 +201,45 @@ section.host{background:#fff;border-radius:8px;padding:14px 16px;margin-bottom:1
 """
 
 
-def render_fleet_report(reports: list[dict], generated: str = "", title: str = "gpuops.cluster fleet report") -> str:
-    """The whole page. ``reports`` as described in the module docstring; ``generated`` a UTC timestamp."""
+def _gb(value) -> str:
+    return "" if value is None else f"{float(value):.1f}"
+
+
+def burnin_section(burnin: dict | None) -> list[str]:
+    """The ``burnin`` section: the findings, then nodes and pairs ranked worst first, measured and expected GB/s."""
+    if not burnin:
+        return []
+    html = [f"<section class='host' id='burnin'><h2>Burn-in {_badge(str(burnin.get('status', 'unknown')))}</h2>",
+            f"<p class='legend'>pair expectation {escape(_gb(burnin.get('expected_gbps')))} GB/s "
+            f"({escape(str(burnin.get('expected_source', '')))}); a pair is slow below "
+            f"{float(burnin.get('floor_share') or 0):.0%} of it</p>"]
+    findings = "".join(f"<li>{escape(str(f))}</li>" for f in burnin.get("findings") or [])
+    html.append(f"<ul class='w'>{findings}</ul>" if findings else "<p>no finding: every node and pair passed</p>")
+    html.append("<table class='burnin-nodes'><thead><tr><th>Node</th><th>Result</th><th>Single node GB/s</th>"
+                "<th>Expected (path)</th><th>Pairs</th><th>Pair mean GB/s</th><th>Pair expected</th></tr></thead>"
+                "<tbody>")
+    for node in burnin.get("nodes") or []:
+        html.append(f"<tr data-node='{escape(str(node['node']))}'><td>{escape(str(node['node']))}</td>"
+                    f"<td>{_badge(str(node['status']))}</td><td>{_gb(node.get('single_measured'))}</td>"
+                    f"<td>{_gb(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
+                    f"<td>{node.get('pairs', 0)}</td><td>{_gb(node.get('pair_mean'))}</td>"
+                    f"<td>{_gb(node.get('pair_expected'))}</td></tr>")
+    html.append("</tbody></table><table class='burnin-pairs'><thead><tr><th>Pair</th><th>Result</th>"
+                "<th>Measured GB/s</th><th>Expected</th><th>Network</th><th>Detail</th></tr></thead><tbody>")
+    for pair in burnin.get("pairs") or []:
+        name = "-".join(str(p) for p in pair["pair"])
+        html.append(f"<tr data-pair='{escape(name)}'><td>{escape(name)}</td><td>{_badge(str(pair['status']))}</td>"
+                    f"<td>{_gb(pair.get('measured'))}</td><td>{_gb(pair.get('expected'))}</td>"
+                    f"<td>{escape(str(pair.get('network') or '?'))}</td><td>{escape(str(pair.get('detail') or ''))}"
+                    "</td></tr>")
+    html.append("</tbody></table></section>")
+    return html
+
+
+def render_fleet_report(reports: list[dict], generated: str = "", title: str = "gpuops.cluster fleet report",
+                        burnin: dict | None = None) -> str:
+    """The whole page. ``reports`` as described in the module docstring; ``generated`` a UTC timestamp;
+    ``burnin`` the burn-in report, rendered as the ``burnin`` section after the fleet table."""
     rows = [host_row(r) for r in sorted(reports, key=lambda r: str(r.get("host", "")))]
     total_gpus = sum(int((r.get("gpu") or {}).get("count") or 0) for r in reports)
     bad = sum(1 for r in rows if not r["ok"])
@@ -229,6 +268,7 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             f"<td class='validate'>{_badge(row['validate'])}</td>"
             + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
     html.append("</tbody></table>")
+    html += burnin_section(burnin)
     for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
         name = str(report.get("host", "?"))
         svg = topology_svg(report.get("topology"), f"{name}: GPU, NVLink, NUMA and NIC topology")

@@ -16,6 +16,9 @@ optionally ``gpus`` with ``cpu_affinity``, ``numa_groups[].cpus`` and ``placemen
 * training pool otherwise (a domain spans nodes, or a GPU's node is unknown): ``restricted``;
 * always ``topologyManagerScope: pod``, ``cpuManagerPolicy: static`` with ``reservedSystemCPUs``
   (the first CPUs of each GPU NUMA node's affinity list, or the operator's explicit list).
+
+A node's registration (``node_registration``: labels, annotations, taints) follows from its policy; kube_node's
+render and the plan (``gpuops_plan.hosts[<host>].node``) both call it.
 """
 
 from __future__ import annotations
@@ -212,6 +215,35 @@ def kubelet_policy(
             f"kube_node_eviction_memory_mib ({eviction_memory_mib}); e.g. 4096"
         )
     return result
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+
+
+def node_registration(policy: dict | None, pool: str, control_plane: bool = False, schedulable: bool = False) -> dict:
+    """The labels, annotations and taints a node registers with (kube_node's ``kube_node_registration``).
+
+    ``policy``: the node's kubelet policy (``kubelet_policy``) on a GPU node, None on a CPU node or control plane.
+    A GPU node gets the GPU taint and labels naming its pool, NVLink domains and topology policy, with its
+    placements and the policy's reason as annotations; a control plane that is not ``schedulable`` gets the
+    control-plane taint.
+    """
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    taints: list[dict] = []
+    if policy:
+        labels = {
+            "nvidia.com/gpu": "true",
+            "gpuops.io/pool": str(pool),
+            "gpuops.io/nvlink-domains": policy["nvlink_domains_label"],
+            "gpuops.io/topology-policy": policy["topology_manager_policy"],
+        }
+        annotations = {"gpuops.io/placements": policy["placements"], "gpuops.io/kubelet-policy": policy["reason"]}
+        taints.append(dict(GPU_TAINT))
+    if control_plane and not schedulable:
+        taints.append(dict(CONTROL_PLANE_TAINT))
+    return {"labels": labels, "annotations": annotations, "taints": taints}
 
 
 def cluster_problems(plan: dict) -> list[str]:

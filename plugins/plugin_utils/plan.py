@@ -6,6 +6,12 @@ Pure functions, no Ansible imports. ``build_plan()`` is called by the action ``p
 judged; ``inventory_plan()`` builds the same shape from the inventory alone, for a run without a preflight on record
 (``playbooks/tasks/plan.yml``: render, a platform play run alone). The shape is ``SCHEMA`` (JSON Schema), from which
 ``docs/plan.md`` is generated (``scripts/gen-role-docs``); ``SCHEMA_VERSION`` changes whenever a key changes meaning.
+A key added without changing another's meaning keeps the version; it is then optional in SCHEMA (a plan.json written
+before it lacks it) and readers take its absence as "not planned".
+
+Each part comes from the function the roles call themselves (three hops: inventory variable -> this module -> the
+function): kubelet policy ``kube_plan.kubelet_policy``, the node's labels and taints ``kube_plan.node_registration``
+and ``gpu_operator.node_labels``, NCCL ``training_jobs.nccl_env``, member workspaces ``workspaces.plan_workspaces``.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, kube_plan, training_jobs
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import plan_workspaces
 
 SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
@@ -26,6 +33,24 @@ FILE_MODE = 0o640
 _NULL_STR = {"type": ["string", "null"]}
 _NULL_INT = {"type": ["integer", "null"]}
 _INT_LISTS = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+_NCCL = {
+    "type": "object",
+    "required": ["env", "notes"],
+    "properties": {
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "notes": {"type": "array", "items": {"type": "string"}},
+    },
+}
+# Image pins reported in pins.images when the inventory sets them (validate, the training image, the job templates).
+IMAGE_PINS = (
+    "validate_cuda_image",
+    "validate_cuda_check_image",
+    "validate_nccl_build_image",
+    "training_image_base",
+    "compose_stack_member_image",
+    "training_stack_image",
+    "training_stack_mlflow_image",
+)
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -88,6 +113,32 @@ SCHEMA: dict[str, Any] = {
                 "driver": {**_NULL_STR, "description": "nvidia_driver_version (exact)."},
                 "cuda": {**_NULL_STR, "description": "gpuops_cuda_version requested."},
                 "registry_mirror": {**_NULL_STR, "description": "gpuops_registry_mirror, when images come from one."},
+                "container_toolkit": {
+                    **_NULL_STR,
+                    "description": "nvidia_container_toolkit_version as the inventory pins it; null: the "
+                    "nvidia_container_toolkit role's default is in force.",
+                },
+                "images": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "Image pins the inventory sets, by variable (" + ", ".join(IMAGE_PINS) + "); "
+                    "a variable left out keeps its role's or playbook's default.",
+                },
+            },
+        },
+        "pools": {
+            "type": "object",
+            "description": "gpuops_pool -> the pool's GPU hosts (inventory order) and the NCCL settings a job "
+            "spanning them gets (training_jobs.nccl_env over their topologies; NCCL_SOCKET_IFNAME from "
+            "training_stack_socket_ifname, else the first host's default-route interface where facts were "
+            "gathered). training_stack's job templates read nccl here. Hosts without a pool are not listed.",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["hosts", "nccl"],
+                "properties": {
+                    "hosts": {"type": "array", "items": {"type": "string"}},
+                    "nccl": _NCCL,
+                },
             },
         },
         "hosts": {
@@ -120,6 +171,11 @@ SCHEMA: dict[str, Any] = {
                                 **_NULL_STR,
                                 "description": "Exactly the driver pin on NVSwitch hosts, else null.",
                             },
+                            "container_toolkit": {
+                                **_NULL_STR,
+                                "description": "This host's nvidia_container_toolkit_version as the inventory pins "
+                                "it; null: the role's default.",
+                            },
                         },
                     },
                     "pool": {**_NULL_STR, "description": "gpuops_pool: training or inference (kubernetes)."},
@@ -129,8 +185,34 @@ SCHEMA: dict[str, Any] = {
                         "kube_plan.kubelet_policy), else null.",
                     },
                     "nccl": {
-                        "type": "object",
-                        "description": "NCCL settings from this host's topology (training_jobs.nccl_env): env, notes.",
+                        **_NCCL,
+                        "description": "NCCL settings of a job on this host alone (training_jobs.nccl_env on its "
+                        "topology; NCCL_SOCKET_IFNAME from training_stack_socket_ifname, else its default-route "
+                        "interface where facts were gathered): env, notes. A pool's job: pools.<pool>.nccl.",
+                    },
+                    "node": {
+                        "type": ["object", "null"],
+                        "description": "kubernetes GPU nodes with a kubelet policy: the labels, annotations and taints "
+                        "the node registers with (kube_plan.node_registration, as kube_node renders them), its labels "
+                        "joined by the GPU Operator's (gpu_operator.node_labels, when kube_addons_gpu_operator); "
+                        "else null.",
+                        "properties": {
+                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "taints": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                    "workspaces": {
+                        "type": ["object", "null"],
+                        "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
+                        "on compose_stack_members, else gpuops_members, and this host's topology): members "
+                        "(name -> gpus, cpuset, numa_nodes; memory_mb is null here, the role sizes it from the "
+                        "host's memory), problems, warnings. null on kubernetes (members get namespaces: team).",
+                        "properties": {
+                            "members": {"type": "object"},
+                            "problems": {"type": "array", "items": {"type": "string"}},
+                            "warnings": {"type": "array", "items": {"type": "string"}},
+                        },
                     },
                     "out_of_service": {
                         "type": "object",
@@ -199,13 +281,45 @@ def _team(members: Any, teams: Any) -> dict:
     }
 
 
+def _default_ifname(hostvars: Any) -> str:
+    """The host's default-route interface, where facts were gathered (preflight gathers none: "")."""
+    facts = get_var(hostvars, "ansible_facts", {}) or {}
+    return str((facts.get("default_ipv4") or {}).get("interface") or "") if hasattr(facts, "get") else ""
+
+
+def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
+    """The labels, annotations and taints a Kubernetes GPU node registers with, as kube_node renders them, with the
+    GPU Operator's labels where that add-on is on."""
+    if not isinstance(policy, dict) or "error" in policy:
+        return None
+    groups = get_var(hostvars, "group_names", []) or []
+    node = kube_plan.node_registration(
+        policy, str(pool), "kube_control_plane" in groups, bool(get_var(hostvars, "kube_control_plane_schedulable"))
+    )
+    if get_var(hostvars, "kube_addons_gpu_operator", False) is True:
+        pools = get_var(hostvars, "gpu_operator_pools", {}) or {}
+        node["labels"].update(gpu_operator.node_labels(dict(pools), [{"name": "", "pool": pool}])[""])
+    return node
+
+
+def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
+    """The member workspaces of a compose host: compose_stack_members where the inventory sets it, else
+    gpuops_members (the role's default), on this host's topology, else the GPUs its facts found."""
+    members = get_var(hostvars, "compose_stack_members")
+    members = members if isinstance(members, list) else get_var(hostvars, "gpuops_members", [])
+    if not isinstance(members, list) or not members:
+        return {"members": {}, "problems": [], "warnings": []}
+    layout = topology if (topology or {}).get("gpus") else {"gpus": list(gpu.get("gpus") or [])}
+    return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0)
+
+
 def host_part(
     platform: str | None, gpu: dict, hostvars: Any, ok: bool | None = None, driver: str | None = None
 ) -> dict:
-    """One host's part: GPUs, topology summary, packages, and the kubelet policy and NCCL settings derived from it.
-    The topology is the one preflight read, else the inventory's declaration (gpuops_gpu_topology); ``driver`` is the
-    pin preflight judged, else the inventory's nvidia_driver_version; Fabric Manager is needed where the GPU facts
-    found NVSwitches."""
+    """One host's part: GPUs, topology summary, packages, and what derives from them: the kubelet policy, the
+    node's labels and taints, NCCL settings and the member workspaces. The topology is the one preflight read, else
+    the inventory's declaration (gpuops_gpu_topology); ``driver`` is the pin preflight judged, else the inventory's
+    nvidia_driver_version; Fabric Manager is needed where the GPU facts found NVSwitches."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = get_var(hostvars, "gpuops_gpu_topology")
@@ -223,6 +337,10 @@ def host_part(
         {g.get("numa_node") for g in (topology or {}).get("gpus") or [] if isinstance(g.get("numa_node"), int)}
         | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
     )
+    ifname = training_jobs.pick_socket_ifname(
+        str(get_var(hostvars, "training_stack_socket_ifname", "") or ""), [_default_ifname(hostvars)]
+    )
+    toolkit = str(get_var(hostvars, "nvidia_container_toolkit_version", "") or "") or None
     return {
         "ok": ok,
         "gpu_count": gpu.get("count"),
@@ -232,10 +350,33 @@ def host_part(
         "topology_source": source,
         "numa_nodes": numa,
         "nvlink_domains": [sorted(int(i) for i in d) for d in (topology or {}).get("nvlink_domains") or []],
-        "packages": {"driver": driver, "fabric_manager": driver if fabric_manager else None},
+        "packages": {
+            "driver": driver,
+            "fabric_manager": driver if fabric_manager else None,
+            "container_toolkit": toolkit,
+        },
         "pool": pool,
         "kubelet_policy": policy,
-        "nccl": training_jobs.nccl_env([topology], ""),
+        "node": _node(policy, pool, hostvars) if platform == "kubernetes" else None,
+        "nccl": training_jobs.nccl_env([topology], ifname),
+        "workspaces": _workspaces(topology, gpu, hostvars) if platform == "compose" else None,
+    }
+
+
+def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
+    """``pools``: gpuops_pool -> its hosts (the order of ``parts``) and the NCCL settings of a job across them,
+    by the rule training_stack's job templates follow (training_jobs.nccl_env, pick_socket_ifname over every GPU
+    host's default-route interface). ``hostvars``: host -> that host's variables."""
+    hosts_of: dict[str, list[str]] = {}
+    for host, part in parts.items():
+        if part.get("pool"):
+            hosts_of.setdefault(str(part["pool"]), []).append(host)
+    first = next(iter(parts), None)
+    explicit = str(get_var(hostvars[first], "training_stack_socket_ifname", "") or "") if first else ""
+    ifname = training_jobs.pick_socket_ifname(explicit, [_default_ifname(hostvars[h]) for h in parts])
+    return {
+        pool: {"hosts": hosts, "nccl": training_jobs.nccl_env([parts[h]["topology"] for h in hosts], ifname)}
+        for pool, hosts in hosts_of.items()
     }
 
 
@@ -260,6 +401,8 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
             "driver": str(pins.get("driver") or "") or None,
             "cuda": str(pins.get("cuda") or "") or None,
             "registry_mirror": str(get_var(anyvars, "gpuops_registry_mirror", "") or "") or None,
+            "container_toolkit": str(get_var(anyvars, "nvidia_container_toolkit_version", "") or "") or None,
+            "images": {name: str(get_var(anyvars, name)) for name in IMAGE_PINS if get_var(anyvars, name)},
         },
     }
 
@@ -284,6 +427,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
         )
         for host, record in records.items()
     }
+    plan["pools"] = pools_part(plan["hosts"], hostvars)
     return plan
 
 
@@ -312,6 +456,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
                      hostvars[h])
         for h in hosts
     }
+    plan["pools"] = pools_part(plan["hosts"], hostvars)
     return plan
 
 

@@ -10,8 +10,10 @@ NCCL settings (``nccl_env``):
   ``SYS``) are left out.
 * ``NCCL_IB_DISABLE=1`` when the topology has no NIC rows: NCCL then uses TCP sockets.
 * ``NCCL_SOCKET_IFNAME``: the bootstrap/socket interface. ``nvidia-smi topo -m`` names RDMA devices, not
-  network interfaces, so this comes from the pool's ``socket_ifname`` (default: the node's default-route
-  interface) with NCCL's ``=`` exact-match prefix.
+  network interfaces, so this comes from ``socket_ifname``: ``training_stack_socket_ifname``, else the first
+  node's default-route interface where facts were gathered (``pick_socket_ifname``), with NCCL's ``=`` exact-match
+  prefix. The plan (``gpuops_plan``) computes it for each host and pool with the same functions; a pool's job
+  template takes the plan's settings (``plan_pools``) and sets the interface the role found when the plan has none.
 * A node whose topology is unknown or declared without ``nics`` sets neither: NCCL detects the HCAs.
 * A capture whose NIC columns have no names (``NIC0`` without a NIC Legend) or unknown GPU-NIC links
   cannot name HCAs: ``NCCL_IB_HCA`` is left to NCCL's own detection and a note says why.
@@ -26,12 +28,22 @@ from typing import Any, Callable
 _PLACEHOLDER = re.compile(r"^NIC[0-9]+$")
 
 
+def pick_socket_ifname(explicit: str, interfaces: list[str]) -> str:
+    """The socket interface NCCL bootstraps on: ``explicit`` (training_stack_socket_ifname), else the first
+    non-empty one of ``interfaces`` (the nodes' default-route interfaces, where facts were gathered), else ""."""
+    return str(explicit or next((str(name) for name in interfaces if name), ""))
+
+
+def _set_socket(env: dict[str, str], ifname: str) -> None:
+    if ifname:
+        env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
+
+
 def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any]:
     """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these gpu_topology results."""
     env: dict[str, str] = {}
     notes: list[str] = []
-    if socket_ifname:
-        env["NCCL_SOCKET_IFNAME"] = f"={socket_ifname}"
+    _set_socket(env, socket_ifname)
     nics: list[str] = []
     hcas: list[str] = []
     unknown = False
@@ -76,12 +88,20 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
     """A suspended PyTorchJob template for training pool ``pool``: whole GPUs, GPU-taint toleration, pool
     nodeSelector, /dev/shm in memory, NCCL from the pool's topology and MLflow's in-cluster URI.
 
-    config: nodes (name, pool, topology), namespace, image, gpus_per_node (0 = all of the node's GPUs),
-    socket_ifname, shm_size, mlflow_uri, workers (default: pool nodes - 1).
+    config: nodes (name, pool, topology, socket_ifname), namespace, image, gpus_per_node (0 = all of the node's
+    GPUs), socket_ifname ("" = the first node's), shm_size, mlflow_uri, workers (default: pool nodes - 1), and
+    plan_pools (``gpuops_plan.pools``): the pool's NCCL settings there are used rather than derived again.
     """
-    nodes = [n for n in config.get("nodes") or [] if n.get("pool") == pool]
+    everyone = config.get("nodes") or []
+    nodes = [n for n in everyone if n.get("pool") == pool]
     topologies = [n.get("topology") for n in nodes]
-    nccl = nccl_env(topologies, str(config.get("socket_ifname") or ""))
+    ifname = pick_socket_ifname(str(config.get("socket_ifname") or ""), [n.get("socket_ifname") for n in everyone])
+    planned = ((config.get("plan_pools") or {}).get(pool) or {}).get("nccl")
+    if isinstance(planned, dict) and isinstance(planned.get("env"), dict):
+        nccl = {"env": dict(planned["env"]), "notes": list(planned.get("notes") or [])}
+        _set_socket(nccl["env"], ifname)
+    else:
+        nccl = nccl_env(topologies, ifname)
     gpus = int(config.get("gpus_per_node") or 0) or _gpu_count(topologies) or 1
     env = [{"name": k, "value": v} for k, v in sorted(nccl["env"].items())]
     env.append({"name": "MLFLOW_TRACKING_URI", "value": str(config["mlflow_uri"])})

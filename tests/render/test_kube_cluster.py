@@ -154,6 +154,43 @@ def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
     assert configs["gpu-train-01"]["memoryManagerPolicy"] == "Static"
 
 
+def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
+    """With a plan that holds them, kube_node renders the plan's kubelet policy (and registers the node by it) and
+    training_stack's job template takes the plan's pool NCCL settings; a host or pool the plan lacks is derived
+    by the same functions, as before."""
+    # gpu-train-01's declared topology gives restricted; the plan says single-numa-node with its own reservations.
+    policy = {
+        "topology_manager_policy": "single-numa-node", "topology_manager_scope": "pod", "cpu_manager_policy": "static",
+        "reserved_system_cpus": "0-3,52-55", "memory_manager_policy": "Static",
+        "reserved_memory": [{"numaNode": 0, "limits": {"memory": "4096Mi"}}], "system_reserved_memory": "3596Mi",
+        "eviction_memory": "500Mi", "nvlink_domains_label": "0-3_4-7", "placements": "[]",
+        "reason": "this test's plan",
+    }
+    plan = {"gpuops_plan": {
+        "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
+        "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-01"), "topology_source": "preflight",
+                                   "kubelet_policy": policy}},
+        "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],
+                               "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "notes": ["planned"]}}}}}
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", json.dumps(plan))
+    assert result.returncode == 0, result.stdout[-4000:]
+    objects = load_objects(out)
+    configs = _by(objects, "kube_node", "KubeletConfiguration")
+    assert configs["gpu-train-01"]["topologyManagerPolicy"] == "single-numa-node"
+    assert configs["gpu-train-01"]["reservedSystemCPUs"] == "0-3,52-55"
+    assert configs["gpu-train-02"]["reservedSystemCPUs"] == "0-1", "not in the plan: derived from its topology"
+    labels = _by(objects, "kube_join", "Node")["gpu-train-01"]["metadata"]["labels"]
+    assert labels["gpuops.io/nvlink-domains"] == "0-3_4-7"
+    assert labels["gpuops.io/topology-policy"] == "single-numa-node"
+    job = next(obj for path, obj in objects if path.startswith("training_stack/") and obj["kind"] == "PyTorchJob")
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+    assert job["metadata"]["annotations"]["gpuops.io/nccl-notes"] == "planned"
+
+
 def test_three_control_planes_render_their_joins(tmp_path):
     def three(groups):
         groups["kube_control_plane"]["hosts"]["cp-02"] = {"ansible_host": "192.0.2.11"}

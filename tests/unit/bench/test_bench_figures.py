@@ -178,13 +178,15 @@ def test_a_peak_above_the_limit_is_not_quoted_even_when_before_and_after_are_und
 def test_fleet_measure_counts_the_peak_in_over_load(monkeypatch):
     import fleet  # noqa: PLC0415  (imports ansible_env from tests/, on pytest's pythonpath)
 
-    loads = iter([0.5, 0.6, 4.5, 4.5, 0.7])  # before, sampler start, ..., after: one sample over the limit
+    peak, forks = 4.5, 2
+    loads = iter([0.5, 0.6, peak, peak, 0.7])  # before, sampler start, ..., after: one sample over the limit
     monkeypatch.setattr(fleet, "load1", lambda: next(loads, 0.7))
     monkeypatch.setattr(fleet, "fleet", lambda size, init: ([f"n{i}" for i in range(size)], 0.1))
     monkeypatch.setattr(fleet, "inventory", lambda names: figures.REPO / "build" / "unused.json")
     monkeypatch.setattr(fleet, "timed", lambda argv, env, log: {"ansible": 1.0}.get(argv[0].rsplit("/", 1)[-1], 2.0))
-    result = fleet.measure(3, 1, {}, "sleep", 2)
-    assert result["forks"] == 2
-    assert result["load_1min_peak"] >= 4.5
+    result = fleet.measure(3, 1, {}, "sleep", forks)
+    assert result["forks"] == forks
+    assert result["load_1min_peak"] == peak
     assert result["over_load"] is True
-    assert result["preflight_over_ping"] == 2.0
+    # ping and setup run `ansible` (1.0 s in this stub), preflight `ansible-playbook` (2.0 s)
+    assert result["median_seconds"] == {"ping": 1.0, "setup": 1.0, "preflight": 2.0}

@@ -69,7 +69,8 @@ def test_host_part_from_the_hgx_capture(kube_plan):
     hgx = kube_plan["hosts"]["hgx-01"]
     assert hgx["numa_nodes"] == [0, 1]
     assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
-    assert hgx["packages"] == {"driver": PIN, "fabric_manager": PIN}, "NVSwitch host: Fabric Manager at exactly the pin"
+    assert hgx["packages"] == {"driver": PIN, "fabric_manager": PIN, "container_toolkit": None}, (
+        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin in this inventory")
     assert hgx["topology_source"] == "preflight"
     # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
     assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
@@ -91,7 +92,7 @@ def test_no_kubelet_policy_on_compose_or_without_a_pool():
     assert plan.host_part("compose", gpu, {"gpuops_pool": "training"}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
-        "driver": None, "fabric_manager": None}
+        "driver": None, "fabric_manager": None, "container_toolkit": None}
 
 
 def test_inventory_topology_when_preflight_read_none():

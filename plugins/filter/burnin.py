@@ -1,0 +1,94 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_markdown, burnin_launch,
+burnin_pair_env, burnin_objects.
+
+Thin: the judgements are in plugins/plugin_utils/burnin.py, the launch in plugins/plugin_utils/burnin_jobs.py;
+documentation in the .yml file of each filter next to this file.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import (
+    expected_busbw,
+    judge_fleet,
+    judge_node,
+    markdown,
+    pair_schedule,
+)
+
+
+def _dict(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise AnsibleFilterError(f"{what} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def burnin_schedule(nodes) -> list:
+    if not isinstance(nodes, list):
+        raise AnsibleFilterError(f"burnin_schedule needs a list of node names, got {type(nodes).__name__}")
+    return pair_schedule([str(n) for n in nodes])
+
+
+def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4,
+                health=None) -> dict:
+    """A registered single-node run judged against what the node's NVLink or PCIe should give."""
+    result = _dict(result or {}, "burnin_node's input (a registered command result)")
+    text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+    expected = expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
+                              int(pcie_gen))
+    return judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
+                      health if isinstance(health, dict) else None)
+
+
+def burnin_report(pairs, singles=None, **options) -> dict:
+    """``{"a,b": registered result}`` of the pair runs, with the single-node results, judged for the fleet."""
+    pairs = _dict(pairs or {}, "burnin_report's input (pair runs by 'a,b')")
+    return judge_fleet([s for s in singles or [] if isinstance(s, dict)],
+                       {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
+
+
+def burnin_markdown(report) -> str:
+    report = _dict(report, "burnin_markdown's input (burnin_report's result)")
+    try:
+        return markdown(report)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"burnin_markdown: not a burnin_report result ({exc})") from exc
+
+
+def burnin_pair_env(topologies, socket_ifname: str = "") -> dict:
+    """The NCCL settings of the burn-in nodes (training_jobs.nccl_env): {env, notes}."""
+    if not isinstance(topologies, list):
+        raise AnsibleFilterError("burnin_pair_env needs a list of gpu_topology results, "
+                                 f"got {type(topologies).__name__}")
+    return burnin_jobs.pair_env([t if isinstance(t, dict) else None for t in topologies], str(socket_ifname or ""))
+
+
+def burnin_launch(config, role: str = "single", gpus: int = 1, hosts=None, env=None) -> str:
+    """A shell command line: V(single) (all_reduce_perf over the node's GPUs), V(sshd) or V(mpirun) of a pair."""
+    config = _dict(config, "burnin_launch's input (the burn-in settings)")
+    if role == "single":
+        return " ".join(burnin_jobs.single_command(config, int(gpus)))
+    if role == "sshd":
+        return burnin_jobs.sshd_command(config)
+    if role == "mpirun" and isinstance(hosts, list) and len(hosts) == 2:  # noqa: PLR2004
+        return burnin_jobs.mpirun_command(config, [str(h) for h in hosts], int(gpus), dict(env or {}))
+    raise AnsibleFilterError(f"burnin_launch: role '{role}' is not single, sshd or mpirun with two hosts")
+
+
+def burnin_objects(nodes, pairs=None, config=None) -> list:
+    if not isinstance(nodes, list):
+        raise AnsibleFilterError("burnin_objects needs a list of nodes ({name, gpus, topology}), "
+                                 f"got {type(nodes).__name__}")
+    return burnin_jobs.objects(nodes, list(pairs or []), _dict(config, "burnin_objects' config"))
+
+
+class FilterModule:
+    """gpuops.cluster burn-in filters."""
+
+    def filters(self) -> dict:
+        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_report": burnin_report,
+                "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch, "burnin_pair_env": burnin_pair_env,
+                "burnin_objects": burnin_objects}

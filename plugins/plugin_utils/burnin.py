@@ -1,0 +1,252 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""burnin.yml's judgements: pure functions over nccl-tests ``all_reduce_perf`` output and ``NCCL_DEBUG=INFO`` lines.
+
+* ``transport``: which network and which intra-node paths NCCL used, read from its INFO lines.
+* ``judge_node``: one node's single-node run against what its NVLink or PCIe should give (validate.py's
+  ``expected_busbw`` and ``judge_nccl``, reused).
+* ``pair_schedule``: the 2-node pairs, each node paired with at least two others (ring, then offset-2 pairs).
+* ``judge_fleet``: slow nodes, suspect links, NCCL on TCP sockets on an RDMA fabric, and the ranking of nodes
+  and pairs with measured and expected GB/s.
+
+A node is **slow** when every pair that contains it (two at least) is below the expectation while some pair is
+not; a **suspect link** is a slow pair that no slow node explains. When every pair is slow, no node is blamed:
+the fabric, or the expectation, is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import median
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
+    expected_busbw,
+    judge_nccl,
+    parse_all_reduce,
+)
+
+__all__ = ["expected_busbw", "judge_fleet", "judge_node", "markdown", "pair_schedule", "transport"]
+
+# Below this share of the expected pair bus bandwidth a pair is slow.
+PAIR_FLOOR = 0.7
+_VIA_NET = re.compile(r"via NET/([A-Za-z]+)")
+_USING_NETWORK = re.compile(r"Using network ([A-Za-z][\w ]*?)\s*$", re.M)
+_NET_INIT = re.compile(r"NET/(IB|Socket)\s*:\s*Using\s+(.*)$", re.M)
+_INTRA = (("NVLS", re.compile(r"NVLS multicast support is available|via P2P/NVLS|NVLS Head")),
+          ("P2P", re.compile(r"via P2P/")), ("SHM", re.compile(r"via SHM/")))
+# INFO/WARN lines that say why NCCL could not use the RDMA devices.
+_HINTS = (
+    (re.compile(r"Failed to open libibverbs"), "the image has no libibverbs (rdma-core): NCCL cannot open the HCAs"),
+    (re.compile(r"NET/IB\s*:\s*No device found"),
+     "NCCL saw no RDMA device in the container (/dev/infiniband not passed in, or on Kubernetes no RDMA device "
+     "plugin resource)"),
+    (re.compile(r"NCCL_IB_DISABLE set by environment to 1"), "NCCL_IB_DISABLE=1 is set"),
+)
+
+
+def _name(net: str) -> str:
+    net = net.strip()
+    return "IB" if net.upper().startswith("IB") else "Socket" if net.lower() == "socket" else net
+
+
+def transport(text: str) -> dict:
+    """{"network": "IB" | "Socket" | <plugin> | None, "intra": [...], "evidence": line, "hints": [...]}.
+
+    The channels' ``via NET/<name>`` lines are what NCCL really used; without them ``Using network <name>``;
+    without that the ``NET/IB : Using`` init line (IB found). ``NET/Socket : Using`` is printed even when IB is
+    used, so it means sockets only when no IB line is there."""
+    text = text or ""
+    lines = text.splitlines()
+    network, evidence = None, ""
+    via = _VIA_NET.findall(text)
+    if via:
+        nets = sorted({_name(n) for n in via})
+        network = "Socket" if nets == ["Socket"] else next((n for n in nets if n != "Socket"), nets[0])
+        evidence = next(ln for ln in lines if any(_name(n) == network for n in _VIA_NET.findall(ln)))
+    elif _USING_NETWORK.search(text):
+        found = _USING_NETWORK.findall(text)
+        network = _name(found[-1])
+        evidence = next(ln for ln in lines if "Using network" in ln)
+    else:
+        inits = dict(_NET_INIT.findall(text))
+        if "IB" in inits:
+            network = "IB"
+        elif "Socket" in inits:
+            network = "Socket"
+        if network:
+            evidence = next(ln for ln in lines if f"NET/{network}" in ln and "Using" in ln)
+    intra = [name for name, pattern in _INTRA if pattern.search(text)]
+    hints = [why for pattern, why in _HINTS if pattern.search(text)]
+    return {"network": network, "intra": intra, "evidence": evidence.strip()[:240], "hints": hints}
+
+
+def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None) -> dict:
+    """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), and its
+    gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings)."""
+    row = judge_nccl(text, rc, expected)
+    parsed = parse_all_reduce(text)
+    verdict = str((health or {}).get("verdict") or "not run")
+    status, detail = row["status"], row["detail"]
+    if verdict == "failed":
+        bad = [f"{f.get('check')} (GPU {f.get('gpu')}): {f.get('evidence')}" for f in (health or {}).get("findings")
+               or [] if f.get("severity") == "failed"]
+        status, detail = "failed", f"gpu_health failed: {'; '.join(bad) or 'see its findings'}; {detail}"
+    return {"node": node, "status": status, "measured": parsed["peak_busbw"], "expected": expected["peak"],
+            "floor": expected["floor"], "path": expected["path"], "detail": detail, "health": verdict,
+            "transport": transport(text)}
+
+
+def pair_schedule(nodes: list[str]) -> list[list[str]]:
+    """Deterministic 2-node pairs over the sorted node names: the ring (i, i+1), then the offset-2 pairs
+    (i, i+2) when there are five nodes or more (four nodes: every pair). Each node of three or more is in two
+    pairs at least (ring), and in four from five nodes on, so one slow node shows in every pair it is in."""
+    names = sorted(dict.fromkeys(str(n) for n in nodes))
+    count = len(names)
+    if count < 2:  # noqa: PLR2004
+        return []
+    offsets = (1,) if count < 4 else (1, 2)  # noqa: PLR2004
+    pairs: list[list[str]] = []
+    for offset in offsets:
+        for i in range(count):
+            pair = sorted((names[i], names[(i + offset) % count]))
+            if pair[0] != pair[1] and pair not in pairs:
+                pairs.append(pair)
+    return pairs
+
+
+def _fix(platform: str, hcas: str, ifname: str) -> str:
+    steps = [f"set NCCL_IB_HCA={hcas or '=<the HCAs nearest the GPUs, e.g. =mlx5_0,mlx5_1>'} and "
+             f"NCCL_SOCKET_IFNAME={ifname or '=<the bootstrap interface>'} (and not NCCL_IB_DISABLE=1)"]
+    if platform == "kubernetes":
+        steps.append("give the pods the RDMA devices: deploy an RDMA device plugin (e.g. the NVIDIA Network "
+                     "Operator's rdma-shared-device-plugin) and request its resource (burnin_rdma_resource)")
+    else:
+        steps.append("run the container with --device /dev/infiniband, --cap-add IPC_LOCK and --ulimit "
+                     "memlock=-1, from an image with rdma-core (libibverbs)")
+    return "; ".join(steps)
+
+
+def _pair_row(pair: list[str], result: dict, expected: float | None, floor_share: float, rdma: bool,
+              fix: str) -> dict:
+    text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+    rc = result.get("rc")
+    parsed = parse_all_reduce(text)
+    used = transport(text)
+    row = {"pair": list(pair), "measured": parsed["peak_busbw"], "expected": expected,
+           "floor": round(expected * floor_share, 1) if expected else None, "network": used["network"],
+           "intra": used["intra"], "status": "ok", "detail": ""}
+    if rc not in (0, None) or not parsed["rows"]:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "rror" in ln or "WARN" in ln), lines[-1] if lines else "no output")
+        row.update(status="failed", measured=None, detail=f"all_reduce_perf did not run (exit {rc}): {why[:200]}")
+    elif parsed["wrong"]:
+        row.update(status="failed", detail=f"{parsed['wrong']} wrong results")
+    elif rdma and used["network"] == "Socket":
+        why = "; ".join(used["hints"]) or "NCCL found no usable RDMA device"
+        row.update(status="tcp_fallback",
+                   detail=(f"NCCL used TCP sockets (NET/Socket) on a fabric with InfiniBand/RoCE devices: {why} "
+                           f"[{used['evidence']}]. Fix: {fix}"))
+    elif expected and parsed["peak_busbw"] < row["floor"]:
+        row.update(status="slow", detail=f"{parsed['peak_busbw']:.1f} GB/s, below {row['floor']:.1f} "
+                                         f"({floor_share:.0%} of {expected:.1f})")
+    return row
+
+
+def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
+    """The burn-in report.
+
+    singles: judge_node results. pairs: {"a,b": registered result ({rc, stdout, stderr})} for each scheduled
+    pair. options: expected_gbps (the pair expectation, GB/s; 0 = the median of the measured pairs),
+    floor_share (default PAIR_FLOOR), rdma (the fabric has IB/RoCE devices), platform, nccl_ib_hca,
+    nccl_socket_ifname (for the fix text).
+    """
+    floor_share = float(options.get("floor_share") or PAIR_FLOOR)
+    fix = _fix(str(options.get("platform") or "compose"), str(options.get("nccl_ib_hca") or ""),
+               str(options.get("nccl_socket_ifname") or ""))
+    parsed = {key: parse_all_reduce("\n".join(x for x in (val.get("stdout"), val.get("stderr")) if x))
+              for key, val in pairs.items()}
+    measured = [p["peak_busbw"] for p in parsed.values() if p["rows"]]
+    expected = float(options.get("expected_gbps") or 0) or (round(median(measured), 1) if measured else None)
+    source = ("burnin_pair_expected_busbw" if options.get("expected_gbps")
+              else "median of the measured pairs; set burnin_pair_expected_busbw for an absolute one")
+    rows = [_pair_row(key.split(","), val, expected, floor_share, bool(options.get("rdma")), fix)
+            for key, val in pairs.items()]
+    bad = [r for r in rows if r["status"] != "ok"]
+    nodes = sorted({n for r in rows for n in r["pair"]} | {s["node"] for s in singles})
+    of = {n: [r for r in rows if n in r["pair"]] for n in nodes}
+    slow_nodes = []
+    if bad and len(bad) < len(rows):
+        slow_nodes = [n for n in nodes if len(of[n]) >= 2 and all(r["status"] != "ok" for r in of[n])]  # noqa: PLR2004
+    tcp = [r["pair"] for r in rows if r["status"] == "tcp_fallback"]
+    everywhere = len(rows) > 1 and len(bad) == len(rows)
+    suspect = [] if everywhere else [r["pair"] for r in bad
+                                     if not set(r["pair"]) & set(slow_nodes) and r["pair"] not in tcp]
+    findings = []
+    for node in slow_nodes:
+        listed = ", ".join(f"{r['pair'][0]}-{r['pair'][1]} {_gbps(r)}" for r in of[node])
+        findings.append(f"slow node {node}: every pair with it is below expectation ({listed}), "
+                        "pairs without it are not")
+    for pair in suspect:
+        row = next(r for r in rows if r["pair"] == pair)
+        findings.append(f"suspect link {pair[0]}-{pair[1]}: only this pair of its nodes is below expectation "
+                        f"({row['status']}: {row['detail']})")
+    if everywhere:
+        why = "; ".join(sorted({r["detail"] for r in bad if r["status"] == "failed"}))[:400]
+        findings.append(f"every pair is below expectation or failed (expectation {_cell(expected) or 'none'} GB/s, "
+                        f"{source}): a fabric-wide problem or a wrong expectation, not one node"
+                        + (f"; {why}" if why else ""))
+    for row in rows:
+        if row["status"] == "tcp_fallback":
+            findings.append(f"{row['pair'][0]}-{row['pair'][1]}: {row['detail']}")
+    failed_singles = [s for s in singles if s["status"] == "failed"]
+    findings += [f"{s['node']} single-node: {s['detail']}" for s in failed_singles]
+    node_rows = []
+    for node in nodes:
+        single = next((s for s in singles if s["node"] == node), None)
+        values = [r["measured"] for r in of[node] if r["measured"] is not None]
+        node_rows.append({
+            "node": node, "status": "slow" if node in slow_nodes else (
+                "failed" if single and single["status"] == "failed" else "ok"),
+            "single_measured": single["measured"] if single else None,
+            "single_expected": single["expected"] if single else None,
+            "single_path": single["path"] if single else "", "pairs": len(of[node]),
+            "pair_mean": round(sum(values) / len(values), 1) if values else None, "pair_expected": expected,
+        })
+    node_rows.sort(key=lambda r: (r["status"] == "ok", r["pair_mean"] if r["pair_mean"] is not None else -1,
+                                  r["node"]))
+    rows.sort(key=lambda r: (r["status"] == "ok", r["measured"] if r["measured"] is not None else -1, r["pair"]))
+    ok = not (slow_nodes or bad or failed_singles)
+    if not rows and not singles:
+        findings.append("no node with GPUs: nothing was burnt in")
+    status = ("ok" if ok else "failed") if rows or singles else "skipped"
+    return {"status": status, "expected_gbps": expected, "expected_source": source,
+            "floor_share": floor_share, "slow_nodes": slow_nodes, "suspect_links": suspect, "tcp_fallback": tcp,
+            "findings": findings,
+            "nodes": node_rows, "pairs": rows, "singles": singles}
+
+
+def _gbps(row: dict) -> str:
+    return "did not run" if row["measured"] is None else f"{row['measured']:.1f} GB/s"
+
+
+def _cell(value) -> str:
+    return "" if value is None else f"{float(value):.1f}"
+
+
+def markdown(report: dict) -> str:
+    """The burn-in report as Markdown (burnin.md beside burnin.json, and the example in docs/operations.md)."""
+    lines = [f"burn-in: **{report['status']}**; pair expectation {_cell(report['expected_gbps'])} GB/s "
+             f"({report['expected_source']}), slow below {report['floor_share']:.0%} of it", ""]
+    lines += [f"- {finding}" for finding in report["findings"]] or ["- no finding: every node and pair passed"]
+    lines += ["", "| node | result | single-node GB/s | expected (path) | pairs | pair mean GB/s | pair expected |",
+              "|---|---|---|---|---|---|---|"]
+    for node in report["nodes"]:
+        path = f" ({node['single_path']})" if node["single_path"] else ""
+        lines.append(f"| {node['node']} | {node['status']} | {_cell(node['single_measured'])} | "
+                     f"{_cell(node['single_expected'])}{path} | {node['pairs']} | {_cell(node['pair_mean'])} | "
+                     f"{_cell(node['pair_expected'])} |")
+    lines += ["", "| pair | result | measured GB/s | expected GB/s | network |", "|---|---|---|---|---|"]
+    for pair in report["pairs"]:
+        lines.append(f"| {pair['pair'][0]}-{pair['pair'][1]} | {pair['status']} | {_cell(pair['measured'])} | "
+                     f"{_cell(pair['expected'])} | {pair['network'] or '?'} |")
+    return "\n".join(lines) + "\n"

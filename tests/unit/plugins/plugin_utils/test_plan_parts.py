@@ -1,0 +1,296 @@
+"""gpuops_plan's pools, pins, node labels and taints, NCCL settings and member workspaces (plugin_utils/plan.py),
+on the collection's own inventories (inventories/cluster, inventories/small-team, read by Ansible's inventory loader)
+with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
+
+Each part is checked twice against the same literal values: as the plan builds it, and as the role run alone gets it
+from the filter it calls (kube_node: kubelet_policy + kube_node_labels_taints; training_stack: pytorchjob_template;
+compose_stack: workspace_plan), with the role's inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
+from ansible_collections.gpuops.cluster.plugins.filter import compose_stack, kube
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, training_jobs
+from fleet_fixture import shared_path
+
+REPO = Path(__file__).resolve().parents[4]
+DRIVER = "580.65.06"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+# the preflight captures stand-in for the cluster's three nodes
+CAPTURES = {
+    "gpu-train-01": "dgx-a100_8gpu_10nic_nps4-numa_dgx05",  # 10 NICs, mlx5_8/9 storage (SYS to all GPUs)
+    "gpu-train-02": "a100x8_17nic_singleNUMA",  # 17 NICs, mlx5_bond_0 nearest to no GPU
+    "gpu-infer-01": "h100x8_sxm_2numa_noNIC",  # no NIC
+}
+TRAINING_HCA = "=" + ",".join(f"mlx5_{n}" for n in range(18))
+
+
+def _inventory(name: str) -> dict[str, dict]:
+    """host -> its variables, as the inventory gives them (Ansible's loader; group_vars and host_vars merged)."""
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / name)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+
+
+def _topology(name: str) -> dict:
+    return parse_topology(shared_path("nvidia-smi", "topo", f"{name}.txt").read_text())
+
+
+def _valid(built: dict) -> dict:
+    jsonschema.Draft202012Validator(plan.SCHEMA).validate(json.loads(json.dumps(built)))
+    return built
+
+
+def _cluster_plan(hostvars: dict) -> dict:
+    records = {
+        host: {"gpu": {"count": 8, "source": "nvml", "fabric_manager": {"required": True}, "topology": _topology(name)},
+               "result": {"ok": True}, "plan": {"driver_version": DRIVER, "cuda_version": "12.4"}}
+        for host, name in CAPTURES.items()
+    }
+    fleet = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "14 people on 24 GPUs", "gpu_count": 24}
+    return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
+                                  "/r/20261202T000000Z"))
+
+
+@pytest.fixture(name="cluster")
+def _cluster() -> dict:
+    return _cluster_plan(_inventory("cluster"))
+
+
+def _nodes(hostvars: dict, ifname: str = "") -> list[dict]:
+    """training_stack_gpu_nodes as the role's default builds them (kube_gpu_nodes), with the capture topologies."""
+    return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name), "socket_ifname": ifname}
+            for host, name in CAPTURES.items()]
+
+
+def _job_env(pool: str, nodes: list[dict], **config: object) -> dict:
+    job = training_jobs.pytorchjob(pool, {"nodes": nodes, "namespace": "kubeflow", "image": "pytorch:2.7.1",
+                                          "shm_size": "64Gi", "mlflow_uri": "http://mlflow.mlflow.svc:5000", **config})
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("NCCL_")}
+
+
+# --- fleet: pools and pins ---------------------------------------------------------------------------------------
+
+def test_pools_and_pins_of_the_cluster_inventory(cluster):
+    assert {pool: part["hosts"] for pool, part in cluster["pools"].items()} == {
+        "training": ["gpu-train-01", "gpu-train-02"], "inference": ["gpu-infer-01"]}
+    assert cluster["pins"]["container_toolkit"] == "1.17.8", "group_vars/gpu_nodes/driver.yml pins the toolkit"
+    assert cluster["pins"]["images"] == {}, "inventories/cluster sets no image pin: the roles' defaults are in force"
+    assert cluster["pins"]["driver"] == DRIVER
+    for host in CAPTURES:
+        assert cluster["hosts"][host]["packages"] == {"driver": DRIVER, "fabric_manager": DRIVER,
+                                                      "container_toolkit": "1.17.8"}
+        assert cluster["hosts"][host]["workspaces"] is None, "kubernetes members get namespaces, not workspaces"
+
+
+def test_image_pins_the_inventory_sets():
+    hostvars = _inventory("small-team")
+    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["images"] == {
+        "compose_stack_member_image": "registry.lab.example:5000/gpuops/training:0.1.0"}
+    hostvars["gpu01"]["validate_cuda_image"] = "registry.lab.example:5000/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["images"]["validate_cuda_image"] == (
+        "registry.lab.example:5000/nvidia/cuda:12.4.1-base-ubuntu22.04")
+    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["container_toolkit"] is None, "the role's default"
+
+
+def test_a_host_without_a_pool_is_in_no_pool():
+    hostvars = _inventory("cluster")
+    del hostvars["gpu-infer-01"]["gpuops_pool"]
+    forced = {host: {**variables, "gpuops_platform": "kubernetes"} for host, variables in hostvars.items()}
+    built = plan.inventory_plan(list(CAPTURES), forced)
+    assert list(built["pools"]) == ["training"]
+    assert built["hosts"]["gpu-infer-01"]["node"] is None, "no pool, no kubelet policy: kube_node refuses the node"
+
+
+# --- per host: the node's labels and taints (kube_node's render, gpu_operator's labels) --------------------------
+
+# host -> (topology-policy, reason) of the captures' topologies
+POLICIES = {
+    "gpu-train-01": ("restricted", "training pool; an NVLink domain spans NUMA nodes (GPUs 0-7 on NUMA nodes 1,3,5,7): "
+                     "restricted; reservedSystemCPUs: the first 2 CPUs of each GPU NUMA node"),
+    "gpu-train-02": ("single-numa-node", "training pool; each NVLink domain sits in one NUMA node (GPU NUMA nodes 0): "
+                     "single-numa-node; reservedSystemCPUs: the first 2 CPUs of each GPU NUMA node"),
+    "gpu-infer-01": ("best-effort", "inference pool: best-effort (serving pods are not NUMA-bound); "
+                     "reservedSystemCPUs: the first 2 CPUs of each GPU NUMA node"),
+}
+
+
+def _expected_registration(host: str, pool: str) -> dict:
+    policy, reason = POLICIES[host]
+    return {
+        "labels": {"nvidia.com/gpu": "true", "gpuops.io/pool": pool, "gpuops.io/nvlink-domains": "0-7",
+                   "gpuops.io/topology-policy": policy},
+        "annotations": {"gpuops.io/placements": "[]", "gpuops.io/kubelet-policy": reason},
+        "taints": [GPU_TAINT],
+    }
+
+
+@pytest.mark.parametrize("host", sorted(CAPTURES))
+def test_node_labels_and_taints_plan_and_role_alone(cluster, host):
+    pool = cluster["hosts"][host]["pool"]
+    expected = _expected_registration(host, pool)
+    # kube_node run alone: its filters, with its defaults (inventories/cluster sets the same reservations)
+    policy = kube.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
+    assert kube.kube_node_labels_taints(policy, pool, False, False) == expected
+    # the plan: the same registration, with the GPU Operator's label (kube_addons_gpu_operator: true)
+    planned = cluster["hosts"][host]["node"]
+    assert planned["labels"] == {**expected["labels"], "nvidia.com/device-plugin.config": pool}
+    assert planned["annotations"] == expected["annotations"]
+    assert planned["taints"] == expected["taints"]
+
+
+def test_mig_label_and_control_plane_taint_from_the_inventory():
+    hostvars = _inventory("cluster")
+    for host in ("gpu-infer-01", "gpu-train-02"):
+        hostvars[host]["gpu_operator_pools"] = {"inference": {"mig_profile": "all-1g.10gb"}, "training": {}}
+    hostvars["gpu-train-02"]["group_names"] = [*hostvars["gpu-train-02"]["group_names"], "kube_control_plane"]
+    built = _cluster_plan(hostvars)
+    assert built["hosts"]["gpu-infer-01"]["node"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
+    assert "nvidia.com/mig.config" not in built["hosts"]["gpu-train-02"]["node"]["labels"]
+    assert built["hosts"]["gpu-train-02"]["node"]["taints"] == [
+        GPU_TAINT, {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    hostvars["gpu-train-02"]["kube_control_plane_schedulable"] = True
+    hostvars["gpu-infer-01"]["kube_addons_gpu_operator"] = False
+    built = _cluster_plan(hostvars)
+    assert built["hosts"]["gpu-train-02"]["node"]["taints"] == [GPU_TAINT]
+    assert built["hosts"]["gpu-infer-01"]["node"]["labels"] == _expected_registration("gpu-infer-01", "inference")[
+        "labels"], "without the GPU Operator no device-plugin label"
+
+
+def test_no_node_part_on_compose_or_with_an_unusable_policy():
+    gpu = {"count": 2, "topology": _topology("a10x4_pcie_sys_2nic")}
+    assert plan.host_part("compose", gpu, {"gpuops_pool": "training"})["node"] is None
+    broken = {"gpuops_pool": "training", "kube_node_reserved_memory_mib": 400}  # below the eviction threshold
+    part = plan.host_part("kubernetes", gpu, broken)
+    assert "error" in part["kubelet_policy"]
+    assert part["node"] is None
+
+
+# --- the kubelet policy kube_node renders: the plan's, or the same function's ------------------------------------
+
+@pytest.mark.parametrize(("host", "reserved"), [("gpu-train-01", "16-17,48-49,80-81,112-113"),
+                                                ("gpu-train-02", "0-1"), ("gpu-infer-01", "0-1,52-53")])
+def test_kubelet_policy_plan_and_role_alone(cluster, host, reserved):
+    pool = cluster["hosts"][host]["pool"]
+    alone = kube.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
+    for policy in (alone, cluster["hosts"][host]["kubelet_policy"]):
+        assert policy["topology_manager_policy"] == POLICIES[host][0]
+        assert policy["reserved_system_cpus"] == reserved
+        assert policy["memory_manager_policy"] == ("Static" if host == "gpu-train-02" else "None")
+        assert policy["system_reserved_memory"] == "3596Mi"
+
+
+# --- NCCL: per host and per pool; training_stack_socket_ifname is taken into account ------------------------------
+
+def test_pool_nccl_plan_and_role_alone(cluster):
+    hostvars = _inventory("cluster")
+    assert cluster["pools"]["training"]["nccl"] == {
+        "env": {"NCCL_IB_HCA": TRAINING_HCA},
+        "notes": ["not nearest to any GPU, left out of NCCL_IB_HCA: mlx5_bond_0"],
+    }, "mlx5_8/9 are storage NICs on gpu-train-01 but nearest to GPUs on gpu-train-02"
+    assert cluster["pools"]["inference"]["nccl"]["env"] == {"NCCL_IB_DISABLE": "1"}
+    # training_stack alone (no plan) and with the plan's pools: the same env; the role adds the interface the
+    # gathered facts name, which a preflight plan (no facts gathered) cannot know
+    for config in ({}, {"plan_pools": cluster["pools"]}):
+        assert _job_env("training", _nodes(hostvars, "eno1"), socket_ifname="", **config) == {
+            "NCCL_IB_HCA": TRAINING_HCA, "NCCL_SOCKET_IFNAME": "=eno1"}
+        assert _job_env("inference", _nodes(hostvars), socket_ifname="bond0", **config) == {
+            "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=bond0"}
+
+
+def test_the_job_template_takes_the_plans_nccl_not_a_second_derivation():
+    nodes = [{"name": "a", "pool": "training", "topology": None, "socket_ifname": ""}]
+    planned = {"training": {"hosts": ["a"], "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0"}, "notes": ["from the plan"]}}}
+    assert _job_env("training", nodes, socket_ifname="", plan_pools=planned) == {"NCCL_IB_HCA": "=mlx5_0"}
+    assert _job_env("training", nodes, socket_ifname="") == {}, "alone: no topology, NCCL picks the HCAs itself"
+
+
+def test_training_stack_socket_ifname_reaches_the_plan():
+    hostvars = _inventory("cluster")
+    for host in CAPTURES:
+        hostvars[host]["training_stack_socket_ifname"] = "bond0"
+    built = _cluster_plan(hostvars)
+    assert built["hosts"]["gpu-train-01"]["nccl"]["env"] == {
+        "NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": "=" + ",".join(f"mlx5_{n}" for n in range(8))}
+    assert built["hosts"]["gpu-infer-01"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_DISABLE": "1"}
+    assert built["pools"]["training"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": TRAINING_HCA}
+    # the role given the same variable gives the same env
+    assert _job_env("training", _nodes(hostvars), socket_ifname="bond0") == built["pools"]["training"]["nccl"]["env"]
+
+
+def test_each_hosts_own_default_route_interface_when_facts_were_gathered():
+    hostvars = _inventory("cluster")
+    hostvars["gpu-train-01"]["ansible_facts"] = {"default_ipv4": {"interface": "ens1f0"}}
+    hostvars["gpu-train-02"]["ansible_facts"] = {"default_ipv4": {"interface": "ens2f0"}}
+    built = _cluster_plan(hostvars)
+    assert built["hosts"]["gpu-train-01"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+    assert built["hosts"]["gpu-train-02"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens2f0"
+    assert "NCCL_SOCKET_IFNAME" not in built["hosts"]["gpu-infer-01"]["nccl"]["env"]
+    # a pool's job: the first host's interface, as training_stack picks it
+    assert built["pools"]["training"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+    assert built["pools"]["inference"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+
+
+# --- compose: the member workspaces each host runs ---------------------------------------------------------------
+
+# inventories/small-team on the HGX H100 capture: GPUs 0-3 on NUMA 0 (CPUs 0-51,104-155), 4-7 on NUMA 1
+WORKSPACES = {
+    "alice": {"gpus": [0, 1], "cpuset": "0-25,104-129", "memory_mb": None, "numa_nodes": [0]},
+    "bob": {"gpus": [2, 3], "cpuset": "26-51,130-155", "memory_mb": None, "numa_nodes": [0]},
+    "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "numa_nodes": [1]},
+    "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "numa_nodes": [1]},
+}
+
+
+def _compose_plan(hostvars: dict) -> dict:
+    records = {"gpu01": {"gpu": {"count": 8, "source": "nvml", "fabric_manager": {"required": True},
+                                 "topology": _topology("h100x8_sxm_2numa_noNIC")},
+                         "result": {"ok": True}, "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
+    fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8}
+    return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
+                                  "/r/x"))
+
+
+def test_member_workspaces_plan_and_role_alone():
+    hostvars = _inventory("small-team")
+    built = _compose_plan(hostvars)
+    assert built["hosts"]["gpu01"]["workspaces"] == {"members": WORKSPACES, "problems": [], "warnings": []}
+    assert built["hosts"]["gpu01"]["node"] is None
+    assert built["hosts"]["gpu01"]["kubelet_policy"] is None
+    assert built["pools"] == {}, "the small team sets no gpuops_pool"
+    # compose_stack alone: its filter on its default members (gpuops_members) and the same topology
+    alone = compose_stack.workspace_plan(hostvars["gpu01"]["gpuops_members"], _topology("h100x8_sxm_2numa_noNIC"), 0)
+    assert alone["members"] == WORKSPACES
+
+
+def test_member_workspaces_follow_compose_stack_members_and_say_what_is_wrong():
+    hostvars = _inventory("small-team")
+    hostvars["gpu01"]["compose_stack_members"] = [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 9]}]
+    part = _compose_plan(hostvars)["hosts"]["gpu01"]["workspaces"]
+    assert part["members"] == {}
+    assert len(part["problems"]) == 1
+    assert "9" in part["problems"][0]
+
+
+def test_a_plan_written_before_these_parts_still_validates():
+    """The parts are additions (SCHEMA_VERSION stays 1): a plan.json without them is still a v1 plan."""
+    built = _cluster_plan(_inventory("cluster"))
+    del built["pools"]
+    del built["pins"]["container_toolkit"]
+    del built["pins"]["images"]
+    for part in built["hosts"].values():
+        for key in ("node", "workspaces"):
+            del part[key]
+        del part["packages"]["container_toolkit"]
+    assert _valid(built)["schema_version"] == 1
