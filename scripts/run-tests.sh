@@ -29,7 +29,7 @@ results() { python3 "$root/scripts/test_summary.py" "$@"; }
 # (and both take the demo's lock as well). Containers, names and locks of the two lanes never overlap.
 ALL_LANES=(
   "molecule-driver,molecule-kubernetes,dnf,site_check,molecule-local_pv"
-  "lint,unit,collection,report,ops,molecule-compose,bad_input,molecule-preflight"
+  "lint,unit,collection,report,ops,molecule-compose,bad_input,molecule-preflight,molecule-health"
 )
 scenarios=()
 for s in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$s")")"); done

@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, write_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service, write_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
 ARGUMENT_SPEC = {
     "report_dir": {"type": "path", "required": True},
@@ -34,6 +35,17 @@ def _no_play(decision: dict, served: list[str]) -> dict:
         "or use a release of gpuops.cluster that has it"
     )
     return {**decision, "ok": False, "reason": reason}
+
+
+def _with_health(result: dict, assignments: list | None, out_of_service: dict, host: str) -> dict:
+    """The host's checks plus gpu_health_assignment: refused when a member is given a GPU out of service."""
+    if not out_of_service:
+        return result
+    problems = out_of_service_problems(assignments or [], out_of_service, host)
+    gpus = ", ".join(sorted(out_of_service, key=int))
+    check = {"name": "gpu_health_assignment", "ok": not problems, "status": "failed" if problems else "ok",
+             "msg": "; ".join(problems) + "." if problems else f"GPU(s) {gpus} out of service; no member is given one"}
+    return {**result, "checks": [*result["checks"], check]}
 
 
 class ActionModule(ActionBase):
@@ -74,8 +86,12 @@ class ActionModule(ActionBase):
 
         now = datetime.now(timezone.utc)
         run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
+        # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
+        out = with_out_of_service({"hosts": {h: {} for h in judged}}, args["report_dir"])["hosts"]
         results = {
-            host: finish({k: r["preflight"][k] for k in ("checks", "compat", "driver_pin")}, fleet["hosts"][host])
+            host: finish(_with_health({k: r["preflight"][k] for k in ("checks", "compat", "driver_pin")},
+                                      r["preflight"]["plan"].get("gpu_assignments"), out[host]["out_of_service"], host),
+                         fleet["hosts"][host])
             for host, r in judged.items()
         }
         plan = build_plan(
@@ -105,6 +121,7 @@ class ActionModule(ActionBase):
             records[host] = record
         written = write_reports(run_dir, records, fleet)
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
+        plan = with_out_of_service(plan, args["report_dir"])
         plan_files = write_plan(plan, run_dir, args["report_dir"])
 
         summary = [f"fleet: platform {fleet.get('platform')} ({fleet.get('source')}): {fleet.get('reason')}"]

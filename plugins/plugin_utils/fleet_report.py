@@ -2,7 +2,8 @@
 preflight reports and the validate results. Controller-side and pure: data in, text out.
 
 Input per host: the preflight JSON report (host, os, gpu, topology, plan, result; any part may be missing),
-optionally with "pool" and "validate" (a list of {step, status, detail}; status ok | failed | skipped).
+optionally with "pool" and "validate" (a list of {step, status, detail}; status ok | failed | skipped), and
+"health" (health.yml's plan for the host: status, action, reason, items, out_of_service; plugin_utils/health.py).
 The burn-in report (plugin_utils/burnin.py judge_fleet), when given, is the page's ``burnin`` section.
 """
 
@@ -14,7 +15,8 @@ from math import log2
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
 STATUS_CLASS = {"ok": "ok", "passed": "ok", "failed": "bad", "broken": "bad", "error": "bad", "warn": "warn",
                 "slow": "bad", "tcp_fallback": "bad",
-                "skipped": "skip", "unknown": "skip"}
+                "skipped": "skip", "unknown": "skip", "clear": "ok", "act": "bad", "deferred": "warn",
+                "unreadable": "warn"}
 
 
 def _get(data, *keys, default=None):
@@ -147,8 +149,36 @@ def host_row(report: dict) -> dict:
         "validate": "not run" if not validate else ("failed" if failed_steps else
                                                     "ok" if any(v.get("status") == "ok" for v in validate)
                                                     else "skipped"),
-        "ok": bool(result.get("ok", True)) and not failed_steps,
+        "health": health_cell(report.get("health")),
+        "health_status": (report.get("health") or {}).get("status") or "skipped",
+        "ok": bool(result.get("ok", True)) and not failed_steps and not _health_bad(report.get("health")),
     }
+
+
+def _health_bad(health: dict | None) -> bool:
+    return bool(health) and (health.get("status") in ("act", "deferred") or bool(health.get("out_of_service")))
+
+
+def health_cell(health: dict | None) -> str:
+    """The health column: 'not run', 'healthy', '<action> (<status>)', plus the GPUs out of service."""
+    if not health:
+        return "not run"
+    status, action = health.get("status"), health.get("action") or "none"
+    text = {"clear": "healthy" if health.get("verdict") in (None, "healthy") else f"{health.get('verdict')}, handled",
+            "unreadable": "not read: nothing done"}.get(status, f"{action} ({status})")
+    out = sorted(health.get("out_of_service") or {}, key=lambda g: int(g) if str(g).isdigit() else 0)
+    return text + (f"; GPU {', '.join(map(str, out))} out of service" if out else "")
+
+
+def _health_section(health: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(str(i.get('gpu')))}</td><td>{escape(str(i.get('event')))}</td>"
+        f"<td>{escape(str(i.get('bucket') or ''))}</td><td>{_badge('warn' if i.get('new') else 'skipped', i['action'])}"
+        f"</td><td>{escape(str(i.get('why')))}</td></tr>" for i in health.get("items") or [])
+    head = ("<table class='health-items'><thead><tr><th>GPU</th><th>Event</th><th>NVIDIA bucket</th><th>Action</th>"
+            "<th>Why</th></tr></thead><tbody>")
+    return (f"<p class='health'>health: {escape(health_cell(health))} - {escape(str(health.get('reason', '')))}</p>"
+            + (head + rows + "</tbody></table>" if rows else ""))
 
 
 CSS = """
@@ -214,6 +244,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
     total_gpus = sum(int((r.get("gpu") or {}).get("count") or 0) for r in reports)
     bad = sum(1 for r in rows if not r["ok"])
     head = ["Host", "GPUs", "Driver (pin)", "CUDA", "Fabric Manager", "Platform", "Pool", "Warnings", "Validate"]
+    health = any(r.get("health") for r in reports)
+    head += ["Health"] if health else []
     html = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
             f"<h1>{escape(title)}</h1><div class='sub'>generated {escape(generated)} UTC</div>",
@@ -233,7 +265,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             f"<td><a href='#host-{escape(row['host'])}'>{escape(row['host'])}</a></td><td>{escape(row['gpus'])}</td>"
             f"<td>{escape(row['driver'])}{pin}</td><td>{cuda}</td><td>{escape(row['fabric_manager'])}</td>"
             f"<td>{escape(str(row['platform']))}</td><td>{escape(str(row['pool']))}</td><td>{warns}</td>"
-            f"<td class='validate'>{_badge(row['validate'])}</td></tr>")
+            f"<td class='validate'>{_badge(row['validate'])}</td>"
+            + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
     html.append("</tbody></table>")
     html += burnin_section(burnin)
     for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
@@ -244,6 +277,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
         html.append(svg + "<div class='legend'>boxes: GPUs grouped by NUMA node; arcs: NVLink (thicker = more "
                     "links); dashed: nearest NICs</div>" if svg else
                     "<p class='legend'>no topology: " + escape(notes) + "</p>")
+        if report.get("health"):
+            html.append(_health_section(report["health"]))
         steps = report.get("validate") or []
         if steps:
             html.append("<table class='validate-steps'><thead><tr><th>Validate step</th><th>Result</th>"

@@ -27,6 +27,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import p
 
 SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
+HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
 FILE_MODE = 0o640
 
 _NULL_STR = {"type": ["string", "null"]}
@@ -212,6 +213,16 @@ SCHEMA: dict[str, Any] = {
                             "problems": {"type": "array", "items": {"type": "string"}},
                             "warnings": {"type": "array", "items": {"type": "string"}},
                         },
+                    },
+                    "out_of_service": {
+                        "type": "object",
+                        "additionalProperties": {
+                            "type": "object",
+                            "description": "event, action, why, line, since and pending (the remedy still to do).",
+                        },
+                        "description": "GPU index -> why health.yml took it out of service (event, action, since); "
+                        "preflight refuses a member given one of them. Read from <report dir>/health/state.json "
+                        "(out_of_service); empty when none.",
                     },
                 },
             },
@@ -446,6 +457,22 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
         for h in hosts
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)
+    return plan
+
+
+def with_out_of_service(plan: dict, report_dir: str) -> dict:
+    """The plan with each host's GPUs out of service, as health.yml left them in <report_dir>/health/state.json
+    (``hosts.<host>.out_of_service``); a missing or unreadable file leaves every host with none."""
+    path = os.path.join(report_dir, HEALTH_STATE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (OSError, ValueError):
+        state = {}
+    held = state.get("hosts") if isinstance(state, dict) and isinstance(state.get("hosts"), dict) else {}
+    for host, part in plan.get("hosts", {}).items():
+        entry = held.get(host) if isinstance(held.get(host), dict) else {}
+        part["out_of_service"] = dict(entry.get("out_of_service") or {})
     return plan
 
 

@@ -149,6 +149,27 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
     return problems
 
 
+def out_of_service_problems(members: Any, out_of_service: Any, host: str = "this host") -> list[str]:
+    """Members given a GPU that health.yml took out of service on ``host`` (``out_of_service``: GPU index -> {event,
+    action, since}, as gpuops_plan.hosts.<host>.out_of_service holds it); each problem names the GPU and the event."""
+    out = out_of_service if isinstance(out_of_service, dict) else {}
+    problems = []
+    for i, member in enumerate(members if isinstance(members, list) else []):
+        if not isinstance(member, dict) or not isinstance(member.get("gpus"), list):
+            continue
+        for gpu in member["gpus"]:
+            why = out.get(str(gpu))
+            if _is_int(gpu) and isinstance(why, dict):
+                label = _label(member, i)
+                problems.append(f"member {label} is given GPU {gpu} of {host}, which is out of service since "
+                                f"{why.get('since') or '?'}: {why.get('event') or 'a health event'} "
+                                f"({why.get('action') or 'health'}, playbooks/health.yml). Fix: give {label} another "
+                                f"GPU (gpuops_members[{i}].gpus), or, once the GPU is serviced, run gpuops-run health "
+                                f"--limit {host} -e health_apply=true (-e health_release=true after a repair) to give "
+                                "it back")
+    return problems
+
+
 def member_problems(members: list, team_names: Iterable[str] | None = None,
                     host_gpus: Iterable[int] | None = None) -> list[str]:
     """Everything wrong with the members themselves: keys, names, uids, gids, teams and GPUs.

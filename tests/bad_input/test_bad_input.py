@@ -8,7 +8,8 @@ overrides a few variables (``vars``, passed with -e) and lists fragments the ref
 on the kubernetes baseline; ``hosts:`` gives a group layout of its own (a hosts.yml document, run with the
 kubernetes baseline's group_vars), for the refusals that are about the layout (two control planes...).
 Each case runs the plays site.yml runs before the host layer (until_host_layer.yml: boilerplate,
-preflight, the input checks) and must:
+preflight, the input checks), or with ``playbook: health`` the day-2 playbook playbooks/health.yml on the compose
+baseline (its own baseline: a dry run, which changes nothing on the host), and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
@@ -55,6 +56,10 @@ IMAGE = os.environ.get("GPUOPS_BAD_INPUT_IMAGE", "gpuops/debian12-systemd")
 JOBS = int(os.environ.get("GPUOPS_BAD_INPUT_JOBS", "6"))
 ANSIBLE_TMP = "/root/.ansible"
 INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-kubernetes"}
+PLAYBOOKS = {"until_host_layer": HERE / "until_host_layer.yml", "health": REPO / "playbooks" / "health.yml"}
+# baseline name -> (inventory, playbook): the accepted runs the cases vary
+BASELINES = {"compose": ("compose", "until_host_layer"), "kubernetes": ("kubernetes", "until_host_layer"),
+             "health": ("compose", "health")}
 MIN_CASES = 30
 
 
@@ -103,13 +108,14 @@ def _inventory(data: dict, workdir: Path) -> Path:
     return workdir / "hosts.yml"
 
 
-def _play(extra: dict, report_dir: str, inventory: Path) -> subprocess.CompletedProcess:
+def _play(extra: dict, report_dir: str, inventory: Path, playbook: str = "until_host_layer"
+          ) -> subprocess.CompletedProcess:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(extra, handle)
     try:
         return subprocess.run(
             [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory),
-             str(HERE / "until_host_layer.yml"), "-e", f"@{handle.name}", "-e", f"gpuops_report_dir={report_dir}"],
+             str(PLAYBOOKS[playbook]), "-e", f"@{handle.name}", "-e", f"gpuops_report_dir={report_dir}"],
             capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=600, check=False,
         )
     finally:
@@ -158,18 +164,22 @@ def matrix(node, tmp_path_factory, request):
         return result, [f"at the start: {c}" for c in before] + _changes(reference, _snapshot(boot_diff))
 
     def baseline(name: str):
-        return name, checked(lambda: _play({}, str(reports / f"baseline-{name}"), INVENTORIES[name] / "hosts.yml"))
+        inventory, playbook = BASELINES[name]
+        return name, checked(lambda: _play({}, str(reports / f"baseline-{name}"), INVENTORIES[inventory] / "hosts.yml",
+                                           playbook))
 
     def run(case: Path):
         data = yaml.safe_load(case.read_text())
         started = time.monotonic()
         inventory = _inventory(data, reports / f"{case.stem}-inventory")
-        result, changes = checked(lambda: _play(data.get("vars") or {}, str(reports / case.stem), inventory))
+        result, changes = checked(lambda: _play(data.get("vars") or {}, str(reports / case.stem), inventory,
+                                                data.get("playbook", "until_host_layer")))
         print(f"bad input {case.stem}: rc {result.returncode}, {time.monotonic() - started:.0f} s")
         return case.stem, (result, changes)
 
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
-        baselines = dict(pool.map(baseline, INVENTORIES))
+        wanted = {_baseline_of(yaml.safe_load(c.read_text())) for c in CASES if c in selected} | set(INVENTORIES)
+        baselines = dict(pool.map(baseline, [b for b in BASELINES if b in wanted]))
         results = dict(pool.map(run, [c for c in CASES if c in selected]))
     ended = _changes(reference, _snapshot(boot_diff), in_flight=False)
     control = {}
@@ -183,7 +193,8 @@ def test_the_matrix_has_at_least_30_cases() -> None:
     assert len(CASES) >= MIN_CASES, [c.stem for c in CASES]
     for case in CASES:
         data = yaml.safe_load(case.read_text())
-        assert {"expect"} <= set(data) <= {"expect", "vars", "inventory", "hosts"}, case.name
+        assert {"expect"} <= set(data) <= {"expect", "vars", "inventory", "hosts", "playbook"}, case.name
+        assert data.get("playbook", "until_host_layer") in PLAYBOOKS, case.name
         assert data["expect"], case.name
         assert data.get("vars") or data.get("hosts"), case.name
         assert data.get("inventory", "compose") in INVENTORIES, case.name
@@ -197,9 +208,11 @@ def test_site_runs_these_plays_before_the_host_layer() -> None:
     assert site[len(here)] == "host.yml"
 
 
-@pytest.mark.parametrize("inventory", list(INVENTORIES))
+@pytest.mark.parametrize("inventory", list(BASELINES))
 def test_the_baseline_passes_every_check_and_changes_nothing(matrix, inventory: str) -> None:
     _results, baselines, _control, _ended = matrix
+    if inventory not in baselines:
+        pytest.skip(f"no selected case varies the {inventory} baseline")
     baseline, changes = baselines[inventory]
     assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-2000:]
     assert not changes, "\n".join(changes)
@@ -225,7 +238,10 @@ def test_nothing_is_left_once_every_case_has_ended(matrix) -> None:
 
 
 def _baseline_of(data: dict) -> str:
-    """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars."""
+    """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars; a health.yml
+    case varies the health.yml dry run."""
+    if data.get("playbook") == "health":
+        return "health"
     return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
 
 

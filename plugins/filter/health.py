@@ -1,0 +1,90 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters of playbooks/health.yml: settings check, plan, steps, next state, audit lines, GPU pods.
+
+Thin: the decisions live in plugins/plugin_utils/health.py and health_steps.py; documentation in the
+health_*.yml files next to this one.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import health, health_steps
+
+
+def _flag(value):
+    """A boolean from the inventory (real) or from -e key=value (the strings true/false); anything else as it is,
+    for the settings check to name."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value
+
+
+def _count(value):
+    return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
+
+
+def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None) -> list:
+    return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
+                                    _flag(apply), plan_source)
+
+
+def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False) -> dict:
+    if not isinstance(sweeps, dict):
+        raise AnsibleFilterError("health_plan needs a dict host -> gpu_health result")
+    return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
+                             bool(_flag(release)))
+
+
+def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,
+                     timeout: int = 600, report_dir: str = "/var/log/gpuops") -> list:
+    if platform not in ("compose", "kubernetes"):
+        raise AnsibleFilterError(f"health_steps: platform is {platform!r}; expected compose or kubernetes")
+    return health_steps.host_steps(host, host_plan or {}, platform, members or [],
+                                   {"reboot": bool(_flag(reboot)), "timeout": int(timeout),
+                                    "report_dir": report_dir})
+
+
+def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",
+                      release=False) -> dict:
+    return health_steps.next_state(state or {}, host, host_plan or {}, done or [], cursor, now,
+                                   bool(_flag(release)))
+
+
+def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:
+    return health_steps.audit_records(host, done or [], host_plan or {}, now)
+
+
+def health_gpu_pods(pods, node: str = "") -> list:
+    return health_steps.gpu_pods(pods or {}, node)
+
+
+def health_fleet_entry(item, state=None, sweeps=None) -> dict:
+    """``{key: host, value: host plan}`` (dict2items of the plan's hosts) -> the host's fleet report entry."""
+    host = str(item.get("key"))
+    return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
+
+
+def health_healthy_again(sweep, gpus=None) -> bool:
+    return health_steps.healthy_again(sweep or {}, list(gpus or []))
+
+
+def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict:
+    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
+
+
+class FilterModule:
+    """gpuops.cluster GPU health filters."""
+
+    def filters(self) -> dict:
+        return {
+            "health_problems": health_problems,
+            "health_plan": health_plan,
+            "health_steps": health_steps_for,
+            "health_next_state": health_next_state,
+            "health_audit": health_audit,
+            "health_gpu_pods": health_gpu_pods,
+            "health_fleet_entry": health_fleet_entry,
+            "health_healthy_again": health_healthy_again,
+            "health_step_result": health_step_result,
+        }

@@ -1,0 +1,372 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""GPU health: NVIDIA's resolution buckets -> the collection's actions -> a bounded plan per host.
+
+Pure functions, no Ansible imports, controller-side. Input: per host the result of the host module
+``gpuops.cluster.gpu_health`` (events since the last cursor, GPUs with their verdicts and findings, ``read_ok``)
+and the controller's health state (``health_state``: what was already done, which GPUs are out of service).
+Output: a plan (``build_plan``), whose steps ``health_steps.host_steps`` renders per platform.
+
+The buckets are NVIDIA's "Resolution Bucket (Immediate Action)" names from the Xid catalog
+(../shared/data/xid/resolution-buckets.csv). Each maps to one of ``ACTIONS``, a fixed one or one decided from the
+event and the other events of the same sweep (the ``WORKFLOW_*`` buckets and the "solo / not solo" ones follow
+NVIDIA's described steps). Where gpu_health names the concrete step of a workflow (a finding's ``step``), that step
+is acted on. An SXid's action is NVSentinel's mapping, not NVIDIA's guidance, so it is never carried out: a fatal
+SXid gets the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's suggestion is advice only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+# The collection's actions, mildest first; a host gets the strongest of its items.
+#   none          nothing
+#   notify_owner  tell the workload's owner (restart the application); nothing on the node
+#   review        an operator looks (the report and the audit say what); nothing on the node
+#   restart_fm    restart nvidia-fabricmanager, the GPUs' jobs stopped first
+#   reset_gpu     nvidia-smi -r -i N, only when no process holds the GPU
+#   reboot        cordon, drain, reboot one node at a time, sweep again, back in service only when healthy
+#   quarantine    cordon, taint gpuops.io/unhealthy, nvidia-bug-report; out of service until released
+ACTIONS = ("none", "notify_owner", "review", "restart_fm", "reset_gpu", "reboot", "quarantine")
+RANK = {action: rank for rank, action in enumerate(ACTIONS)}
+DISRUPTIVE = ("restart_fm", "reset_gpu", "reboot", "quarantine")  # take a node (k8s) or GPUs (compose) out
+TAKES_GPU_OUT = ("reset_gpu", "reboot", "quarantine")  # the GPU is marked out of service until healthy again
+EVENT_KINDS = ("xid", "sxid", "fallen_off_bus")
+
+Decision = Callable[[dict, list], "tuple[str, str]"]
+
+
+def _fixed(action: str, why: str) -> Decision:
+    def decide(_event: dict, _others: list) -> tuple[str, str]:
+        return action, why
+
+    return decide
+
+
+def _others_on(event: dict, others: list, codes: tuple[int, ...] | None = None) -> list:
+    """The other events of the sweep (on the same GPU when the event names one), optionally of ``codes`` only."""
+    same = [o for o in others if o is not event and (event.get("gpu") is None or o.get("gpu") in (None, event["gpu"]))]
+    return [o for o in same if codes is None or (o.get("kind") == "xid" and o.get("code") in codes)]
+
+
+def _solo(solo: tuple[str, str], not_solo: tuple[str, str]) -> Decision:
+    def decide(event: dict, others: list) -> tuple[str, str]:
+        return not_solo if _others_on(event, others) else solo
+
+    return decide
+
+
+def _repeated(times: int, repeated: tuple[str, str], once: tuple[str, str]) -> Decision:
+    """``repeated`` when the same code was seen ``times`` times or more on the same GPU in this sweep."""
+
+    def decide(event: dict, others: list) -> tuple[str, str]:
+        same = [o for o in others if o.get("kind") == event.get("kind") and o.get("code") == event.get("code")
+                and o.get("gpu") == event.get("gpu")]
+        return repeated if len(same) >= times else once
+
+    return decide
+
+
+def _xid_48(event: dict, others: list) -> tuple[str, str]:
+    if _others_on(event, others, (63, 64)):
+        return "reset_gpu", "WORKFLOW_XID_48 with Xid 63/64: DRAIN_AND_RESET (then run field diagnostics if it repeats)"
+    return "reset_gpu", "WORKFLOW_XID_48 solo: RESET_GPU (investigation: RUN_FIELDDIAG)"
+
+
+_XID154 = (("node reboot", "reboot"), ("drain and reset", "reset_gpu"), ("gpu reset", "reset_gpu"),
+           ("drain p2p", "notify_owner"), ("none", "none"))
+
+
+def _xid_154(event: dict, _others: list) -> tuple[str, str]:
+    """Xid 154 prints the recovery action itself: 'GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
+    Required)'. The last one named wins."""
+    text = f"{event.get('recovery_action') or ''} {event.get('line') or ''}".lower()
+    found = [(text.rfind(needle), action, needle) for needle, action in _XID154 if needle in text]
+    if not found:
+        return "review", "XID_154: the recovery action could not be read from the message"
+    _pos, action, needle = max(found)
+    return action, f"XID_154: the message asks for '{needle}'"
+
+
+def _xid_154_eval(event: dict, others: list) -> tuple[str, str]:
+    with_154 = _others_on(event, others, (154,))
+    if with_154:
+        return _xid_154(with_154[-1], others)[0], "XID_154_EVAL: an Xid 154 came with it; its action is taken"
+    return "notify_owner", "XID_154_EVAL: no Xid 154 with it: RESTART_APP"
+
+
+# Xid 74 (WORKFLOW_NVLINK_ERR): the first of the seven register words, decoded as NVIDIA's sheet says.
+_NVLINK_IGNORE = {0, 23, 30}
+_NVLINK_MECHANICAL = {8, 9, 12, 16, 17, 21, 22, 24, 28}
+_NVLINK_REGS = re.compile(r"\((0x[0-9a-fA-F]+(?:,\s*0x[0-9a-fA-F]+){6})\)")
+
+
+def nvlink_bits(line: str) -> list[int] | None:
+    """The set bits of the first register of an Xid 74 line, or None when the seven words are not there."""
+    match = _NVLINK_REGS.search(line or "")
+    if not match:
+        return None
+    first = int(match.group(1).split(",")[0], 16)
+    return [bit for bit in range(32) if first >> bit & 1]
+
+
+def _xid_74(event: dict, others: list) -> tuple[str, str]:
+    bits = nvlink_bits(str(event.get("line") or ""))
+    if bits is None:
+        return "review", "WORKFLOW_NVLINK_ERR: the register words were not in the message; decode them by hand"
+    rest = set(bits) - _NVLINK_IGNORE
+    if not rest:
+        return "none", f"WORKFLOW_NVLINK_ERR: first register bits {bits} can be safely ignored"
+    if rest & _NVLINK_MECHANICAL:
+        return "quarantine", (f"WORKFLOW_NVLINK_ERR: first register bits {sorted(rest & _NVLINK_MECHANICAL)}: check "
+                              "the link's mechanical connections, run field diagnostics")
+    if rest <= {1, 20} and _others_on(event, others):
+        return "none", "WORKFLOW_NVLINK_ERR: bits 1/20 are sympathetic; the other events' resolution is followed"
+    return "review", f"WORKFLOW_NVLINK_ERR: first register bits {sorted(rest)}: report a bug if it repeats"
+
+
+def _nvlink5(event: dict, _others: list) -> tuple[str, str]:
+    """Xid 144-150: '<Xid> <sub component> <fatal|nonfatal> ...'; the full decode (IntrInfo, error status) is the
+    operator's, against NVIDIA's decode table. A fatal one takes the node out, a non-fatal one is reviewed."""
+    fatal = event.get("fatal")
+    if fatal is False or (fatal is None and re.search(r"\bnon-?fatal\b", str(event.get("line") or ""), re.I)):
+        return "review", "WORKFLOW_NVLINK5_ERR non-fatal: decode IntrInfo/error status (NVIDIA's Xid 144-150 table)"
+    return "quarantine", "WORKFLOW_NVLINK5_ERR fatal (or not stated): out of service until decoded and resolved"
+
+
+def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
+    down = [o for o in others if o.get("check") == "nvlink_down"]
+    if down:
+        return "none", "CHECK_NVLINK_FAILURE_FLOW: a link is down; this is its by-product, resolve the link"
+    return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
+
+
+_SOLO_FM = _solo(("restart_fm", "alone: RESTART_FM"), ("none", "not alone: IGNORE, follow the other Xid"))
+_SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
+
+# bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus
+# NVSentinel's SXid actions (sxid-catalog.csv) and UNKNOWN (a code not in the catalog).
+BUCKETS: dict[str, Decision] = {
+    "RESTART_APP": _fixed("notify_owner", "RESTART_APP: restart the application; no reset or reboot needed"),
+    "IGNORE": _fixed("none", "IGNORE: no action required"),
+    "RESET_GPU": _fixed("reset_gpu", "RESET_GPU: reset the GPU; a reboot is not needed"),
+    "RESTART_BM": _fixed("reboot", "RESTART_BM: restart the bare-metal node"),
+    "RESTART_VM": _fixed("notify_owner", "RESTART_VM: restart the VM that owns the GPU (its owner does)"),
+    "CONTACT_SUPPORT": _fixed("quarantine", "CONTACT_SUPPORT: out of service, bug report for NVIDIA support"),
+    "CHECK_MECHANICALS": _fixed("quarantine", "CHECK_MECHANICALS: out of service until seating and cables are checked"),
+    "UPDATE_SWFW": _fixed("review", "UPDATE_SWFW: update firmware and software (an operator's upgrade)"),
+    "CHECK_UVM": _fixed("none", "CHECK_UVM: no vGPU/UVM sharing on these nodes: IGNORE"),
+    "CHECK_APP/CUDA": _fixed("notify_owner", "CHECK_APP/CUDA: the application passed bad data; its owner checks it"),
+    "INVESTIGATE_SW": _fixed("notify_owner", "INVESTIGATE_SW: user or NVIDIA software to look at (PID in the line)"),
+    "INVESTIGATE_SW_USER": _fixed("notify_owner", "INVESTIGATE_SW_USER: software or user initiated, if unexpected"),
+    "XID_137_FLOW": _fixed("notify_owner", "XID_137_FLOW: an application-level illegal NVLink access; cuda-memcheck"),
+    "INVESTIGATE_LINK_SI": _fixed("quarantine", "INVESTIGATE_LINK_SI: link signal integrity; out of service"),
+    "INVESTIGATE_LINK_SI_AND_CABLES": _fixed("quarantine", "INVESTIGATE_LINK_SI_AND_CABLES: cable, transceiver, "
+                                             "temperature or seating; out of service"),
+    "INVESTIGATE_SW_USER_LINK_SI": _fixed("review", "INVESTIGATE_SW_USER_LINK_SI: software or user first, then SI"),
+    "INVESTIGATE_PEER_DEVICE": _fixed("review", "INVESTIGATE_PEER_DEVICE: the peer device reported the fault"),
+    "INVESTIGATE_HOST": _fixed("review", "INVESTIGATE_HOST: a secondary indicator; check the host's other logs"),
+    "REPORT_ISSUE (if seen >1 per day)": _repeated(2, ("review", "seen more than once: REPORT_ISSUE"),
+                                                   ("none", "seen once: nothing yet")),
+    "IGNORE (sympathetic)": _SYMPATHETIC,
+    "SYMPATHETIC_REPORT_SOLO": _SYMPATHETIC,
+    "N/A Informational only regarding another Xid": _fixed("none", "informational; the other Xid carries the action"),
+    "WORKFLOW_XID_45": _SOLO_FM,
+    "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _SOLO_FM,
+    "WORKFLOW_XID_48": _xid_48,
+    "WORKFLOW_XID_13": _repeated(2, ("review", "WORKFLOW_XID_13 repeated on this GPU: RUN_DCGMEUD, then field diags"),
+                                 ("notify_owner", "WORKFLOW_XID_13 solo: CHECK_APP/CUDA")),
+    "WORKFLOW_XID_31": _repeated(2, ("review", "WORKFLOW_XID_31 repeated on this GPU: RUN_DCGMEUD, then field diags"),
+                                 ("notify_owner", "WORKFLOW_XID_31 solo: CHECK_APP/CUDA")),
+    "WORKFLOW_NVLINK_ERR": _xid_74,
+    "WORKFLOW_NVLINK5_ERR": _nvlink5,
+    "XID_154": _xid_154,
+    "XID_154_EVAL": _xid_154_eval,
+    "CHECK_NVLINK_FAILURE_FLOW": _nvlink_failure,
+    "UNKNOWN": _fixed("review", "UNKNOWN: not in NVIDIA's catalog; an operator reads the line"),
+    "INVESTIGATE": _fixed("review", "gpu_health: report only (throttling, NVLink counters, persistence)"),
+}
+
+# gpu_health's concrete steps of NVIDIA's workflow buckets (a finding's ``step``) that are no bucket themselves.
+STEPS = {
+    "DRAIN_AND_RESET": ("reset_gpu", "DRAIN_AND_RESET: drain the GPU's work, then reset it"),
+    "RESTART_FM": ("restart_fm", "RESTART_FM: restart Fabric Manager with the GPUs' jobs stopped"),
+    "DRAIN_P2P": ("notify_owner", "DRAIN_P2P: the owner drains the peer-to-peer work; nothing on the node"),
+}
+
+# gpu_health's state findings (not kernel-log events) whose action is no bucket: the collection's default per check.
+CHECK_ACTIONS = {
+    "ecc_dbe": ("reset_gpu", "uncorrectable (double-bit) ECC errors: reset the GPU (WORKFLOW_XID_48)"),
+    "row_remap_failure": ("quarantine", "row remapping failed: the GPU needs service (CONTACT_SUPPORT)"),
+    "row_remap_pending": ("reset_gpu", "a row remap is pending: it takes effect at the next GPU reset"),
+    "retired_pages_pending": ("reset_gpu", "a page retirement is pending: it takes effect at the next GPU reset"),
+    "gpu_missing": ("reboot", "a GPU the plan expects is missing (fallen off the bus?): RESTART_BM"),
+    "nvlink_down": ("quarantine", "an NVLink is down: CHECK_MECHANICALS"),
+    "dcgm_diag": ("quarantine", "DCGM diagnostics failed: out of service"),
+    "throttle_thermal": ("review", "thermal throttling: check cooling and airflow"),
+    "throttle_hw_slowdown": ("review", "hardware slowdown: check power and cooling"),
+    "throttle_power": ("review", "power capping: check the power limit and supply"),
+    "nvlink_errors": ("review", "NVLink error counters rising: watch, decode if it repeats"),
+    "pcie_degraded": ("review", "PCIe link below its maximum: check seating and the slot"),
+    "persistence_off": ("review", "persistence mode is off: enable it (nvidia-persistenced)"),
+}
+
+
+def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any) -> list[str]:
+    """Everything wrong with the health settings, before anything is swept or changed."""
+    problems = []
+    if isinstance(max_unavailable, bool) or not isinstance(max_unavailable, int) or max_unavailable < 1:
+        problems.append(f"health_max_unavailable is {max_unavailable!r}; expected a whole number >= 1 (the most "
+                        "nodes health.yml takes out of service at once). Fix: e.g. health_max_unavailable: 1")
+    if not isinstance(overrides, dict):
+        problems.append(f"health_action_overrides is {overrides!r}; expected a mapping bucket -> action, e.g. "
+                        "{RESTART_BM: quarantine}. Fix: write it as a YAML mapping, or leave it out")
+    else:
+        for bucket, action in overrides.items():
+            if bucket not in BUCKETS and bucket not in CHECK_ACTIONS:
+                problems.append(f"health_action_overrides names {bucket!r}, which is no bucket or check; expected one "
+                                f"of {', '.join(sorted([*BUCKETS, *CHECK_ACTIONS]))}. Fix: spell it as NVIDIA's "
+                                "catalog does, e.g. RESTART_BM")
+            if action not in ACTIONS:
+                problems.append(f"health_action_overrides[{bucket!r}] is {action!r}; expected one of "
+                                f"{', '.join(ACTIONS)}. Fix: e.g. {bucket}: quarantine")
+    if not isinstance(apply, bool):
+        problems.append(f"health_apply is {apply!r}; expected a real boolean. Fix: -e health_apply=true (or false)")
+    elif apply and plan_source != "preflight":
+        problems.append(f"health_apply is true, but the plan is the {plan_source or 'missing'} one, not preflight's: "
+                        "health.yml acts only on a fleet preflight has judged (GPU counts, members' GPUs). Fix: run "
+                        "playbooks/preflight.yml (or site.yml) first, which writes plan.json, then apply")
+    return problems
+
+
+def _sxid(item: dict) -> tuple[str, str]:
+    """An SXid: never NVSentinel's action; fatal -> the CONTACT_SUPPORT behaviour, else reviewed."""
+    advice = f"NVSentinel suggests {item.get('bucket') or 'nothing'} (advice, not NVIDIA guidance)"
+    if item.get("fatal"):
+        return "quarantine", f"SXid {item.get('code')} fatal: CONTACT_SUPPORT behaviour; {advice}"
+    return "review", f"SXid {item.get('code')} not fatal: report only; {advice}"
+
+
+def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str, str]:
+    """(action, why) for one event or finding; an override (health_action_overrides) replaces the bucket's action."""
+    bucket, step = item.get("bucket"), item.get("step")
+    if item.get("kind") == "sxid":
+        action, why = _sxid(item)
+    elif step in STEPS:
+        action, why = STEPS[step][0], f"{bucket}: gpu_health's step {STEPS[step][1]}"
+    elif step in BUCKETS and step != bucket:
+        action, why = BUCKETS[step](item, others)
+        why = f"{bucket}: gpu_health's step {why}"
+    elif bucket in BUCKETS:
+        action, why = BUCKETS[bucket](item, others)
+    elif item.get("check") in CHECK_ACTIONS:
+        action, why = CHECK_ACTIONS[item["check"]]
+    elif bucket in ACTIONS:  # gpu_health named a collection action itself
+        action, why = bucket, f"gpu_health asks for {bucket}"
+    else:
+        action, why = BUCKETS["UNKNOWN"](item, others)
+    key = bucket if bucket in (overrides or {}) else item.get("check")
+    if overrides and key in overrides and overrides[key] != action:
+        return overrides[key], f"{why}; overridden to {overrides[key]} (health_action_overrides[{key}])"
+    return action, why
+
+
+_EVIDENCE = re.compile(r"^(?:S?Xid (\d+)|fallen off the bus \(Xid (79)\))")
+
+
+def _steps(findings: list) -> dict:
+    """(kind, gpu, code) -> the step gpu_health named for that group of kernel-log events."""
+    found = {}
+    for finding in findings:
+        match = _EVIDENCE.match(str(finding.get("evidence") or ""))
+        if finding.get("check") in EVENT_KINDS and finding.get("step") and match:
+            code = int(match.group(1) or match.group(2))
+            found[(finding["check"], finding.get("gpu"), code)] = finding["step"]
+    return found
+
+
+def _items(sweep: dict) -> list[dict]:
+    """A sweep's events and its state findings (kernel-log findings are the events themselves), as plan items."""
+    items = []
+    steps = _steps(sweep.get("findings") or [])
+    for event in sweep.get("events") or []:
+        kind, code = event.get("kind"), event.get("code")
+        label = {"xid": f"Xid {code}", "sxid": f"SXid {code}"}.get(kind, f"fallen off the bus ({code})")
+        items.append({"source": "event", "kind": kind, "code": code, "gpu": event.get("gpu"), "pci": event.get("pci"),
+                      "bucket": event.get("immediate_action") or "UNKNOWN", "event": label,
+                      "line": event.get("line") or "", "time": event.get("time"), "fatal": event.get("fatal"),
+                      "recovery_action": event.get("recovery_action"),
+                      "step": steps.get((kind, event.get("gpu"), code)),
+                      "key": f"{kind}:{code}:{event.get('gpu')}:{event.get('time') or event.get('line')}"})
+    for finding in sweep.get("findings") or []:
+        if finding.get("check") in EVENT_KINDS:
+            continue
+        items.append({"source": "finding", "check": finding.get("check"), "gpu": finding.get("gpu"),
+                      "bucket": finding.get("action"), "step": finding.get("step"),
+                      "event": f"{finding.get('check')}: {finding.get('evidence')}",
+                      "severity": finding.get("severity"), "line": finding.get("evidence") or "",
+                      "key": f"finding:{finding.get('check')}:{finding.get('gpu')}"})
+    return items
+
+
+def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, release: bool = False) -> dict:
+    """One host: each item with its action, the host's action (the strongest), the GPUs it takes out and gives back.
+    ``previous``: this host's entry in the health state (handled item keys, GPUs out of service); ``release``: the
+    operator says the node was serviced (health_release), so a GPU waiting for its remedy goes back when healthy."""
+    if not sweep.get("read_ok", False):
+        return {"read_ok": False, "status": "unreadable", "action": "none", "items": [], "gpus_out": {},
+                "gpus_back": [], "verdict": sweep.get("verdict"),
+                "reason": "the sweep could not read this host's GPU state (read_ok false): nothing is done here"}
+    handled = set(previous.get("handled") or [])
+    items = _items(sweep)
+    for item in items:
+        item["action"], item["why"] = decide(item, items, overrides)
+        item["new"] = item["key"] not in handled
+    new = [i for i in items if i["new"] and i["action"] != "none"]
+    action = max((i["action"] for i in new), key=RANK.__getitem__, default="none")
+    gpus_out = {}
+    every = [str(g.get("index")) for g in sweep.get("gpus") or [] if g.get("index") is not None]
+    for item in new:
+        if item["action"] not in TAKES_GPU_OUT:
+            continue
+        # an event that names no GPU (its PCI address matched none) takes every GPU of the host out
+        for gpu in [str(item["gpu"])] if item["gpu"] is not None else every:
+            gpus_out.setdefault(gpu, {"event": item["event"], "action": item["action"], "why": item["why"],
+                                      "line": item["line"]})
+    verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
+    still = {str(i["gpu"]) for i in items if i["action"] != "none" and i["gpu"] is not None}
+    held = previous.get("out_of_service") or {}
+    back = [gpu for gpu, entry in sorted(held.items())
+            if (release or not entry.get("pending")) and verdicts.get(gpu) == "healthy" and gpu not in still]
+    # the workspaces an earlier run stopped start again once every GPU it took out is back
+    restart = list(previous.get("stopped") or []) if back and set(back) == set(held) and not gpus_out else []
+    return {"read_ok": True, "status": "act" if new else "clear", "action": action, "items": items,
+            "gpus_out": gpus_out, "gpus_back": back, "restart": restart, "verdict": sweep.get("verdict"),
+            "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
+
+
+def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None,
+               release: bool = False) -> dict:
+    """The fleet's plan: every host's plan, and which hosts act now. At most ``max_unavailable`` nodes are out of
+    service at once (those the state already holds out count); the rest are deferred to a later run."""
+    known = (state or {}).get("hosts") or {}
+    hosts = {h: host_plan(s, known.get(h) or {}, overrides, release) for h, s in sorted(sweeps.items())}
+    already_out = {h for h, entry in known.items() if entry.get("out_of_service") or entry.get("cordoned")}
+    disruptive = sorted((h for h, p in hosts.items() if p["action"] in DISRUPTIVE),
+                        key=lambda h: (-RANK[hosts[h]["action"]], h))
+    room = max_unavailable - len(already_out - set(disruptive))
+    for host in disruptive:
+        if host in already_out or room > 0:
+            room -= 0 if host in already_out else 1
+        else:
+            hosts[host]["status"] = "deferred"
+            hosts[host]["reason"] += (f" (deferred: {max_unavailable} node(s) may be out of service at once, "
+                                      "health_max_unavailable; a later run takes it)")
+    return {
+        "max_unavailable": max_unavailable,
+        "hosts": hosts,
+        "act": [h for h, p in hosts.items() if p["status"] == "act" or p["gpus_back"]],
+        "deferred": [h for h, p in hosts.items() if p["status"] == "deferred"],
+        "unreadable": [h for h, p in hosts.items() if p["status"] == "unreadable"],
+    }

@@ -1,0 +1,288 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""GPU health: a host's plan (plugin_utils/health.py) -> the steps that carry it out, per platform; the kubectl
+argv and objects; the controller's health state after a run; the audit records.
+
+Pure functions, controller-side. The playbook (playbooks/health.yml, playbooks/tasks/health_step.yml) runs each
+step by its ``kind``; every kubectl call is rendered here as an argv, so the tests check exactly what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import HEALTH_STATE
+
+TAINT_KEY = "gpuops.io/unhealthy"
+LABEL_KEY = "gpuops.io/health"
+STATE_FILE = HEALTH_STATE  # under the report dir (gpuops_report_dir), on the controller; plan.py reads it
+AUDIT_FILE = "health/audit.jsonl"
+STATE_SCHEMA = 1
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def label_value(text: str) -> str:
+    """A Kubernetes label (or taint) value: at most 63 of [A-Za-z0-9._-], starting and ending alphanumeric."""
+    value = _LABEL_VALUE.sub("-", str(text)).strip("-._")[:63].strip("-._")
+    return value or "unknown"
+
+
+def taint(reason: str) -> dict:
+    """The taint object put on a node out of service."""
+    return {"key": TAINT_KEY, "value": label_value(reason), "effect": "NoSchedule"}
+
+
+def kubectl(verb: str, node: str, reason: str = "", timeout: int = 600) -> list[str]:
+    """The kubectl argv for one node-level call: cordon, uncordon, drain, taint, untaint, label, unlabel."""
+    t = taint(reason)
+    argv = {
+        "cordon": ["kubectl", "cordon", node],
+        "uncordon": ["kubectl", "uncordon", node],
+        "drain": ["kubectl", "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={timeout}s"],
+        "taint": ["kubectl", "taint", "nodes", node, f"{t['key']}={t['value']}:{t['effect']}", "--overwrite"],
+        "untaint": ["kubectl", "taint", "nodes", node, f"{TAINT_KEY}:NoSchedule-"],
+        "label": ["kubectl", "label", "nodes", node, f"{LABEL_KEY}={label_value(reason)}", "--overwrite"],
+        "unlabel": ["kubectl", "label", "nodes", node, f"{LABEL_KEY}-"],
+    }
+    return argv[verb]
+
+
+def gpu_pods(pods: dict, node: str) -> list[dict]:
+    """The pods on ``node`` that hold GPUs (nvidia.com/gpu in a container's limits or requests) and still run, from
+    ``kubectl get pods -A --field-selector spec.nodeName=<node> -o json``. The kubelet does not say which GPU a pod
+    holds through the API, so every GPU pod on the node is drained: the reset must find no process on the GPU."""
+    found = []
+    for pod in (pods or {}).get("items") or []:
+        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        if spec.get("nodeName") != node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        resources = [c.get("resources") or {} for c in spec.get("containers") or []]
+        if any("nvidia.com/gpu" in (r.get("limits") or {}) or "nvidia.com/gpu" in (r.get("requests") or {})
+               for r in resources):
+            found.append({"namespace": meta.get("namespace", "default"), "name": meta.get("name")})
+    return found
+
+
+def delete_pod(pod: dict, timeout: int = 600) -> list[str]:
+    return ["kubectl", "delete", "pod", "-n", pod["namespace"], pod["name"], "--wait=true", f"--timeout={timeout}s"]
+
+
+def holders(members: Any, gpus: list[str]) -> list[str]:
+    """The members whose workspace holds one of ``gpus`` (gpuops_members[].gpus)."""
+    wanted = {str(g) for g in gpus}
+    return sorted(m["name"] for m in members or [] if isinstance(m, dict) and m.get("name")
+                  and wanted & {str(g) for g in m.get("gpus") or []})
+
+
+def _reason(hplan: dict) -> str:
+    first = next((i for i in hplan["items"] if i.get("new") and i["action"] == hplan["action"]), None)
+    return label_value(f"{first['event']}" if first else hplan["action"])
+
+
+def host_steps(host: str, hplan: dict, platform: str, members: Any = None, settings: dict | None = None) -> list[dict]:
+    """The steps that carry out one host's plan on ``platform`` (compose | kubernetes). ``settings``: reboot (bool),
+    timeout (s), report_dir (the node's report directory for nvidia-bug-report)."""
+    settings = {"reboot": True, "timeout": 600, "report_dir": "/var/log/gpuops", **(settings or {})}
+    action, kube = hplan.get("action", "none"), platform == "kubernetes"
+    out = sorted(hplan.get("gpus_out") or {}, key=int)
+    reason, timeout, steps = _reason(hplan), int(settings["timeout"]), []
+    notify = [i for i in hplan.get("items") or [] if i.get("new") and i["action"] in ("notify_owner", "review")]
+    for item in notify:
+        who = holders(members, [str(item["gpu"])]) if item["gpu"] is not None else []
+        to = ("owner(s) " + ", ".join(who)) if item["action"] == "notify_owner" and who else "the operator"
+        steps.append({"kind": "notify", "gpu": item["gpu"], "event": item["event"], "action": item["action"],
+                      "message": f"{host} GPU {item['gpu']}: {item['event']}: {item['why']} (to {to})"})
+    if hplan.get("status") != "act" or action in ("none", "notify_owner", "review"):
+        return steps + _give_back(host, hplan, kube, members)
+    if kube:
+        steps.append({"kind": "kubectl", "argv": kubectl("cordon", host)})
+    whole_node = action in ("reboot", "restart_fm")
+    stop = holders(members, out) if not whole_node else sorted(m["name"] for m in members or [] if m.get("name"))
+    if not kube and stop:
+        steps.append({"kind": "stop_workspaces", "members": stop})
+    if out:
+        steps.append({"kind": "mark_out", "gpus": {g: hplan["gpus_out"][g] for g in out},
+                      "pending": "support" if action == "quarantine" else action})
+    if action == "quarantine":
+        if kube:
+            steps += [{"kind": "kubectl", "argv": kubectl("taint", host, reason), "object": taint(reason)},
+                      {"kind": "kubectl", "argv": kubectl("label", host, "quarantined")}]
+        steps.append({"kind": "bug_report", "dest": f"{settings['report_dir']}/nvidia-bug-report"})
+        return steps
+    if kube:
+        steps.append({"kind": "kubectl", "argv": kubectl("drain", host, timeout=timeout)} if whole_node else
+                     {"kind": "drain_gpu_pods", "timeout": timeout})
+    if action == "reboot":
+        steps.append({"kind": "reboot", "enabled": bool(settings["reboot"]), "host": host})
+    elif action == "restart_fm":
+        steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
+    else:
+        for gpu in out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None}):
+            reset = ["nvidia-smi", "-r", "-i", str(gpu)]
+            steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
+    if action == "reboot" and not settings["reboot"]:
+        return steps
+    steps.append({"kind": "sweep"})
+    steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop,
+                  "argv": kubectl("uncordon", host) if kube else None})
+    return steps
+
+
+def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
+    if not hplan.get("gpus_back"):
+        return []
+    start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
+    steps = [{"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
+    if kube:
+        steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel", "uncordon")]
+    return steps
+
+
+def _record(entry: dict, out: dict, step: dict, now: str) -> None:
+    """What one step run changes in the host's state entry: GPUs out (and their pending remedy), stopped
+    workspaces, cordon."""
+    result, kind = step.get("result"), step["kind"]
+    if kind == "mark_out" and result == "ok":
+        for gpu, why in step["gpus"].items():
+            out[gpu] = {**why, "since": now, "pending": step["pending"]}
+    if kind in ("reboot", "command") and result == "ok":
+        for gpu in out.values():
+            gpu["pending"] = None if gpu.get("pending") in ("reboot", "reset_gpu", "restart_fm") else gpu["pending"]
+    if kind == "stop_workspaces" and result == "ok":
+        entry["stopped"] = sorted(set(entry.get("stopped") or []) | set(step.get("members") or []))
+    if kind in ("back_if_healthy", "give_back") and result in ("ok", "healthy"):
+        for gpu in step.get("gpus") or []:
+            out.pop(str(gpu), None)
+        entry["stopped"] = sorted(set(entry.get("stopped") or []) - set(step.get("members") or []))
+        entry["cordoned"] = False if kind == "back_if_healthy" else entry.get("cordoned", False)
+    if kind == "kubectl" and result == "ok" and step["argv"][1] in ("cordon", "uncordon"):
+        entry["cordoned"] = step["argv"][1] == "cordon"
+
+
+def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: str | None, now: str,
+               release: bool = False) -> dict:
+    """The health state after this host's run. ``done``: the steps run, each with ``result`` (ok | failed | skipped
+    | healthy | unhealthy). Items are handled (not acted on again) once their steps ran; the cursor moves on unless
+    the host was deferred or unreadable (so its events are planned again); ``release``: the operator's
+    health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep)."""
+    state = json.loads(json.dumps(state or {}))
+    if hplan.get("status") in ("deferred", "unreadable"):
+        return state
+    state.setdefault("schema", STATE_SCHEMA)
+    entry = state.setdefault("hosts", {}).setdefault(host, {})
+    before = json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True)
+    failed = [s for s in done if s.get("result") == "failed"]
+    out = entry.setdefault("out_of_service", {})
+    for step in done:
+        _record(entry, out, step, now)
+    if not entry.get("stopped"):
+        entry.pop("stopped", None)
+    if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy
+        for gpu in out.values():
+            gpu["pending"] = None
+    if not failed:
+        handled = set(entry.get("handled") or []) | {i["key"] for i in hplan.get("items") or []}
+        # a GPU back in service forgets its state findings, so a recurrence is acted on again
+        live = {i["key"] for i in hplan.get("items") or []}
+        entry["handled"] = sorted(k for k in handled if not k.startswith("finding:") or k in live)
+        if cursor:
+            entry["cursor"] = cursor
+    if json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True) != before:
+        entry["updated"] = now  # only when something changed: a re-run with nothing new leaves the file as it is
+    return state
+
+
+def audit_records(host: str, done: list[dict], hplan: dict, now: str) -> list[str]:
+    """One JSON line per step run: time, host, GPU, event, action, step, result (the audit log is appended to)."""
+    first = next((i for i in hplan.get("items") or [] if i.get("new") and i["action"] == hplan.get("action")), {})
+    lines = []
+    for step in done:
+        gpu = step.get("gpu")
+        if gpu is None and step.get("gpus"):
+            gpu = sorted(step["gpus"], key=int) if isinstance(step["gpus"], (list, dict)) else step["gpus"]
+        record = {"time": now, "host": host, "gpu": gpu, "event": step.get("event") or first.get("event"),
+                  "action": step.get("action") or hplan.get("action"), "step": step["kind"],
+                  "argv": step.get("argv"), "result": step.get("result"), "detail": step.get("detail", "")}
+        lines.append(json.dumps(record, sort_keys=True))
+    return lines
+
+
+def fleet_entry(host: str, hplan: dict, state: dict, sweep: dict) -> dict:
+    """One host's entry in the fleet report (plugin_utils/fleet_report.py): its GPUs as the sweep read them and its
+    health (the plan, with the GPUs the state holds out of service)."""
+    gpus = [g for g in (sweep or {}).get("gpus") or [] if isinstance(g, dict)]
+    held = (((state or {}).get("hosts") or {}).get(host) or {}).get("out_of_service") or {}
+    return {"host": host, "gpu": {"count": len(gpus), "gpus": [{"name": g.get("name") or "GPU"} for g in gpus]},
+            "health": {**hplan, "out_of_service": dict(held)}}
+
+
+def healthy_again(sweep: dict, gpus: list) -> bool:
+    """The sweep after a remedy read the host, and every GPU taken out (and the host) is healthy again."""
+    if not (sweep or {}).get("read_ok"):
+        return False
+    verdicts = {str(g.get("index")): g.get("verdict") for g in sweep.get("gpus") or []}
+    return sweep.get("verdict") != "failed" and all(verdicts.get(str(g)) == "healthy" for g in gpus or [])
+
+
+def _failure(run: Any) -> str | None:
+    """Why a registered result failed, else None (a skipped task did not fail)."""
+    if not isinstance(run, dict) or run.get("skipped"):
+        return None
+    for item in run.get("results") or []:
+        why = _failure(item)
+        if why:
+            return why
+    if run.get("failed") or run.get("rc", 0) not in (0, None):
+        text = str(run.get("stderr") or run.get("msg") or run.get("stdout") or f"rc {run.get('rc')}").strip()
+        return text[:300]
+    return None
+
+
+# the registered results (names in roles/health/tasks/step.yml) each kind of step looks at
+_RUNS = {"kubectl": ["kubectl"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
+         ["workspaces", "stop"], "bug_report": ["bug"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
+         "back_if_healthy": ["uncordon", "workspaces", "start"]}
+
+
+def _idle(step: dict, procs: dict) -> dict:
+    """gpu_idle: ok only when nvidia-smi lists no process on the GPU."""
+    if procs.get("rc") != 0:
+        return {"result": "failed", "detail": f"nvidia-smi could not list GPU {step['gpu']}'s processes: "
+                f"{str(procs.get('stderr') or procs.get('msg') or '').strip()[:200]}"}
+    held = str(procs.get("stdout") or "").strip()
+    if held:
+        return {"result": "failed", "detail": f"GPU {step['gpu']} is held by {held.replace(chr(10), '; ')}: not "
+                "reset (a reset needs an idle GPU); stop the process, then rerun"}
+    return {"result": "ok", "detail": "no process holds it"}
+
+
+def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False) -> dict:
+    """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result)."""
+    kind = step["kind"]
+    found = None
+    if kind in ("notify", "mark_out"):
+        found = {"result": "ok", "detail": ""}
+    elif check_mode:
+        found = {"result": "skipped", "detail": "check mode: nothing was run"}
+    elif kind == "gpu_idle":
+        found = _idle(step, runs.get("procs") or {})
+    elif kind == "reboot" and not step.get("enabled", True):
+        found = {"result": "skipped", "detail": f"health_reboot is false: reboot {step.get('host') or 'the node'} by "
+                 "hand, then gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}
+    elif kind == "sweep":
+        sweep = runs.get("resweep") or {}
+        found = ({"result": "ok", "detail": f"verdict {sweep.get('verdict')}"} if sweep.get("read_ok") else
+                 {"result": "failed", "detail": "the sweep could not read the node again"})
+    if found:
+        return found
+    for name in _RUNS.get(kind, []):
+        why = _failure(runs.get(name))
+        if why:
+            return {"result": "failed", "detail": why}
+    if kind == "back_if_healthy":
+        return {"result": "healthy" if healthy else "unhealthy",
+                "detail": "back in service" if healthy else "still unhealthy after the remedy: stays out of service"}
+    detail = " ".join((runs.get("workspaces") or {}).get("stdout_lines") or []) if kind == "stop_workspaces" else ""
+    return {"result": "ok", "detail": detail}

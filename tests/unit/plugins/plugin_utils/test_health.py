@@ -1,0 +1,264 @@
+"""GPU health plan (plugin_utils/health.py): NVIDIA's buckets -> actions, bounded per fleet, nothing twice.
+
+The sweeps are dicts of the shape gpu_health returns (its agreed interface: events, gpus, findings, verdict,
+read_ok, cursor); the kernel-log lines in them are the formats NVIDIA documents (Xid catalog) and that public
+reports quote, e.g. "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus." (NVIDIA forums).
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
+from conftest import shared_path
+
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+XID13 = ("NVRM: Xid (PCI:0000:07:00): 13, pid=2210, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 0): "
+         "Out Of Range Address")
+
+
+def event(code: int, bucket: str, gpu: int | None = 0, line: str = "", time: str = "t1", kind: str = "xid") -> dict:
+    return {"kind": kind, "code": code, "pci": "0000:3b:00", "gpu": gpu, "immediate_action": bucket,
+            "line": line or f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=0", "time": time}
+
+
+def sweep(*events: dict, verdicts: dict | None = None, findings: list | None = None, read_ok: bool = True,
+          cursor: str = "c2") -> dict:
+    verdicts = verdicts or {0: "failed" if events else "healthy", 1: "healthy"}
+    return {"events": list(events), "read_ok": read_ok, "cursor": cursor, "findings": findings or [],
+            "gpus": [{"index": i, "verdict": v, "findings": []} for i, v in verdicts.items()],
+            "verdict": "failed" if events else "healthy", "log_source": "text", "state_source": "nvidia-smi"}
+
+
+def test_every_bucket_of_nvidias_sheet_has_a_behaviour():
+    rows = list(csv.DictReader(shared_path("xid", "resolution-buckets.csv").open(encoding="utf-8")))
+    assert len(rows) >= 30  # noqa: PLR2004 -- the sheet has 33 rows
+    missing = sorted({r["bucket"] for r in rows} - set(H.BUCKETS))
+    assert missing == []
+    for bucket in {r["bucket"] for r in rows}:
+        action, why = H.decide({"bucket": bucket, "kind": "xid", "code": 1, "gpu": 0, "line": ""}, [])
+        assert action in H.ACTIONS, bucket
+        assert why
+
+
+def test_every_catalog_action_is_a_bucket_with_a_behaviour():
+    catalog = list(csv.DictReader(shared_path("xid", "xid-catalog.csv").open(encoding="utf-8")))
+    named = {r["immediate_action"] for r in catalog if r["immediate_action"]}
+    assert named <= set(H.BUCKETS), sorted(named - set(H.BUCKETS))
+
+
+def test_an_sxid_is_never_nvsentinels_action_fatal_gets_contact_support_behaviour():
+    sxid = list(csv.DictReader(shared_path("xid", "sxid-catalog.csv").open(encoding="utf-8")))
+    for action in {r["nvsentinel_action"] for r in sxid}:
+        item = {"kind": "sxid", "code": 12028, "gpu": None, "bucket": action}
+        fatal, why = H.decide({**item, "fatal": True}, [])
+        assert fatal == "quarantine"
+        assert f"NVSentinel suggests {action} (advice, not NVIDIA guidance)" in why
+        assert H.decide({**item, "fatal": False}, [])[0] == "review"
+        assert H.decide({**item, "fatal": None}, [])[0] == "review"
+
+
+def test_the_step_gpu_health_names_is_acted_on():
+    dbe = event(48, "WORKFLOW_XID_48", gpu=2)
+    finding = {"gpu": 2, "check": "xid", "severity": "failed", "action": "WORKFLOW_XID_48", "step": "DRAIN_AND_RESET",
+               "evidence": "Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE on GPU 2, last at t1: NVRM: Xid ..."}
+    item = H.build_plan({"a": sweep(dbe, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
+    assert (item["step"], item["action"]) == ("DRAIN_AND_RESET", "reset_gpu")
+    assert "DRAIN_AND_RESET" in item["why"]
+    x154 = event(154, "XID_154", gpu=0, line="Xid 154")
+    finding = {"gpu": 0, "check": "xid", "severity": "failed", "action": "XID_154", "step": "RESTART_BM",
+               "evidence": "Xid 154 GPU_RECOVERY_ACTION_CHANGED on GPU 0: Xid 154"}
+    item = H.build_plan({"a": sweep(x154, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
+    assert item["action"] == "reboot"
+    pending = {"gpu": 1, "check": "row_remap_pending", "severity": "degraded", "action": "RESET_GPU", "step": None,
+               "evidence": "Remapped Rows: Pending = Yes"}
+    assert H.build_plan({"a": sweep(findings=[pending])}, {}, 1)["hosts"]["a"]["action"] == "reset_gpu"
+    report_only = {**pending, "check": "throttle_thermal", "action": "INVESTIGATE"}
+    assert H.build_plan({"a": sweep(findings=[report_only])}, {}, 1)["hosts"]["a"]["action"] == "review"
+
+
+@pytest.mark.parametrize(("bucket", "action"), [
+    ("RESTART_APP", "notify_owner"), ("IGNORE", "none"), ("RESET_GPU", "reset_gpu"), ("RESTART_BM", "reboot"),
+    ("CONTACT_SUPPORT", "quarantine"), ("CHECK_MECHANICALS", "quarantine"), ("UNKNOWN", "review"),
+    ("no such bucket", "review")])
+def test_fixed_buckets(bucket, action):
+    assert H.decide({"bucket": bucket, "gpu": 0}, [])[0] == action
+
+
+def test_xid_48_solo_resets_and_with_63_drains_and_resets():
+    dbe = {"kind": "xid", "code": 48, "gpu": 0, "bucket": "WORKFLOW_XID_48"}
+    remap = {"kind": "xid", "code": 63, "gpu": 0, "bucket": "IGNORE"}
+    assert H.decide(dbe, [dbe]) == ("reset_gpu", "WORKFLOW_XID_48 solo: RESET_GPU (investigation: RUN_FIELDDIAG)")
+    action, why = H.decide(dbe, [dbe, remap])
+    assert action == "reset_gpu"
+    assert "DRAIN_AND_RESET" in why
+
+
+def test_xid_45_restarts_fabric_manager_only_alone():
+    pre = {"kind": "xid", "code": 45, "gpu": 2, "bucket": "WORKFLOW_XID_45"}
+    other = {"kind": "xid", "code": 79, "gpu": 2, "bucket": "RESTART_BM"}
+    assert H.decide(pre, [pre])[0] == "restart_fm"
+    assert H.decide(pre, [pre, other])[0] == "none"
+
+
+def test_xid_13_once_tells_the_owner_and_repeated_asks_for_diagnostics():
+    one = {"kind": "xid", "code": 13, "gpu": 1, "bucket": "WORKFLOW_XID_13"}
+    two = dict(one)
+    assert H.decide(one, [one])[0] == "notify_owner"
+    assert H.decide(one, [one, two])[0] == "review"
+
+
+@pytest.mark.parametrize(("regs", "action"), [
+    ("0x1, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0", "none"),  # bit 0: ignorable
+    ("0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0", "quarantine"),  # bit 16: mechanical
+    ("0x200000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0", "quarantine"),  # bit 21: marginal SI
+    ("0x10, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0", "review"),  # bit 4: ECC/parity, report if it repeats
+])
+def test_xid_74_decodes_the_first_register(regs, action):
+    line = f"NVRM: Xid (PCI:0000:07:00): 74, pid=0, NVLink: fatal error detected on link 3({regs})"
+    xid74 = {"kind": "xid", "code": 74, "gpu": 0, "bucket": "WORKFLOW_NVLINK_ERR"}
+    assert H.decide({**xid74, "line": line}, [])[0] == action
+    assert H.decide({**xid74, "line": "74"}, [])[0] == "review"  # no register words: an operator decodes
+
+
+def test_xid_154_follows_the_recovery_action_it_prints():
+    line = "NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    assert H.decide({"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": line}, [])[0] == "reboot"
+    reset = line.replace("0x2 (Node Reboot Required)", "0x1 (GPU Reset Required)")
+    assert H.decide({"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": reset}, [])[0] == "reset_gpu"
+
+
+def test_nvlink5_fatal_takes_the_node_out_and_nonfatal_is_reviewed():
+    fatal = {"bucket": "WORKFLOW_NVLINK5_ERR", "line": "Xid (PCI:0000:1b:00): 145, RLW_REMAP Fatal XC0 i0 Link 00 "
+             "(0x004500c7 0x00000000 0x0 0x0 0x0 0x0 0x0)"}
+    assert H.decide(fatal, [])[0] == "quarantine"
+    assert H.decide({**fatal, "line": fatal["line"].replace("Fatal", "Nonfatal")}, [])[0] == "review"
+
+
+def test_an_override_replaces_the_buckets_action():
+    action, why = H.decide({"bucket": "RESTART_APP", "gpu": 0}, [], {"RESTART_APP": "quarantine"})
+    assert action == "quarantine"
+    assert "health_action_overrides[RESTART_APP]" in why
+
+
+def test_xid_79_plans_a_reboot_of_that_host_and_nothing_for_the_healthy_one():
+    plan = H.build_plan({"node-a": sweep(event(79, "RESTART_BM", line=XID79)), "node-b": sweep()}, {}, 1)
+    a, b = plan["hosts"]["node-a"], plan["hosts"]["node-b"]
+    assert (a["status"], a["action"], list(a["gpus_out"])) == ("act", "reboot", ["0"])
+    assert a["gpus_out"]["0"]["event"] == "Xid 79"
+    assert (b["status"], b["action"], b["items"]) == ("clear", "none", [])
+    assert plan["act"] == ["node-a"]
+
+
+def test_xid_13_changes_nothing_on_the_node():
+    plan = H.build_plan({"node-a": sweep(event(13, "RESTART_APP", line=XID13))}, {}, 1)
+    host = plan["hosts"]["node-a"]
+    assert host["action"] == "notify_owner"
+    assert host["gpus_out"] == {}
+
+
+def test_a_host_whose_sweep_failed_to_read_is_never_acted_on():
+    plan = H.build_plan({"node-a": sweep(event(79, "RESTART_BM"), read_ok=False)}, {}, 3)
+    assert plan["hosts"]["node-a"]["status"] == "unreadable"
+    assert plan["hosts"]["node-a"]["action"] == "none"
+    assert plan["act"] == []
+    assert plan["unreadable"] == ["node-a"]
+
+
+def test_never_more_than_max_unavailable_nodes_out_at_once():
+    sweeps = {f"n{i}": sweep(event(79, "RESTART_BM")) for i in range(3)}
+    plan = H.build_plan(sweeps, {}, 1)
+    assert plan["act"] == ["n0"]
+    assert plan["deferred"] == ["n1", "n2"]
+    assert "health_max_unavailable" in plan["hosts"]["n1"]["reason"]
+    # a node already out of service (the state says so) counts against the limit
+    held = {"hosts": {"n9": {"out_of_service": {"0": {"event": "Xid 79", "pending": "reboot"}}}}}
+    plan = H.build_plan(sweeps, held, 2)
+    assert plan["act"] == ["n0"]
+    assert plan["deferred"] == ["n1", "n2"]
+
+
+def test_quarantine_goes_before_reboot_when_only_one_may_go():
+    sweeps = {"a": sweep(event(79, "RESTART_BM")), "b": sweep(event(61, "CONTACT_SUPPORT"))}
+    plan = H.build_plan(sweeps, {}, 1)
+    assert plan["act"] == ["b"]
+
+
+def test_a_second_run_with_nothing_new_plans_nothing():
+    first = H.build_plan({"a": sweep(event(79, "RESTART_BM"))}, {}, 1)
+    keys = [i["key"] for i in first["hosts"]["a"]["items"]]
+    state = {"hosts": {"a": {"handled": keys, "cursor": "c2",
+                             "out_of_service": {"0": {"event": "Xid 79", "pending": "reboot"}}}}}
+    # the cursor hides the old event; the GPU stays out (its reboot is pending) and nothing is done
+    again = H.build_plan({"a": sweep(verdicts={0: "healthy"})}, state, 1)
+    assert again["hosts"]["a"]["status"] == "clear"
+    assert again["hosts"]["a"]["gpus_back"] == []
+    assert again["act"] == []
+    # even when the same event is read again (no cursor), a handled item is not acted on twice
+    replay = H.build_plan({"a": sweep(event(79, "RESTART_BM"))}, state, 1)
+    assert replay["hosts"]["a"]["status"] == "clear"
+
+
+def test_a_gpu_comes_back_once_serviced_and_healthy():
+    state = {"hosts": {"a": {"out_of_service": {"0": {"event": "Xid 79", "pending": None}}}}}
+    plan = H.build_plan({"a": sweep(verdicts={0: "healthy"})}, state, 1)
+    assert plan["hosts"]["a"]["gpus_back"] == ["0"]
+    assert plan["act"] == ["a"]
+    sick = H.build_plan({"a": sweep(verdicts={0: "degraded"})}, state, 1)
+    assert sick["hosts"]["a"]["gpus_back"] == []
+
+
+def test_state_findings_map_to_actions_and_kernel_log_findings_are_not_counted_twice():
+    findings = [{"gpu": 1, "check": "row_remap_failure", "severity": "failed", "evidence": "remap failure",
+                 "action": "CONTACT_SUPPORT"},
+                {"gpu": 0, "check": "xid", "severity": "failed", "evidence": XID79, "action": "RESTART_BM"},
+                {"gpu": 0, "check": "throttle_thermal", "severity": "degraded", "evidence": "thermal", "action": ""}]
+    plan = H.build_plan({"a": sweep(event(79, "RESTART_BM"), findings=findings)}, {}, 1)
+    items = plan["hosts"]["a"]["items"]
+    assert [(i["source"], i["action"]) for i in items] == [("event", "reboot"), ("finding", "quarantine"),
+                                                           ("finding", "review")]
+    assert plan["hosts"]["a"]["action"] == "quarantine"
+    assert sorted(plan["hosts"]["a"]["gpus_out"]) == ["0", "1"]
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"max_unavailable": 0}, "health_max_unavailable is 0; expected a whole number >= 1"),
+    ({"max_unavailable": True}, "health_max_unavailable is True"),
+    ({"overrides": {"RESTART_BM": "nuke"}}, "health_action_overrides['RESTART_BM'] is 'nuke'; expected one of none"),
+    ({"overrides": {"RESTRAT_BM": "reboot"}}, "health_action_overrides names 'RESTRAT_BM', which is no bucket"),
+    ({"overrides": ["RESTART_BM"]}, "expected a mapping bucket -> action"),
+    ({"apply": True, "plan_source": "inventory"}, "health_apply is true, but the plan is the inventory one"),
+    ({"apply": "yes please"}, "health_apply is 'yes please'; expected a real boolean"),
+])
+def test_bad_settings_are_named(kwargs, needle):
+    args = {"max_unavailable": 1, "overrides": {}, "apply": False, "plan_source": "preflight", **kwargs}
+    problems = H.settings_problems(**args)
+    assert any(needle in p for p in problems), problems
+
+
+def test_good_settings_pass():
+    assert H.settings_problems(2, {"RESTART_APP": "none", "row_remap_pending": "quarantine"}, True, "preflight") == []
+
+
+def test_an_event_that_names_no_gpu_takes_every_gpu_of_the_host_out():
+    plan = H.build_plan({"a": sweep(event(79, "RESTART_BM", gpu=None, line=XID79))}, {}, 1)
+    assert sorted(plan["hosts"]["a"]["gpus_out"]) == ["0", "1"]
+
+
+def test_the_recovery_action_and_fatal_fields_of_gpu_health_are_used_when_present():
+    xid154 = {"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": "Xid 154",
+              "recovery_action": "Node Reboot Required"}
+    assert H.decide(xid154, [])[0] == "reboot"
+    nvlink5 = {"kind": "xid", "code": 145, "gpu": 0, "bucket": "WORKFLOW_NVLINK5_ERR", "line": "Xid 145",
+               "fatal": False}
+    assert H.decide(nvlink5, [])[0] == "review"
+    assert H.decide({**nvlink5, "fatal": True}, [])[0] == "quarantine"
+
+
+def test_health_release_gives_back_a_gpu_whose_remedy_the_operator_did():
+    state = {"hosts": {"a": {"out_of_service": {"0": {"event": "Xid 79", "pending": "reboot"}}}}}
+    healthy = sweep(verdicts={0: "healthy"})
+    assert H.build_plan({"a": healthy}, state, 1)["hosts"]["a"]["gpus_back"] == []
+    assert H.build_plan({"a": healthy}, state, 1, release=True)["hosts"]["a"]["gpus_back"] == ["0"]
+    assert H.build_plan({"a": sweep(verdicts={0: "failed"})}, state, 1, release=True)["hosts"]["a"]["gpus_back"] == []

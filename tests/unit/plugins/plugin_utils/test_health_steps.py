@@ -1,0 +1,270 @@
+"""GPU health steps (plugin_utils/health_steps.py): the kubectl argv and objects per bucket and platform, the
+Compose take-out-of-service, the controller state after a run, the audit lines; and the plan/preflight side
+(plan.with_out_of_service, team.out_of_service_problems, preflight_fleet's gpu_health_assignment check)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_health
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import host_row, render_fleet_report
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import with_out_of_service
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
+
+MEMBERS = [{"name": "alice", "gpus": [0, 1]}, {"name": "bob", "gpus": [2]}, {"name": "carol"}]
+# A label value (and taint value) as the Kubernetes API validates it.
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def plan_of(code: int, bucket: str, gpu: int = 0) -> dict:
+    sweep = {"read_ok": True, "cursor": "c2", "verdict": "failed", "findings": [],
+             "events": [{"kind": "xid", "code": code, "gpu": gpu, "pci": "0000:3b:00", "immediate_action": bucket,
+                         "line": f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=0", "time": "t1"}],
+             "gpus": [{"index": i, "verdict": "failed" if i == gpu else "healthy"} for i in range(4)]}
+    return H.build_plan({"node-a": sweep}, {}, 1)["hosts"]["node-a"]
+
+
+def kinds(steps: list[dict]) -> list[str]:
+    return [s["kind"] if s["kind"] != "kubectl" else " ".join(s["argv"][1:3]) for s in steps]
+
+
+def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report():
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT"), "kubernetes", MEMBERS)
+    argv = [s["argv"] for s in steps if s["kind"] == "kubectl"]
+    assert argv == [["kubectl", "cordon", "node-a"],
+                    ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy=Xid-61:NoSchedule", "--overwrite"],
+                    ["kubectl", "label", "nodes", "node-a", "gpuops.io/health=quarantined", "--overwrite"]]
+    taint = next(s["object"] for s in steps if "object" in s)
+    assert taint == {"key": "gpuops.io/unhealthy", "value": "Xid-61", "effect": "NoSchedule"}
+    assert kinds(steps) == ["cordon node-a", "mark_out", "taint nodes", "label nodes", "bug_report"]
+    assert next(s for s in steps if s["kind"] == "mark_out")["pending"] == "support"
+    assert "reboot" not in kinds(steps)
+
+
+def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
+    assert kinds(steps) == ["cordon node-a", "mark_out", "drain node-a", "reboot", "sweep", "back_if_healthy"]
+    drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
+    assert drain == ["kubectl", "drain", "node-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
+    assert steps[-1]["argv"] == ["kubectl", "uncordon", "node-a"]
+
+
+def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
+    steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "kubernetes", MEMBERS, {"timeout": 120})
+    assert kinds(steps) == ["cordon node-a", "mark_out", "drain_gpu_pods", "gpu_idle", "command", "sweep",
+                            "back_if_healthy"]
+    assert steps[3] == {"kind": "gpu_idle", "gpu": "2"}
+    assert steps[4]["argv"] == ["nvidia-smi", "-r", "-i", "2"]
+
+
+def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "reboot", "sweep", "back_if_healthy"]
+    assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
+    assert steps[1]["gpus"]["0"]["event"] == "Xid 79"
+    assert steps[-1]["argv"] is None
+
+
+def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS, {"reboot": False})
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "reboot"]
+    assert steps[-1]["enabled"] is False
+
+
+def test_compose_quarantine_stops_only_the_workspace_holding_the_gpu():
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT", gpu=2), "compose", MEMBERS)
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "bug_report"]
+    assert steps[0]["members"] == ["bob"]
+
+
+def test_restart_app_tells_the_owner_and_changes_nothing():
+    steps = S.host_steps("node-a", plan_of(13, "RESTART_APP", gpu=1), "compose", MEMBERS)
+    assert kinds(steps) == ["notify"]
+    assert "owner(s) alice" in steps[0]["message"]
+    assert S.host_steps("node-a", plan_of(43, "IGNORE"), "kubernetes", MEMBERS) == []
+
+
+def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
+    hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {}}
+    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
+    assert [s.get("argv") for s in steps[1:]] == [
+        ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy:NoSchedule-"],
+        ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
+        ["kubectl", "uncordon", "node-a"]]
+    assert steps[0] == {"kind": "give_back", "gpus": ["1"], "members": ["alice"]}
+
+
+@pytest.mark.parametrize("reason", ["Xid 79", "row_remap_failure: remapping failed on bank 3", "x" * 80, "--", "é"])
+def test_taint_values_are_valid_label_values(reason):
+    value = S.taint(reason)["value"]
+    assert LABEL_VALUE.match(value)
+    assert 0 < len(value) <= 63  # noqa: PLR2004
+
+
+def test_gpu_pods_are_the_running_pods_on_the_node_that_ask_for_gpus():
+    pods = {"items": [
+        {"metadata": {"namespace": "team-a", "name": "train-0"}, "status": {"phase": "Running"},
+         "spec": {"nodeName": "node-a", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        {"metadata": {"namespace": "team-a", "name": "cpu"}, "status": {"phase": "Running"},
+         "spec": {"nodeName": "node-a", "containers": [{"resources": {"limits": {"cpu": "1"}}}]}},
+        {"metadata": {"namespace": "team-b", "name": "done"}, "status": {"phase": "Succeeded"},
+         "spec": {"nodeName": "node-a", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}},
+        {"metadata": {"namespace": "team-b", "name": "elsewhere"}, "status": {"phase": "Running"},
+         "spec": {"nodeName": "node-b", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}]}
+    found = S.gpu_pods(pods, "node-a")
+    assert found == [{"namespace": "team-a", "name": "train-0"}]
+    assert S.delete_pod(found[0], 60) == ["kubectl", "delete", "pod", "-n", "team-a", "train-0", "--wait=true",
+                                          "--timeout=60s"]
+
+
+def test_next_state_records_the_gpu_out_and_moves_the_cursor():
+    hplan = plan_of(79, "RESTART_BM")
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})
+    done = [{**s, "result": "skipped" if s["kind"] == "reboot" else "ok"} for s in steps]
+    state = S.next_state({}, "node-a", hplan, done, "c2", "2026-12-02T05:00:00Z")
+    entry = state["hosts"]["node-a"]
+    assert entry["cursor"] == "c2"
+    assert entry["out_of_service"]["0"]["event"] == "Xid 79"
+    assert entry["out_of_service"]["0"]["pending"] == "reboot"  # the reboot was not done: not given back yet
+    assert entry["handled"] == [hplan["items"][0]["key"]]
+    # the next run with nothing new: nothing planned, nothing done, the state unchanged but for the time
+    again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
+                                     "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)
+    assert again["act"] == []
+    # released by the operator after the repair, then healthy: given back
+    released = S.next_state(state, "node-a", again["hosts"]["node-a"], [], "c2", "t3", release=True)
+    back = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
+                                    "gpus": [{"index": 0, "verdict": "healthy"}]}}, released, 1)
+    assert back["hosts"]["node-a"]["gpus_back"] == ["0"]
+    assert entry["stopped"] == ["alice", "bob", "carol"]  # the reboot stopped every workspace of the node
+    give = [{**s, "result": "ok"} for s in S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS)]
+    assert give[0]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
+    after = S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"]
+    assert after["out_of_service"] == {}
+    assert "stopped" not in after
+
+
+def test_a_reboot_done_and_a_healthy_sweep_give_the_gpu_back_at_once():
+    hplan = plan_of(79, "RESTART_BM")
+    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
+    done = [{**s, "result": "healthy" if s["kind"] == "back_if_healthy" else "ok"} for s in steps]
+    entry = S.next_state({}, "node-a", hplan, done, "c3", "t")["hosts"]["node-a"]
+    assert entry["out_of_service"] == {}
+    assert entry["cordoned"] is False
+
+
+def test_a_deferred_or_unreadable_host_keeps_its_state_and_cursor():
+    state = {"hosts": {"node-a": {"cursor": "c1"}}}
+    for status in ("deferred", "unreadable"):
+        after = S.next_state(state, "node-a", {"status": status, "items": []}, [], "c9", "t")
+        assert after["hosts"] == state["hosts"]
+
+
+def test_a_failed_step_keeps_the_items_unhandled_and_the_cursor_where_it_was():
+    hplan = plan_of(79, "RESTART_BM")
+    done = [{"kind": "stop_workspaces", "members": ["alice"], "result": "failed", "detail": "docker: not found"}]
+    entry = S.next_state({"hosts": {"node-a": {"cursor": "c1"}}}, "node-a", hplan, done, "c2", "t")["hosts"]["node-a"]
+    assert entry["cursor"] == "c1"
+    assert entry.get("handled", []) == []
+
+
+def test_audit_lines_carry_time_host_gpu_event_action_result():
+    hplan = plan_of(79, "RESTART_BM")
+    done = [{"kind": "mark_out", "gpus": {"0": {}}, "pending": "reboot", "result": "ok"},
+            {"kind": "reboot", "enabled": False, "result": "skipped", "detail": "health_reboot is false"}]
+    lines = [json.loads(line) for line in S.audit_records("node-a", done, hplan, "2026-12-02T05:00:00Z")]
+    assert [(r["host"], r["gpu"], r["event"], r["action"], r["step"], r["result"]) for r in lines] == [
+        ("node-a", ["0"], "Xid 79", "reboot", "mark_out", "ok"),
+        ("node-a", None, "Xid 79", "reboot", "reboot", "skipped")]
+    assert all(r["time"] == "2026-12-02T05:00:00Z" for r in lines)
+
+
+def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
+    (tmp_path / "health").mkdir()
+    gpu1 = {"event": "Xid 79", "action": "reboot", "since": "2026-12-02T05:00:00Z"}
+    state = {"hosts": {"node-a": {"out_of_service": {"1": gpu1}}}}
+    (tmp_path / "health" / "state.json").write_text(json.dumps(state))
+    plan = with_out_of_service({"hosts": {"node-a": {}, "node-b": {}}}, str(tmp_path))
+    assert plan["hosts"]["node-a"]["out_of_service"]["1"]["event"] == "Xid 79"
+    assert plan["hosts"]["node-b"]["out_of_service"] == {}
+    problems = out_of_service_problems(MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
+    assert len(problems) == 1
+    assert "member alice is given GPU 1 of node-a, which is out of service since 2026-12-02T05:00:00Z: Xid 79" in \
+        problems[0]
+    result = _with_health({"checks": []}, MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
+    assert result["checks"][-1]["ok"] is False
+    assert result["checks"][-1]["name"] == "gpu_health_assignment"
+    # nobody on GPU 3: the check passes and says which GPUs are out
+    fine = _with_health({"checks": []}, MEMBERS, {"3": {"event": "Xid 48"}}, "node-a")["checks"][-1]
+    assert (fine["ok"], fine["msg"]) == (True, "GPU(s) 3 out of service; no member is given one")
+
+
+def test_no_state_file_means_no_gpu_out_of_service(tmp_path):
+    assert with_out_of_service({"hosts": {"a": {}}}, str(tmp_path))["hosts"]["a"]["out_of_service"] == {}
+    (tmp_path / "health").mkdir()
+    (tmp_path / "health" / "state.json").write_text("{not json")
+    assert with_out_of_service({"hosts": {"a": {}}}, str(tmp_path))["hosts"]["a"]["out_of_service"] == {}
+
+
+@pytest.mark.parametrize(("step", "runs", "kwargs", "expected"), [
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3\n"}}, {}, "failed"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": ""}}, {}, "ok"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 9, "stderr": "No devices were found"}}, {}, "failed"),
+    ({"kind": "reboot", "enabled": False, "host": "node-a"}, {"reboot": {"skipped": True}}, {}, "skipped"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"rc": 1, "stderr": "forbidden"}}, {},
+     "failed"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"rc": 0}}, {}, "ok"),
+    ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"kubectl": {"skipped": True}}, {"check_mode": True},
+     "skipped"),
+    ({"kind": "drain_gpu_pods"}, {"pods": {"rc": 0}, "delete": {"results": [{"rc": 0}, {"rc": 1, "stderr": "x"}]}},
+     {}, "failed"),
+    ({"kind": "sweep"}, {"resweep": {"read_ok": False}}, {}, "failed"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"rc": 0}}, {"healthy": True}, "healthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"skipped": True}}, {"healthy": False}, "unhealthy"),
+])
+def test_step_results(step, runs, kwargs, expected):
+    assert S.step_result(step, runs, **kwargs)["result"] == expected
+
+
+def test_a_busy_gpu_is_not_reset_and_says_who_holds_it():
+    found = S.step_result({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3"}})
+    assert found["detail"].startswith("GPU 2 is held by 1843, /usr/bin/python3: not reset")
+
+
+def test_healthy_again_needs_a_read_and_every_gpu_taken_out_healthy():
+    sweep = {"read_ok": True, "verdict": "degraded", "gpus": [{"index": 0, "verdict": "healthy"},
+                                                              {"index": 1, "verdict": "degraded"}]}
+    assert S.healthy_again(sweep, ["0"]) is True
+    assert S.healthy_again(sweep, ["0", "1"]) is False
+    assert S.healthy_again({**sweep, "read_ok": False}, ["0"]) is False
+    assert S.healthy_again({**sweep, "verdict": "failed"}, ["0"]) is False
+
+
+def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
+    hplan = plan_of(79, "RESTART_BM")
+    done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})]
+    state = S.next_state({}, "node-a", hplan, done, "c2", "t1")
+    again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
+                                     "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)["hosts"]["node-a"]
+    assert S.next_state(state, "node-a", again, [], "c2", "t2") == state
+
+
+def test_the_fleet_report_shows_each_hosts_health():
+    hplan = plan_of(79, "RESTART_BM")
+    state = {"hosts": {"node-a": {"out_of_service": {"0": {"event": "Xid 79"}}}}}
+    sweep = {"gpus": [{"index": 0, "name": "NVIDIA H100 NVL"}, {"index": 1, "name": "NVIDIA H100 NVL"}]}
+    entry = S.fleet_entry("node-a", hplan, state, sweep)
+    clear = S.fleet_entry("node-b", {"status": "clear", "action": "none", "items": [], "verdict": "healthy"}, {}, sweep)
+    row = host_row(entry)
+    assert (row["gpus"], row["health"], row["ok"]) == ("2 x NVIDIA H100 NVL", "reboot (act); GPU 0 out of service",
+                                                       False)
+    assert (host_row(clear)["health"], host_row(clear)["ok"]) == ("healthy", True)
+    page = render_fleet_report([entry, clear], "20261202T050000Z")
+    assert "<th>Health</th>" in page
+    assert "RESTART_BM: restart the bare-metal node" in page
+    assert "health: not run" not in page
+    assert "<th>Health</th>" not in render_fleet_report([{"host": "x"}], "t")  # validate's page is unchanged
