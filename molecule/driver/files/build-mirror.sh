@@ -8,14 +8,16 @@
 #            next to this script)
 #   cuda/    flat repository like NVIDIA's CUDA repository: LABELLED STAND-INS with its package names and
 #            dependency structure (build-standin-nvidia.py, from NVIDIA_STANDIN = the structure as JSON), and
-#            gpuops-test-uu-control 1-1 and 2-1 (the unattended-upgrades test's control)
+#            gpuops-test-uu-control 1-1 and 2-1 (the unattended-upgrades test's control); with DCGM_STANDIN (the
+#            structure as JSON) also the LABELLED STAND-INS of DCGM 4's packages (build-standin-nvidia.py --dcgm),
+#            which NVIDIA's CUDA repository carries next to the driver
 #   NAME/    one more flat repository per NAME=DIR in FLAT_REPOS, with the .debs found in DIR (other
 #            scenarios' stand-ins, e.g. molecule/kubernetes: kube=/var/tmp/gpuops-kube-debs)
 #   keys/    gpuops-test-mirror.asc (signs all) and wrong-key.asc (signs nothing; negative test), and
 #            gpuops-test-mirror.fpr (the signing key's fingerprint, for pinned_packages_key_fingerprint)
 # Env: DRIVER_VERSIONS ("" = no driver packages), DRIVER_PACKAGES, COMPANIONS, STANDIN_VERSIONS,
 #      DEB_CACHE (downloaded .debs are kept there between runs), SUITE, FLAT_REPOS,
-#      NVIDIA_STANDIN.
+#      NVIDIA_STANDIN, DCGM_STANDIN.
 set -euo pipefail
 mirror=/srv/gpuops-mirror
 cache=${DEB_CACHE:-/var/cache/gpuops-debs}
@@ -121,9 +123,14 @@ for spec in ${FLAT_REPOS:-}; do
   echo "build-mirror: $name/: $(ls "$mirror/$name"/*.deb | wc -l) .debs from $src"
 done
 
-# 5. Stand-ins of NVIDIA's CUDA repository (names and dependency structure only), flat like NVIDIA's.
+# 5. Stand-ins of NVIDIA's CUDA repository (names and dependency structure only), flat like NVIDIA's: the
+#    driver's packages (NVIDIA_STANDIN) and DCGM's (DCGM_STANDIN), either or both.
+rm -rf "${mirror:?}/cuda"
+if [ -n "${DCGM_STANDIN:-}" ]; then
+  python3 "$here/build-standin-nvidia.py" "$DCGM_STANDIN" "$mirror/cuda" --dcgm
+  [ -n "${NVIDIA_STANDIN:-}" ] || flat_repo "$mirror/cuda"
+fi
 if [ -n "${NVIDIA_STANDIN:-}" ]; then
-  rm -rf "${mirror:?}/cuda"
   python3 "$here/build-standin-nvidia.py" "$NVIDIA_STANDIN" "$mirror/cuda"
   # The unattended-upgrades test's CONTROL: a package nothing pins or holds, at versions 1 and 2, so that the test
   # shows unattended-upgrade does take a newer version from this origin when nothing stops it.

@@ -5,10 +5,12 @@ repositories (nvidia-repo-structure.yml, converted to JSON by the scenario's pre
   build-standin-nvidia.py STRUCTURE.json OUTDIR                    the CUDA repository's driver packages, at
                                                                    every version the structure lists
   build-standin-nvidia.py STRUCTURE.json OUTDIR --toolkit V [V...]  the Container Toolkit's packages at V...
+  build-standin-nvidia.py STRUCTURE.json OUTDIR --dcgm [V...]       DCGM 4's packages at V... (default: the
+                                                                   structure's dcgm_versions), with its epoch
 
 They hold no driver and no toolkit: a doc file saying what they are; for the packages whose real counterpart
 ships a systemd unit the role enables (Fabric Manager, nvidia-persistenced), a unit that runs a labelled sleep;
-for the toolkit, the labelled stand-in programs of standin/ next to this script where NVIDIA's package ships
+for the toolkit and DCGM, the labelled stand-in programs of standin/ next to this script where NVIDIA's package ships
 the real ones (the structure's "payload"). stanza() is imported by the unit tests, so the index they resolve
 is the one these packages make.
 """
@@ -23,16 +25,18 @@ LABEL = "TEST STAND-IN built by the gpuops.cluster test scenarios; NOT NVIDIA's 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def fill(text, branch, version):
-    return text.replace("{branch}", branch).replace("{version}", version + "-1").replace("{toolkit}", version + "-1")
+def fill(text, branch, version, epoch=""):
+    full = f"{epoch}:{version}-1" if epoch else version + "-1"
+    return (text.replace("{branch}", branch).replace("{version}", full).replace("{toolkit}", full)
+            .replace("{dcgm}", full))
 
 
-def stanza(pkg, branch, version):
-    """The control fields of one stand-in: NVIDIA's name, version and dependencies (the structure's), plus the
-    test-only dependencies the stand-in programs need to run."""
+def stanza(pkg, branch, version, epoch=""):
+    """The control fields of one stand-in: NVIDIA's name, version (with its epoch, where NVIDIA's has one) and
+    dependencies (the structure's), plus the test-only dependencies the stand-in programs need to run."""
     depends = pkg.get("depends_by_version", {}).get(version, pkg.get("depends", []))
-    fields = {"Package": fill(pkg["name"], branch, version), "Version": version + "-1"}
-    depends = [fill(d, branch, version) for d in depends] + list(pkg.get("standin_depends", []))
+    fields = {"Package": fill(pkg["name"], branch, version), "Version": fill("{version}", branch, version, epoch)}
+    depends = [fill(d, branch, version, epoch) for d in depends] + list(pkg.get("standin_depends", []))
     if depends:
         fields["Depends"] = ", ".join(depends)
     if pkg.get("conflicts"):
@@ -40,8 +44,8 @@ def stanza(pkg, branch, version):
     return fields
 
 
-def build(pkg, branch, version, outdir):
-    fields = stanza(pkg, branch, version)
+def build(pkg, branch, version, outdir, epoch=""):
+    fields = stanza(pkg, branch, version, epoch)
     name = fields["Package"]
     with tempfile.TemporaryDirectory() as root:
         os.chmod(root, 0o755)
@@ -49,7 +53,7 @@ def build(pkg, branch, version, outdir):
         doc = os.path.join(root, "usr/share/doc", name)
         os.makedirs(doc)
         with open(os.path.join(doc, "GPUOPS-TEST-STANDIN"), "w", encoding="utf-8") as handle:
-            handle.write(f"{name} {version}-1: {LABEL}.\nStructure source: {pkg.get('source', '?')} "
+            handle.write(f"{name} {fields['Version']}: {LABEL}.\nStructure source: {pkg.get('source', '?')} "
                          "(molecule/driver/files/nvidia-repo-structure.yml).\n")
         if pkg.get("service"):
             units = os.path.join(root, "lib/systemd/system")
@@ -89,13 +93,17 @@ def main():
         structure = json.load(handle)
     os.makedirs(outdir, exist_ok=True)
     branch = structure["driver_branch"]
-    if rest[:1] == ["--toolkit"]:
+    epoch = ""
+    if rest[:1] == ["--dcgm"]:
+        epoch = structure["dcgm_epoch"]
+        jobs = [(pkg, version) for pkg in structure["dcgm"] for version in rest[1:] or structure["dcgm_versions"]]
+    elif rest[:1] == ["--toolkit"]:
         jobs = [(pkg, version) for pkg in structure["toolkit"] for version in rest[1:] or structure["toolkit_versions"]]
     else:
         jobs = [(pkg, version) for pkg in structure["packages"]
                 for version in pkg.get("versions", structure["driver_versions"])]
     for pkg, version in jobs:
-        build(pkg, branch, version, outdir)
+        build(pkg, branch, version, outdir, epoch)
     print(f"build-standin-nvidia: {len(jobs)} stand-in .debs in {outdir}")
 
 

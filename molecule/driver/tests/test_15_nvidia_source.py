@@ -37,9 +37,10 @@ ABSENT = {
     "gpuops-driver-deb12-cuda": ["nvidia-kernel-open-dkms", "nvidia-fabricmanager-570"],
 }
 UU_CONF = "/etc/apt/apt.conf.d/52gpuops-test-unattended"
-# deb13 also carries the toolkit's stand-ins (test_20_toolkit.py); the driver's set is compared without them.
+# deb13 also carries the toolkit's stand-ins (test_20_toolkit.py), and both nodes DCGM's (test_50_gpu_health.py);
+# the driver's set is compared without them.
 STRUCTURE = yaml.safe_load((Path(__file__).resolve().parents[1] / "files" / "nvidia-repo-structure.yml").read_text())
-TOOLKIT = {pkg["name"] for pkg in STRUCTURE["toolkit"]}
+TOOLKIT = {pkg["name"] for pkg in STRUCTURE["toolkit"]} | {pkg["name"] for pkg in STRUCTURE["dcgm"]}
 CONTROL = "gpuops-test-uu-control"  # the unattended-upgrades test's control package (build-mirror.sh)
 
 
@@ -48,7 +49,8 @@ def _name(host) -> str:
 
 
 def _standins(host) -> dict[str, str]:
-    """Installed driver packages that carry the stand-in label -> version (the toolkit's are not the driver's)."""
+    """Installed driver packages that carry the stand-in label -> version (the toolkit's and DCGM's are not the
+    driver's)."""
     out = host.check_output("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'")
     # Status-Abbrev: selection (i install, h hold), then state (i installed).
     installed = {p: v for p, v, status in (line.split(" ", 2) for line in out.splitlines()) if status[1:2] == "i"}

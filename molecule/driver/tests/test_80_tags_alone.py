@@ -1,6 +1,7 @@
-"""One stage rule (issue 11): every documented stage tag of nvidia_driver and nvidia_container_toolkit, alone.
+"""One stage rule (issue 11): every documented stage tag of nvidia_driver, nvidia_container_toolkit and gpu_health,
+alone.
 
-One ansible-playbook run of converge.yml per tag against both converged nodes: rc 0, nothing failed, nothing
+One ansible-playbook run of converge.yml per tag against the converged nodes: rc 0, nothing failed, nothing
 changed, and some task of the role ran (the tests: molecule/resources/stage_tags.py, tags_alone_tests). Runs
 before test_90_negative.py and test_95_upgrade.py, which change the nodes.
 """
@@ -18,5 +19,5 @@ testinfra_hosts = ["gpuops-driver-deb12"]
 
 # reuse: test_15_kernel.py made the nvidia_driver_verify run already, on the same converged nodes.
 test_every_stage_tag_is_documented, test_tag_alone_on_the_converged_nodes = stage_tags.tags_alone_tests(
-    SCENARIO / "converge.yml", ("nvidia_driver", "nvidia_container_toolkit"), reuse=True
+    SCENARIO / "converge.yml", ("nvidia_driver", "nvidia_container_toolkit", "gpu_health"), reuse=True
 )

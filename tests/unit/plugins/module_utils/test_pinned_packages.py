@@ -186,6 +186,8 @@ def _structure_index():
         for pkg in structure[kind]
         for version in pkg.get("versions", versions)
     ]
+    stanzas += [stanza(pkg, branch, version, structure["dcgm_epoch"])
+                for pkg in structure["dcgm"] for version in structure["dcgm_versions"]]
     return structure, pp.build_index(stanzas)
 
 
@@ -244,6 +246,27 @@ def test_toolkit_118_ties_its_tools_to_its_own_version():
         f"(<< 2.0.0): the set cannot be pinned consistently. Pin libnvidia-container-tools to a version that satisfies "
         f"it (offered: {new}-1)"
     ]
+
+
+@pytest.mark.parametrize("follow", ["all", "exact"])
+def test_dcgm_bare_version_pins_the_epoch_versioned_set(follow):
+    """gpu_health's default DCGM set (roles/gpu_health/vars/main.yml, CUDA 12) at its bare default version (4.6.0)
+    resolves to NVIDIA's epoch-versioned packages (1:4.6.0-1), every one, with a newer version offered beside it;
+    "exact" is the closure of gpu_health_dcgm_source: configured (the host's own repositories)."""
+    structure, index = _structure_index()
+    role_vars = yaml.safe_load((REPO / "roles/gpu_health/vars/main.yml").read_text())
+    names = [n.replace("{{ gpu_health_dcgm_cuda_major }}", "12")
+             for n in role_vars["_gpu_health_dcgm_default_packages"]]
+    default = yaml.safe_load((REPO / "roles/gpu_health/defaults/main.yml").read_text())["gpu_health_dcgm_version"]
+    pin, newer = structure["dcgm_versions"]
+    assert default == pin, "the stand-ins offer gpu_health's default version and a newer one"
+    assert set(names) == {p["name"] for p in structure["dcgm"]}
+    out = pp.resolve(index, dict.fromkeys(names, default), follow=follow)
+    assert out["errors"] == []
+    assert out["resolved"] == dict.fromkeys(names, f"1:{pin}-1")
+    assert f"1:{newer}-1" in pp.offered_versions(index, "datacenter-gpu-manager-4-core")
+    mixed = pp.resolve(index, {"datacenter-gpu-manager-4-cuda12": pin, "datacenter-gpu-manager-4-core": newer})
+    assert mixed["errors"], "core at another version than cuda12 cannot be pinned together"
 
 
 # --- key fingerprints -----------------------------------------------------------------------------------
