@@ -1,9 +1,11 @@
 """Day-2 playbooks keep their settings where the inventory can override them (issue 18).
 
-Play ``vars:`` outrank group_vars and host_vars, so a setting written there could be changed with ``-e`` only. Each
-day-2 playbook lists a settings-only role (``roles/<role>/defaults/main.yml``, described in its argument spec) and
-keeps in its play vars only values derived from those settings (``__<role>_*``). What the inventory's value does at
-run time is tested against the demo node in tests/ops/test_gpuops_run_demo.py.
+Play ``vars:`` (and ``vars_files:``) outrank group_vars and host_vars, so a setting written there could be changed
+with ``-e`` only. Each play of a day-2 playbook lists its settings-only roles (``roles/<role>/defaults/main.yml``,
+described in its argument spec) and keeps in its play vars only values derived from those settings (``__<role>_*``).
+burnin.yml also reads validate's nccl-tests pin, so its plays list both roles; no play reads a role's files by
+path (test_role_boundaries.py). What the inventory's value does at run time is tested against the demo node in
+tests/ops/test_gpuops_run_demo.py.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-# playbook -> (its settings role, the files it reads settings in, play keywords given with -e only)
+# playbook -> (its settings roles, the files it reads settings in, play keywords given with -e only)
 DAY2 = {
-    "validate.yml": ("validate", ["validate.yml", "tasks/validate_report.yml"], {"validate_hosts"}),
-    "diagnose.yml": ("diagnose", ["diagnose.yml"], {"diagnose_hosts"}),
-    "upgrade_driver.yml": ("upgrade", ["upgrade_driver.yml"], {"upgrade_hosts", "upgrade_serial"}),
+    "validate.yml": (["validate"], ["validate.yml", "tasks/validate_report.yml"], {"validate_hosts"}),
+    "burnin.yml": (["burnin", "validate"],
+                   ["burnin.yml", "vars/burnin.yml", *(f"tasks/{p.name}" for p in
+                                                       sorted((REPO / "playbooks" / "tasks").glob("burnin_*.yml")))],
+                   {"burnin_hosts"}),
+    "diagnose.yml": (["diagnose"], ["diagnose.yml"], {"diagnose_hosts"}),
+    "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml"], {"upgrade_hosts", "upgrade_serial"}),
 }
 
 
@@ -29,35 +35,51 @@ def settings_used(text: str, prefix: str) -> set[str]:
     return set(re.findall(rf"(?<![\w./]){re.escape(prefix)}_[a-z0-9_]+(?!\w)(?!\.yml)", code))
 
 
-def play_problems(play: dict, role: str) -> list[str]:
-    """Why a day-2 play's settings would not be overridable from the inventory."""
-    problems = [f"play var {name} is a setting: play vars outrank the inventory; make it a default of roles/{role}"
-                for name in play.get("vars") or {} if not name.startswith("__")]
+def play_problems(play: dict, roles: list[str], base: Path = REPO / "playbooks") -> list[str]:
+    """Why a day-2 play's settings would not be overridable from the inventory (vars_files relative to ``base``)."""
+    play_vars = dict(play.get("vars") or {})
+    for name in play.get("vars_files") or []:
+        play_vars.update(yaml.safe_load((base / name).read_text()) or {})
+    problems = [f"play var {name} is a setting: play vars outrank the inventory; make it a default of roles/{roles[0]}"
+                for name in play_vars if not name.startswith("__")]
     listed = [r if isinstance(r, str) else r.get("role", r.get("name")) for r in play.get("roles") or []]
-    if f"gpuops.cluster.{role}" not in listed:
-        problems.append(f"the play does not list gpuops.cluster.{role} in roles: (its defaults would be undefined)")
+    problems += [f"the play does not list gpuops.cluster.{role} in roles: (its defaults would be undefined)"
+                 for role in roles if f"gpuops.cluster.{role}" not in listed]
     return problems
 
 
 @pytest.mark.parametrize("playbook", DAY2)
 def test_day2_settings_are_role_defaults_not_play_vars(playbook: str) -> None:
-    role, files, keywords = DAY2[playbook]
-    [play] = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
-    assert play_problems(play, role) == []
-    defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
-    used = set().union(*(settings_used((REPO / "playbooks" / f).read_text(), role) for f in files))
-    assert used, f"no {role}_* settings found in {files}: the pattern no longer matches"
-    missing = sorted(used - set(defaults) - keywords)
-    assert not missing, f"{playbook} reads {missing}, which roles/{role}/defaults/main.yml does not define"
+    roles, files, keywords = DAY2[playbook]
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    assert plays
+    for number, play in enumerate(plays, start=1):
+        assert play_problems(play, roles) == [], f"{playbook} play {number} ({play.get('name')})"
+    for role in roles:
+        defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
+        used = set().union(*(settings_used((REPO / "playbooks" / f).read_text(), role) for f in files))
+        assert used, f"no {role}_* settings found in {files}: the pattern no longer matches"
+        missing = sorted(used - set(defaults) - keywords)
+        assert not missing, f"{playbook} reads {missing}, which roles/{role}/defaults/main.yml does not define"
+
+
+def test_the_checks_find_settings_in_vars_files(tmp_path: Path) -> None:
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "vars" / "b.yml").write_text("__burnin: {}\nburnin_timeout: 5\n")
+    play = {"vars_files": ["vars/b.yml"], "roles": ["gpuops.cluster.burnin", {"role": "gpuops.cluster.validate"}]}
+    assert play_problems(play, ["burnin", "validate"], tmp_path) == [
+        "play var burnin_timeout is a setting: play vars outrank the inventory; make it a default of roles/burnin"]
 
 
 def test_the_checks_find_play_var_settings_and_stray_names() -> None:
     play = {"vars": {"validate_cuda_image": "x", "__validate_images": {}}, "roles": ["gpuops.cluster.validate"]}
-    assert play_problems(play, "validate") == [
+    assert play_problems(play, ["validate"]) == [
         "play var validate_cuda_image is a setting: play vars outrank the inventory; make it a default of "
         "roles/validate"]
-    assert play_problems({"roles": [{"role": "gpuops.cluster.validate"}]}, "validate") == []
-    assert play_problems({}, "diagnose") != []
+    assert play_problems({"roles": [{"role": "gpuops.cluster.validate"}]}, ["validate"]) == []
+    assert play_problems({}, ["diagnose"]) != []
+    assert play_problems({"roles": ["gpuops.cluster.burnin"]}, ["burnin", "validate"]) == [
+        "the play does not list gpuops.cluster.validate in roles: (its defaults would be undefined)"]
     text = ("# validate_in_a_comment\nx: \"{{ validate_timeout }} {{ __validate_rows }}\"\n"
             "y: \"{{ a | gpuops.cluster.validate_rows }}\"  # validate_trailing\nz: tasks/validate_report.yml\n"
             "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n")
