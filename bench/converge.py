@@ -39,8 +39,14 @@ TARGETS_GPU = False  # the demo node (playbooks/demo_node.yml) is a container gi
 
 
 def environment() -> dict[str, str]:
-    """ansible.cfg's jsonfile fact cache, in the bench's own folder (the second run reads what the first cached)."""
-    return playbook_env(REPO, cache_dir=LOGS / "converge-facts", bin_dir=Path(sys.executable).parent)
+    """ansible.cfg's jsonfile fact cache, in the bench's own folder (the second run reads what the first cached);
+    profile_tasks lists every task (its default is the slowest 20), so each task's median sees every round."""
+    return playbook_env(
+        REPO,
+        cache_dir=LOGS / "converge-facts",
+        bin_dir=Path(sys.executable).parent,
+        extra={"PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"},
+    )
 
 
 def playbook(name: str, *argv: str, env: dict[str, str]) -> tuple[float, str]:
