@@ -125,7 +125,7 @@ BENCH_ROUNDS ?= 3
 bench: venv images
 	@$(VENV)/bin/python bench/run.py
 	@$(VENV)/bin/python bench/fleet.py --sizes $(BENCH_SIZES) --rounds $(BENCH_ROUNDS)
-	@$(VENV)/bin/python bench/converge.py
+	@$(VENV)/bin/python bench/converge.py --rounds $(BENCH_ROUNDS)
 
 clean:
 	rm -rf build reports .cache .pytest_cache .ruff_cache

@@ -190,3 +190,29 @@ def test_fleet_measure_counts_the_peak_in_over_load(monkeypatch):
     assert result["over_load"] is True
     # ping and setup run `ansible` (1.0 s in this stub), preflight `ansible-playbook` (2.0 s)
     assert result["median_seconds"] == {"ping": 1.0, "setup": 1.0, "preflight": 2.0}
+
+
+def test_converge_rounds_are_shown_each_with_the_median_and_the_largest_changed():
+    gen = {**GEN, "script": "bench/converge.py", "command": "python bench/converge.py --rounds 3"}
+
+    def one(first, second, changed, loads):
+        return {"first_seconds": first, "second_seconds": second, "second_over_first": round(second / first, 3),
+                "first_recap": {"ok": 120, "changed": 12, "failed": 0},
+                "second_recap": {"ok": 110, "changed": changed, "failed": 0},
+                "load_1min_at_start": {"first": loads[0], "second": loads[1]}}
+
+    rounds = [one(80.0, 16.0, 0, (1.0, 1.5)), one(90.0, 15.3, 0, (1.1, 1.6)), one(85.0, 17.0, 2, (1.2, 1.7))]
+    entry = {"generator": gen, "rounds": 3, "first_seconds": 85.0, "second_seconds": 16.0, "second_over_first": 0.2,
+             "first_recap": rounds[0]["first_recap"], "second_recap": {**rounds[0]["second_recap"], "changed": 2},
+             "second_changed_per_round": [0, 0, 2], "second_slowest_tasks": [["a task", 1.25]],
+             "load_1min_at_start": rounds[0]["load_1min_at_start"], "each_round": rounds}
+    text = "\n".join(figures.converge_block(entry))
+    assert "The median of 3 rounds" in text
+    assert "| 85.0 s (changed=12) | 16.0 s (changed=2) | **0.20** (met) | 1.0 / 1.5 |" in text
+    assert "| 3 | 85.0 s (changed=12) | 17.0 s (changed=2) | 0.20 | 1.2 / 1.7 |" in text
+    assert "| 2 | 90.0 s (changed=12) | 15.3 s (changed=0) | 0.17 | 1.1 / 1.6 |" in text
+    assert "| a task | 1.25 |" in text
+    readme = "\n".join(figures.readme_performance({"converge": entry}))
+    assert "median of 3 rounds, **0.20** (target <= 0.20), re-run changed=2." in readme
+    over = {**entry, "second_over_first": 0.201}
+    assert "**0.20** (not met)" in "\n".join(figures.converge_block(over))
