@@ -85,7 +85,7 @@ collection: venv
 report-test: host venv
 	@scripts/run-tests.sh report
 
-# On a GPU host: tests/gpu (gpu_facts, topology, driver, validate and diagnose live); skips with the reason elsewhere.
+# On a GPU host: tests/gpu (gpu_facts, topology, driver, validate and diagnose live, gpu_health); skips with the reason elsewhere.
 gpu-test: venv
 	@$(VENV)/bin/pytest -q -p no:cacheprovider -rs tests/gpu
 
