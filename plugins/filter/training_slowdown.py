@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import slowdown_query as sq
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import (
-    SlowdownInputError,
-    check_signals,
-    training_slowdown as rule,
-)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import SlowdownInputError, check_signals
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import training_slowdown as rule
 
 
 def training_slowdown(signals, thresholds=None) -> list[dict]:
@@ -26,22 +23,9 @@ def training_slowdown(signals, thresholds=None) -> list[dict]:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def slowdown_queries(platform, job="", window="", gpus=None, members=None, namespace="", hosts=None, now=0.0,
-                     lookback_s=21600, pcie_gbps=None, pcie_gen=4, nvlink_peak_gbps=None, topologies=None,
-                     rate_window="5m") -> dict:
+def slowdown_queries(platform, **options) -> dict:
     try:
-        now = float(now)
-        span = sq.parse_window(window, now) if window else sq.parse_window(f"{now - float(lookback_s)}/{now}", now)
-        sels = sq.selectors(str(platform), str(job or ""), gpus, members, str(namespace or ""), list(hosts or []))
-        pcie = float(pcie_gbps) if pcie_gbps not in (None, "") else sq.pcie_gbps(pcie_gen)
-        if nvlink_peak_gbps in (None, ""):
-            peaks = [sq.nvlink_peak_gbps(t) for t in topologies or [] if isinstance(t, dict)]
-            nvlink_peak_gbps = max((p for p in peaks if p), default=None)
-        known = nvlink_peak_gbps is not None
-        return {**span, "start_utc": sq.utc(span["start"]), "end_utc": sq.utc(span["end"]), "selectors": sels,
-                "pcie_gbps": pcie, "nvlink_peak_gbps": float(nvlink_peak_gbps) if known else None,
-                "nvlink_capacity_known": known,
-                "queries": sq.queries(sels, pcie, float(nvlink_peak_gbps) if known else 1.0, str(rate_window))}
+        return sq.build(str(platform), options)
     except (SlowdownInputError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"slowdown_queries: {exc}") from exc
 

@@ -32,6 +32,9 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import NVL
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 MAX_POINTS = 1000  # per series and query; Prometheus refuses above 11000
+MIN_STEP_S = 15  # dcgm-exporter's and Prometheus's usual interval
+ROUNDING = 1.02  # a fraction up to this is the capacity's rounding (MiB vs MB, link overhead), read as 1
+MULTI_GPU = 2
 METRICS = ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL",
            "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
            "DCGM_FI_DEV_THERMAL_VIOLATION")
@@ -56,14 +59,14 @@ def _time(text: str, now: float, what: str) -> float:
 
 def parse_window(window: str, now: float) -> dict:
     """``<start>/<end>`` -> {start, end, step} in Unix seconds; the step keeps each series under MAX_POINTS."""
-    parts = str(window).split("/")
-    if len(parts) != 2:
+    first, sep, last = str(window).partition("/")
+    if not sep or "/" in last:
         raise SlowdownInputError(f"diagnose_window '{window}' is not <start>/<end>. Fix: e.g. "
                                  "-e diagnose_window=2026-12-01T09:00:00Z/2026-12-01T11:00:00Z")
-    start, end = _time(parts[0], now, "start"), _time(parts[1], now, "end")
+    start, end = _time(first, now, "start"), _time(last, now, "end")
     if end <= start:
         raise SlowdownInputError(f"diagnose_window '{window}': the end is not after the start. Fix: <start>/<end>")
-    return {"start": start, "end": end, "step": max(15, math.ceil((end - start) / MAX_POINTS))}
+    return {"start": start, "end": end, "step": max(MIN_STEP_S, math.ceil((end - start) / MAX_POINTS))}
 
 
 def _literal(value: str) -> str:
@@ -181,11 +184,11 @@ def window_means(answers: dict, nvlink_capacity_known: bool = True) -> dict:
             means[name] = int(max(values)) if values else None
         else:
             means[name] = round(sum(values) / len(values), 4) if values else None
-    # A fraction a hair above 1 is the capacity's rounding (MiB vs MB, link overhead); more is refused by the rule.
+    # A fraction a hair above 1 is the capacity's rounding; more is refused by the rule.
     for name in ("pcie_util", "nvlink_util"):
-        if means[name] is not None and 1.0 < means[name] <= 1.02:
+        if means[name] is not None and 1.0 < means[name] <= ROUNDING:
             means[name] = 1.0
-    if (means["gpu_count"] or 0) < 2 or not nvlink_capacity_known:
+    if (means["gpu_count"] or 0) < MULTI_GPU or not nvlink_capacity_known:
         means["nvlink_util"] = None
     return means
 
@@ -232,3 +235,31 @@ def pcie_gbps(generation) -> float:
 
 def utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+OPTIONS = {"job": "", "window": "", "gpus": None, "members": None, "namespace": "", "hosts": None, "now": 0.0,
+           "lookback_s": 21600, "pcie_gbps": None, "pcie_gen": 4, "nvlink_peak_gbps": None, "topologies": None,
+           "rate_window": "5m"}
+
+
+def build(platform: str, options: dict) -> dict:
+    """The filter slowdown_queries: the window (``window``, else the last ``lookback_s`` before ``now``), the job's
+    selectors, the capacities (``pcie_gbps``, else from ``pcie_gen``; ``nvlink_peak_gbps``, else from
+    ``topologies``, else NVLink is not judged) and the queries."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise SlowdownInputError(f"unknown option(s) {unknown}; allowed: {sorted(OPTIONS)}")
+    o = {**OPTIONS, **options}
+    now = float(o["now"])
+    span = parse_window(o["window"] or f"{now - float(o['lookback_s'])}/{now}", now)
+    sels = selectors(platform, str(o["job"] or ""), o["gpus"], o["members"], str(o["namespace"] or ""),
+                     list(o["hosts"] or []))
+    pcie = float(o["pcie_gbps"]) if o["pcie_gbps"] not in (None, "") else pcie_gbps(o["pcie_gen"])
+    peak = o["nvlink_peak_gbps"]
+    if peak in (None, ""):
+        peak = max((p for p in (nvlink_peak_gbps(t) for t in o["topologies"] or [] if isinstance(t, dict)) if p),
+                   default=None)
+    known = peak is not None
+    return {**span, "start_utc": utc(span["start"]), "end_utc": utc(span["end"]), "selectors": sels,
+            "pcie_gbps": pcie, "nvlink_peak_gbps": float(peak) if known else None, "nvlink_capacity_known": known,
+            "queries": queries(sels, pcie, float(peak) if known else 1.0, str(o["rate_window"]))}

@@ -28,6 +28,7 @@ Order when several hold (most likely first): ``thermal`` first; ``topology`` bef
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 
 THRESHOLDS = {
@@ -42,6 +43,7 @@ SIGNALS = ("memory_bandwidth_util", "nvlink_util", "gpu_temp_c", "pcie_util", "s
            "throttle_thermal")
 FRACTIONS = ("memory_bandwidth_util", "nvlink_util", "pcie_util", "sm_active", "throttle_thermal")
 CAUSES = ("input_bound", "topology", "thermal", "pcie_bound")
+MULTI_GPU = 2  # NVLink is judged from this many GPUs on
 
 FIXES = {
     "input_bound": (
@@ -86,7 +88,7 @@ def _number(name: str, value, where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise SlowdownInputError(f"{where} {name} is {value!r} ({type(value).__name__}); expected a number or null. "
                                  "Fix: pass the window mean as a number, null when it was not measured")
-    if value != value or value < 0:  # NaN or negative
+    if math.isnan(value) or value < 0:
         raise SlowdownInputError(f"{where} {name} is {value!r}; expected a number >= 0. "
                                  "Fix: pass the window mean, null when it was not measured")
     return float(value)
@@ -151,7 +153,7 @@ def _causes(s: dict, t: dict) -> dict[str, dict]:
             "shortfall": _shortfall(mem, t["memory_bandwidth_util_min"])},
             f"memory bandwidth {mem:.0%} < {t['memory_bandwidth_util_min']:.0%}: the GPUs wait for data")
     # Multi-GPU: gpu_count >= 2, or, when the count is unknown, an NVLink figure at all (null means single-GPU).
-    multi = s["gpu_count"] >= 2 if s["gpu_count"] is not None else nvl is not None
+    multi = s["gpu_count"] >= MULTI_GPU if s["gpu_count"] is not None else nvl is not None
     if nvl is not None and multi and nvl < t["nvlink_util_min"]:
         found["topology"] = _found("topology", {
             "nvlink_util": nvl, "threshold": t["nvlink_util_min"], "gpu_count": s["gpu_count"],
@@ -182,7 +184,7 @@ def order(found: dict[str, dict]) -> list[dict]:
     """The causes found, most likely first (ORDER_RULES)."""
     ranked: list[str] = ["thermal"] if "thermal" in found else []
     rest = [c for c in ("topology", "pcie_bound", "input_bound") if c in found]
-    if "pcie_bound" not in found and len(rest) == 2:
+    if "pcie_bound" not in found and {"topology", "input_bound"} <= set(found):
         topo, inp = found["topology"]["evidence"]["shortfall"], found["input_bound"]["evidence"]["shortfall"]
         rest = ["input_bound", "topology"] if inp > topo else ["topology", "input_bound"]
     return [found[c] for c in ranked + rest]

@@ -26,7 +26,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -34,15 +33,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer, slowdown_queries
 from ansible_env import playbook_env
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "collections") not in sys.path:  # the collection in place, as tests/unit/conftest.py does
-    sys.path.insert(0, str(ROOT / "collections"))
 VENV_BIN = ROOT / ".venv" / "bin"
 PROMETHEUS = os.environ.get("GPUOPS_PROMETHEUS") or shutil.which("prometheus")
 PROMTOOL = os.environ.get("GPUOPS_PROMTOOL") or shutil.which("promtool")
 STEP = 15
+JOB_GPUS = 2
+TEMP_MAX_C = 80
+HTTP_OK = 200
 NVLINK_PEAK_GBPS = 900.0  # H100: 18 links x 25 GB/s x 2 directions, as gpuops_plan's topology below says
 PCIE_GBPS = 31.5  # Gen4 x16, one direction
 pytestmark = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL),
@@ -73,11 +75,11 @@ def plain(ns: str, pod: str) -> dict:
 
 LEVELS = {
     # memory bandwidth, NVLink share, temperature, PCIe share (busier direction), SM active, thermal throttle share
-    "input": dict(dram=0.28, nvlink=0.45, temp=64, pcie=0.08, sm=0.30, throttle=0.0, util=38),
-    "topology": dict(dram=0.55, nvlink=0.22, temp=69, pcie=0.45, sm=0.62, throttle=0.0, util=91),
-    "healthy": dict(dram=0.74, nvlink=0.88, temp=71, pcie=0.12, sm=0.86, throttle=0.0, util=98),
-    "hot": dict(dram=0.72, nvlink=0.90, temp=86, pcie=0.10, sm=0.80, throttle=0.35, util=97),
-    "idle": dict(dram=0.0, nvlink=0.0, temp=34, pcie=0.0, sm=0.0, throttle=0.0, util=0),
+    "input": {"dram": 0.28, "nvlink": 0.45, "temp": 64, "pcie": 0.08, "sm": 0.30, "throttle": 0.0, "util": 38},
+    "topology": {"dram": 0.55, "nvlink": 0.22, "temp": 69, "pcie": 0.45, "sm": 0.62, "throttle": 0.0, "util": 91},
+    "healthy": {"dram": 0.74, "nvlink": 0.88, "temp": 71, "pcie": 0.12, "sm": 0.86, "throttle": 0.0, "util": 98},
+    "hot": {"dram": 0.72, "nvlink": 0.90, "temp": 86, "pcie": 0.10, "sm": 0.80, "throttle": 0.35, "util": 97},
+    "idle": {"dram": 0.0, "nvlink": 0.0, "temp": 34, "pcie": 0.0, "sm": 0.0, "throttle": 0.0, "util": 0},
 }
 SERIES = [
     # (GPU labels, level, window)
@@ -124,7 +126,7 @@ def openmetrics(t0: int) -> str:
     out = []
     for name, lines in families.items():
         out += [f"# TYPE {name} gauge", *lines]
-    return "\n".join(out + ["# EOF"]) + "\n"
+    return "\n".join([*out, "# EOF"]) + "\n"
 
 
 def free_port() -> int:
@@ -155,7 +157,7 @@ def prometheus(tmp_path_factory):
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
+                    if answer.status == HTTP_OK:
                         break
             except OSError:
                 pass
@@ -204,8 +206,6 @@ def diagnose(tmp_path: Path, url: str, platform: str, window: tuple[int, int], *
 
 def direct(url: str, platform: str, window: tuple[int, int], **kwargs) -> dict:
     """What the playbook's query tasks do, without the playbook: the filters and the same POSTs."""
-    from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer, slowdown_queries
-
     q = slowdown_queries(platform, window=f"{window[0]}/{window[1]}", now=time.time(),
                          members=plan(platform)["team"]["members"], topologies=[plan(platform)["hosts"]["localhost"]
                                                                                 ["topology"]], **kwargs)
@@ -226,12 +226,14 @@ def test_kubernetes_input_bound_job(prometheus, tmp_path):
     answer = diagnose(tmp_path, url, "kubernetes", (t0 - 600, t0 + 2400), diagnose_job="resnet-input")
     assert answer["verdict"] == "slow"
     assert causes(answer)[0] == "input_bound", answer["causes"]
-    assert "thermal" not in causes(answer) and "pcie_bound" not in causes(answer)
-    assert answer["signals"]["gpu_count"] == 2
+    assert "thermal" not in causes(answer)
+    assert "pcie_bound" not in causes(answer)
+    assert answer["signals"]["gpu_count"] == JOB_GPUS
     assert answer["signals"]["memory_bandwidth_util"] == pytest.approx(0.28, abs=0.02)
     assert answer["signals"]["nvlink_util"] == pytest.approx(0.45, abs=0.02)  # capacity from the plan's NV18
     assert "1. input_bound" in answer["stdout"]
-    assert "input_bound" in answer["html"] and "Is training slow?" in answer["html"]
+    assert "input_bound" in answer["html"]
+    assert "Is training slow?" in answer["html"]
 
 
 def test_kubernetes_topology_bound_job_plain_pod_labels(prometheus, tmp_path):
@@ -240,14 +242,15 @@ def test_kubernetes_topology_bound_job_plain_pod_labels(prometheus, tmp_path):
                       diagnose_namespace="team-nlp")
     # Memory bandwidth (55%) is under its line too, by much less than NVLink (22%) is under its own.
     assert causes(answer) == ["topology", "input_bound"], answer["causes"]
-    assert answer["signals"]["gpu_count"] == 2
+    assert answer["signals"]["gpu_count"] == JOB_GPUS
     assert answer["causes"][0]["evidence"]["nvlink_util"] == pytest.approx(0.22, abs=0.02)
 
 
 def test_kubernetes_healthy_job(prometheus, tmp_path):
     url, t0 = prometheus
     answer = diagnose(tmp_path, url, "kubernetes", (t0 - 600, t0 + 2400), diagnose_job="gpt-healthy")
-    assert answer["verdict"] == "healthy" and answer["causes"] == []
+    assert answer["verdict"] == "healthy"
+    assert answer["causes"] == []
     assert answer["signals"]["memory_bandwidth_util"] == pytest.approx(0.74, abs=0.02)
     assert "HEALTHY" in answer["stdout"]
 
@@ -257,7 +260,7 @@ def test_compose_member_counts_only_busy_steps(prometheus, tmp_path):
     # The window covers alice's busy half hour and the idle half hour after it.
     answer = diagnose(tmp_path, url, "compose", (t0 + COMPOSE_BUSY[0], t0 + COMPOSE_IDLE[1]), diagnose_job="alice")
     assert causes(answer) == ["thermal"], answer["causes"]
-    assert answer["signals"]["gpu_temp_c"] > 80
+    assert answer["signals"]["gpu_temp_c"] > TEMP_MAX_C
     assert answer["signals"]["throttle_thermal"] == pytest.approx(0.35, abs=0.03)
     assert answer["signals"]["memory_bandwidth_util"] == pytest.approx(0.72, abs=0.02)  # idle steps left out
 
@@ -267,7 +270,7 @@ def test_window_and_gpus_by_uuid(prometheus, tmp_path):
     uuids = ",".join(gpu("node-c", i)["UUID"] for i in (4, 5))
     answer = direct(url, "kubernetes", (t0, t0 + 1800), gpus=uuids, hosts=["localhost"])
     assert answer["verdict"] == "healthy", answer
-    assert answer["signals"]["gpu_count"] == 2
+    assert answer["signals"]["gpu_count"] == JOB_GPUS
     # By index on Kubernetes the play's hosts name the node (dcgm-exporter's Hostname).
     by_index = direct(url, "kubernetes", (t0, t0 + 1800), gpus="0,1", hosts=["node-a"])
     assert causes(by_index)[0] == "input_bound", by_index["causes"]
@@ -276,14 +279,12 @@ def test_window_and_gpus_by_uuid(prometheus, tmp_path):
 def test_a_job_with_no_series_says_no_data(prometheus):
     url, t0 = prometheus
     answer = direct(url, "kubernetes", (t0, t0 + 1800), job="never-ran")
-    assert answer["verdict"] == "no data" and answer["causes"] == []
+    assert answer["verdict"] == "no data"
+    assert answer["causes"] == []
     assert any(line.startswith("NO DATA") for line in answer["lines"])
 
 
 def test_a_bad_query_is_refused_with_prometheus_reason(prometheus):
-    from ansible.errors import AnsibleFilterError
-    from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer
-
     url, t0 = prometheus
     body = urllib.parse.urlencode({"query": "avg(", "start": t0, "end": t0 + 60, "step": 15}).encode()
     try:
@@ -291,5 +292,5 @@ def test_a_bad_query_is_refused_with_prometheus_reason(prometheus):
         raise AssertionError("Prometheus accepted a broken query")
     except urllib.error.HTTPError as exc:
         reply = json.load(exc)
-    with pytest.raises(AnsibleFilterError, match="Prometheus refused the memory_bandwidth_util query: .*parse error"):
+    with pytest.raises(AnsibleFilterError, match=r"Prometheus refused the memory_bandwidth_util query: .*parse error"):
         slowdown_answer({"memory_bandwidth_util": reply})
