@@ -9,7 +9,10 @@ tasks and filters a site runs, against that Prometheus, and the answer in slowdo
   exported_pod/exported_namespace as the GPU Operator's ServiceMonitor with honorLabels: false leaves them),
   `bert-topo` (topology-bound; two worker pods, plain pod/namespace labels as with honorLabels: true) and
   `gpt-healthy` (healthy);
-- Compose: member alice's GPUs (gpuops_plan.team.members) running hot, then idle (the idle steps must not count);
+  The healthy job goes the Kubernetes default way, `kubectl get --raw` through the API server's service proxy,
+  with a stand-in kubectl that checks the proxy path and forwards the rest to this Prometheus (no API server here);
+- Compose: member alice's GPUs (gpuops_plan.team.members) running hot, then idle (the idle steps must not count),
+  Prometheus found from the stack's own variables (compose_stack_bind_address, compose_stack_ports.prometheus);
 - a window with diagnose_gpus (UUIDs) instead of a job, and a job without series ("no data"): the same filters
   the playbook calls (slowdown_queries, slowdown_answer) with the same POST to /api/v1/query_range, without a
   playbook run each (they cost ~30 s apiece on 2 cores).
@@ -182,18 +185,47 @@ def plan(platform: str) -> dict:
             "hosts": {"localhost": {"topology": nv18}}}
 
 
-def diagnose(tmp_path: Path, url: str, platform: str, window: tuple[int, int], **extra) -> dict:
-    """diagnose.yml on localhost against ``url``; returns slowdown.json's one entry, and the run's stdout."""
+PROXY = "/api/v1/namespaces/monitoring/services/kube-prometheus-stack-prometheus:http-web/proxy"
+FAKE_KUBECTL = f"""#!{VENV_BIN / 'python'}
+# Stand-in for `kubectl get --raw PATH` (no API server here): the path must be kube-prometheus-stack's Prometheus
+# through the service proxy; the rest goes to the test's Prometheus. Every call is logged.
+import os, sys, urllib.request
+args = sys.argv[1:]
+with open(os.environ["FAKE_KUBECTL_LOG"], "a") as log:
+    log.write(" ".join(args) + "\\n")
+if args[:2] != ["get", "--raw"] or not args[2].startswith("{PROXY}/api/v1/query_range?"):
+    sys.exit("fake kubectl: unexpected call " + repr(args))
+with urllib.request.urlopen(os.environ["FAKE_KUBECTL_PROMETHEUS"] + args[2][len("{PROXY}"):], timeout=30) as r:
+    sys.stdout.write(r.read().decode())
+"""
+
+
+def diagnose(tmp_path: Path, url: str, platform: str, window: tuple[int, int], via: str = "url", **extra) -> dict:
+    """diagnose.yml on localhost against ``url``: ``via`` "url" (diagnose_prometheus_url), "kubectl" (the stand-in
+    kubectl) or "compose" (the Compose stack's own address and port variables); returns slowdown.json's one entry,
+    the run's stdout, the report's HTML and Markdown."""
     (tmp_path / "hosts.yml").write_text(
         "all:\n  children:\n    gpu_nodes:\n      hosts:\n        localhost:\n"
         f"          ansible_connection: local\n          ansible_python_interpreter: {VENV_BIN / 'python'}\n")
     reports = tmp_path / "reports"
-    extra_vars = {"gpuops_plan": plan(platform), "diagnose_prometheus_url": url, "diagnose_report_dir": str(reports),
+    extra_vars = {"gpuops_plan": plan(platform), "diagnose_report_dir": str(reports),
                   "diagnose_window": f"{window[0]}/{window[1]}", **extra}
+    env = playbook_env(ROOT, cache="memory", bin_dir=VENV_BIN)
+    if via == "kubectl":
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "kubectl").write_text(FAKE_KUBECTL)
+        (fake / "kubectl").chmod(0o755)
+        env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE_KUBECTL_LOG": str(tmp_path / "kubectl.log"),
+                "FAKE_KUBECTL_PROMETHEUS": url}
+    elif via == "compose":
+        host, port = url.removeprefix("http://").split(":")
+        extra_vars |= {"compose_stack_bind_address": host, "compose_stack_ports": {"prometheus": int(port)}}
+    else:
+        extra_vars["diagnose_prometheus_url"] = url
     run = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
                           str(ROOT / "playbooks" / "diagnose.yml"), "-e", json.dumps(extra_vars)],
-                         cwd=ROOT, env=playbook_env(ROOT, cache="memory", bin_dir=VENV_BIN),
-                         capture_output=True, text=True, timeout=600, check=False)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     found = sorted(reports.glob("*-slowdown/slowdown.json"))
     assert len(found) == 1, run.stdout[-3000:]
@@ -246,9 +278,12 @@ def test_kubernetes_topology_bound_job_plain_pod_labels(prometheus, tmp_path):
     assert answer["causes"][0]["evidence"]["nvlink_util"] == pytest.approx(0.22, abs=0.02)
 
 
-def test_kubernetes_healthy_job(prometheus, tmp_path):
+def test_kubernetes_healthy_job_through_the_api_server_proxy(prometheus, tmp_path):
     url, t0 = prometheus
-    answer = diagnose(tmp_path, url, "kubernetes", (t0 - 600, t0 + 2400), diagnose_job="gpt-healthy")
+    answer = diagnose(tmp_path, url, "kubernetes", (t0 - 600, t0 + 2400), via="kubectl",
+                      diagnose_job="gpt-healthy")
+    calls = (tmp_path / "kubectl.log").read_text().splitlines()
+    assert len(calls) == len(answer["signals"])  # one range query per signal, all through the proxy
     assert answer["verdict"] == "healthy"
     assert answer["causes"] == []
     assert answer["signals"]["memory_bandwidth_util"] == pytest.approx(0.74, abs=0.02)
@@ -258,7 +293,9 @@ def test_kubernetes_healthy_job(prometheus, tmp_path):
 def test_compose_member_counts_only_busy_steps(prometheus, tmp_path):
     url, t0 = prometheus
     # The window covers alice's busy half hour and the idle half hour after it.
-    answer = diagnose(tmp_path, url, "compose", (t0 + COMPOSE_BUSY[0], t0 + COMPOSE_IDLE[1]), diagnose_job="alice")
+    # Prometheus found as the compose stack publishes it (compose_stack_bind_address, compose_stack_ports).
+    answer = diagnose(tmp_path, url, "compose", (t0 + COMPOSE_BUSY[0], t0 + COMPOSE_IDLE[1]), via="compose",
+                      diagnose_job="alice")
     assert causes(answer) == ["thermal"], answer["causes"]
     assert answer["signals"]["gpu_temp_c"] > TEMP_MAX_C
     assert answer["signals"]["throttle_thermal"] == pytest.approx(0.35, abs=0.03)
