@@ -219,8 +219,8 @@ def answer_lines(answer: dict) -> list[str]:
         lines += [f"{rank}. {cause['cause']}: {cause['summary']}", f"   fix: {cause['fix']}"]
     if answer.get("verdict") == "healthy":
         missing = answer.get("not_measured") or []
-        lines.append("HEALTHY: no signal past its threshold" + (f" (not measured: {', '.join(missing)})"
-                                                                  if missing else ""))
+        note = f" (not measured: {', '.join(missing)})" if missing else ""
+        lines.append("HEALTHY: no signal past its threshold" + note)
     return lines
 
 

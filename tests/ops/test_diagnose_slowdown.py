@@ -100,9 +100,12 @@ SERIES = [
 ]
 
 
-def samples(level: dict, t: int, n: int, throttled_ns: float) -> dict[str, float]:
+def clamp(value: float) -> float:
+    return min(max(value, 0.0), 1.0)
+
+
+def samples(level: dict, n: int, throttled_ns: float) -> dict[str, float]:
     wobble = 0.03 * math.sin(n / 3.0)  # +-3 points around the level, mean ~0 over the window
-    clamp = lambda v: min(max(v, 0.0), 1.0)  # noqa: E731
     pcie = clamp(level["pcie"] + wobble) * PCIE_GBPS * 1e9
     return {
         "DCGM_FI_PROF_DRAM_ACTIVE": clamp(level["dram"] + wobble),
@@ -124,7 +127,7 @@ def openmetrics(t0: int) -> str:
         for n, offset in enumerate(range(begin, end, STEP)):
             throttled += level["throttle"] * STEP * 1e9
             lbl = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-            for name, value in samples(level, offset, n, throttled).items():
+            for name, value in samples(level, n, throttled).items():
                 families.setdefault(name, []).append(f"{name}{{{lbl}}} {value:.6g} {t0 + offset}")
     out = []
     for name, lines in families.items():
@@ -324,10 +327,8 @@ def test_a_job_with_no_series_says_no_data(prometheus):
 def test_a_bad_query_is_refused_with_prometheus_reason(prometheus):
     url, t0 = prometheus
     body = urllib.parse.urlencode({"query": "avg(", "start": t0, "end": t0 + 60, "step": 15}).encode()
-    try:
+    with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{url}/api/v1/query_range", data=body, timeout=30)
-        raise AssertionError("Prometheus accepted a broken query")
-    except urllib.error.HTTPError as exc:
-        reply = json.load(exc)
+    reply = json.load(refused.value)
     with pytest.raises(AnsibleFilterError, match=r"Prometheus refused the memory_bandwidth_util query: .*parse error"):
         slowdown_answer({"memory_bandwidth_util": reply})

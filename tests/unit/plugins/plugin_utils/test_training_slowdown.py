@@ -97,8 +97,8 @@ def test_pcie_needs_both_signals():
 
 
 def test_thermal_comes_first():
-    assert causes(gpu_temp_c=85.0, memory_bandwidth_util=0.2, nvlink_util=0.1) == ["thermal", "topology",
-                                                                                    "input_bound"]
+    found = causes(gpu_temp_c=85.0, memory_bandwidth_util=0.2, nvlink_util=0.1)
+    assert found == ["thermal", "topology", "input_bound"]
 
 
 def test_topology_before_pcie_before_input_when_pcie_holds():
