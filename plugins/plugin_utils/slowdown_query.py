@@ -244,7 +244,7 @@ OPTIONS = {"job": "", "window": "", "gpus": None, "members": None, "namespace": 
 
 def build(platform: str, options: dict) -> dict:
     """The filter slowdown_queries: the window (``window``, else the last ``lookback_s`` before ``now``), the job's
-    selectors, the capacities (``pcie_gbps``, else from ``pcie_gen``; ``nvlink_peak_gbps``, else from
+    selectors, the capacities (``pcie_gbps``, else (0 or None) from ``pcie_gen``; ``nvlink_peak_gbps``, else from
     ``topologies``, else NVLink is not judged) and the queries."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -254,9 +254,9 @@ def build(platform: str, options: dict) -> dict:
     span = parse_window(o["window"] or f"{now - float(o['lookback_s'])}/{now}", now)
     sels = selectors(platform, str(o["job"] or ""), o["gpus"], o["members"], str(o["namespace"] or ""),
                      list(o["hosts"] or []))
-    pcie = float(o["pcie_gbps"]) if o["pcie_gbps"] not in (None, "") else pcie_gbps(o["pcie_gen"])
+    pcie = float(o["pcie_gbps"]) if o["pcie_gbps"] not in (None, "", 0) else pcie_gbps(o["pcie_gen"])
     peak = o["nvlink_peak_gbps"]
-    if peak in (None, ""):
+    if peak in (None, "", 0):
         peak = max((p for p in (nvlink_peak_gbps(t) for t in o["topologies"] or [] if isinstance(t, dict)) if p),
                    default=None)
     known = peak is not None
