@@ -1,4 +1,5 @@
-"""Under CI=true a test may not skip because its environment is missing: docker, a gpuops image or ../shared/data.
+"""Under CI=true a test may not skip because its environment is missing: docker, a gpuops image, ../shared/data or
+Prometheus (tests/ops/test_diagnose_slowdown.py).
 
 Such skips keep their reason and become failures, so a CI run cannot pass by testing less than it should; without
 CI they stay skips (scripts/run-tests.sh lists them, with their reasons, before its summary line). Loaded for every
@@ -19,7 +20,8 @@ import pytest
 ENVIRONMENT_SKIPS = re.compile(
     r"^(docker is not available"  # no docker CLI, or no daemon answers
     r"|image \S+ is missing"  # a gpuops/* image not built (make images)
-    r"|real third-party data not present)"  # ../shared/data, or a file in it, absent
+    r"|real third-party data not present"  # ../shared/data, or a file in it, absent
+    r"|prometheus is not available)"  # no prometheus/promtool binaries (Debian package prometheus)
 )
 
 

@@ -4,6 +4,7 @@ preflight reports and the validate results. Controller-side and pure: data in, t
 Input per host: the preflight JSON report (host, os, gpu, topology, plan, result; any part may be missing),
 optionally with "pool" and "validate" (a list of {step, status, detail}; status ok | failed | skipped), and
 "health" (health.yml's plan for the host: status, action, reason, items, out_of_service; plugin_utils/health.py).
+"slowdown" (diagnose.yml's "is training slow?" answer: {job, window, verdict, signals, causes}).
 The burn-in report (plugin_utils/burnin.py judge_fleet), when given, is the page's ``burnin`` section.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from html import escape
 from math import log2
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.slowdown_report import slowdown_html
 
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
 STATUS_CLASS = {"ok": "ok", "passed": "ok", "failed": "bad", "broken": "bad", "error": "bad", "warn": "warn",
@@ -269,6 +272,7 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
     html.append("</tbody></table>")
     html += burnin_section(burnin)
+    html.append(slowdown_html(sorted(reports, key=lambda r: str(r.get("host", "")))))
     for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
         name = str(report.get("host", "?"))
         svg = topology_svg(report.get("topology"), f"{name}: GPU, NVLink, NUMA and NIC topology")

@@ -24,7 +24,7 @@ DAY2 = {
                    ["burnin.yml", "vars/burnin.yml", *(f"tasks/{p.name}" for p in
                                                        sorted((REPO / "playbooks" / "tasks").glob("burnin_*.yml")))],
                    {"burnin_hosts"}),
-    "diagnose.yml": (["diagnose"], ["diagnose.yml"], {"diagnose_hosts"}),
+    "diagnose.yml": (["diagnose"], ["diagnose.yml", "tasks/diagnose_slowdown.yml"], {"diagnose_hosts"}),
     "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml"], {"upgrade_hosts", "upgrade_serial"}),
 }
 

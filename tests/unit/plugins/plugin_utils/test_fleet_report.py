@@ -68,3 +68,22 @@ def test_page_is_self_contained_and_escaped():
     assert "<link" not in page
     assert page.count("<svg") == HOSTS_WITH_TOPOLOGY, "one drawing per host with a topology"
     assert "skipped: no GPU" in page
+
+
+def test_slowdown_answer_is_a_section_with_causes_in_order():
+    answer = {"job": "bert-topo", "window": "2026-12-01T09:00:00Z/2026-12-01T11:00:00Z", "verdict": "slow",
+              "signals": {"memory_bandwidth_util": 0.55, "nvlink_util": 0.22, "sm_active": None},
+              "causes": [{"cause": "topology", "summary": "NVLink 22% < 80% across 2 GPUs", "fix": "check <topo>"},
+                         {"cause": "input_bound", "summary": "memory bandwidth 55% < 60%", "fix": "more workers"}]}
+    page = render_fleet_report([{"host": "cp1", "slowdown": answer}, {"host": "gpu1"}], "20261201T110000Z")
+    section = re.search(r"<section class='host slowdown' data-job='bert-topo'>.*?</section>", page, re.S).group(0)
+    assert "Is training slow? bert-topo" in section
+    assert "<span class=\"badge bad\">slow</span>" in section
+    assert "window means: memory_bandwidth_util 0.55, nvlink_util 0.22" in section  # None left out
+    rows = re.findall(r"<tr><td>(\d)</td><td>(\w+)</td>", section)
+    assert rows == [("1", "topology"), ("2", "input_bound")]
+    assert "check &lt;topo&gt;" in section  # escaped
+    healthy = render_fleet_report([{"host": "h", "slowdown": {**answer, "verdict": "healthy", "causes": []}}])
+    assert "<span class=\"badge ok\">healthy</span>" in healthy
+    assert "slowdown-causes" not in healthy
+    assert "slowdown" not in render_fleet_report([{"host": "gpu1"}])

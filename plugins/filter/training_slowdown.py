@@ -1,0 +1,51 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters: ``signals | gpuops.cluster.training_slowdown(thresholds=...)`` (the rule), and the two steps of
+playbooks/tasks/diagnose_slowdown.yml around it: ``slowdown_queries`` (which series, which window) and
+``slowdown_answer`` (Prometheus's answers -> window means -> causes).
+
+Thin: the rule is plugins/plugin_utils/training_slowdown.py, the Prometheus side plugins/plugin_utils/slowdown_query.py;
+documentation in training_slowdown.yml, slowdown_queries.yml and slowdown_answer.yml.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import slowdown_query as sq
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import SlowdownInputError, check_signals
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import training_slowdown as rule
+
+
+def training_slowdown(signals, thresholds=None) -> list[dict]:
+    try:
+        return rule(signals, thresholds)
+    except SlowdownInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def slowdown_queries(platform, **options) -> dict:
+    try:
+        return sq.build(str(platform), options)
+    except (SlowdownInputError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"slowdown_queries: {exc}") from exc
+
+
+def slowdown_answer(answers, nvlink_capacity_known=True, thresholds=None, about=None) -> dict:
+    try:
+        signals = check_signals(sq.window_means(dict(answers or {}), bool(nvlink_capacity_known)))
+        causes = rule(signals, thresholds)
+    except SlowdownInputError as exc:
+        raise AnsibleFilterError(f"slowdown_answer: {exc}") from exc
+    measured = [k for k, v in signals.items() if v is not None]
+    verdict = "no data" if not measured else ("slow" if causes else "healthy")
+    answer = {**dict(about or {}), "signals": signals, "causes": causes, "verdict": verdict,
+              "not_measured": [k for k, v in signals.items() if v is None], "means": sq.means_text(signals)}
+    return {**answer, "lines": sq.answer_lines(answer)}
+
+
+class FilterModule:
+    """gpuops.cluster "is training slow?" filters."""
+
+    def filters(self) -> dict:
+        return {"training_slowdown": training_slowdown, "slowdown_queries": slowdown_queries,
+                "slowdown_answer": slowdown_answer}
