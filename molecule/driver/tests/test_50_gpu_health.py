@@ -31,7 +31,7 @@ def test_the_mirror_offers_a_newer_dcgm_and_the_packages_are_labelled(host):
     # Precondition of the pin tests: without a newer version they would pass trivially.
     out = host.check_output(f"apt-cache madison {' '.join(PACKAGES)}")
     for name in PACKAGES:
-        assert re.search(rf"^\s*{re.escape(name)} \| {re.escape(NEWER)} \| {re.escape(MIRROR)}", out, re.M), out
+        assert re.search(rf"^\s*{re.escape(name)} \|\s+{re.escape(NEWER)}\s+\|\s+{re.escape(MIRROR)}", out, re.M), out
         assert "TEST STAND-IN" in host.check_output(f"dpkg-query -W -f '${{Description}}' {name}")
 
 
