@@ -1,9 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_markdown, burnin_launch,
+"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_membw, burnin_report, burnin_markdown, burnin_launch,
 burnin_pair_env, burnin_objects.
 
-Thin: the judgements are in plugins/plugin_utils/burnin.py, the launch in plugins/plugin_utils/burnin_jobs.py;
+Thin: the judgements are in plugins/plugin_utils/burnin.py (burnin_membw.py for the memory bandwidth), the launch
+in plugins/plugin_utils/burnin_jobs.py;
 documentation in the .yml file of each filter next to this file.
 """
 
@@ -18,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import (
     markdown,
     pair_schedule,
 )
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import judge_membw
 
 
 def _dict(value, what: str) -> dict:
@@ -33,14 +35,30 @@ def burnin_schedule(nodes) -> list:
 
 
 def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4,
-                health=None) -> dict:
+                health=None, membw=None) -> dict:
     """A registered single-node run judged against what the node's NVLink or PCIe should give."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
     text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
     expected = expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
                               int(pcie_gen))
     return judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
-                      health if isinstance(health, dict) else None)
+                      health if isinstance(health, dict) else None, membw if isinstance(membw, dict) else None)
+
+
+def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_gbps: float = 0,
+                 binary: str = "") -> dict:
+    """A registered nvbandwidth device_local_copy run (skipped when no nvbandwidth was found) against the HBM peak
+    of the node's GPUs (gpu_facts' gpus, by index)."""
+    result = _dict(result or {"skipped": True}, "burnin_membw's input (a registered command result)")
+    if not isinstance(gpus, list):
+        raise AnsibleFilterError(f"burnin_membw needs gpus, gpu_facts' list of GPUs, got {type(gpus).__name__}")
+    names = [str(g.get("name") or "") if isinstance(g, dict) else str(g) for g in gpus]
+    try:
+        floor, expected_gbps = float(floor or 0), float(expected_gbps or 0)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"burnin_membw: floor and expected_gbps must be numbers ({exc})") from exc
+    return judge_membw(str(node), result, names, {"floor": floor, "expected_gbps": expected_gbps,
+                                                  "binary": str(binary or "")})
 
 
 def burnin_report(pairs, singles=None, **options) -> dict:
@@ -89,6 +107,7 @@ class FilterModule:
     """gpuops.cluster burn-in filters."""
 
     def filters(self) -> dict:
-        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_report": burnin_report,
+        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_membw": burnin_membw,
+                "burnin_report": burnin_report,
                 "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch, "burnin_pair_env": burnin_pair_env,
                 "burnin_objects": burnin_objects}

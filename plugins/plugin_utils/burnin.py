@@ -4,7 +4,8 @@
 
 * ``transport``: which network and which intra-node paths NCCL used, read from its INFO lines.
 * ``judge_node``: one node's single-node run against what its NVLink or PCIe should give (validate.py's
-  ``expected_busbw`` and ``judge_nccl``, reused).
+  ``expected_busbw`` and ``judge_nccl``, reused), with its gpu_health verdict and its memory-bandwidth test
+  (nvbandwidth, burnin_membw.py).
 * ``pair_schedule``: the 2-node pairs, each node paired with at least two others (ring, then offset-2 pairs).
 * ``judge_fleet``: slow nodes, suspect links, NCCL on TCP sockets on an RDMA fabric, and the ranking of nodes
   and pairs with measured and expected GB/s.
@@ -25,7 +26,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
     parse_all_reduce,
 )
 
-__all__ = ["expected_busbw", "judge_fleet", "judge_node", "markdown", "pair_schedule", "transport"]
+__all__ = ["expected_busbw", "judge_fleet", "judge_node", "markdown", "membw_cell", "pair_schedule", "transport"]
 
 # Below this share of the expected pair bus bandwidth a pair is slow.
 PAIR_FLOOR = 0.7
@@ -80,9 +81,11 @@ def transport(text: str) -> dict:
     return {"network": network, "intra": intra, "evidence": evidence.strip()[:240], "hints": hints}
 
 
-def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None) -> dict:
-    """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), and its
-    gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings)."""
+def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None,
+               membw: dict | None = None) -> dict:
+    """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), its
+    gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings) and its
+    memory-bandwidth result (burnin_membw.judge_membw; ``failed`` fails the node, ``skipped`` says why)."""
     row = judge_nccl(text, rc, expected)
     parsed = parse_all_reduce(text)
     verdict = str((health or {}).get("verdict") or "not run")
@@ -91,9 +94,12 @@ def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dic
         bad = [f"{f.get('check')} (GPU {f.get('gpu')}): {f.get('evidence')}" for f in (health or {}).get("findings")
                or [] if f.get("severity") == "failed"]
         status, detail = "failed", f"gpu_health failed: {'; '.join(bad) or 'see its findings'}; {detail}"
+    membw = membw or {"status": "not run", "detail": "memory bandwidth not tested"}
+    if membw.get("status") == "failed":
+        status, detail = "failed", f"memory bandwidth: {membw.get('detail')}; {detail}"
     return {"node": node, "status": status, "measured": parsed["peak_busbw"], "expected": expected["peak"],
             "floor": expected["floor"], "path": expected["path"], "detail": detail, "health": verdict,
-            "transport": transport(text)}
+            "transport": transport(text), "membw": membw}
 
 
 def pair_schedule(nodes: list[str]) -> list[list[str]]:
@@ -210,6 +216,7 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
             "single_measured": single["measured"] if single else None,
             "single_expected": single["expected"] if single else None,
             "single_path": single["path"] if single else "", "pairs": len(of[node]),
+            "membw": {k: v for k, v in (single.get("membw") or {}).items() if k != "gpus"} if single else None,
             "pair_mean": round(sum(values) / len(values), 1) if values else None, "pair_expected": expected,
         })
     node_rows.sort(key=lambda r: (r["status"] == "ok", r["pair_mean"] if r["pair_mean"] is not None else -1,
@@ -229,6 +236,17 @@ def _gbps(row: dict) -> str:
     return "did not run" if row["measured"] is None else f"{row['measured']:.1f} GB/s"
 
 
+def membw_cell(membw: dict | None) -> str:
+    """A node's memory-bandwidth result in one cell: "ok 3037.7/3350.0", "failed 2232.6/4800.0", or the
+    skip reason ("skipped: nvbandwidth not found ...")."""
+    if not membw:
+        return ""
+    status = str(membw.get("status") or "")
+    if membw.get("measured_gbps") is None or status == "skipped":
+        return str(membw.get("detail") or status) if status != "ok" else "ok"
+    return f"{status} {_cell(membw['measured_gbps'])}/{_cell(membw.get('expected_gbps')) or '?'}"
+
+
 def _cell(value) -> str:
     return "" if value is None else f"{float(value):.1f}"
 
@@ -238,13 +256,14 @@ def markdown(report: dict) -> str:
     lines = [f"burn-in: **{report['status']}**; pair expectation {_cell(report['expected_gbps'])} GB/s "
              f"({report['expected_source']}), slow below {report['floor_share']:.0%} of it", ""]
     lines += [f"- {finding}" for finding in report["findings"]] or ["- no finding: every node and pair passed"]
-    lines += ["", "| node | result | single-node GB/s | expected (path) | pairs | pair mean GB/s | pair expected |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| node | result | single-node GB/s | expected (path) | pairs | pair mean GB/s | pair expected "
+                  "| memory GB/s (read+write / HBM peak) |",
+              "|---|---|---|---|---|---|---|---|"]
     for node in report["nodes"]:
         path = f" ({node['single_path']})" if node["single_path"] else ""
         lines.append(f"| {node['node']} | {node['status']} | {_cell(node['single_measured'])} | "
                      f"{_cell(node['single_expected'])}{path} | {node['pairs']} | {_cell(node['pair_mean'])} | "
-                     f"{_cell(node['pair_expected'])} |")
+                     f"{_cell(node['pair_expected'])} | {membw_cell(node.get('membw'))} |")
     lines += ["", "| pair | result | measured GB/s | expected GB/s | network |", "|---|---|---|---|---|"]
     for pair in report["pairs"]:
         lines.append(f"| {pair['pair'][0]}-{pair['pair'][1]} | {pair['status']} | {_cell(pair['measured'])} | "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from html import escape
 from math import log2
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import membw_cell
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.slowdown_report import slowdown_html
 
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
@@ -219,14 +220,15 @@ def burnin_section(burnin: dict | None) -> list[str]:
     findings = "".join(f"<li>{escape(str(f))}</li>" for f in burnin.get("findings") or [])
     html.append(f"<ul class='w'>{findings}</ul>" if findings else "<p>no finding: every node and pair passed</p>")
     html.append("<table class='burnin-nodes'><thead><tr><th>Node</th><th>Result</th><th>Single node GB/s</th>"
-                "<th>Expected (path)</th><th>Pairs</th><th>Pair mean GB/s</th><th>Pair expected</th></tr></thead>"
+                "<th>Expected (path)</th><th>Pairs</th><th>Pair mean GB/s</th><th>Pair expected</th>"
+                "<th>Memory GB/s (read+write / HBM peak)</th></tr></thead>"
                 "<tbody>")
     for node in burnin.get("nodes") or []:
         html.append(f"<tr data-node='{escape(str(node['node']))}'><td>{escape(str(node['node']))}</td>"
                     f"<td>{_badge(str(node['status']))}</td><td>{_gb(node.get('single_measured'))}</td>"
                     f"<td>{_gb(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
                     f"<td>{node.get('pairs', 0)}</td><td>{_gb(node.get('pair_mean'))}</td>"
-                    f"<td>{_gb(node.get('pair_expected'))}</td></tr>")
+                    f"<td>{_gb(node.get('pair_expected'))}</td><td>{escape(membw_cell(node.get('membw')))}</td></tr>")
     html.append("</tbody></table><table class='burnin-pairs'><thead><tr><th>Pair</th><th>Result</th>"
                 "<th>Measured GB/s</th><th>Expected</th><th>Network</th><th>Detail</th></tr></thead><tbody>")
     for pair in burnin.get("pairs") or []:
