@@ -36,6 +36,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     GpuFactsError,
     GpuFactsParseError,
     aggregate_fabric_state,
+    first_backend,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import import_pynvml, load_and_gather_nvml
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
@@ -156,12 +157,6 @@ def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings:
     return topology
 
 
-def _try_backend(name: str, nvml_loader, run, which, warnings: list, notes: list) -> dict:
-    if name == SOURCE_NVML:
-        return load_and_gather_nvml(nvml_loader, warnings)
-    return gather_nvidia_smi(run, which, notes)
-
-
 def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, run, which, /sys, /proc) for tests
     backend: str = "auto",
     nvml_loader=None,
@@ -189,21 +184,12 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     notes: list = []
     pci = scan_pci(sysfs_root)
     proc = read_proc_driver(proc_root)
-    order = [name for name in (SOURCE_NVML, SOURCE_NVIDIA_SMI) if backend in ("auto", name)]
-    result = None
-    for name in order:
-        try:
-            result = _try_backend(name, nvml_loader, run, which, warnings, notes)
-            break
-        except BackendUnavailable as err:
-            if backend != "auto":
-                raise GpuFactsError(
-                    f"backend {name} cannot answer on this host: {err}. Expected it to work because "
-                    f"backend={name} was asked for; use backend=auto to fall back, or fix the cause above"
-                ) from err
-            notes.append(f"{name}: {err}")
-    if result is None:
-        result = gather_pci(pci, proc)
+    attempts = {
+        SOURCE_NVML: lambda: load_and_gather_nvml(nvml_loader, warnings),
+        SOURCE_NVIDIA_SMI: lambda: gather_nvidia_smi(run, which, notes),
+    }
+    answered = first_backend(backend, attempts, notes)
+    result = answered[1] if answered else gather_pci(pci, proc)
     gpus = result["gpus"]
     for gpu in gpus:
         gpu["numa_node"] = read_numa_node(sysfs_root, gpu["pci_bus_id"])

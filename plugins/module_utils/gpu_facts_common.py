@@ -65,6 +65,27 @@ class BackendUnavailable(GpuFactsError):
     """This backend cannot answer on this host; the next one is tried."""
 
 
+def first_backend(backend: str, attempts, notes: list):
+    """(name, answer) of the first of ``attempts`` (name -> callable, in order) that answers, else None.
+
+    Only the names ``backend`` allows are tried (``auto``: all). A backend that is unavailable is noted and the next
+    is tried under ``auto``; a backend asked for by name that cannot answer raises GpuFactsError.
+    """
+    for name, attempt in attempts.items():
+        if backend not in ("auto", name):
+            continue
+        try:
+            return name, attempt()
+        except BackendUnavailable as err:
+            if backend != "auto":
+                raise GpuFactsError(
+                    f"backend {name} cannot answer on this host: {err}. Expected it to work because "
+                    f"backend={name} was asked for; use backend=auto to fall back, or fix the cause above"
+                ) from err
+            notes.append(f"{name}: {err}")
+    return None
+
+
 # --------------------------------------------------------------------------- small normalisers
 
 

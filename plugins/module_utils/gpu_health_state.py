@@ -27,7 +27,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     SOURCE_NVIDIA_SMI,
     SOURCE_NVML,
     BackendUnavailable,
-    GpuFactsError,
+    first_backend,
     int_or_none,
     value_or_none,
 )
@@ -282,20 +282,11 @@ def gather_state(backend: str, run, which, nvml_loader=None, state_text: str | N
             "warnings": warnings,
             "notes": notes,
         }
-    order = [name for name in (SOURCE_NVML, SOURCE_NVIDIA_SMI) if backend in ("auto", name)]
-    for name in order:
-        try:
-            if name == SOURCE_NVML:
-                gpus = _nvml_records(nvml_loader or import_pynvml, warnings)
-            else:
-                gpus = gather_smi_state(run, which, notes)
-        except BackendUnavailable as err:
-            if backend != "auto":
-                raise GpuFactsError(
-                    f"backend {name} cannot answer on this host: {err}. Expected it to work because "
-                    f"backend={name} was asked for; use backend=auto to fall back, or fix the cause above"
-                ) from err
-            notes.append(f"{name}: {err}")
-            continue
-        return {"source": name, "read_ok": True, "gpus": gpus, "warnings": warnings, "notes": notes}
+    attempts = {
+        SOURCE_NVML: lambda: _nvml_records(nvml_loader or import_pynvml, warnings),
+        SOURCE_NVIDIA_SMI: lambda: gather_smi_state(run, which, notes),
+    }
+    answered = first_backend(backend, attempts, notes)
+    if answered:
+        return {"source": answered[0], "read_ok": True, "gpus": answered[1], "warnings": warnings, "notes": notes}
     return {"source": SOURCE_NONE, "read_ok": False, "gpus": [], "warnings": warnings, "notes": notes}
