@@ -1,0 +1,86 @@
+"""The gpuops_* variables: described once (roles/_gpuops_vars/meta/argument_specs.yml), checked by the boilerplate play.
+
+Runs playbooks/boilerplate.yml on the controller against a one-host inventory (the play reads no host: its checks
+are assert and validate_argument_spec, which run on the controller). An inventory that sets every described variable
+to a good value passes; one that sets bad values is refused with every problem in one message, each naming the
+variable, the value, what is allowed and the fix; the known names in a typo's refusal are the spec's options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_env import playbook_env
+
+REPO = Path(__file__).resolve().parents[3]
+SPEC = REPO / "roles" / "_gpuops_vars" / "meta" / "argument_specs.yml"
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+HOST = "gpu-a"
+TEAM = {"gpuops_teams": [{"name": "research", "gpu_quota": 4}],
+        "gpuops_members": [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0, 1]},
+                           {"name": "bob", "uid": 2002, "team": "research", "gpus": [2, 3]}]}
+GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu_count": 0,
+        "gpuops_multi_node_training": False, "gpuops_registry_mirror": "harbor.lan:5000/proxy",
+        "gpuops_cuda_version": "12.4.1", "gpuops_report_dir": "/tmp/reports", "gpuops_pool": "training",
+        "gpuops_gpu_topology": {"nvlink_domains": [], "numa_groups": [], "placements": []},
+        "gpuops_kube_skip_api_stages": "a stand-in kubeadm"}
+
+
+def _options() -> dict:
+    return yaml.safe_load(SPEC.read_text())["argument_specs"]["main"]["options"]
+
+
+def boilerplate(tmp_path: Path, variables: dict) -> tuple[int, str]:
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    hosts = {"all": {"children": {"gpu_nodes": {"hosts": {HOST: {"ansible_connection": "local"}}}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    env = playbook_env(REPO, cache="memory", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
+    run = subprocess.run([str(playbook), "-i", str(tmp_path / "hosts.yml"), str(REPO / "playbooks" / "boilerplate.yml"),
+                          "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                         check=False, timeout=300)
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_every_described_variable_is_accepted_with_a_good_value(tmp_path: Path) -> None:
+    assert set(GOOD) == set(_options()), "GOOD gives a good value to each described variable, and nothing else"
+    code, out = boilerplate(tmp_path, GOOD)
+    assert code == 0, out[-3000:]
+
+
+def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
+    bad = {**TEAM, "gpuops_plattform": "compose", "gpuops_platform": "swarm", "gpuops_gpu_count": "4",
+           "gpuops_team_size": -2, "gpuops_multi_node_training": "yes", "gpuops_gpu_topology": [1],
+           "gpuops_registry_mirror": "http://registry.lan", "gpuops_cuda_version": "12", "compose_stack_members": []}
+    code, out = boilerplate(tmp_path, bad)
+    assert code != 0, out[-3000:]
+    flat = " ".join(out.split())
+    expected = [
+        f"unknown variable(s) gpuops_plattform on {HOST}; known: {', '.join(_options())}. Fix: correct the name",
+        "gpuops_platform is 'swarm'; expected one of auto, compose, kubernetes. Fix: set it to auto",
+        f'gpuops_gpu_count is "4" (str) on {HOST}; expected a non-negative integer. Fix: write a whole number',
+        f'gpuops_team_size is "-2" (int) on {HOST}; expected a non-negative integer.',
+        f'gpuops_multi_node_training is "yes" (str) on {HOST}; expected a bool. Fix: write true or false, unquoted.',
+        f'gpuops_gpu_topology is "[1]" (list) on {HOST}; expected a dict. Fix: write a YAML mapping',
+        f'gpuops_registry_mirror is "http://registry.lan" on {HOST}; expected host[:port] of a registry',
+        f'gpuops_cuda_version is "12" on {HOST}; expected a CUDA release as major.minor',
+        f"compose_stack_members is set on {HOST} to []; it is no longer read. Fix: move it to gpuops_members",
+    ]
+    missing = [fragment for fragment in expected if fragment not in flat]
+    assert not missing, f"missing {missing} in:\n{out[-4000:]}"
+
+
+def test_the_team_and_its_size_are_checked(tmp_path: Path) -> None:
+    members = [*TEAM["gpuops_members"], {"name": "carol", "uid": 2003, "team": "research", "gpus": [3]}]
+    code, out = boilerplate(tmp_path, {**TEAM, "gpuops_members": members, "gpuops_team_size": 2})
+    assert code != 0, out[-3000:]
+    flat = " ".join(out.split())
+    assert f"the team in group_vars/all/team.yml cannot be used on {HOST}: GPU 3 is given twice" in flat, out[-3000:]
+    assert "gpuops_team_size is 2 but gpuops_members lists 3 people" in flat, out[-3000:]
