@@ -211,7 +211,8 @@ SCHEMA: dict[str, Any] = {
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
                         "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
                         "default shares from the host's memory and CPUs and refuses an overcommit), shared (GPU "
-                        "index -> members (name -> cap MiB) and memory_total_mib), problems, warnings. null on "
+                        "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
+                        "largest cap), problems, warnings. null on "
                         "kubernetes (members get namespaces: team).",
                         "properties": {
                             "members": {"type": "object"},

@@ -246,15 +246,14 @@ def test_each_hosts_own_default_route_interface_when_facts_were_gathered():
 
 # inventories/small-team on the HGX H100 capture: GPUs 0-3 on NUMA 0 (CPUs 0-51,104-155), 4-7 on NUMA 1
 WORKSPACES = {
-    "alice": {"gpus": [0, 1], "cpuset": "0-25,104-129", "memory_mb": None, "cpus": None, "shared_gpus": [], "mps": None,
-              "numa_nodes": [0]},
-    "bob": {"gpus": [2, 3], "cpuset": "26-51,130-155", "memory_mb": None, "cpus": None, "shared_gpus": [], "mps": None,
-              "numa_nodes": [0]},
-    "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "cpus": None, "shared_gpus": [], "mps": None,
-              "numa_nodes": [1]},
-    "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "cpus": None, "shared_gpus": [], "mps": None,
-              "numa_nodes": [1]},
+    "alice": {"gpus": [0, 1], "cpuset": "0-25,104-129", "memory_mb": None, "numa_nodes": [0]},
+    "bob": {"gpus": [2, 3], "cpuset": "26-51,130-155", "memory_mb": None, "numa_nodes": [0]},
+    "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "numa_nodes": [1]},
+    "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "numa_nodes": [1]},
 }
+# no shared GPUs and no limits of their own in the small team's list; the default shares are the role's (host facts)
+for _ws in WORKSPACES.values():
+    _ws.update(cpus=None, shared_gpus=[], mps=None)
 
 
 def _compose_plan(hostvars: dict) -> dict:
