@@ -110,15 +110,21 @@ def _gpu_memory(gpus: list[dict], gpus_found: Any) -> dict[int, int]:
     return found
 
 
+def _num(value: float) -> str:
+    """1433600 -> '1433600', 12.5 -> '12.5', 8.0 -> '8' (no exponent, at most two decimals)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def _overcommit(kind: str, wanted: dict[str, tuple[float, bool]], total: float, unit: str, source: str) -> list[str]:
     """One problem when the limits add up past what the host has, naming every member and its number."""
     if not total or sum(v for v, _explicit in wanted.values()) <= total + 1e-9:
         return []
-    listing = ", ".join(f"{name} {value:g} {unit} ({kind} given)" if explicit else f"{name} {value:g} {unit} (share)"
-                        for name, (value, explicit) in wanted.items())
+    listing = ", ".join(f"{name} {_num(value)} {unit} ({kind} given)" if explicit else f"{name} {_num(value)} {unit} "
+                        "(share)" for name, (value, explicit) in wanted.items())
     lower = " or ".join(f"the {kind} of {name}" for name, (_v, given) in wanted.items() if given) or "the limits"
     return [f"the workspaces' {kind} limits overcommit this host: {listing} add up to "
-            f"{sum(v for v, _e in wanted.values()):g} {unit}, more than the {total:g} {unit} of {source}. Fix: lower "
+            f"{_num(sum(v for v, _e in wanted.values()))} {unit}, more than the {_num(total)} {unit} of {source}. "
+            "Fix: lower "
             f"{lower} (gpuops_members[].{kind}), or leave it out for the default share"]
 
 
