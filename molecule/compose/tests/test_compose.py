@@ -402,8 +402,10 @@ def test_member_workspaces_users_mounts_and_limits(host) -> None:
         assert inspect["Memory"] == inspect["MemorySwap"] == LIMITS[name][0], name
         assert inspect["NanoCpus"] == round(LIMITS[name][1] * 1e9), name
         assert inspect["CpusetCpus"] == cpus
-        scratch = host.file(f"/var/lib/gpuops/scratch/{name}")
-        assert (scratch.uid, scratch.mode) == (uid, 0o700), f"{name}'s scratch must be theirs alone"
+        for private in (f"/var/lib/gpuops/scratch/{name}", f"/var/lib/gpuops/artifacts/{name}"):
+            directory = host.file(private)
+            assert (directory.uid, directory.mode) == (uid, 0o700), f"{private} must be {name}'s alone"
+        sh(host, f"{COMPOSE} exec -T ws-{name} touch /artifacts/ok")
         assert inspect["Privileged"] is False
         assert inspect["CapDrop"] == ["ALL"]
 

@@ -138,10 +138,13 @@ def test_members_run_as_themselves_with_nccl_limits_and_read_only_data(rendered:
         assert ws["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
         assert f"{rendered}/datasets/imagenet:/datasets/imagenet:ro" in ws["volumes"]
         assert f"{rendered}/scratch/{name}:/scratch:rw" in ws["volumes"]
+        assert f"{rendered}/data/artifacts/{name}:/artifacts:rw" in ws["volumes"]
         assert "no-new-privileges:true" in ws["security_opt"]
     assert "/srv/code/bob:/code:rw" in services["ws-bob"]["volumes"]
     assert (rendered / "scratch" / "alice").stat().st_uid == ALICE_UID
     assert oct((rendered / "scratch" / "alice").stat().st_mode & 0o777) == "0o700"
+    assert (rendered / "data" / "artifacts" / "alice").stat().st_uid == ALICE_UID
+    assert oct((rendered / "data" / "artifacts" / "alice").stat().st_mode & 0o777) == "0o700"
 
 
 def test_no_service_runs_as_root_except_dcgm_exporter_and_the_mps_daemon(rendered: Path) -> None:
