@@ -7,6 +7,7 @@ Documented in plugins/modules/write_objects.py."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -19,6 +20,11 @@ ARGUMENT_SPEC = {
     "files": {"type": "dict", "default": {}},
     "dest": {"type": "path", "required": True},
 }
+
+
+# A file name, or a relative path of such names (the compose project's prometheus/rules/<file>): no "..", no
+# hidden or absolute path.
+_FILE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
 
 
 def object_file_name(obj: dict) -> str:
@@ -38,8 +44,9 @@ def planned_files(objects: list[dict], files: dict) -> dict[str, str]:
         planned[name] = yaml.dump(obj, Dumper=AnsibleDumper, indent=2, sort_keys=False, default_flow_style=False,
                                   allow_unicode=True)
     for name, text in files.items():
-        if "/" in name or name in planned or name.startswith("."):
-            raise AnsibleActionFail(f"write_objects: file name {name!r} is a path, hidden, or taken by an object")
+        if not _FILE_PATH.match(name) or ".." in name.split("/") or name in planned:
+            raise AnsibleActionFail(f"write_objects: file name {name!r} leaves dest, is hidden, or is taken by an "
+                                    "object; expected a name or a relative path of names (prometheus/prometheus.yml)")
         planned[name] = str(text)
     return planned
 
@@ -66,8 +73,8 @@ class ActionModule(ActionBase):
                 continue
             written.append(str(path))
             if not self._task.check_mode:
-                dest.mkdir(parents=True, exist_ok=True, mode=0o755)
-                tmp_path = path.with_name(f".{name}.tmp")
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                tmp_path = path.with_name(f".{path.name}.tmp")
                 tmp_path.write_text(text, encoding="utf-8")
                 os.chmod(tmp_path, 0o644)
                 tmp_path.replace(path)

@@ -4,7 +4,8 @@
 
 * ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
 * ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
-* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb)``: GPUs, cpuset and memory per member;
+* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb, cpus_total, gpus_found)``: GPUs (exclusive or
+  MPS-shared), cpuset, memory and CPU limits per member;
 * ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
 
 Thin: the logic lives in plugins/plugin_utils/{images,workspaces,alert_rules}.py (controller-only); documentation
@@ -31,7 +32,8 @@ def image_pinned(ref: object) -> bool:
         raise AnsibleFilterError(f"image_pinned: {exc}") from exc
 
 
-def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0) -> dict:
+def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0, cpus_total: object = 0,
+                   gpus_found: object = None) -> dict:
     if not isinstance(topology, dict):
         raise AnsibleFilterError(
             "workspace_plan: topology must be the gpu_topology result (a mapping with 'gpus'), "
@@ -41,7 +43,13 @@ def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0
         pool = int(memory_pool_mb or 0)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"workspace_plan: memory_pool_mb {memory_pool_mb!r} is not a number") from exc
-    return workspaces.plan_workspaces(list(members) if isinstance(members, (list, tuple)) else members, topology, pool)
+    try:
+        cpus = float(cpus_total or 0)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"workspace_plan: cpus_total {cpus_total!r} is not a number") from exc
+    found = list(gpus_found) if isinstance(gpus_found, (list, tuple)) else None
+    return workspaces.plan_workspaces(list(members) if isinstance(members, (list, tuple)) else members, topology, pool,
+                                      cpus, found)
 
 
 def cap_rule_for(rules: object, maximum: object = "") -> dict:

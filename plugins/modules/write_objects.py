@@ -22,7 +22,9 @@ options:
     elements: dict
     default: []
   files:
-    description: Extra files, name (no directory part) to text.
+    description: >-
+      Extra files, name (or a relative path of names, such as C(prometheus/prometheus.yml); never C(..)) to
+      text.
     type: dict
     default: {}
   dest:

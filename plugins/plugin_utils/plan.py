@@ -206,10 +206,17 @@ SCHEMA: dict[str, Any] = {
                         "type": ["object", "null"],
                         "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
                         "on compose_stack_members, else gpuops_members, and this host's topology): members "
-                        "(name -> gpus, cpuset, numa_nodes; memory_mb is null here, the role sizes it from the "
-                        "host's memory), problems, warnings. null on kubernetes (members get namespaces: team).",
+                        "(name -> gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU shared through MPS and "
+                        "this member's cap of its memory), mps ({gpu, pinned_mem_limit}: the member's "
+                        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
+                        "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
+                        "default shares from the host's memory and CPUs and refuses an overcommit), shared (GPU "
+                        "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
+                        "largest cap), problems, warnings. null on "
+                        "kubernetes (members get namespaces: team).",
                         "properties": {
                             "members": {"type": "object"},
+                            "shared": {"type": "object"},
                             "problems": {"type": "array", "items": {"type": "string"}},
                             "warnings": {"type": "array", "items": {"type": "string"}},
                         },
@@ -308,9 +315,12 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     members = get_var(hostvars, "compose_stack_members")
     members = members if isinstance(members, list) else get_var(hostvars, "gpuops_members", [])
     if not isinstance(members, list) or not members:
-        return {"members": {}, "problems": [], "warnings": []}
+        return {"members": {}, "shared": {}, "problems": [], "warnings": []}
     layout = topology if (topology or {}).get("gpus") else {"gpus": list(gpu.get("gpus") or [])}
-    return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0)
+    # Preflight reads no host memory or CPU count: the member's own limits are planned, the default shares are
+    # sized by compose_stack from the host's facts (the same function), which also refuses an overcommit.
+    return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
+                           gpus_found=gpu.get("gpus"))
 
 
 def host_part(

@@ -13,8 +13,12 @@ make the list usable by all three, checked once by the boilerplate play before a
 * uids: whole numbers >= 1 (never root), unique; gid likewise when given;
 * ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
   every compose host, so a GPU listed twice is always an error); on a host whose GPUs are known, each
-  index one of them. This GPU-assignment rule is ``gpu_assignment_problems``, and the member rules are
-  ``member_problems``: preflight (per host) and the compose workspaces call them rather than keep copies;
+  index one of them. ``shared_gpus`` (compose, optional): at most one ``{gpu, memory}`` entry, for a member
+  without ``gpus``: that GPU is shared through MPS, each sharer capped at ``memory``; a GPU is either exclusive
+  to one member or shared, never both. This GPU-assignment rule is ``gpu_assignment_problems``, and the member
+  rules are ``member_problems``: preflight (per host) and the compose workspaces call them rather than keep copies;
+* ``memory`` (a Docker size such as 64g) and ``cpus`` (a number > 0), optional: the workspace's limits on
+  compose (the defaults and the host-wide checks are ``workspaces.plan_workspaces``);
 * team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
   whole number >= 0;
 * unknown keys are refused (a typo such as ``gpu:`` would otherwise be ignored).
@@ -31,7 +35,10 @@ from typing import Any
 MEMBER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][0-9]+)?$")
-MEMBER_KEYS = ("name", "uid", "gid", "team", "gpus", "image", "shm_size", "mounts")
+MEMBER_KEYS = ("name", "uid", "gid", "team", "gpus", "image", "shm_size", "mounts", "memory", "cpus", "shared_gpus")
+SIZE = re.compile(r"^([1-9][0-9]*)([mMgGtT])$")
+_MIB = {"m": 1, "g": 1024, "t": 1024 * 1024}
+MIN_MEMORY_MIB = 6  # Docker refuses a memory limit under 6 MiB
 TEAM_KEYS = ("name", "namespace", "gpu_quota", "cpu_quota", "memory_quota", "storage_quota", "storage_class", "group")
 QUOTA_KEYS = ("cpu_quota", "memory_quota", "storage_quota")
 EXAMPLE_MEMBER = "{name: alice, uid: 2001, team: vision, gpus: [0, 1]}"
@@ -44,6 +51,18 @@ def _is_int(value: Any) -> bool:
 
 def _show(value: Any) -> str:
     return repr(value) if not isinstance(value, str) else f"'{value}'"
+
+
+def size_mib(value: Any) -> int | None:
+    """A size as the team list writes it (512m, 64g, 1t: MiB, GiB, TiB, as Docker reads them) in MiB; None when
+    ``value`` is not one."""
+    match = SIZE.match(value) if isinstance(value, str) else None
+    return int(match.group(1)) * _MIB[match.group(2).lower()] if match else None
+
+
+def format_mib(mib: int) -> str:
+    """MiB as the shortest exact size: 20480 -> 20G, 1536 -> 1536M (the units MPS and Docker both read)."""
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
 
 def namespace_of(team: dict) -> str:
@@ -146,6 +165,63 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
                                 f"Fix: give {label} one of GPUs {listing}")
             else:
                 owner[gpu] = label
+    return problems + _shared_gpu_problems(members, owner, host)
+
+
+def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int]) -> list[str]:
+    """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or not on this host."""
+    problems: list[str] = []
+    listing = ", ".join(str(i) for i in host)
+    for i, member in enumerate(members if isinstance(members, list) else []):
+        if not isinstance(member, dict) or not isinstance(member.get("shared_gpus"), list):
+            continue
+        label = _label(member, i)
+        for entry in member["shared_gpus"]:
+            gpu = entry.get("gpu") if isinstance(entry, dict) else None
+            if not _is_int(gpu) or gpu < 0:
+                continue  # member_problems names the malformed entry
+            if gpu in owner:
+                problems.append(f"GPU {gpu} is shared by {label} (gpuops_members[{i}].shared_gpus) and given "
+                                f"exclusively to {owner[gpu]} (gpus); a GPU is either exclusive to one member or "
+                                f"shared through MPS, never both. Fix: take GPU {gpu} out of {owner[gpu]}'s gpus, "
+                                f"or share another GPU")
+            elif host and gpu not in host:
+                problems.append(f"member {label} shares GPU {gpu}, but this host has GPUs {listing} "
+                                f"(gpuops_members[{i}].shared_gpus). Fix: share one of GPUs {listing}")
+    return problems
+
+
+def _limit_problems(where: str, label: str, member: dict) -> list[str]:
+    """The compose limits of one member: ``memory``, ``cpus`` and the shape of ``shared_gpus``."""
+    problems: list[str] = []
+    memory = member.get("memory")
+    if memory is not None and (size_mib(memory) or 0) < MIN_MEMORY_MIB:
+        problems.append(f"{where}.memory is {_show(memory)} for {label}; expected a size of at least "
+                        f"{MIN_MEMORY_MIB}m such as 512m, 64g or 1t (MiB, GiB, TiB). Fix: e.g. memory: 64g, or "
+                        "leave it out for the default share (the host's memory in proportion to the member's GPUs)")
+    cpus = member.get("cpus")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not cpus > 0):
+        problems.append(f"{where}.cpus is {_show(cpus)} for {label}; expected a number of CPUs > 0, unquoted, such "
+                        "as 8 or 2.5. Fix: e.g. cpus: 8, or leave it out for the default share")
+    shared = member.get("shared_gpus")
+    if shared is None:
+        return problems
+    example = "[{gpu: 4, memory: 20g}]"
+    if not isinstance(shared, list) or len(shared) > 1:
+        problems.append(f"{where}.shared_gpus is {_show(shared)} for {label}; expected a list of at most one entry "
+                        f"such as {example} (an MPS client reaches one MPS control daemon, one per shared GPU). "
+                        "Fix: share one GPU")
+        return problems
+    for entry in shared:
+        if (not isinstance(entry, dict) or set(entry) != {"gpu", "memory"} or not _is_int(entry["gpu"])
+                or entry["gpu"] < 0 or (size_mib(entry["memory"]) or 0) < 1):
+            problems.append(f"{where}.shared_gpus lists {_show(entry)} for {label}; expected {{gpu: <GPU index>, "
+                            f"memory: <this member's cap of its memory, e.g. 20g>}}, as in {example}. Fix: write both "
+                            "keys, the GPU as nvidia-smi numbers it and the memory as a size")
+    if shared and member.get("gpus"):
+        problems.append(f"{where} gives {label} both gpus {_show(member.get('gpus'))} and shared_gpus; expected one "
+                        "or the other: an MPS client sees only the shared GPU, so its exclusive GPUs would be "
+                        "unusable while MPS is on. Fix: give the member exclusive gpus, or one shared GPU")
     return problems
 
 
@@ -209,6 +285,7 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
         if gid is not None and (not _is_int(gid) or gid < 1):
             problems.append(f"{where}.gid is {_show(gid)} for {label}; expected a whole number >= 1. "
                             "Fix: give a non-root group id, or leave it out (the uid is used)")
+        problems += _limit_problems(where, label, member)
         team = member.get("team")
         if team_names is not None and (not isinstance(team, str) or team not in team_names):
             known = ", ".join(team_names) or "none defined"

@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Plan member workspaces on one GPU host: exclusive GPUs, NUMA-local CPUs, a memory share.
+"""Plan member workspaces on one GPU host: exclusive or MPS-shared GPUs, NUMA-local CPUs, memory and CPU limits.
 
 Controller-only (used by the ``workspace_plan`` filter). The CPU-list grammar is
 ``module_utils/cpu_list``, shared with the topology parser.
@@ -22,8 +22,16 @@ Rules (also the role's documented behaviour):
   A member whose GPUs span pools gets its share of each, and a warning.
 * When a pool has fewer CPUs in a range than members, members share that range (warning).
 * A GPU without ``cpu_affinity`` leaves its member without a cpuset (warning), never a guess.
-* Memory: ``memory_pool_mb`` is shared in proportion to each member's GPUs out of all the
-  host's GPUs, so memory of unassigned GPUs also stays free.
+* GPU share: an exclusive GPU counts 1, a shared GPU (``shared_gpus``) 1/n for each of its n sharers.
+* Memory: a member's ``memory`` when given, else ``memory_pool_mb`` in proportion to the member's GPU share out
+  of all the host's GPUs (memory of unassigned GPUs stays free). CPUs (``cpus``, Docker's CPU quota): the
+  member's ``cpus`` when given, else ``cpus_total`` in the same proportion (floored to 0.01, at least 0.01).
+  Limits that add up past ``memory_pool_mb`` or ``cpus_total`` are a *problem* naming each member and the
+  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit).
+* Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
+  ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
+  GPU the GPU's MPS daemon sees); caps that add up past the GPU's memory (``memory_total_mib`` of the topology's
+  or ``gpus_found``'s entry) are a problem; an unknown GPU memory (no driver yet) is a warning.
 """
 
 from __future__ import annotations
@@ -31,17 +39,18 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list, ranges
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import member_problems
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import format_mib, member_problems, size_mib
 
 
 def _member_problems(members: list, known: set[int]) -> list[str]:
     """The team's member and GPU-assignment rules (plugin_utils/team), and a workspace's own: at least one GPU."""
     problems = member_problems(members, host_gpus=known)
     for position, member in enumerate(members):
-        if isinstance(member, dict) and member.get("gpus", []) == []:
+        if isinstance(member, dict) and member.get("gpus", []) == [] and not member.get("shared_gpus"):
             problems.append(f"gpuops_members[{position}].gpus is {member.get('gpus')!r} for "
                             f"{member.get('name', f'#{position}')}; expected a non-empty list of GPU indexes such as "
-                            "[0, 1] (a compose workspace needs a GPU). Fix: give the member GPUs, e.g. gpus: [0]")
+                            "[0, 1], or one shared GPU (shared_gpus: [{gpu: 4, memory: 20g}]); a compose workspace "
+                            "needs a GPU. Fix: give the member GPUs, e.g. gpus: [0]")
     return problems
 
 
@@ -83,28 +92,51 @@ def _split(run: list[int], shares: list[tuple[str, int]], total: int) -> tuple[d
     return out, shared
 
 
-def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int) -> dict:
-    """Return ``{"members": {name: {gpus, cpuset, memory_mb, numa_nodes}}, "problems": [...], "warnings": [...]}``."""
-    if not isinstance(members, list):
-        return {"members": {}, "problems": [f"members must be a list, got {type(members).__name__}"], "warnings": []}
-    gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
-    known = {g["index"] for g in gpus}
-    problems = _member_problems(members, known)
-    if not gpus:
-        problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
-                        "driver loaded, or pass the host's gpu_topology result as compose_stack_topology")
-    if problems:
-        return {"members": {}, "problems": problems, "warnings": []}
+def _shared(members: list[dict]) -> dict[int, dict[str, int]]:
+    """Shared GPU -> {member: cap in MiB}, in member order."""
+    sharers: dict[int, dict[str, int]] = {}
+    for member in members:
+        for entry in member.get("shared_gpus") or []:
+            sharers.setdefault(entry["gpu"], {})[member["name"]] = size_mib(entry["memory"]) or 0
+    return sharers
 
+
+def _gpu_memory(gpus: list[dict], gpus_found: Any) -> dict[int, int]:
+    """GPU index -> memory in MiB, from the topology's entries, else the GPU facts' (``memory_total_mib``)."""
+    found = {}
+    for gpu in list(gpus_found or []) + gpus:
+        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int) and isinstance(gpu.get("memory_total_mib"), int):
+            found[gpu["index"]] = gpu["memory_total_mib"]
+    return found
+
+
+def _num(value: float) -> str:
+    """1433600 -> '1433600', 12.5 -> '12.5', 8.0 -> '8' (no exponent, at most two decimals)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _overcommit(kind: str, wanted: dict[str, tuple[float, bool]], total: float, unit: str, source: str) -> list[str]:
+    """One problem when the limits add up past what the host has, naming every member and its number."""
+    if not total or sum(v for v, _explicit in wanted.values()) <= total + 1e-9:
+        return []
+    listing = ", ".join(f"{name} {_num(value)} {unit} ({kind} given)" if explicit else f"{name} {_num(value)} {unit} "
+                        "(share)" for name, (value, explicit) in wanted.items())
+    lower = " or ".join(f"the {kind} of {name}" for name, (_v, given) in wanted.items() if given) or "the limits"
+    return [f"the workspaces' {kind} limits overcommit this host: {listing} add up to "
+            f"{_num(sum(v for v, _e in wanted.values()))} {unit}, more than the {_num(total)} {unit} of {source}. "
+            "Fix: lower "
+            f"{lower} (gpuops_members[].{kind}), or leave it out for the default share"]
+
+
+def _cpu_split(holders: list[tuple[str, list[int]]], gpus: list[dict]) -> tuple[dict, dict, list[str]]:
+    """Each holder's CPUs (its part of each pool it holds GPUs in), GPU -> pool, warnings."""
     pool_of, pool_cpus, warnings = _pools(gpus)
-    numa_of = {g["index"]: g.get("numa_node") for g in gpus}
     pool_gpus: dict[Any, list[int]] = {}
     for index, key in pool_of.items():
         pool_gpus.setdefault(key, []).append(index)
-
-    cpus: dict[str, list[int]] = {m["name"]: [] for m in members}
+    cpus: dict[str, list[int]] = {name: [] for name, _gpus in holders}
     for key, pool in pool_cpus.items():
-        shares = [(m["name"], sum(1 for g in m["gpus"] if pool_of.get(g) == key)) for m in members]
+        shares = [(name, sum(1 for g in held if pool_of.get(g) == key)) for name, held in holders]
         shares = [(name, count) for name, count in shares if count]
         if not shares:
             continue
@@ -115,23 +147,100 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int) ->
                                 f"({', '.join(n for n, _share in shares)}); those members share CPUs")
             for name, chunk in part.items():
                 cpus[name].extend(chunk)
+    return cpus, pool_of, warnings
+
+
+def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int], problems: list[str],
+                   warnings: list[str]) -> dict[str, dict]:
+    """The ``shared`` part; caps past a GPU's memory are added to ``problems``, an unknown memory to ``warnings``."""
+    shared_plan = {}
+    for gpu, caps in sharers.items():
+        total = gpu_memory.get(gpu)
+        # The daemon's default cap, for a client that clears its CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the largest.
+        shared_plan[str(gpu)] = {"members": dict(caps), "memory_total_mib": total,
+                                 "default_limit": format_mib(max(caps.values()))}
+        listing = ", ".join(f"{n} {format_mib(mb)}" for n, mb in caps.items())
+        if total is None:
+            warnings.append(f"GPU {gpu} is shared ({listing}) but its memory is not known here (no driver yet?); "
+                            "the caps are checked against it on the run after the driver is installed")
+        elif sum(caps.values()) > total:
+            problems.append(f"the members sharing GPU {gpu} are given {listing} of its memory (shared_gpus), "
+                            f"{sum(caps.values())} MiB in all, more than the GPU's {total} MiB; MPS could not "
+                            f"honour every cap. Fix: lower the memory of the shared_gpus entries for GPU {gpu}, so "
+                            f"they add up to at most {format_mib(total)}")
+    return shared_plan
+
+
+def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cpus_total: float = 0,
+                    gpus_found: Any = None) -> dict:
+    """Return ``{"members": {name: {gpus, shared_gpus, mps, cpuset, cpus, memory_mb, numa_nodes}}, "shared":
+    {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...]}``.
+
+    ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (0: unknown, defaults not set and
+    overcommit not checked); ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``)."""
+    if not isinstance(members, list):
+        return {"members": {}, "shared": {}, "problems": [f"members must be a list, got {type(members).__name__}"],
+                "warnings": []}
+    gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
+    known = {g["index"] for g in gpus}
+    problems = _member_problems(members, known)
+    if not gpus:
+        problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
+                        "driver loaded, or pass the host's gpu_topology result as compose_stack_topology")
+    if problems:
+        return {"members": {}, "shared": {}, "problems": problems, "warnings": []}
+
+    sharers = _shared(members)
+    # A shared GPU is held by one pseudo-member in the CPU split; each of its sharers gets that part.
+    holders = [(m["name"], list(m["gpus"]) if m.get("gpus") else []) for m in members]
+    holders += [(f"shared:{gpu}", [gpu]) for gpu in sharers]
+    cpus, pool_of, warnings = _cpu_split(holders, gpus)
+    numa_of = {g["index"]: g.get("numa_node") for g in gpus}
 
     planned: dict[str, dict] = {}
     total_gpus = len(gpus)
+    memory: dict[str, tuple[float, bool]] = {}
+    quota: dict[str, tuple[float, bool]] = {}
     for member in members:
         name = member["name"]
-        missing = [g for g in member["gpus"] if g not in pool_of]
+        exclusive = list(member.get("gpus") or [])
+        shared_here = [e["gpu"] for e in member.get("shared_gpus") or []]
+        held = exclusive + shared_here
+        share = len(exclusive) + sum(1 / len(sharers[g]) for g in shared_here)
+        mine = cpus[name] + [c for g in shared_here for c in cpus[f"shared:{g}"]]
+        missing = [g for g in held if g not in pool_of]
         if missing:
             warnings.append(f"member {name}: GPU(s) {missing} have no CPU affinity in the topology; "
                             "no cpuset is set for this member")
-        nodes = sorted({numa_of[g] for g in member["gpus"] if numa_of.get(g) is not None})
-        if len({pool_of.get(g) for g in member["gpus"]}) > 1:
-            warnings.append(f"member {name}: GPUs {member['gpus']} sit on different NUMA nodes/CPU sets; "
+        nodes = sorted({numa_of[g] for g in held if numa_of.get(g) is not None})
+        if len({pool_of.get(g) for g in held}) > 1:
+            warnings.append(f"member {name}: GPUs {held} sit on different NUMA nodes/CPU sets; "
                             "traffic between them crosses the CPU interconnect")
+        memory_mb = size_mib(member.get("memory"))
+        if memory_mb is None and memory_pool_mb:
+            memory_mb = int(int(memory_pool_mb) * share // total_gpus)
+        cpu_quota = float(member["cpus"]) if member.get("cpus") is not None else None
+        if cpu_quota is None and cpus_total:
+            cpu_quota = max(int(float(cpus_total) * share * 100 / total_gpus) / 100, 0.01)
+        if memory_mb is not None:
+            memory[name] = (memory_mb, member.get("memory") is not None)
+        if cpu_quota is not None:
+            quota[name] = (cpu_quota, member.get("cpus") is not None)
         planned[name] = {
-            "gpus": sorted(member["gpus"]),
-            "cpuset": format_cpu_list(cpus[name]) if cpus[name] and not missing else None,
-            "memory_mb": int(memory_pool_mb) * len(member["gpus"]) // total_gpus if memory_pool_mb else None,
+            "gpus": sorted(exclusive),
+            "shared_gpus": [{"gpu": g, "memory_mb": sharers[g][name]} for g in shared_here],
+            # The one shared GPU is device 0 of the MPS daemon that serves it (its CUDA_VISIBLE_DEVICES).
+            "mps": ({"gpu": shared_here[0], "pinned_mem_limit": f"0={format_mib(sharers[shared_here[0]][name])}"}
+                    if shared_here else None),
+            "cpuset": format_cpu_list(sorted(set(mine))) if mine and not missing else None,
+            "cpus": cpu_quota,
+            "memory_mb": memory_mb,
             "numa_nodes": nodes,
         }
-    return {"members": planned, "problems": [], "warnings": warnings}
+    problems += _overcommit("memory", memory, int(memory_pool_mb or 0), "MiB",
+                            "memory for workspaces (compose_stack_member_memory_pool_mb)")
+    problems += _overcommit("cpus", quota, float(cpus_total or 0), "CPUs", "this host's CPUs")
+    shared_plan = _shared_checks(sharers, _gpu_memory(gpus, gpus_found), problems, warnings)
+    if problems:
+        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings}
+    return {"members": planned, "shared": shared_plan, "problems": [], "warnings": warnings}

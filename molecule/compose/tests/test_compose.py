@@ -3,7 +3,8 @@
 What is real: Docker Engine, Compose, Prometheus 2.53.3, Alertmanager 0.28.1, node-exporter 1.9.0
 (Debian packages), MLflow 3.17.2 with basic-auth (PyPI), the local registry the images are pulled
 through. Stand-ins: dcgm-exporter (serves the real metric names, values set by the test), the
-member image (no CUDA), no GPUs (compose_stack_gpu_enabled: false), Grafana not started.
+member image (no CUDA), the MPS control daemon of the shared GPU (records its arguments, environment and
+commands), no GPUs (compose_stack_gpu_enabled: false), Grafana not started.
 
 The last test removes the stack (compose_stack_state: absent): run `molecule converge` again
 before re-running `molecule verify`.
@@ -28,8 +29,17 @@ INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory
 SCENARIO = Path(__file__).resolve().parents[1]
 STACK = "/opt/gpuops/stack"
 COMPOSE = "docker compose --project-directory /opt/gpuops/stack -p gpuops"
-SERVICES = {"dcgm-exporter", "node-exporter", "prometheus", "alertmanager", "mlflow", "ws-alice", "ws-bob"}
+SERVICES = {"dcgm-exporter", "node-exporter", "prometheus", "alertmanager", "mlflow", "ws-alice", "ws-bob", "ws-carol",
+            "ws-dave", "mps-gpu4"}
 GIB = 1024**3
+MIB = 1024**2
+# molecule.yml: alice's own limits (memory 512m, cpus 0.5); bob's default share of 2048 MiB and 2 CPUs for his 2 of
+# the 5 GPUs; carol and dave share GPU 4 (half a GPU each) through MPS, capped at 6g and 8g of its memory.
+LIMITS = {"alice": (512 * MIB, 0.5), "bob": (2048 * 2 // 5 * MIB, 0.8), "carol": (2048 // 10 * MIB, 0.2),
+          "dave": (2048 // 10 * MIB, 0.2)}
+MPS_CAPS = {"carol": "0=6G", "dave": "0=8G"}
+MPS_LOG = "/run/gpuops-mps/gpu4/log/standin-calls.jsonl"
+KILLED = 128 + 9  # exit status of a process killed by SIGKILL (the OOM killer)
 MEMLOCK = 8388608  # compose_stack_member_memlock in molecule.yml (the node's own hard limit)
 OK, UNAUTHORIZED = 200, 401
 PRIVATE = 0o600
@@ -201,14 +211,15 @@ print(json.dumps(out))
 """
 
 
-def test_from_a_workspace_the_monitoring_admin_apis_are_unreachable_and_mlflow_is_not(host) -> None:
+@pytest.mark.parametrize("member", ["alice", "bob"])
+def test_from_a_workspace_the_monitoring_admin_apis_are_unreachable_and_mlflow_is_not(host, member: str) -> None:
     """A member cannot silence the team's alerts or delete metrics: by name, by container IP, or via the host."""
     fmt = "'{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.Gateway}} {{end}}'"
     ips = {s: sh(host, f"docker inspect -f {fmt} gpuops-{s}-1").split()[0] for s in ("prometheus", "alertmanager")}
-    gateway = sh(host, f"docker inspect -f {fmt} gpuops-ws-alice-1").split()[1]  # the node, seen from the workspace
+    gateway = sh(host, f"docker inspect -f {fmt} gpuops-ws-{member}-1").split()[1]  # the node, seen from the workspace
     silence = json.dumps({"matchers": [{"name": "alertname", "value": ".*", "isRegex": True}],
                           "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2099-01-01T00:00:00Z",
-                          "createdBy": "mallory", "comment": "shh"})
+                          "createdBy": f"mallory-via-{member}", "comment": "shh"})
     probes = [
         ("alertmanager silence by name", "http://alertmanager:9093/api/v2/silences", silence),
         ("alertmanager silence by IP", f"http://{ips['alertmanager']}:9093/api/v2/silences", silence),
@@ -218,17 +229,105 @@ def test_from_a_workspace_the_monitoring_admin_apis_are_unreachable_and_mlflow_i
         ("prometheus via the host", f"http://{gateway}:9090/api/v1/status/config", ""),
         ("mlflow by name", "http://mlflow:5000/health", ""),
     ]
-    out = json.loads(sh(host, f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(WORKSPACE_PROBE)} "
+    out = json.loads(sh(host, f"{COMPOSE} exec -T ws-{member} python3 -c {shlex.quote(WORKSPACE_PROBE)} "
                               f"{shlex.quote(json.dumps(probes))}"))
     assert out.pop("mlflow by name") == OK, out
     reached = {k: v for k, v in out.items() if not str(v).startswith("unreachable")}
     assert not reached, f"a workspace reached the monitoring services: {reached}"
     silences = get_json(host, "http://127.0.0.1:9093/api/v2/silences")
-    assert not [s for s in silences if s.get("createdBy") == "mallory"]
+    assert not [s for s in silences if s.get("createdBy") == f"mallory-via-{member}"]
+
+
+CONNECT_PROBE = """
+import json, socket, sys
+out = {}
+for label, host, port in json.loads(sys.argv[1]):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        out[label] = "connected"
+    except OSError as e:
+        out[label] = "failed: " + type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def _ip(host, container: str) -> str:
+    return sh(host, f"docker inspect -f '{{{{range .NetworkSettings.Networks}}}}{{{{.IPAddress}}}} {{{{end}}}}' "
+                    f"{container}").split()[0]
+
+
+@pytest.mark.parametrize(("member", "other"), [("alice", "bob"), ("bob", "alice")])
+def test_a_member_cannot_reach_another_members_workspace_but_reaches_mlflow(host, member: str, other: str) -> None:
+    """Each workspace is on a network of its own: a server in the other member's workspace (which its owner and the
+    node do reach, so the listener is up) cannot be reached from this one, by address or by name; MLflow answers."""
+    port = 8765
+    sh(host, f"{COMPOSE} exec -d -T ws-{other} timeout 120 python3 -m http.server {port} --bind 0.0.0.0")
+    target = _ip(host, f"gpuops-ws-{other}-1")
+    control = [("own", target, port)]
+    for _ in range(20):  # the server starts in the background
+        own = json.loads(sh(host, f"{COMPOSE} exec -T ws-{other} python3 -c {shlex.quote(CONNECT_PROBE)} "
+                                  f"{shlex.quote(json.dumps(control))}"))
+        if own["own"] == "connected":
+            break
+        time.sleep(0.5)
+    assert own == {"own": "connected"}, f"the listener in ws-{other} did not start: {own}"
+    assert host.run(f"python3 -c {shlex.quote(CONNECT_PROBE)} {shlex.quote(json.dumps(control))}").stdout.strip() \
+        == '{"own": "connected"}', "the node reaches the workspace (the failure below is isolation, not a dead server)"
+    probes = [(f"ws-{other} by address", target, port), (f"ws-{other} by name", f"ws-{other}", port),
+              ("mlflow", "mlflow", 5000)]
+    out = json.loads(sh(host, f"{COMPOSE} exec -T ws-{member} python3 -c {shlex.quote(CONNECT_PROBE)} "
+                              f"{shlex.quote(json.dumps(probes))}"))
+    assert out.pop("mlflow") == "connected", out
+    assert all(v.startswith("failed") for v in out.values()), f"ws-{member} reached ws-{other}: {out}"
+
+
+def test_the_memory_limit_kills_a_process_that_allocates_past_it(host) -> None:
+    """alice's limit is 512 MiB with no swap past it: 128 MiB is allocated fine, 768 MiB gets the process killed."""
+    inspect = json.loads(sh(host, "docker inspect gpuops-ws-alice-1"))[0]["HostConfig"]
+    assert inspect["Memory"] == inspect["MemorySwap"] == LIMITS["alice"][0]
+    alloc = "import sys; b = bytearray(int(sys.argv[1]) * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('ok')"
+    small = host.run(f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(alloc)} 128")
+    assert (small.rc, small.stdout.strip()) == (0, "ok"), small.stderr
+    big = host.run(f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(alloc)} 768")
+    assert big.rc == KILLED, f"expected the OOM killer's SIGKILL ({KILLED}), got rc={big.rc}: {big.stdout}{big.stderr}"
+    assert sh(host, "docker inspect -f '{{.State.Running}}' gpuops-ws-alice-1").strip() == "true", \
+        "the workspace itself stays up"
+
+
+def test_the_shared_gpus_mps_daemon_and_each_sharers_cap(host) -> None:
+    """GPU 4's MPS control daemon (stand-in) was started as the role says, with the default cap the largest of the
+    sharers'; each sharer's workspace carries its own cap, shares the daemon's IPC namespace and reaches its control
+    interface as its own uid; a member who does not share the GPU has no way to it."""
+    calls = [json.loads(line) for line in host.file(MPS_LOG).content_string.splitlines() if line.strip()]
+    start = [c for c in calls if c["event"] == "start"][-1]
+    assert start["argv"] == ["-f"]
+    assert start["env"]["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpuops-mps/pipe"
+    assert start["env"]["CUDA_MPS_LOG_DIRECTORY"] == "/run/gpuops-mps/log"
+    commands = [c["command"] for c in calls if c["event"] == "command"]
+    assert "set_default_device_pinned_mem_limit 0 8G" in commands, commands
+    daemon = sh(host, f"{COMPOSE} ps -q mps-gpu4").strip()
+    hello = ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/gpuops-mps/pipe/standin-control'); "
+             "s.sendall(b'get_server_list\\n'); print(s.recv(64))")
+    for name, cap in MPS_CAPS.items():
+        config = json.loads(sh(host, f"docker inspect gpuops-ws-{name}-1"))[0]
+        env = dict(e.split("=", 1) for e in config["Config"]["Env"])
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == cap, name
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpuops-mps/pipe", name
+        assert config["HostConfig"]["IpcMode"] == f"container:{daemon}", name
+        sh(host, f"{COMPOSE} exec -T ws-{name} python3 -c {shlex.quote(hello)}")
+    calls = [json.loads(line) for line in host.file(MPS_LOG).content_string.splitlines() if line.strip()]
+    assert {2003, 2004} <= {c.get("from_uid") for c in calls}, "each sharer reached the daemon as its own uid"
+    env = dict(e.split("=", 1) for e in json.loads(sh(host, "docker inspect gpuops-ws-alice-1"))[0]["Config"]["Env"])
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env
+    assert host.run(f"{COMPOSE} exec -T ws-alice ls /run/gpuops-mps").rc != 0, "alice shares no GPU: no MPS pipe"
+    log_dir = host.file("/run/gpuops-mps/gpu4/log")
+    assert (log_dir.uid, log_dir.mode) == (0, 0o700), "the MPS log is the daemon's alone"
 
 
 def test_services_and_members_run_as_non_root(host) -> None:
-    for service in SERVICES - {"dcgm-exporter"}:
+    # dcgm-exporter runs as its image's user; the MPS control daemon as root, which it needs to start an MPS server
+    # as each client's uid (it has no network).
+    for service in SERVICES - {"dcgm-exporter", "mps-gpu4"}:
         user = sh(host, f"docker inspect -f '{{{{.Config.User}}}}' gpuops-{service}-1").strip()
         assert user, f"{service} has no user"
         assert user.split(":")[0] not in ("0", "root"), f"{service} runs as {user!r}"
@@ -266,20 +365,26 @@ def test_no_file_holds_a_default_password(host) -> None:
     assert "admin_password = " + mlflow_password() in host.file(f"{STACK}/secrets/mlflow_basic_auth.ini").content_string
 
 
-def test_members_get_exactly_their_gpus_and_numa_cpus_in_compose_config(host) -> None:
+def test_members_get_exactly_their_gpus_numa_cpus_and_limits_in_compose_config(host) -> None:
     config = json.loads(sh(host, f"cd {STACK} && docker compose -f compose.yaml config --format json"))
-    expected = {"ws-alice": (["0", "1"], "0"), "ws-bob": (["2", "3"], "1")}
-    for service, (gpus, cpus) in expected.items():
-        svc = config["services"][service]
+    expected = {"alice": (["0", "1"], "0"), "bob": (["2", "3"], "1"), "carol": (["4"], "1"), "dave": (["4"], "1")}
+    for name, (gpus, cpus) in expected.items():
+        svc = config["services"][f"ws-{name}"]
         devices = svc["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"driver": "nvidia", "device_ids": gpus, "capabilities": ["gpu"]}]
         assert svc["cpuset"] == cpus
-        assert int(svc["mem_limit"]) == GIB
-        assert int(svc["shm_size"]) == GIB
+        assert int(svc["mem_limit"]) == int(svc["memswap_limit"]) == LIMITS[name][0], name
+        assert float(svc["cpus"]) == LIMITS[name][1], name
+        assert svc["networks"].keys() == {f"ws-{name}"}, "a member's workspace is on its own network only"
+    for name in ("alice", "bob"):
+        assert int(config["services"][f"ws-{name}"]["shm_size"]) == GIB
+    assert set(config["services"]["mlflow"]["networks"]) == {"monitoring"} | {f"ws-{n}" for n in expected}
+    for service in ("prometheus", "alertmanager"):
+        assert set(config["services"][service]["networks"]) == {"monitoring"}
 
 
 def test_member_workspaces_users_mounts_and_limits(host) -> None:
-    for name, uid, cpus in (("alice", 2001, "0"), ("bob", 2002, "1")):
+    for name, uid, cpus in (("alice", 2001, "0"), ("bob", 2002, "1"), ("carol", 2003, "1"), ("dave", 2004, "1")):
         probe = (
             "id -u; grep Cpus_allowed_list /proc/self/status | cut -f2; ulimit -l; "
             "df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2; cat /datasets/demo/README.txt; "
@@ -289,13 +394,18 @@ def test_member_workspaces_users_mounts_and_limits(host) -> None:
         assert out[0] == str(uid)
         assert out[1] == cpus
         assert out[2] == str(MEMLOCK // 1024)  # ulimit -l prints KiB
-        assert int(out[3]) == GIB // 1024
+        assert int(out[3]) == GIB // 1024  # the sharers' /dev/shm is the MPS daemon's, of the same size
         assert out[4] == "demo dataset, read-only in every workspace"
         assert "Read-only file system" in out[5]
         assert out[6] == "scratch-writable"
         inspect = json.loads(sh(host, f"docker inspect $({COMPOSE} ps -q ws-{name})"))[0]["HostConfig"]
-        assert inspect["Memory"] == GIB
+        assert inspect["Memory"] == inspect["MemorySwap"] == LIMITS[name][0], name
+        assert inspect["NanoCpus"] == round(LIMITS[name][1] * 1e9), name
         assert inspect["CpusetCpus"] == cpus
+        for private in (f"/var/lib/gpuops/scratch/{name}", f"/var/lib/gpuops/artifacts/{name}"):
+            directory = host.file(private)
+            assert (directory.uid, directory.mode) == (uid, 0o700), f"{private} must be {name}'s alone"
+        sh(host, f"{COMPOSE} exec -T ws-{name} touch /artifacts/ok")
         assert inspect["Privileged"] is False
         assert inspect["CapDrop"] == ["ALL"]
 

@@ -61,7 +61,10 @@ PASSWORD_LENGTH = 32
 MEMBERS = [
     {"name": "alice", "uid": 2001, "gpus": [0, 1]},
     {"name": "bob", "uid": 2002, "gpus": [4], "image": "docker.io/team/bob:1.0", "mounts": ["/srv/code/bob:/code:rw"]},
+    {"name": "carol", "uid": 2003, "shared_gpus": [{"gpu": 5, "memory": "20g"}], "cpus": 4},
+    {"name": "dave", "uid": 2004, "shared_gpus": [{"gpu": 5, "memory": "30g"}]},
 ]
+WORKSPACES = ("alice", "bob", "carol", "dave")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +78,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> P
         "compose_stack_gpu_enabled": False,
         "compose_stack_grafana_enabled": False,
         "compose_stack_prometheus_rule_for_max": "10s",
+        "compose_stack_member_cpus_pool": 208,
+        "compose_stack_mps_dir": str(tmp_path / "mps"),
     })
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     return tmp_path
@@ -92,29 +97,63 @@ def test_members_get_exactly_their_gpus_and_numa_local_cpus(rendered: Path) -> N
     assert bob["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["4"]
     assert alice["cpuset"] == "0-25,104-129"  # half of NUMA 0 (2 of its 4 GPUs), with HT siblings
     assert bob["cpuset"] == "52-64,156-168"  # a quarter of NUMA 1
-    assert alice["mem_limit"] == "204800m"
+    assert alice["mem_limit"] == alice["memswap_limit"] == "204800m"  # 2 of 8 GPUs: a quarter of 819200 MiB
     assert bob["mem_limit"] == "102400m"
+    assert (alice["cpus"], bob["cpus"]) == (52.0, 26.0)  # a quarter and an eighth of 208 CPUs
+
+
+def test_a_shared_gpu_gets_one_mps_daemon_and_each_sharer_its_cap(rendered: Path) -> None:
+    services = compose(rendered)["services"]
+    daemon, carol, dave = services["mps-gpu5"], services["ws-carol"], services["ws-dave"]
+    assert daemon["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "device_ids": ["5"], "capabilities": ["gpu", "compute", "utility"]}]
+    assert daemon["network_mode"] == "none"
+    assert daemon["ipc"] == "shareable"
+    assert "set_default_device_pinned_mem_limit 0 30G" in daemon["command"][-1]  # the largest cap
+    assert daemon["environment"] == {"CUDA_MPS_PIPE_DIRECTORY": "/run/gpuops-mps/pipe",
+                                     "CUDA_MPS_LOG_DIRECTORY": "/run/gpuops-mps/log"}
+    for ws, cap in ((carol, "0=20G"), (dave, "0=30G")):
+        assert ws["environment"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == cap
+        assert ws["environment"]["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpuops-mps/pipe"
+        assert ws["ipc"] == "service:mps-gpu5"
+        assert "shm_size" not in ws, "a sharer's /dev/shm is the daemon's"
+        assert f"{rendered}/mps/gpu5/pipe:/run/gpuops-mps/pipe:rw" in ws["volumes"]
+        assert ws["depends_on"] == {"mps-gpu5": {"condition": "service_healthy"}}
+        assert ws["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["5"]
+        assert ws["cpuset"] == "65-77,169-181"  # GPU 5's quarter of NUMA 1, the same for both sharers
+    assert (carol["cpus"], dave["cpus"]) == (4.0, 13.0)  # carol's own; dave: half a GPU of 208 CPUs / 8
+    assert carol["mem_limit"] == dave["mem_limit"] == "51200m"  # half a GPU's share of 819200 MiB
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in services["ws-alice"]["environment"]
+    assert not [v for v in services["ws-alice"]["volumes"] if "gpuops-mps" in v]
+    assert oct((rendered / "mps" / "gpu5" / "log").stat().st_mode & 0o777) == "0o700"
+    assert oct((rendered / "mps" / "gpu5" / "pipe").stat().st_mode & 0o777) == "0o755"
 
 
 def test_members_run_as_themselves_with_nccl_limits_and_read_only_data(rendered: Path) -> None:
     services = compose(rendered)["services"]
-    for name, uid in (("alice", 2001), ("bob", 2002)):
+    for name, uid in (("alice", 2001), ("bob", 2002), ("carol", 2003), ("dave", 2004)):
         ws = services[f"ws-{name}"]
         assert ws["user"] == f"{uid}:{uid}"
-        assert ws["shm_size"] == "16g"
+        assert ws.get("shm_size", services["mps-gpu5"]["shm_size"]) == "16g"
         assert ws["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
         assert f"{rendered}/datasets/imagenet:/datasets/imagenet:ro" in ws["volumes"]
         assert f"{rendered}/scratch/{name}:/scratch:rw" in ws["volumes"]
+        assert f"{rendered}/data/artifacts/{name}:/artifacts:rw" in ws["volumes"]
         assert "no-new-privileges:true" in ws["security_opt"]
     assert "/srv/code/bob:/code:rw" in services["ws-bob"]["volumes"]
     assert (rendered / "scratch" / "alice").stat().st_uid == ALICE_UID
     assert oct((rendered / "scratch" / "alice").stat().st_mode & 0o777) == "0o700"
+    assert (rendered / "data" / "artifacts" / "alice").stat().st_uid == ALICE_UID
+    assert oct((rendered / "data" / "artifacts" / "alice").stat().st_mode & 0o777) == "0o700"
 
 
-def test_no_service_runs_as_root_except_dcgm_exporter(rendered: Path) -> None:
+def test_no_service_runs_as_root_except_dcgm_exporter_and_the_mps_daemon(rendered: Path) -> None:
     for name, service in compose(rendered)["services"].items():
         if name == "dcgm-exporter":
             assert service["cap_drop"] == ["ALL"]
+            continue
+        if name.startswith("mps-gpu"):  # starts an MPS server as each client's uid; no network at all
+            assert service["network_mode"] == "none"
             continue
         assert "user" in service, f"{name} has no user"
         assert not str(service["user"]).startswith("0:"), f"{name} runs as root"
@@ -140,11 +179,43 @@ def test_grafana_declared_but_disabled_by_profile(rendered: Path) -> None:
     assert grafana["image"].endswith("grafana/grafana:11.6.0")
 
 
+def test_the_render_playbook_writes_the_compose_project_for_review(tmp_path: Path) -> None:
+    """playbooks/render.yml on the compose worked example: the project compose_stack writes, on the controller, with
+    placeholders for the secrets; and a plan the role would refuse is refused there too, before the project."""
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = playbook_env(REPO, extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
+    run = [str(playbook), "-i", str(REPO / "inventories" / "small-team"), str(REPO / "playbooks" / "render.yml")]
+    result = subprocess.run([*run, "-e", f"render_dir={tmp_path}/ok"], cwd=REPO, env=env, capture_output=True,
+                            text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    project = tmp_path / "ok" / "compose_stack" / "gpu01"
+    services = yaml.safe_load((project / "compose.yaml").read_text())["services"]
+    assert {f"ws-{n}" for n in ("alice", "bob", "carol", "dave")} <= set(services)
+    assert services["ws-alice"]["networks"] == ["ws-alice"]
+    assert (project / "prometheus" / "prometheus.yml").is_file()
+    assert (project / "alertmanager" / "alertmanager.yml").is_file()
+    assert "admin_password = <placeholder" in (project / "secrets" / "mlflow_basic_auth.ini").read_text()
+    assert json.loads((tmp_path / "ok" / "plan.json").read_text())["platform"]["name"] == "compose"
+    members = yaml.safe_load((REPO / "inventories" / "small-team" / "group_vars" / "all" / "team.yml").read_text())
+    members = members["gpuops_members"]
+    members[0]["memory"] = "900g"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"gpuops_members": members, "compose_stack_member_memory_pool_mb": 819200}))
+    result = subprocess.run([*run, "-e", f"render_dir={tmp_path}/bad", "-e", f"@{bad}"], cwd=REPO, env=env,
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode != 0
+    assert "alice 921600 MiB (memory given)" in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "bad" / "compose_stack").exists()
+
+
 def test_no_gpu_override_resets_only_gpu_reservations(rendered: Path) -> None:
     text = (rendered / "project" / "compose.no-gpu.yaml").read_text()
     assert "NO-GPU TEST MODE" in text
-    assert set(re.findall(r"^  ([\w-]+):$", text, flags=re.M)) == {"dcgm-exporter", "ws-alice", "ws-bob"}
-    assert text.count("deploy: !reset {}") == len({"dcgm-exporter", "ws-alice", "ws-bob"})
+    reset = {"dcgm-exporter", "mps-gpu5"} | {f"ws-{n}" for n in WORKSPACES}
+    assert set(re.findall(r"^  ([\w-]+):$", text, flags=re.M)) == reset
+    assert text.count("deploy: !reset {}") == len(reset)
 
 
 def test_rules_are_the_shipped_rules_with_capped_for(rendered: Path) -> None:
@@ -199,14 +270,15 @@ def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
     assert not (tmp_path / "project").exists()
 
 
-def test_workspaces_share_a_network_with_mlflow_only(rendered: Path) -> None:
+def test_each_workspace_has_a_network_of_its_own_shared_with_mlflow_only(rendered: Path) -> None:
     project = compose(rendered)
-    networks = {name: set(service["networks"]) for name, service in project["services"].items()}
-    assert set(project["networks"]) == {"monitoring", "workspaces"}
-    assert networks["ws-alice"] == networks["ws-bob"] == {"workspaces"}
-    assert networks["mlflow"] == {"monitoring", "workspaces"}
-    reachable = {name for name, nets in networks.items() if "workspaces" in nets and not name.startswith("ws-")}
-    assert reachable == {"mlflow"}, "a service without a login shares the members' network"
+    networks = {name: set(service.get("networks") or []) for name, service in project["services"].items()}
+    assert set(project["networks"]) == {"monitoring"} | {f"ws-{n}" for n in WORKSPACES}
+    for name in WORKSPACES:
+        assert networks[f"ws-{name}"] == {f"ws-{name}"}
+        on_it = {service for service, nets in networks.items() if f"ws-{name}" in nets}
+        assert on_it == {f"ws-{name}", "mlflow"}, f"only {name}'s workspace and MLflow (it has a login) are on it"
+    assert networks["mlflow"] == {"monitoring"} | {f"ws-{n}" for n in WORKSPACES}
 
 
 def test_compose_file_holds_no_secret_in_clear(rendered: Path) -> None:

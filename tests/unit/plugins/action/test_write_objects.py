@@ -17,12 +17,17 @@ def test_names_and_content() -> None:
     assert yaml.safe_load(planned["resourcequota-vision-quota.yaml"]) == QUOTA
     assert planned["helm-values-x.yml"] == "a: 1\n"
     assert object_file_name({"kind": "PyTorchJob", "metadata": {"name": "t"}}) == "pytorchjob-t.yaml"
+    # a relative path of names (the compose project's layout, playbooks/render.yml)
+    assert planned_files([], {"prometheus/rules/gpu.yml": "x"}) == {"prometheus/rules/gpu.yml": "x"}
 
 
 @pytest.mark.parametrize(("objects", "files"), [
     ([QUOTA, QUOTA], {}),                                      # same kind and name twice
     ([{"kind": "ConfigMap", "metadata": {}}], {}),             # no name
-    ([], {"../escape.yml": "x"}),                              # a path
+    ([], {"../escape.yml": "x"}),                              # a path out of dest
+    ([], {"rules/../../escape.yml": "x"}),
+    ([], {"/etc/escape.yml": "x"}),
+    ([], {".hidden.yml": "x"}),
     ([QUOTA], {"resourcequota-vision-quota.yaml": "x"}),       # collides with an object
 ])
 def test_refusals(objects: list, files: dict) -> None:

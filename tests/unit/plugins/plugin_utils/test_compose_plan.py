@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_q
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.alert_rules import cap_rule_for, parse_duration
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.images import is_pinned, mirror_image, split_reference
@@ -152,3 +153,126 @@ def test_cap_rule_for() -> None:
     assert parse_duration("1h30m") == 90 * 60
     with pytest.raises(ValueError, match="not a Prometheus duration"):
         parse_duration("5 minutes")
+
+
+MIB_PER_GIB = 1024
+
+
+# --- limits and MPS-shared GPUs (issue 23): the h100x8 topology with the GPU memory of a real HGX H100 capture ---
+
+@pytest.fixture
+def h100(topology, shared_data: Path):
+    query = shared_data / "nvidia-smi" / "query" / "h100-sxm-80gb-x8_hgx_nvidia-smi-q_fabric-completed.txt"
+    return topology("h100x8_sxm_2numa_noNIC.txt"), parse_nvidia_smi_q(query.read_text())["gpus"]
+
+
+def test_default_limits_follow_the_gpu_share_and_explicit_ones_win(h100) -> None:
+    topo, found = h100
+    members = [{**member("alice", 2001, [0, 1]), "memory": "64g", "cpus": 8},
+               member("bob", 2002, [2, 3]), member("carol", 2003, [4, 5, 6, 7])]
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    assert plan["problems"] == []
+    ws = plan["members"]
+    assert (ws["alice"]["memory_mb"], ws["alice"]["cpus"]) == (65536, 8.0)
+    assert (ws["bob"]["memory_mb"], ws["bob"]["cpus"]) == (819200 * 2 // 8, 208 * 2 / 8)
+    assert (ws["carol"]["memory_mb"], ws["carol"]["cpus"]) == (819200 // 2, 104.0)
+    assert [w["mps"] for w in ws.values()] == [None, None, None]
+    assert plan["shared"] == {}
+
+
+def test_no_host_figures_no_default_limits(h100) -> None:
+    """preflight's plan: no host memory or CPU count is read there; only a member's own limits are planned."""
+    topo, _found = h100
+    plan = plan_workspaces([{**member("alice", 2001, [0]), "memory": "1g"}, member("bob", 2002, [1])], topo, 0)
+    assert plan["members"]["alice"]["memory_mb"] == MIB_PER_GIB
+    assert plan["members"]["bob"]["memory_mb"] is None
+    assert plan["members"]["bob"]["cpus"] is None
+
+
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"memory": "700g"}, ["memory limits overcommit this host", "alice 716800 MiB (memory given)",
+                              "bob 204800 MiB (share)", "921600 MiB", "more than the 819200 MiB",
+                              "Fix: lower the memory of alice"]),
+        ({"cpus": 200}, ["cpus limits overcommit this host", "alice 200 CPUs (cpus given)", "bob 52 CPUs (share)",
+                         "more than the 208 CPUs", "Fix: lower the cpus of alice"]),
+    ],
+)
+def test_limits_that_overcommit_the_host_are_refused_naming_members_and_numbers(h100, change, fragments) -> None:
+    topo, found = h100
+    members = [{**member("alice", 2001, [0, 1]), **change}, member("bob", 2002, [2, 3])]
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    assert plan["members"] == {}
+    text = "; ".join(plan["problems"])
+    for fragment in fragments:
+        assert fragment in text, text
+
+
+def test_a_shared_gpu_runs_mps_with_each_members_cap(h100) -> None:
+    topo, found = h100
+    members = [member("alice", 2001, [0, 1]),
+               {"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]},
+               {"name": "frank", "uid": 2006, "shared_gpus": [{"gpu": 4, "memory": "56g"}]}]
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    assert plan["problems"] == []
+    ws = plan["members"]
+    assert ws["erin"]["mps"] == {"gpu": 4, "pinned_mem_limit": "0=20G"}
+    assert ws["frank"]["mps"] == {"gpu": 4, "pinned_mem_limit": "0=56G"}
+    assert ws["erin"]["gpus"] == []
+    assert ws["erin"]["shared_gpus"] == [{"gpu": 4, "memory_mb": 20480}]
+    assert plan["shared"] == {"4": {"members": {"erin": 20480, "frank": 57344}, "memory_total_mib": 81559,
+                                    "default_limit": "56G"}}
+    # half a GPU each: half of one GPU's share of memory and CPUs; the GPU's part of NUMA 1's CPUs, for both
+    assert ws["erin"]["memory_mb"] == 819200 // 16
+    assert ws["erin"]["cpus"] == 208 / 8 / 2
+    assert ws["erin"]["cpuset"] == ws["frank"]["cpuset"] == "52-64,156-168"
+    assert ws["erin"]["numa_nodes"] == [1]
+    assert ws["alice"]["mps"] is None
+
+
+def test_mps_caps_past_the_gpus_memory_are_refused(h100) -> None:
+    topo, found = h100
+    members = [{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "40g"}]},
+               {"name": "frank", "uid": 2006, "shared_gpus": [{"gpu": 4, "memory": "40g"}]}]
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200, gpus_found=found)
+    assert plan["members"] == {}
+    assert plan["problems"] == [
+        "the members sharing GPU 4 are given erin 40G, frank 40G of its memory (shared_gpus), 81920 MiB in all, more "
+        "than the GPU's 81559 MiB; MPS could not honour every cap. Fix: lower the memory of the shared_gpus entries "
+        "for GPU 4, so they add up to at most 81559M"]
+
+
+def test_a_shared_gpus_unknown_memory_is_a_warning_not_a_guess(h100) -> None:
+    topo, _found = h100
+    members = [{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "40g"}]}]
+    plan = plan_workspaces(members, topo, 0)
+    assert plan["problems"] == []
+    assert plan["shared"]["4"]["memory_total_mib"] is None
+    assert "GPU 4 is shared (erin 40G) but its memory is not known here" in plan["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    ("members", "fragment"),
+    [
+        ([member("alice", 2001, [4]), {"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]}],
+         "GPU 4 is shared by erin (gpuops_members[1].shared_gpus) and given exclusively to alice (gpus)"),
+        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]}, member("alice", 2001, [4])],
+         "GPU 4 is shared by erin (gpuops_members[0].shared_gpus) and given exclusively to alice (gpus)"),
+        ([{**member("erin", 2005, [0]), "shared_gpus": [{"gpu": 4, "memory": "20g"}]}],
+         "gives erin both gpus [0] and shared_gpus"),
+        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}, {"gpu": 5, "memory": "20g"}]}],
+         "expected a list of at most one entry"),
+        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4}]}], "expected {gpu: <GPU index>, memory:"),
+        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 9, "memory": "1g"}]}], "erin shares GPU 9, but"),
+        ([{**member("alice", 2001, [0]), "memory": "64GB"}], "gpuops_members[0].memory is '64GB' for alice"),
+        ([{**member("alice", 2001, [0]), "memory": "4m"}], "expected a size of at least 6m"),
+        ([{**member("alice", 2001, [0]), "cpus": "8"}], "gpuops_members[0].cpus is '8' for alice"),
+        ([{**member("alice", 2001, [0]), "cpus": 0}], "expected a number of CPUs > 0"),
+    ],
+)
+def test_bad_limits_and_shared_gpus_are_refused(h100, members, fragment) -> None:
+    topo, found = h100
+    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    assert plan["members"] == {}
+    assert fragment in "; ".join(plan["problems"]), plan["problems"]

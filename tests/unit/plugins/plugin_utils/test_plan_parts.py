@@ -251,6 +251,9 @@ WORKSPACES = {
     "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "numa_nodes": [1]},
     "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "numa_nodes": [1]},
 }
+# no shared GPUs and no limits of their own in the small team's list; the default shares are the role's (host facts)
+for _ws in WORKSPACES.values():
+    _ws.update(cpus=None, shared_gpus=[], mps=None)
 
 
 def _compose_plan(hostvars: dict) -> dict:
@@ -265,7 +268,8 @@ def _compose_plan(hostvars: dict) -> dict:
 def test_member_workspaces_plan_and_role_alone():
     hostvars = _inventory("small-team")
     built = _compose_plan(hostvars)
-    assert built["hosts"]["gpu01"]["workspaces"] == {"members": WORKSPACES, "problems": [], "warnings": []}
+    assert built["hosts"]["gpu01"]["workspaces"] == {"members": WORKSPACES, "shared": {}, "problems": [],
+                                                        "warnings": []}
     assert built["hosts"]["gpu01"]["node"] is None
     assert built["hosts"]["gpu01"]["kubelet_policy"] is None
     assert built["pools"] == {}, "the small team sets no gpuops_pool"
