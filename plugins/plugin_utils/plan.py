@@ -212,7 +212,7 @@ SCHEMA: dict[str, Any] = {
                         "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
                         "default shares from the host's memory and CPUs and refuses an overcommit), shared (GPU "
                         "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
-                        "largest cap), problems, warnings. null on "
+                        "smallest cap), problems, warnings. null on "
                         "kubernetes (members get namespaces: team).",
                         "properties": {
                             "members": {"type": "object"},

@@ -156,9 +156,10 @@ def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int
     shared_plan = {}
     for gpu, caps in sharers.items():
         total = gpu_memory.get(gpu)
-        # The daemon's default cap, for a client that clears its CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the largest.
+        # The daemon's default cap, for a client that clears its CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the smallest, so
+        # clearing the variable never gives a sharer more than any sharer's own cap.
         shared_plan[str(gpu)] = {"members": dict(caps), "memory_total_mib": total,
-                                 "default_limit": format_mib(max(caps.values()))}
+                                 "default_limit": format_mib(min(caps.values()))}
         listing = ", ".join(f"{n} {format_mib(mb)}" for n, mb in caps.items())
         if total is None:
             warnings.append(f"GPU {gpu} is shared ({listing}) but its memory is not known here (no driver yet?); "

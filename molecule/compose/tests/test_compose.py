@@ -295,7 +295,7 @@ def test_the_memory_limit_kills_a_process_that_allocates_past_it(host) -> None:
 
 
 def test_the_shared_gpus_mps_daemon_and_each_sharers_cap(host) -> None:
-    """GPU 4's MPS control daemon (stand-in) was started as the role says, with the default cap the largest of the
+    """GPU 4's MPS control daemon (stand-in) was started as the role says, with the default cap the smallest of the
     sharers'; each sharer's workspace carries its own cap, shares the daemon's IPC namespace and reaches its control
     interface as its own uid; a member who does not share the GPU has no way to it."""
     calls = [json.loads(line) for line in host.file(MPS_LOG).content_string.splitlines() if line.strip()]
@@ -304,7 +304,7 @@ def test_the_shared_gpus_mps_daemon_and_each_sharers_cap(host) -> None:
     assert start["env"]["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpuops-mps/pipe"
     assert start["env"]["CUDA_MPS_LOG_DIRECTORY"] == "/run/gpuops-mps/log"
     commands = [c["command"] for c in calls if c["event"] == "command"]
-    assert "set_default_device_pinned_mem_limit 0 8G" in commands, commands
+    assert "set_default_device_pinned_mem_limit 0 6G" in commands, commands
     daemon = sh(host, f"{COMPOSE} ps -q mps-gpu4").strip()
     hello = ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/gpuops-mps/pipe/standin-control'); "
              "s.sendall(b'get_server_list\\n'); print(s.recv(64))")

@@ -109,7 +109,7 @@ def test_a_shared_gpu_gets_one_mps_daemon_and_each_sharer_its_cap(rendered: Path
         {"driver": "nvidia", "device_ids": ["5"], "capabilities": ["gpu", "compute", "utility"]}]
     assert daemon["network_mode"] == "none"
     assert daemon["ipc"] == "shareable"
-    assert "set_default_device_pinned_mem_limit 0 30G" in daemon["command"][-1]  # the largest cap
+    assert "set_default_device_pinned_mem_limit 0 20G" in daemon["command"][-1]  # the smallest cap
     assert daemon["environment"] == {"CUDA_MPS_PIPE_DIRECTORY": "/run/gpuops-mps/pipe",
                                      "CUDA_MPS_LOG_DIRECTORY": "/run/gpuops-mps/log"}
     for ws, cap in ((carol, "0=20G"), (dave, "0=30G")):

@@ -222,7 +222,7 @@ def test_a_shared_gpu_runs_mps_with_each_members_cap(h100) -> None:
     assert ws["erin"]["gpus"] == []
     assert ws["erin"]["shared_gpus"] == [{"gpu": 4, "memory_mb": 20480}]
     assert plan["shared"] == {"4": {"members": {"erin": 20480, "frank": 57344}, "memory_total_mib": 81559,
-                                    "default_limit": "56G"}}
+                                    "default_limit": "20G"}}
     # half a GPU each: half of one GPU's share of memory and CPUs; the GPU's part of NUMA 1's CPUs, for both
     assert ws["erin"]["memory_mb"] == 819200 // 16
     assert ws["erin"]["cpus"] == 208 / 8 / 2
