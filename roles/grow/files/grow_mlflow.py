@@ -5,7 +5,7 @@
 
 Python standard library only: it runs on the Compose host (or in any MLflow image) with plain python3.
 
-  grow_mlflow.py copy SOURCE_DIR TARGET_DIR
+  grow_mlflow.py copy SOURCE_DIR TARGET_DIR [--owner UID:GID] [--replace]
       SOURCE_DIR and TARGET_DIR are MLflow stores laid out as compose_stack and training_stack lay them out:
       backend/mlflow.db (SQLite) and artifacts/. The database is copied with SQLite's online backup API (a
       consistent copy while the source server keeps running), the artifacts file by file. Experiment ids, run ids,
@@ -13,6 +13,7 @@ Python standard library only: it runs on the Compose host (or in any MLflow imag
       the form mlflow-artifacts:/... are relative to the server's --artifacts-destination, so they stay valid.
       The schema upgrade is MLflow's own: run `mlflow db upgrade sqlite:///TARGET_DIR/backend/mlflow.db` with the
       target image's MLflow afterwards. Refuses a TARGET_DIR that already holds a database (use --replace).
+      --owner gives everything copied to the uid:gid the target server runs as.
   grow_mlflow.py verify SOURCE_URL TARGET_URL [--user U --password-file F]
       Reads both servers through MLflow's REST API and compares: the experiments (ids, names, lifecycle), the runs
       of each (ids, status, lifecycle), every run's params and tags, each metric's history (length, then values),
@@ -25,6 +26,7 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -37,7 +39,15 @@ PAGE = 1000
 IGNORED_TAGS: frozenset[str] = frozenset()
 
 
-def copy_store(source: Path, target: Path, replace: bool = False) -> dict:
+def _chown(paths: list[Path], owner: str | None) -> None:
+    if not owner:
+        return
+    uid, _, gid = owner.partition(":")
+    for path in paths:
+        os.chown(path, int(uid), int(gid or uid))
+
+
+def copy_store(source: Path, target: Path, replace: bool = False, owner: str | None = None) -> dict:
     src_db, dst_db = source / "backend" / "mlflow.db", target / "backend" / "mlflow.db"
     if not src_db.is_file():
         raise SystemExit(f"copy: no MLflow database at {src_db}; expected the Compose store's backend/mlflow.db")
@@ -63,6 +73,7 @@ def copy_store(source: Path, target: Path, replace: bool = False) -> dict:
                 shutil.copy2(path, out)
                 files += 1
                 size += path.stat().st_size
+    _chown([target, dst_db.parent, dst_db, dst_art, *dst_art.rglob("*")], owner)
     return {"database": str(dst_db), "artifact_files": files, "artifact_bytes": size}
 
 
@@ -216,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     cp.add_argument("source", type=Path)
     cp.add_argument("target", type=Path)
     cp.add_argument("--replace", action="store_true")
+    cp.add_argument("--owner", help="uid:gid the target server runs as; everything copied is given to it")
     vf = sub.add_parser("verify")
     vf.add_argument("source")
     vf.add_argument("target")
@@ -225,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     vf.add_argument("--target-password-file", type=Path)
     args = parser.parse_args(argv)
     if args.command == "copy":
-        print(json.dumps(copy_store(args.source, args.target, args.replace)))
+        print(json.dumps(copy_store(args.source, args.target, args.replace, args.owner)))
         return 0
     password = args.password_file.read_text().strip() if args.password_file else None
     target_password = args.target_password_file.read_text().strip() if args.target_password_file else password
