@@ -388,9 +388,9 @@ def markdown(grow_plan: dict) -> str:
     hosts = grow_plan.get("hosts") or {}
     if hosts:
         schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""
+        workers = ", ".join(f"{w['name']} ({w['gpu_count']} GPUs, pool {w['pool']})" for w in hosts["gpu_workers"])
         lines += ["", "## Hosts", "", f"- control planes: {', '.join(hosts['control_planes'])}{schedulable}",
-                  "- GPU workers: " + ", ".join(f"{w['name']} ({w['gpu_count']} GPUs, pool {w['pool']})"
-                                             for w in hosts["gpu_workers"]), "", "## Steps: what stops when", "",
+                  f"- GPU workers: {workers}", "", "## Steps: what stops when", "",
                   "| step | stops | note |", "|---|---|---|"]
         lines += [f"| {s['step']} | {', '.join(s['stops']) or 'nothing'} | {s['note']} |" for s in hosts["steps"]]
     return "\n".join(lines) + "\n"

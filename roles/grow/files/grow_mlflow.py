@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Copy the Compose MLflow store into the cluster's, and compare the two servers field by field.
