@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
-TOOL = "/usr/local/libexec/gpuops-grow-mlflow.py"
+TOOL = "/usr/local/lib/gpuops-grow/grow_mlflow.py"
 SOURCE = "gpuops-grow-mlflow-compose"
 TARGET = "gpuops-grow-mlflow-cluster"
 SEEDED_EXPERIMENTS = 4  # the three seeded and MLflow's Default
