@@ -21,7 +21,7 @@ import ansible_runner
 from .progress import make_progress
 from .summary import EXIT_USAGE, RunFold, exit_code, junit_xml, parse_list_tasks, recap_line, summarise
 
-PLAYBOOKS = ("site", "preflight", "validate", "burnin", "diagnose", "upgrade_driver", "health", "render")
+PLAYBOOKS = ("site", "preflight", "validate", "burnin", "diagnose", "upgrade_driver", "health", "grow", "render")
 
 
 class UsageError(Exception):

@@ -28,7 +28,7 @@ results() { python3 "$root/scripts/test_summary.py" "$@"; }
 # lint and unit stages; compose shares the host's image cache with ops (the demo node), so both stay in one lane
 # (and both take the demo's lock as well). Containers, names and locks of the two lanes never overlap.
 ALL_LANES=(
-  "molecule-driver,molecule-kubernetes,dnf,site_check,molecule-local_pv"
+  "molecule-driver,molecule-kubernetes,dnf,site_check,molecule-local_pv,molecule-grow"
   "lint,unit,collection,report,ops,molecule-compose,bad_input,molecule-preflight,molecule-health"
 )
 scenarios=()

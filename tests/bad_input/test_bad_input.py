@@ -9,7 +9,8 @@ on the kubernetes baseline; ``hosts:`` gives a group layout of its own (a hosts.
 kubernetes baseline's group_vars), for the refusals that are about the layout (two control planes...).
 Each case runs the plays site.yml runs before the host layer (until_host_layer.yml: boilerplate,
 preflight, the input checks), or with ``playbook: health`` the day-2 playbook playbooks/health.yml on the compose
-baseline (its own baseline: a dry run, which changes nothing on the host), and must:
+baseline (its own baseline: a dry run, which changes nothing on the host), or with ``playbook: grow``
+playbooks/grow.yml on the compose baseline (its own baseline: the plan built and checked), and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
@@ -56,10 +57,11 @@ IMAGE = os.environ.get("GPUOPS_BAD_INPUT_IMAGE", "gpuops/debian12-systemd")
 JOBS = int(os.environ.get("GPUOPS_BAD_INPUT_JOBS", "6"))
 ANSIBLE_TMP = "/root/.ansible"
 INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-kubernetes"}
-PLAYBOOKS = {"until_host_layer": HERE / "until_host_layer.yml", "health": REPO / "playbooks" / "health.yml"}
+PLAYBOOKS = {"until_host_layer": HERE / "until_host_layer.yml", "health": REPO / "playbooks" / "health.yml",
+             "grow": REPO / "playbooks" / "grow.yml"}
 # baseline name -> (inventory, playbook): the accepted runs the cases vary
 BASELINES = {"compose": ("compose", "until_host_layer"), "kubernetes": ("kubernetes", "until_host_layer"),
-             "health": ("compose", "health")}
+             "health": ("compose", "health"), "grow": ("compose", "grow")}
 MIN_CASES = 30
 
 
@@ -239,9 +241,10 @@ def test_nothing_is_left_once_every_case_has_ended(matrix) -> None:
 
 def _baseline_of(data: dict) -> str:
     """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars; a health.yml
-    case varies the health.yml dry run."""
-    if data.get("playbook") == "health":
-        return "health"
+    case varies the health.yml dry run, a grow.yml case the grow.yml plan check (no flag: the plan is built and
+    checked on the controller, nothing written)."""
+    if data.get("playbook") in ("health", "grow"):
+        return data["playbook"]
     return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
 
 

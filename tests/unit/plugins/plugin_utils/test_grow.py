@@ -1,0 +1,217 @@
+"""The growth plan (plugins/plugin_utils/grow.py): teams, datasets, workspaces, MLflow and the refusals.
+
+test_small_team_plan runs playbooks/grow.yml -e grow_plan_only=true on inventories/small-team, whose host is a
+documentation address (192.0.2.10, RFC 5737) that nothing answers: the run passes only if no host is contacted.
+Every object of the plan is validated with kubernetes-validate (strict) at the cluster inventory's kube_version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow
+from ansible_env import playbook_env
+
+REPO = Path(__file__).resolve().parents[4]
+SMALL_TEAM = REPO / "inventories" / "small-team"
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+KUBE_VERSION = yaml.safe_load((REPO / "inventories/cluster/group_vars/k8s_cluster/k8s-cluster.yml").read_text())[
+    "kube_version"]
+TEAM_DEFAULTS = {"cpu_quota": "32", "memory_quota": "256Gi", "storage_quota": "2Ti"}
+TENANCY = {"member_pvc_size": "100Gi", "extra_pvcs": 4, "limit_default": {"cpu": "4", "memory": "16Gi"},
+           "limit_default_request": {"cpu": "500m", "memory": "2Gi"}, "monitoring_namespace": "monitoring"}
+
+
+def config(**extra: object) -> dict:
+    base = {
+        "members": [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 1]},
+                    {"name": "bob", "uid": 2002, "gpus": [2]},
+                    {"name": "chen", "uid": 2003, "gid": 3000, "gpus": [3, 4, 5]}],
+        "teams": [{"name": "vision", "gpu_quota": 8, "cpu_quota": "48", "memory_quota": "384Gi",
+                   "storage_quota": "2Ti"}],
+        "team_of": {"chen": "nlp"}, "team_defaults": TEAM_DEFAULTS, "workspace_storage_class": "gpuops-workspace",
+        "workers": [{"name": "gpu01", "pool": None, "gpu_count": 8}], "pool": "training", "compose_host": "gpu01",
+        "datasets": [{"name": "imagenet", "src": "nas:/export/datasets/imagenet", "fstype": "nfs4",
+                      "opts": "ro,hard,nfsvers=4.2"},
+                     {"name": "audio", "src": "nas:/export/datasets/audio", "fstype": "nfs"}],
+        "dataset_users": {"audio": ["chen"]}, "nfs_exports": ["nas:/export/datasets"], "dataset_size": "1Ti",
+        "workspace_storage": "local", "scratch_dir": "/srv/scratch", "data_dir": "/srv/gpuops",
+        "mlflow_source_image": "ghcr.io/mlflow/mlflow:v3.17.2", "mlflow_target_image": "ghcr.io/mlflow/mlflow:v3.17.2",
+        "mlflow_namespace": "mlflow", "tenancy": TENANCY, "created": 1000, "sources": {},
+    }
+    return {**base, **extra}
+
+
+def of_kind(objects: list[dict], kind: str, prefix: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind and o["metadata"]["name"].startswith(prefix)]
+
+
+def validation_errors(objects: list[dict]) -> list[str]:
+    errors = []
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.utils.ValidationError as exc:
+            errors.append(f"{obj['kind']} {obj['metadata']['name']}: {str(exc).splitlines()[0]}")
+    return errors
+
+
+def test_teams_declared_mapped_and_own() -> None:
+    result = grow.plan(config())
+    assert result["problems"] == []
+    teams = {t["name"]: t for t in result["teams"]}
+    # alice declares vision; chen is mapped to nlp by grow_team_of; bob declares nothing: a team of his own
+    assert {n: t["members"] for n, t in teams.items()} == {"vision": ["alice"], "bob": ["bob"], "nlp": ["chen"]}
+    assert {n: t["gpu_quota"] for n, t in teams.items()} == {"vision": 2, "bob": 1, "nlp": 3}
+    assert teams["nlp"]["namespace"] == "team-nlp"
+    # uids and gids carry over
+    assert {m["name"]: (m["uid"], m["gid"]) for m in result["members"]} == {
+        "alice": (2001, 2001), "bob": (2002, 2002), "chen": (2003, 3000)}
+    declared = {t["name"]: t for t in result["gpuops_teams"]}
+    assert declared["vision"]["cpu_quota"] == "48"
+    assert declared["bob"]["cpu_quota"] == "32"
+
+
+def test_datasets_pv_per_namespace_of_its_users() -> None:
+    result = grow.plan(config())
+    by_name = {d["name"]: d for d in result["datasets"]}
+    assert by_name["imagenet"]["namespaces"] == ["team-bob", "team-nlp", "team-vision"]
+    assert by_name["audio"]["namespaces"] == ["team-nlp"]
+    pvs = of_kind(result["objects"], "PersistentVolume", "dataset-")
+    pvcs = of_kind(result["objects"], "PersistentVolumeClaim", "dataset-")
+    assert sorted((o["spec"]["claimRef"]["namespace"], o["spec"]["nfs"]["path"]) for o in pvs) == [
+        ("team-bob", "/export/datasets/imagenet"), ("team-nlp", "/export/datasets/audio"),
+        ("team-nlp", "/export/datasets/imagenet"), ("team-vision", "/export/datasets/imagenet")]
+    assert all(o["spec"]["accessModes"] == ["ReadOnlyMany"] and o["spec"]["nfs"]["readOnly"] for o in pvs)
+    assert {(o["metadata"]["namespace"], o["spec"]["volumeName"]) for o in pvcs} == {
+        (o["spec"]["claimRef"]["namespace"], o["metadata"]["name"]) for o in pvs}
+    assert validation_errors(result["objects"]) == []
+
+
+def test_workspaces_bind_to_the_tenancy_claims() -> None:
+    result = grow.plan(config())
+    claims = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in result["objects"]
+              if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"].startswith("workspace-")}
+    pvs = of_kind(result["objects"], "PersistentVolume", "workspace-")
+    assert len(pvs) == len(claims) == len(result["members"])
+    for pv in pvs:
+        claim = claims[(pv["spec"]["claimRef"]["namespace"], pv["spec"]["claimRef"]["name"])]
+        assert pv["spec"]["storageClassName"] == claim["spec"]["storageClassName"] == "gpuops-workspace"
+        assert pv["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert pv["spec"]["local"]["path"] == f"/srv/scratch/{pv['metadata']['labels']['gpuops.io/member']}"
+    nfs = grow.plan(config(workspace_storage="nfs", workspace_nfs="nas:/export/home"))
+    paths = sorted(o["spec"]["nfs"]["path"] for o in nfs["objects"] if o["metadata"]["name"].startswith("workspace-")
+                   and o["kind"] == "PersistentVolume")
+    assert paths == ["/export/home/alice", "/export/home/bob", "/export/home/chen"]
+    assert validation_errors(nfs["objects"]) == []
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"workers": [{"name": "gpu01", "gpu_count": 2}]}, "member chen holds 3 GPUs on Compose"),
+    ({"workers": [{"name": "a", "gpu_count": 4}, {"name": "b", "gpu_count": 4, "pool": "inference"}]},
+     "the members hold 6 GPUs on Compose, but pool 'training' has 4"),
+    ({"datasets": [{"name": "local", "src": "/data/local", "fstype": "none"}]}, "expected an NFS export"),
+    ({"datasets": [{"name": "x", "src": "other:/srv/x", "fstype": "nfs4"}]},
+     "is not on an NFS export of grow_nfs_exports"),
+    ({"mlflow_target_image": "ghcr.io/mlflow/mlflow:v2.22.0"}, "is older than the Compose one"),
+    ({"workspace_storage": "nfs", "workspace_nfs": ""}, "grow_workspace_nfs is ''"),
+    ({"members": [{"name": "alice", "uid": 2001, "gpus": [0]}, {"name": "bob", "uid": 2001, "gpus": [1]}]},
+     "uid 2001 of bob is also the uid of alice"),
+])
+def test_refusals(change: dict, fragment: str) -> None:
+    result = grow.plan(config(**change))
+    assert any(fragment in p for p in result["problems"]), result["problems"]
+    assert result["objects"] == []
+
+
+def test_stale_and_versions() -> None:
+    assert grow.stale_problems(100, {"inv/team.yml": 99.5}) == []
+    assert "older than inv/team.yml" in grow.stale_problems(100, {"inv/team.yml": 101, "x": 50})[0]
+    assert "no creation time" in grow.stale_problems(None, {})[0]
+    assert grow.version_tuple("registry:5000/mlflow/mlflow:v3.17.2") == (3, 17, 2)
+    assert grow.version_tuple("3.1") == (3, 1)
+
+
+def test_small_team_plan(tmp_path: Path) -> None:
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
+    run = subprocess.run([str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
+                          "-e", "grow_plan_only=true", "-e", f"grow_plan_dir={tmp_path}",
+                          "-e", f"gpuops_report_dir={tmp_path / 'reports'}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "unreachable=0" in run.stdout
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert (tmp_path / "plan.md").read_text().startswith("# Growth plan")
+    team_vars = yaml.safe_load((SMALL_TEAM / "group_vars/all/team.yml").read_text())
+    data_vars = yaml.safe_load((SMALL_TEAM / "group_vars/gpu_nodes/data.yml").read_text())
+    members = team_vars["gpuops_members"]
+    # every member in exactly one team; each quota = the GPUs its members held
+    listed = [name for t in plan["teams"] for name in t["members"]]
+    assert sorted(listed) == sorted(m["name"] for m in members)
+    for t in plan["teams"]:
+        assert t["gpu_quota"] == sum(len(m["gpus"]) for m in members if m["name"] in t["members"])
+    # every dataset: one PV per namespace that uses it (every member's, as Compose mounts each in every workspace)
+    namespaces = {t["namespace"] for t in plan["teams"]}
+    objects = plan["objects"]
+    for d in data_vars["compose_stack_datasets"]:
+        server, path = d["src"].split(":", 1)
+        pvs = of_kind(objects, "PersistentVolume", f"dataset-{d['name']}-")
+        assert {o["spec"]["claimRef"]["namespace"] for o in pvs} == namespaces
+        assert {(o["spec"]["nfs"]["server"], o["spec"]["nfs"]["path"]) for o in pvs} == {(server, path)}
+        pvcs = {o["metadata"]["namespace"] for o in objects if o["kind"] == "PersistentVolumeClaim"
+                and o["metadata"]["name"] == f"dataset-{d['name']}"}
+        assert pvcs == namespaces
+    assert validation_errors(objects) == []
+    assert {w["member"]: w["source"]["path"] for w in plan["workspaces"]} == {
+        m["name"]: f"/srv/scratch/{m['name']}" for m in members}
+    assert plan["hosts"]["control_planes"] == ["gpu01"]
+    assert [w["name"] for w in plan["hosts"]["gpu_workers"]] == ["gpu01"]
+    assert plan["mlflow"]["source"]["backend"] == "/srv/gpuops/mlflow/backend/mlflow.db"
+
+
+def test_plan_only_skips_the_apply_plays_without_contacting_a_host(tmp_path: Path) -> None:
+    """inventories/cluster has control planes and workers (documentation addresses): the imported apply plays,
+    kubernetes.yml's fact gathering among them, are skipped, so the run passes with nothing unreachable."""
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
+    run = subprocess.run([str(playbook), "-i", str(REPO / "inventories" / "cluster"),
+                          str(REPO / "playbooks" / "grow.yml"), "-e", "grow_plan_only=true",
+                          "-e", f"grow_plan_dir={tmp_path}", "-e", f"gpuops_report_dir={tmp_path / 'reports'}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    recaps = [line for line in run.stdout.splitlines() if "unreachable=" in line]
+    assert len(recaps) == 4  # noqa: PLR2004 - cp-01 and the three GPU nodes
+    assert all("unreachable=0" in line and "failed=0" in line for line in recaps)
+    assert json.loads((tmp_path / "plan.json").read_text())["problems"] == []
+
+
+def test_a_fresh_plan_passes_the_stale_check(tmp_path: Path) -> None:
+    """The plan written to the default folder (under the report folder, which the check also reads) is not taken
+    for a source newer than itself: the apply gets past the controller's checks and stops only at the Compose host,
+    which nothing answers here."""
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false",
+                                                     "ANSIBLE_TIMEOUT": "3"})
+    base = [str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
+            "-e", f"gpuops_report_dir={tmp_path}"]
+    planned = subprocess.run([*base, "-e", "grow_plan_only=true"], cwd=REPO, env=env, capture_output=True,
+                             text=True, check=False, timeout=300)
+    assert planned.returncode == 0, planned.stdout[-3000:]
+    assert (tmp_path / "grow" / "plan.json").is_file()
+    applied = subprocess.run([*base, "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True,
+                             check=False, timeout=300)
+    assert "the plan file is older than" not in applied.stdout
+    assert "UNREACHABLE" in applied.stdout, applied.stdout[-3000:]
