@@ -116,13 +116,22 @@ def test_training_templates(rendered_objects):
     assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
 
 
-def test_time_slicing_and_node_labels(rendered_objects):
+def test_mps_sharing_and_node_labels(rendered_objects):
     objects = addon_objects(rendered_objects, "gpu_operator")
     config = next(o for o in objects if o["kind"] == "ConfigMap")
     inference = yaml.safe_load(config["data"]["inference"])
     addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
-    wanted = addons["gpu_operator_pools"]["inference"]["time_slicing_replicas"]
-    assert inference["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": wanted}]
+    wanted = addons["gpu_operator_pools"]["inference"]["mps_replicas"]
+    assert set(inference["sharing"]) == {"mps"}, "the inference pool shares through MPS, not time-slicing"
+    assert inference["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": wanted}]
+    assert inference["sharing"]["mps"]["failRequestsGreaterThanOne"] is True
+    assert inference["sharing"]["mps"]["renameByDefault"] is False
+    assert inference["flags"]["migStrategy"] == "none", "MPS is not supported on MIG devices"
+    # gpu-infer-01 declares its GPUs' memory (host_vars): each replica's share is on the ConfigMap for review
+    memory = yaml.safe_load((REPO_ROOT / "inventories/cluster/host_vars/gpu-infer-01.yml").read_text("utf-8"))[
+        "gpu_operator_gpu_memory_mib"]
+    note = config["metadata"]["annotations"]["gpuops.io/sharing.inference"]
+    assert note.startswith(f"MPS: {wanted} replicas per GPU, each limited to {memory // wanted} MiB"), note
     nodes = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objects if o["kind"] == "Node"}
     hosts = yaml.safe_load((REPO_ROOT / "inventories/cluster/hosts.yml").read_text(encoding="utf-8"))
     gpu_nodes = hosts["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
