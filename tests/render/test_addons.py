@@ -6,9 +6,13 @@ at the pinned version for core kinds, the CRD schema from ../shared/data for cus
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -135,8 +139,81 @@ def test_training_templates(rendered_objects):
             assert spec["nodeSelector"]["gpuops.io/pool"]
             assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec["volumes"][0]["emptyDir"][
                 "sizeLimit"]}} in spec["volumes"]
-    secret = next(o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "Secret")
+    secret = next(o for o in addon_objects(rendered_objects, "training_stack")
+                  if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-auth")
     assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
+
+
+def test_per_team_mlflow_credentials(rendered_objects):
+    """One MLflow user per team, its Secret in the team's namespace; the review copy holds no password at all."""
+    objects = addon_objects(rendered_objects, "training_stack")
+    team = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/all/team.yml").read_text(encoding="utf-8"))
+    wanted = {t["name"]: t.get("namespace") or f"team-{t['name']}" for t in team["gpuops_teams"]}
+    secrets = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "Secret"
+               and o["metadata"]["name"].endswith("-mlflow-credentials")}
+    assert set(secrets) == set(wanted.values())
+    for name, namespace in wanted.items():
+        data = secrets[namespace]["stringData"]
+        assert secrets[namespace]["metadata"]["name"] == f"{name}-mlflow-credentials"
+        assert data == {"MLFLOW_TRACKING_USERNAME": f"team-{name}",
+                        "MLFLOW_TRACKING_PASSWORD": "<generated at apply time>"}
+    users = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-team-users")
+    assert json.loads(users["stringData"]["users.json"]) == {f"team-{n}": "<generated at apply time>" for n in wanted}
+    assert users["stringData"]["admin_password"] == "<generated at apply time>"
+    for obj in objects:
+        if obj["kind"] == "Secret":
+            for key, value in obj["stringData"].items():
+                if "PASSWORD" in key.upper() or key == "MLFLOW_FLASK_SERVER_SECRET_KEY":
+                    assert value == "<generated at apply time>", (obj["metadata"]["name"], key)
+
+
+def test_mlflow_team_users_job_against_a_stand_in_auth_api(rendered_objects, tmp_path):
+    """The rendered Job's script, run here against a labelled stand-in of MLflow's auth API (users/create answers
+    400 for a user that exists, users/update-password then sets the password): every team user ends with its
+    password, as the admin."""
+    objects = addon_objects(rendered_objects, "training_stack")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].startswith("mlflow-team-users-"))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    users = {"team-vision": "v" * 32, "team-serving": "s" * 32}
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "users.json").write_text(json.dumps(users))
+    (secrets / "admin_username").write_text("admin")
+    (secrets / "admin_password").write_text("a" * 32)
+    store = {"team-serving": "old"}
+    calls = []
+
+    class StandIn(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append((self.command, self.path, self.headers["Authorization"]))
+            if self.path.endswith("/users/create") and body["username"] in store:
+                self.send_response(400)
+            else:
+                store[body["username"]] = body["password"]
+                self.send_response(200)
+            self.end_headers()
+
+        do_POST = do_PATCH = _answer  # http.server's method names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), StandIn)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        script = container["args"][0].replace("/run/secrets/mlflow-team-users/", f"{secrets}/")
+        script = script.replace("http://mlflow.mlflow.svc:5000", f"http://127.0.0.1:{server.server_port}")
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                                check=False)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert store == users
+    admin = "Basic " + base64.b64encode(b"admin:" + b"a" * 32).decode()
+    assert ("PATCH", "/api/2.0/mlflow/users/update-password", admin) in calls
 
 
 def test_mps_sharing_and_node_labels(rendered_objects):
