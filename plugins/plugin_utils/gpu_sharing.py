@@ -29,7 +29,11 @@ sharing exists from v0.15.0, README "With CUDA MPS"):
 * ``renameByDefault: true`` would advertise ``nvidia.com/gpu.shared``, which the teams' ResourceQuota
   (``requests.nvidia.com/gpu``) does not count: it stays false, rendered explicitly.
 
-Our own rules (sources: docs/security.md, rules.md): no MPS on the training pool (training jobs take whole GPUs
+The chart's ``devicePlugin.mps.root`` (``/run/nvidia/mps``) reaches the ClusterPolicy as ``spec.devicePlugin.mps``
+unchanged; the Operator runs the MPS control daemon for nodes whose config shares through MPS. ../shared/data
+rules.md sections 2 and 3 quote the README and the config schema at the commit above.
+
+Our own rules (docs/security.md): no MPS on the training pool (training jobs take whole GPUs
 and NCCL between them; a share of a GPU is not a training GPU), and a pool that asks for memory isolation
 (``memory_isolation: true``) cannot time-slice. ``mps_memory_per_replica_mib`` states what the pool's workloads
 need per replica; it is refused when a node's GPU memory divided by the replicas is less, or when a node's GPU

@@ -137,6 +137,7 @@ def test_cluster_policy_with_mps_validates_against_the_crd() -> None:
     policy = go.cluster_policy(go.merge(values, result["values"]))
     jsonschema.validate(policy, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     assert policy["spec"]["devicePlugin"]["config"]["name"] == go.CONFIGMAP_NAME
+    assert policy["spec"]["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}, "the chart's MPS root, unchanged"
 
 
 def test_mps_refused_on_mig_enabled_gpus() -> None:
