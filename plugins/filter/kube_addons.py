@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of the Kubernetes add-on roles (gpu_operator, kube_tenancy, training_stack):
 
-* ``hostvars_list | gpuops.cluster.kube_gpu_nodes``: name, pool, GPU model, GPU count and topology per GPU node;
+* ``hostvars_list | gpuops.cluster.kube_gpu_nodes``: name, pool, GPU model, count, memory, MIG and topology per node;
 * ``config | gpuops.cluster.gpu_operator_plan``: problems, Helm values, device-plugin configs, node labels;
 * ``config | gpuops.cluster.kube_tenancy_plan``: problems and the tenancy objects;
 * ``pool | gpuops.cluster.pytorchjob_template(config)``: a training pool's PyTorchJob template with NCCL settings;
@@ -46,6 +46,17 @@ def _gpu_count(gpu: Mapping, topology: Mapping | None) -> int:
     return 0
 
 
+def _gpu_memory(gpu: Mapping, declared: Any) -> int | None:
+    """The smallest GPU's memory in MiB (gpu facts), else the inventory's gpu_operator_gpu_memory_mib, else None."""
+    found = [int(g["memory_total_mib"]) for g in gpu.get("gpus") or [] if g.get("memory_total_mib")]
+    if found:
+        return min(found)
+    try:
+        return int(declared) if declared else None
+    except (TypeError, ValueError):
+        return None
+
+
 def kube_gpu_nodes(hosts: Any) -> list[dict]:
     """One entry per GPU node, from this run's gpu facts (preflight) or else the inventory's declarations."""
     nodes = []
@@ -61,6 +72,8 @@ def kube_gpu_nodes(hosts: Any) -> list[dict]:
             "gpu_count": _gpu_count(gpu, topology) or int(host.get("gpu_operator_gpu_count") or 0),
             "socket_ifname": str(((facts.get("default_ipv4") or {}).get("interface")) or ""),
             "topology": _plain(topology) if isinstance(topology, Mapping) else None,
+            "gpu_memory_mib": _gpu_memory(gpu, host.get("gpu_operator_gpu_memory_mib")),
+            "mig_enabled": any(g.get("mig_mode") == "Enabled" for g in gpu.get("gpus") or []),
         })
     return nodes
 

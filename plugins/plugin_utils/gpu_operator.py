@@ -12,9 +12,11 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   Operator must not install them (``driver.enabled=false``, ``toolkit.enabled=false``). ``operator``: the Operator
   installs the driver, which then must be an exact version (never the chart's moving default) and must run
   ``gpuops_cuda_version`` (checked with cuda_compat).
-* Time-slicing: one device-plugin config per pool in one ConfigMap; a node selects its pool's config with the
-  label ``nvidia.com/device-plugin.config=<pool>``. ``time_slicing_replicas`` unset = whole GPUs; below 2 is
-  refused (the device plugin itself rejects it: "number of replicas must be >= 2").
+* GPU sharing: one device-plugin config per pool in one ConfigMap; a node selects its pool's config with the
+  label ``nvidia.com/device-plugin.config=<pool>``. A pool shares its GPUs through MPS (``mps_replicas``: each
+  replica gets an equal, enforced share of a GPU's memory and compute) or time-slicing (``time_slicing_replicas``:
+  no memory isolation, every replica sees the whole GPU's memory), or gets whole GPUs (neither). See
+  ``sharing_problems`` for the rules and their upstream sources; ``pool_sharing`` for what each replica gets.
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
 * Every image repository goes through the registry mirror; versions stay the pinned chart's own.
@@ -26,6 +28,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import cuda_compat, versions
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
 
 CONFIGMAP_NAME = "gpuops-device-plugin-config"
 WHOLE_GPU_CONFIG = "whole-gpu"
@@ -82,7 +85,6 @@ MIG_CAPABLE = (
 _MIG_PATTERNS = [re.compile(r"(?<![A-Z0-9])" + re.escape(name) + r"(?![A-Z0-9])") for name in MIG_CAPABLE]
 _MIG_CONFIG = re.compile(r"^[a-z0-9]([a-z0-9.+-]{0,61}[a-z0-9])?$")
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
-MIN_REPLICAS = 2
 
 
 def chart_version_problem(variable: str, value: object) -> str | None:
@@ -120,15 +122,9 @@ def _nvlinked(topology: dict | None) -> bool:
 
 
 def _pool_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
-    problems = []
     var = f"gpu_operator_pools.{name}"
+    problems = gpu_sharing.sharing_problems(name, pool, nodes)
     replicas = pool.get("time_slicing_replicas")
-    bad = isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < MIN_REPLICAS
-    if replicas is not None and bad:
-        problems.append(
-            f"{var}.time_slicing_replicas is {replicas!r}: the device plugin needs >= {MIN_REPLICAS} replicas per GPU "
-            "(1 is a whole GPU, 0 is none); fix: set 2 or more (inference default 4), or remove it for whole GPUs"
-        )
     profile = pool.get("mig_profile") or ""
     if not profile:
         return problems
@@ -222,14 +218,7 @@ def device_plugin_config(pools: dict) -> dict[str, str]:
     for name in sorted(pools):
         pool = pools[name] or {}
         mig = "single" if pool.get("mig_profile") else "none"
-        text = f"version: v1\nflags:\n  migStrategy: {mig}\n"
-        replicas = pool.get("time_slicing_replicas")
-        if replicas:
-            text += (
-                "sharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
-                f"      - name: nvidia.com/gpu\n        replicas: {int(replicas)}\n"
-            )
-        data[name] = text
+        data[name] = f"version: v1\nflags:\n  migStrategy: {mig}\n" + gpu_sharing.sharing_yaml(pool)
     return data
 
 
@@ -273,11 +262,19 @@ def plan(config: dict) -> dict[str, Any]:
     """Problems, values, device-plugin ConfigMap data and node labels for ``config``."""
     found = problems(config)
     if found:
-        return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": []}
+        return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": [],
+                "sharing": {}, "device_plugin_annotations": {}}
     pools = config.get("pools") or {}
-    labels = node_labels(pools, config.get("nodes") or [])
+    nodes = config.get("nodes") or []
+    labels = node_labels(pools, nodes)
+    sharing = {name: gpu_sharing.pool_sharing(pools[name] or {}, [n for n in nodes if n.get("pool") == name])
+               for name in sorted(pools)}
     return {
         "problems": [],
+        "sharing": sharing,
+        # one line per pool on the device-plugin ConfigMap, for review: what each replica gets
+        "device_plugin_annotations": {f"gpuops.io/sharing.{name}": gpu_sharing.describe(item)
+                                      for name, item in sharing.items()},
         "values": build_values(config),
         "device_plugin_config": device_plugin_config(pools),
         "node_labels": labels,

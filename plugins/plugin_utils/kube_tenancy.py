@@ -8,11 +8,12 @@
   memory requests, memory limits, PVC count and storage;
 * a LimitRange whose defaults give every container without its own requests/limits a bounded share, so one
   tenant's debug pod cannot eat a node's memory;
-* NetworkPolicy: deny all ingress, then allow from the same namespace and from the monitoring namespace;
+* NetworkPolicy: deny all ingress and egress, then allow the team's own pods, monitoring's scrape, DNS, MLflow,
+  and the NFS servers and API endpoints the inventory names (kube_netpol.py: the rules and their semantics);
 * a RoleBinding of the team's group to the ClusterRole ``edit`` in that namespace only;
 * one PVC per member on the team's StorageClass.
 
-Object names carry the team (``<team>-quota``, ``<team>-default-deny-ingress``...), so every object has a
+Object names carry the team (``<team>-quota``, ``<team>-default-deny-egress``...), so every object has a
 cluster-wide unique kind and name (the render writes one file per kind and name).
 
 Refusals name the variable, the value and the fix; objects are only built when there are none.
@@ -23,6 +24,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_netpol
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
@@ -133,6 +136,7 @@ def problems(config: dict) -> list[str]:
         if len(owners) > 1:
             found.append(f"gpuops_teams: teams {', '.join(owners)} share the namespace {namespace!r}; fix: give "
                          "each team its own namespace (default team-<name>)")
+    found.extend(kube_netpol.problems(config, [str(n) for n in names]))
     for name in sorted({n for n in names if names.count(n) > 1}, key=str):
         found.append(f"gpuops_teams: the team name {name!r} appears more than once; fix: merge or rename them")
     seen: set[str] = set()
@@ -161,13 +165,11 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
     """The objects of one team's namespace."""
     name = str(team["name"])
     ns = namespace_of(team)
-    monitoring = config.get("monitoring_namespace") or "monitoring"
     team_members = [m for m in members if m.get("team") == name]
     pvc_count = len(team_members) + int(config.get("extra_pvcs") or 0)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns, None, name)}
     # Tenant pods may not run privileged: the restricted-leaning baseline profile is enforced.
     namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
-    netpol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"}
     rbac = "rbac.authorization.k8s.io"
     objects: list[dict] = [
         namespace,
@@ -186,13 +188,7 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
              "default": {k: str(v) for k, v in sorted((config.get("limit_default") or {}).items())},
              "defaultRequest": {k: str(v) for k, v in sorted((config.get("limit_default_request") or {}).items())},
          }]}},
-        {**netpol, "metadata": _meta(f"{name}-default-deny-ingress", ns, name),
-         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
-        {**netpol, "metadata": _meta(f"{name}-allow-same-namespace", ns, name),
-         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]}},
-        {**netpol, "metadata": _meta(f"{name}-allow-monitoring", ns, name),
-         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {
-             "matchLabels": {"kubernetes.io/metadata.name": monitoring}}}]}]}},
+        *kube_netpol.team_policies(name, lambda policy: _meta(policy, ns, name), config),
         {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": _meta(f"{name}-edit", ns, name),
          "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "edit"},
          "subjects": [{"apiGroup": rbac, "kind": "Group", "name": str(team.get("group") or name)}]},
@@ -214,7 +210,8 @@ def plan(config: dict) -> dict[str, Any]:
     """Problems and, when there are none, every tenancy object for ``config``.
 
     config: teams, members, cluster_gpus (0 = unknown, not checked), member_pvc_size, extra_pvcs,
-    limit_default, limit_default_request, monitoring_namespace, default_storage_class.
+    limit_default, limit_default_request, monitoring_namespace, default_storage_class, mlflow_namespace
+    ("" = no MLflow allow), nfs_servers, egress_endpoints.
     """
     found = problems(config)
     if found:

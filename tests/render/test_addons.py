@@ -6,12 +6,18 @@ at the pinned version for core kinds, the CRD schema from ../shared/data for cus
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jsonschema
+import netpol_eval
+import netpol_table
 import pytest
 import yaml
 from conftest import REPO_ROOT, SHARED_DATA
@@ -80,11 +86,32 @@ def test_every_tenant_namespace_is_fenced(rendered_objects):
         quotas = [o for o in mine if o["kind"] == "ResourceQuota"]
         assert any("requests.nvidia.com/gpu" in q["spec"]["hard"] for q in quotas), f"{namespace}: no GPU quota"
         assert any(o["kind"] == "LimitRange" for o in mine), f"{namespace}: no LimitRange"
-        deny = [o for o in mine if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"] == {}
-                and o["spec"].get("policyTypes") == ["Ingress"] and not o["spec"].get("ingress")]
-        assert deny, f"{namespace}: no default-deny ingress NetworkPolicy"
+        for direction in ("Ingress", "Egress"):
+            deny = [o for o in mine if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"] == {}
+                    and o["spec"].get("policyTypes") == [direction] and not o["spec"].get(direction.lower())]
+            assert deny, f"{namespace}: no default-deny {direction.lower()} NetworkPolicy"
         bindings = [o for o in mine if o["kind"] == "RoleBinding"]
         assert all(b["roleRef"]["name"] == "edit" and b["roleRef"]["kind"] == "ClusterRole" for b in bindings)
+
+
+@pytest.mark.parametrize(("case", "source", "destination", "port", "protocol", "wanted"), netpol_table.table(),
+                         ids=[row[0] for row in netpol_table.table()])
+def test_rendered_policy_table(rendered_objects, case, source, destination, port, protocol, wanted):
+    """The policy set render.yml wrote, evaluated as the worked inventory's table (tests/netpol_table.py)."""
+    policies = [o for o in addon_objects(rendered_objects, "kube_tenancy") if o["kind"] == "NetworkPolicy"]
+    assert netpol_eval.allowed(policies, source, destination, port, protocol) is wanted, case
+
+
+def test_rendered_mlflow_is_what_the_tenants_may_reach(rendered_objects):
+    """The MLflow pods training_stack renders are the ones allow-mlflow selects, on the Service's port."""
+    policies = [o for o in addon_objects(rendered_objects, "kube_tenancy") if o["kind"] == "NetworkPolicy"]
+    objects = addon_objects(rendered_objects, "training_stack")
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow")
+    service = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "mlflow")
+    mlflow = netpol_eval.Pod(deployment["metadata"]["namespace"], deployment["spec"]["template"]["metadata"]["labels"])
+    port = service["spec"]["ports"][0]["port"]
+    for team in netpol_table.TEAMS:
+        assert netpol_eval.allowed(policies, netpol_table.worker(team), mlflow, port)
 
 
 def test_no_pod_template_runs_privileged(rendered_objects):
@@ -112,17 +139,99 @@ def test_training_templates(rendered_objects):
             assert spec["nodeSelector"]["gpuops.io/pool"]
             assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec["volumes"][0]["emptyDir"][
                 "sizeLimit"]}} in spec["volumes"]
-    secret = next(o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "Secret")
+    secret = next(o for o in addon_objects(rendered_objects, "training_stack")
+                  if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-auth")
     assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
 
 
-def test_time_slicing_and_node_labels(rendered_objects):
+def test_per_team_mlflow_credentials(rendered_objects):
+    """One MLflow user per team, its Secret in the team's namespace; the review copy holds no password at all."""
+    objects = addon_objects(rendered_objects, "training_stack")
+    team = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/all/team.yml").read_text(encoding="utf-8"))
+    wanted = {t["name"]: t.get("namespace") or f"team-{t['name']}" for t in team["gpuops_teams"]}
+    secrets = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "Secret"
+               and o["metadata"]["name"].endswith("-mlflow-credentials")}
+    assert set(secrets) == set(wanted.values())
+    for name, namespace in wanted.items():
+        data = secrets[namespace]["stringData"]
+        assert secrets[namespace]["metadata"]["name"] == f"{name}-mlflow-credentials"
+        assert data == {"MLFLOW_TRACKING_USERNAME": f"team-{name}",
+                        "MLFLOW_TRACKING_PASSWORD": "<generated at apply time>"}
+    users = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-team-users")
+    assert json.loads(users["stringData"]["users.json"]) == {f"team-{n}": "<generated at apply time>" for n in wanted}
+    assert users["stringData"]["admin_password"] == "<generated at apply time>"
+    for obj in objects:
+        if obj["kind"] == "Secret":
+            for key, value in obj["stringData"].items():
+                if "PASSWORD" in key.upper() or key == "MLFLOW_FLASK_SERVER_SECRET_KEY":
+                    assert value == "<generated at apply time>", (obj["metadata"]["name"], key)
+
+
+def test_mlflow_team_users_job_against_a_stand_in_auth_api(rendered_objects, tmp_path):
+    """The rendered Job's script, run here against a labelled stand-in of MLflow's auth API (users/create answers
+    400 for a user that exists, users/update-password then sets the password): every team user ends with its
+    password, as the admin."""
+    objects = addon_objects(rendered_objects, "training_stack")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].startswith("mlflow-team-users-"))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    users = {"team-vision": "v" * 32, "team-serving": "s" * 32}
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "users.json").write_text(json.dumps(users))
+    (secrets / "admin_username").write_text("admin")
+    (secrets / "admin_password").write_text("a" * 32)
+    store = {"team-serving": "old"}
+    calls = []
+
+    class StandIn(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append((self.command, self.path, self.headers["Authorization"]))
+            if self.path.endswith("/users/create") and body["username"] in store:
+                self.send_response(400)
+            else:
+                store[body["username"]] = body["password"]
+                self.send_response(200)
+            self.end_headers()
+
+        do_POST = do_PATCH = _answer  # http.server's method names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), StandIn)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        script = container["args"][0].replace("/run/secrets/mlflow-team-users/", f"{secrets}/")
+        script = script.replace("http://mlflow.mlflow.svc:5000", f"http://127.0.0.1:{server.server_port}")
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                                check=False)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert store == users
+    admin = "Basic " + base64.b64encode(b"admin:" + b"a" * 32).decode()
+    assert ("PATCH", "/api/2.0/mlflow/users/update-password", admin) in calls
+
+
+def test_mps_sharing_and_node_labels(rendered_objects):
     objects = addon_objects(rendered_objects, "gpu_operator")
     config = next(o for o in objects if o["kind"] == "ConfigMap")
     inference = yaml.safe_load(config["data"]["inference"])
     addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
-    wanted = addons["gpu_operator_pools"]["inference"]["time_slicing_replicas"]
-    assert inference["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": wanted}]
+    wanted = addons["gpu_operator_pools"]["inference"]["mps_replicas"]
+    assert set(inference["sharing"]) == {"mps"}, "the inference pool shares through MPS, not time-slicing"
+    assert inference["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": wanted}]
+    assert inference["sharing"]["mps"]["failRequestsGreaterThanOne"] is True
+    assert inference["sharing"]["mps"]["renameByDefault"] is False
+    assert inference["flags"]["migStrategy"] == "none", "MPS is not supported on MIG devices"
+    # gpu-infer-01 declares its GPUs' memory (host_vars): each replica's share is on the ConfigMap for review
+    memory = yaml.safe_load((REPO_ROOT / "inventories/cluster/host_vars/gpu-infer-01.yml").read_text("utf-8"))[
+        "gpu_operator_gpu_memory_mib"]
+    note = config["metadata"]["annotations"]["gpuops.io/sharing.inference"]
+    assert note.startswith(f"MPS: {wanted} replicas per GPU, each limited to {memory // wanted} MiB"), note
     nodes = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objects if o["kind"] == "Node"}
     hosts = yaml.safe_load((REPO_ROOT / "inventories/cluster/hosts.yml").read_text(encoding="utf-8"))
     gpu_nodes = hosts["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]

@@ -1,0 +1,192 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""How a pool's GPUs are shared on Kubernetes: MPS, time-slicing, or whole GPUs (pure functions).
+
+A pool (``gpu_operator_pools.<pool>``) chooses one:
+
+* ``mps_replicas: N`` - CUDA MPS through the device plugin's ``sharing.mps``: each GPU is advertised N times and
+  each replica is limited to an equal share of the GPU's memory and compute, enforced by the MPS control daemon.
+  The default for the inference pool (``replicas: 4``).
+* ``time_slicing_replicas: N`` - the explicit choice of time-slicing: N replicas that interleave in time, with
+  **no memory isolation** (every replica sees, and can take, the whole GPU's memory) and one fault domain.
+* neither - whole GPUs (the training pool).
+
+Upstream rules, as the NVIDIA k8s-device-plugin implements them (github.com/NVIDIA/k8s-device-plugin at v0.20.0,
+the device plugin the pinned gpu-operator chart v26.3.2 ships: its values.yaml ``devicePlugin.version``; MPS
+sharing exists from v0.15.0, README "With CUDA MPS"):
+
+* replicas >= 2 for either strategy (``api/config/v1/replicas.go``: "number of replicas must be >= 2");
+* time-slicing and MPS are mutually exclusive (README "Shared Access to GPUs");
+* MPS is not supported on MIG devices (``internal/plugin/mps.go``: "sharing using MPS is not supported for MIG
+  devices"; README note under "With CUDA MPS");
+* an MPS server takes at most 48 clients on a GPU of compute capability 7.5 or newer and 16 below
+  (``cmd/mps-control-daemon/mps/device.go`` ``maxClients``; more fails "maximum allowed replicas exceeded");
+* each MPS replica's pinned device memory limit is the GPU's total memory / replicas, in whole MiB
+  (``cmd/mps-control-daemon/mps/daemon.go`` ``perDevicePinnedDeviceMemoryLimits``) and its active thread
+  percentage 100 / replicas (``activeThreadPercentage``);
+* ``failRequestsGreaterThanOne`` defaults to true for MPS (``api/config/v1/config.go``); we render it explicitly,
+  so a pod asking for 2 replicas of one GPU is refused instead of silently getting one share;
+* ``renameByDefault: true`` would advertise ``nvidia.com/gpu.shared``, which the teams' ResourceQuota
+  (``requests.nvidia.com/gpu``) does not count: it stays false, rendered explicitly.
+
+The chart's ``devicePlugin.mps.root`` (``/run/nvidia/mps``) reaches the ClusterPolicy as ``spec.devicePlugin.mps``
+unchanged; the Operator runs the MPS control daemon for nodes whose config shares through MPS. ../shared/data
+rules.md sections 2 and 3 quote the README and the config schema at the commit above.
+
+Our own rules (docs/security.md): no MPS on the training pool (training jobs take whole GPUs
+and NCCL between them; a share of a GPU is not a training GPU), and a pool that asks for memory isolation
+(``memory_isolation: true``) cannot time-slice. ``mps_memory_per_replica_mib`` states what the pool's workloads
+need per replica; it is refused when a node's GPU memory divided by the replicas is less, or when a node's GPU
+memory is unknown (no preflight facts and no ``gpu_operator_gpu_memory_mib``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MIN_REPLICAS = 2
+MPS_MAX_CLIENTS = 48            # compute capability >= 7.5 (device.go maxClients)
+MPS_MAX_CLIENTS_BEFORE_7_5 = 16
+TRAINING_POOL = "training"      # kube_plan.POOLS: training, inference
+# Data-center GPUs of compute capability below 7.5 (Volta 7.0, Pascal 6.x, Maxwell 5.x, Kepler 3.x), matched as
+# whole words in the upper-cased product name: an MPS server takes 16 clients on them, not 48.
+_BEFORE_7_5 = re.compile(r"(?<![A-Z0-9])(V100|TITAN V|P100|P40|P4|P6|K80|K40|M60|M40|M10|M4)(?![A-Z0-9])")
+_KEYS = ("mps_replicas", "time_slicing_replicas")
+
+
+def max_mps_clients(gpu_model: str | None) -> int:
+    """48, or 16 for a GPU NVIDIA's device plugin treats as older than compute capability 7.5."""
+    name = " ".join(str(gpu_model or "").upper().replace("-", " ").split())
+    return MPS_MAX_CLIENTS_BEFORE_7_5 if _BEFORE_7_5.search(name) else MPS_MAX_CLIENTS
+
+
+def _bad_count(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or value < MIN_REPLICAS
+
+
+def _mps_problems(var: str, name: str, pool: dict, nodes: list[dict]) -> list[str]:
+    replicas = pool["mps_replicas"]
+    found = []
+    if name == TRAINING_POOL or pool.get("multi_node_training"):
+        found.append(
+            f"{var}.mps_replicas is {replicas!r} on the training pool: training jobs take whole GPUs (NCCL between "
+            "them), and an MPS replica is a fraction of one; fix: remove mps_replicas from this pool, and share "
+            "GPUs only in the inference pool"
+        )
+    if pool.get("mig_profile"):
+        found.append(
+            f"{var} sets both mps_replicas ({replicas!r}) and mig_profile ({pool['mig_profile']!r}): the device "
+            "plugin does not support MPS on MIG devices; fix: choose one (MPS shares whole GPUs, MIG partitions them)"
+        )
+    mig_nodes = sorted(node["name"] for node in nodes if node.get("mig_enabled"))
+    if mig_nodes:
+        found.append(
+            f"{var}.mps_replicas is {replicas!r} but MIG is enabled on the GPUs of {', '.join(mig_nodes)} "
+            "(gpu facts, mig_mode Enabled): the device plugin does not support MPS on MIG devices; fix: disable MIG "
+            "on those GPUs (nvidia-smi -mig 0), or move the nodes to a pool without MPS"
+        )
+    if _bad_count(replicas):
+        return [*found, f"{var}.mps_replicas is {replicas!r}: the device plugin needs >= {MIN_REPLICAS} replicas per "
+                        "GPU (1 is a whole GPU); fix: set 2 or more (default 4), or remove it for whole GPUs"]
+    for node in nodes:
+        limit = max_mps_clients(node.get("gpu_model"))
+        if replicas > limit:
+            found.append(
+                f"{var}.mps_replicas is {replicas} but an MPS server on node {node['name']} "
+                f"({node.get('gpu_model') or 'GPU model unknown'}) takes at most {limit} clients per GPU; "
+                f"fix: set mps_replicas to {limit} or fewer"
+            )
+    if not nodes and replicas > MPS_MAX_CLIENTS:
+        found.append(f"{var}.mps_replicas is {replicas}: an MPS server takes at most {MPS_MAX_CLIENTS} clients per "
+                     f"GPU; fix: set mps_replicas to {MPS_MAX_CLIENTS} or fewer")
+    found.extend(_memory_problems(var, pool, replicas, nodes))
+    return found
+
+
+def _memory_problems(var: str, pool: dict, replicas: int, nodes: list[dict]) -> list[str]:
+    need = pool.get("mps_memory_per_replica_mib")
+    if need is None:
+        return []
+    if isinstance(need, bool) or not isinstance(need, int) or need < 1:
+        return [f"{var}.mps_memory_per_replica_mib is {need!r}: expected the MiB each replica's workload needs, a "
+                "whole number >= 1; fix: e.g. 16384, or remove it"]
+    found = []
+    unknown = sorted(node["name"] for node in nodes if not node.get("gpu_memory_mib"))
+    if unknown:
+        found.append(
+            f"{var}.mps_memory_per_replica_mib is {need} but the GPU memory of {', '.join(unknown)} is unknown "
+            "(no preflight facts): the share each of the "
+            f"{replicas} replicas gets cannot be checked; fix: run preflight, or declare gpu_operator_gpu_memory_mib "
+            "(MiB per GPU) in those hosts' host_vars"
+        )
+    for node in nodes:
+        memory = node.get("gpu_memory_mib")
+        if memory and memory // replicas < need:
+            found.append(
+                f"{var}.mps_memory_per_replica_mib is {need} but node {node['name']}'s GPUs have {memory} MiB, "
+                f"{memory // replicas} MiB per replica with mps_replicas {replicas}; fix: lower mps_replicas to "
+                f"{max(memory // need, 1)} or fewer (fewer than 2 means whole GPUs), or lower the need"
+            )
+    return found
+
+
+def sharing_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
+    """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu_nodes)."""
+    var = f"gpu_operator_pools.{name}"
+    mps, slicing = (pool.get(key) for key in _KEYS)
+    found = []
+    if mps is not None and slicing is not None:
+        found.append(f"{var} sets both mps_replicas ({mps!r}) and time_slicing_replicas ({slicing!r}); the device "
+                     "plugin's MPS and time-slicing are mutually exclusive; fix: keep one (MPS isolates memory)")
+    if slicing is not None and pool.get("memory_isolation"):
+        found.append(
+            f"{var}.memory_isolation is true but the pool time-slices (time_slicing_replicas {slicing!r}): "
+            "time-slicing gives no memory isolation, any replica can take the whole GPU's memory; fix: use "
+            "mps_replicas instead of time_slicing_replicas, or drop memory_isolation"
+        )
+    if slicing is not None and _bad_count(slicing):
+        found.append(
+            f"{var}.time_slicing_replicas is {slicing!r}: the device plugin needs >= {MIN_REPLICAS} replicas per GPU "
+            "(1 is a whole GPU, 0 is none); fix: set 2 or more (inference default 4), or remove it for whole GPUs"
+        )
+    if mps is not None:
+        found.extend(_mps_problems(var, name, pool, nodes))
+    return found
+
+
+def pool_sharing(pool: dict, nodes: list[dict]) -> dict[str, Any]:
+    """What each replica of the pool gets: strategy, replicas, memory isolation, memory per replica, SM share."""
+    if pool.get("mps_replicas"):
+        replicas = int(pool["mps_replicas"])
+        known = [int(node["gpu_memory_mib"]) for node in nodes if node.get("gpu_memory_mib")]
+        return {"strategy": "mps", "replicas": replicas, "memory_isolation": True,
+                "memory_per_replica_mib": min(known) // replicas if known else None,
+                "thread_percentage": 100 // replicas}
+    if pool.get("time_slicing_replicas"):
+        return {"strategy": "time-slicing", "replicas": int(pool["time_slicing_replicas"]),
+                "memory_isolation": False, "memory_per_replica_mib": None, "thread_percentage": None}
+    return {"strategy": "none", "replicas": 1, "memory_isolation": True, "memory_per_replica_mib": None,
+            "thread_percentage": None}
+
+
+def describe(sharing: dict) -> str:
+    """One line for review (the device-plugin ConfigMap's annotation)."""
+    if sharing["strategy"] == "mps":
+        memory = (f"{sharing['memory_per_replica_mib']} MiB" if sharing["memory_per_replica_mib"]
+                  else "1/{} of the GPU's memory".format(sharing["replicas"]))
+        return (f"MPS: {sharing['replicas']} replicas per GPU, each limited to {memory} and "
+                f"{sharing['thread_percentage']}% of the SMs (enforced by the MPS control daemon)")
+    if sharing["strategy"] == "time-slicing":
+        return (f"time-slicing: {sharing['replicas']} replicas per GPU, no memory isolation (any replica can take "
+                "the whole GPU's memory)")
+    return "whole GPUs: no sharing"
+
+
+def sharing_yaml(pool: dict) -> str:
+    """The ``sharing:`` block of a pool's device-plugin config (empty for whole GPUs)."""
+    for key, section in (("mps_replicas", "mps"), ("time_slicing_replicas", "timeSlicing")):
+        if pool.get(key):
+            return (f"sharing:\n  {section}:\n    renameByDefault: false\n    failRequestsGreaterThanOne: true\n"
+                    f"    resources:\n      - name: nvidia.com/gpu\n        replicas: {int(pool[key])}\n")
+    return ""
