@@ -16,6 +16,15 @@ export MOLECULE_NO_LOG := false
 
 SCENARIO ?=
 
+# Read once, when make starts (before any set-up runs), for build/test-summary.json (scripts/test_summary.py): the
+# time make began, so the summary's wall time includes the set-up, and what the set-up found: "cold" when neither the
+# venv nor the debootstrap images existed yet (a fresh clone on a machine that never ran the suite), "warm" when
+# both did, "partial" otherwise.
+export GPUOPS_MAKE_STARTED := $(shell date +%s)
+export GPUOPS_MAKE_FOUND := $(shell v=0; i=0; test -x $(VENV)/bin/python && v=1; \
+  docker image inspect gpuops/debian12-systemd gpuops/debian13-systemd >/dev/null 2>&1 && i=1; \
+  case $$v$$i in 00) echo cold;; 11) echo warm;; *) echo partial;; esac)
+
 .PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
 
 help:

@@ -10,9 +10,12 @@ committed page differs. The prose around the blocks explains; every number is in
 
 A results entry whose generator says ``over_load`` (bench/_meta.py) is shown with its load, never its figures.
 
-    python bench/figures.py record [build/test-summary.json]
+    python bench/figures.py record [build/test-summary.json] [--found cold|partial|warm]
         copies the summary of a full `make test` (command "all") to bench/test-summary.json, the tracked copy the
-        README's test line is generated from (`make record-test` runs this, then `make docs`).
+        README's test line is generated from (`make record-test` runs this, then `make docs`); a run whose set-up
+        found nothing (setup_found "cold": no venv, no images) is also kept as bench/test-summary-cold.json, so the
+        cold time stays quoted beside the last run. --found states it for a summary written before the Makefile
+        recorded it (it never overrides a recorded value; the page says who stated it).
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from _meta import load_limit
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results.json"
 TEST_SUMMARY = REPO / "bench" / "test-summary.json"
+COLD_SUMMARY = REPO / "bench" / "test-summary-cold.json"
 BUILD_SUMMARY = REPO / "build" / "test-summary.json"
-SOURCES = "bench/results.json, bench/test-summary.json"
+SOURCES = "bench/results.json, bench/test-summary.json, bench/test-summary-cold.json"
 # The targets the ratios are read against: preflight/ping, preflight/setup (issue 19), re-run/first converge
 # (issue 18: 0.20, the median of 3 rounds, with changed=0).
 TARGETS = {"preflight_over_ping": 1.3, "preflight_over_setup": 1.0, "second_over_first": 0.20}
-PAGES = {"docs/performance.md": ("fleet", "converge", "parsers"), "README.md": ("tests", "performance")}
+PAGES = {"docs/performance.md": ("fleet", "converge", "parsers"), "README.md": ("tests", "performance"),
+         "docs/testing.md": ("tests",)}
 SUMMARY_FIELDS = ("format", "command", "commit", "ci", "cores", "started", "ended", "seconds", "load_start",
                   "load_end", "passed", "failed", "skipped", "stages")
 
@@ -212,21 +217,41 @@ def _duration(seconds: int) -> str:
     return f"{seconds // 60} min {seconds % 60} s"
 
 
-def readme_tests(summary: dict | None) -> list[str]:
-    if not summary:
-        return ["No full `make test` is recorded yet. After one, `make record-test` copies its "
-                "`build/test-summary.json` to `bench/test-summary.json` and regenerates this line."]
+def _found(summary: dict) -> str:
+    found = summary.get("setup_found")
+    if not found:
+        return "set-up found: not recorded"
+    who = " (stated when it was recorded; the run predates the field)" if summary.get("setup_found_stated") else ""
+    return f"set-up found: {found}{who}"
+
+
+def _test_line(summary: dict, title: str) -> str:
     loads = [x for x in (summary["load_start"], summary["load_end"]) if isinstance(x, (int, float))]
     limit = load_limit(summary["cores"] or 1)
     loaded = bool(loads) and max(loads) > limit
     bound = f"; the load passed the limit {limit}, so the time is an upper bound" if loaded else ""
     stages = ", ".join(f"{name} {stage['seconds']} s" if stage.get("seconds") is not None else f"{name} unfinished"
                        for name, stage in summary["stages"].items())
-    return [f"The last recorded full `make test` (`bench/test-summary.json`): commit `{str(summary['commit'])[:10]}`, "
+    wall = (f"; {_duration(summary['make_seconds'])} from `make` to the end, set-up included"
+            if summary.get("make_seconds") is not None else "")
+    return (f"{title} (`{summary['_file']}`): commit `{str(summary['commit'])[:10]}`, "
             f"{summary['started']} to {summary['ended']}, **{summary['passed']} passed, {summary['failed']} failed, "
-            f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} on {summary['cores']} cores "
-            f"(1-minute load {summary['load_start']} at the start, {summary['load_end']} at the end; "
-            f"CI: {'yes' if summary['ci'] else 'no'}{bound}). Stages: {stages}."]
+            f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} of stages{wall}, on {summary['cores']} "
+            f"cores ({_found(summary)}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} at "
+            f"the end; CI: {'yes' if summary['ci'] else 'no'}{bound}). Stages: {stages}.")
+
+
+def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
+    if not summary:
+        return ["No full `make test` is recorded yet. After one, `make record-test` copies its "
+                "`build/test-summary.json` to `bench/test-summary.json` and regenerates this line."]
+    lines = [_test_line({**summary, "_file": "bench/test-summary.json"}, "The last recorded full `make test`")]
+    if cold and cold.get("started") != summary.get("started"):
+        lines += ["", _test_line({**cold, "_file": "bench/test-summary-cold.json"},
+                                 "The last recorded cold one (a fresh clone on a machine with no venv and no images)")]
+    elif not cold:
+        lines += ["", "No cold run (a fresh clone on a machine with no venv and no images) is recorded yet."]
+    return lines
 
 
 def render_block(name: str, results: dict, summary: dict | None) -> str:
@@ -235,7 +260,7 @@ def render_block(name: str, results: dict, summary: dict | None) -> str:
         "converge": lambda: converge_block(results.get("converge")),
         "parsers": lambda: parsers_block(results.get("parsers")),
         "performance": lambda: readme_performance(results),
-        "tests": lambda: readme_tests(summary),
+        "tests": lambda: readme_tests(summary, load(COLD_SUMMARY)),
     }
     return "\n".join([begin(name), "", *makers[name](), "", end(name)])
 
@@ -259,7 +284,7 @@ def expected_page(page: str, current: str) -> str:
     return render_page(current, PAGES[page], load(RESULTS) or {}, load(TEST_SUMMARY), page)
 
 
-def record_test(source: Path) -> int:
+def record_test(source: Path, found: str | None = None) -> int:
     summary = load(source)
     if summary is None:
         print(f"record-test: {source} does not exist. Fix: run `make test` (the full suite) first", file=sys.stderr)
@@ -277,13 +302,30 @@ def record_test(source: Path) -> int:
         print(f"record-test: {source} records `run-tests.sh {summary['command']}`, not the full suite; only a "
               "full `make test` (command \"all\") is recorded. Fix: run `make test`", file=sys.stderr)
         return 1
+    if found and not summary.get("setup_found"):
+        summary = {**summary, "setup_found": found, "setup_found_stated": True}
     TEST_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
+    if summary.get("setup_found") == "cold":
+        COLD_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"record-test: a cold run: also {COLD_SUMMARY.relative_to(REPO)}")
     print(f"record-test: {source.relative_to(REPO) if source.is_relative_to(REPO) else source} -> "
           f"{TEST_SUMMARY.relative_to(REPO)} (commit {summary['commit']}); now `make docs`, then commit both")
     return 0
 
 
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] != "record" or len(sys.argv) > 3:  # noqa: PLR2004
+def main(argv: list[str]) -> int:
+    args = list(argv)
+    found = None
+    if "--found" in args:
+        at = args.index("--found")
+        found = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
+        if found not in ("cold", "partial", "warm"):
+            sys.exit(f"record-test: --found is {found!r}; expected cold, partial or warm")
+    if not args or args[0] != "record" or len(args) > 2:  # noqa: PLR2004
         sys.exit(__doc__)
-    sys.exit(record_test(Path(sys.argv[2]) if len(sys.argv) == 3 else BUILD_SUMMARY))  # noqa: PLR2004
+    return record_test(Path(args[1]) if len(args) == 2 else BUILD_SUMMARY, found)  # noqa: PLR2004
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

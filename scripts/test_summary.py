@@ -128,6 +128,11 @@ def summary(args: argparse.Namespace) -> dict:
         "started": utc(args.started),
         "ended": utc(ended),
         "seconds": round(ended - args.started),
+        # Set by the Makefile when make began (before its set-up): the wall time including the set-up (venv,
+        # images, host packages) and what the set-up found (cold / partial / warm); null when run without make.
+        "make_seconds": round(ended - int(os.environ["GPUOPS_MAKE_STARTED"]))
+        if os.environ.get("GPUOPS_MAKE_STARTED", "").isdigit() else None,
+        "setup_found": os.environ.get("GPUOPS_MAKE_FOUND") or None,
         "load_start": args.load_start,
         "load_end": load1(),
         "lanes": [lane.split(",") for lane in args.lane],

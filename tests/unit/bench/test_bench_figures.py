@@ -115,22 +115,43 @@ def test_the_readme_test_line_comes_from_the_summary():
         "stages": {"lint": {"seconds": 154}, "unit": {"seconds": 95}, "molecule-driver": {"seconds": None}},
     }
     line = figures.readme_tests(summary)[0]
-    assert "**1611 passed, 0 failed, 3 skipped** in 49 min 12 s on 2 cores" in line
+    assert "**1611 passed, 0 failed, 3 skipped** in 49 min 12 s of stages, on 2 cores" in line
+    assert "set-up found: not recorded" in line
     assert "commit `bbbbbbbbbb`" in line
     assert "Stages: lint 154 s, unit 95 s, molecule-driver unfinished." in line
     assert "upper bound" not in line
     loaded = figures.readme_tests({**summary, "load_end": 15.9})[0]
     assert (
-        "(1-minute load 0.4 at the start, 15.9 at the end; CI: no; the load passed the limit 3.0, so the time" in loaded
+        "1-minute load 0.4 at the start, 15.9 at the end; CI: no; the load passed the limit 3.0, so the time" in loaded
     )
+    assert "No cold run" in figures.readme_tests(summary)[2]
+
+
+def test_the_cold_run_is_quoted_beside_the_last_one_with_its_setup():
+    base = {"format": 1, "command": "all", "commit": "b" * 40, "ci": True, "cores": 2, "load_start": 0.2,
+            "load_end": 1.9, "passed": 10, "failed": 0, "skipped": 0, "stages": {"lint": {"seconds": 100}}}
+    last = {**base, "started": "2026-12-02T11:00:00Z", "ended": "2026-12-02T11:40:00Z", "seconds": 2400,
+            "make_seconds": 2460, "setup_found": "warm"}
+    cold = {**base, "started": "2026-12-02T09:00:00Z", "ended": "2026-12-02T09:50:00Z", "seconds": 3000,
+            "make_seconds": 3200, "setup_found": "cold"}
+    lines = figures.readme_tests(last, cold)
+    assert "in 40 min 0 s of stages; 41 min 0 s from `make` to the end, set-up included" in lines[0]
+    assert "set-up found: warm;" in lines[0]
+    assert lines[2].startswith("The last recorded cold one")
+    assert "53 min 20 s from `make` to the end, set-up included" in lines[2]
+    assert "set-up found: cold;" in lines[2]
+    # the same run recorded as both: quoted once
+    assert len(figures.readme_tests(cold, cold)) == 1
+    stated = figures.readme_tests({**cold, "setup_found_stated": True}, None)[0]
+    assert "set-up found: cold (stated when it was recorded; the run predates the field)" in stated
 
 
 def test_a_page_without_its_markers_is_refused():
-    page = f"# x\n\n{figures.begin('fleet')}\nold\n{figures.end('fleet')}\n"
+    page = f"# x\n\n{figures.begin('fleet')}\nSTALE-CONTENT\n{figures.end('fleet')}\n"
     with pytest.raises(SystemExit, match="no block figures:converge"):
         figures.render_page(page, ("fleet", "converge"), {}, None, "docs/performance.md")
     out = figures.render_page(page, ("fleet",), {}, None, "docs/performance.md")
-    assert "old" not in out
+    assert "STALE-CONTENT" not in out
     assert out.startswith("# x\n\n")
 
 
@@ -154,8 +175,17 @@ def test_record_test_keeps_only_a_full_run(tmp_path, monkeypatch, capsys):
     assert "names no commit" in capsys.readouterr().err
     full = tmp_path / "full.json"
     full.write_text(json.dumps({**base, "command": "all"}))
+    cold_target = tmp_path / "cold.json"
+    monkeypatch.setattr(figures, "COLD_SUMMARY", cold_target)
     assert figures.record_test(full) == 0
     assert json.loads(target.read_text())["command"] == "all"
+    assert not cold_target.exists(), "a run whose set-up is not known to be cold is not kept as the cold one"
+    assert figures.record_test(full, "cold") == 0
+    assert json.loads(cold_target.read_text())["setup_found_stated"] is True
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({**base, "command": "all", "setup_found": "warm"}))
+    assert figures.record_test(recorded, "cold") == 0
+    assert json.loads(target.read_text())["setup_found"] == "warm", "--found never overrides a recorded value"
 
 
 def test_a_committed_test_summary_is_a_full_run():

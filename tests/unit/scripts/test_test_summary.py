@@ -88,6 +88,22 @@ def test_summary_totals_skips_per_stage_and_closing_line(junit, tmp_path, capsys
     assert {"commit", "ended", "seconds", "load_end", "cores", "format"} <= set(result)
 
 
+def test_summary_records_the_wall_time_since_make_and_what_its_setup_found(junit, monkeypatch, tmp_path):
+    stage("lint", "--passed", "7")
+    args = ["summary", "--command", "all", "--started", "1800000000", "--out", "s.json", "lint"]
+    monkeypatch.delenv("GPUOPS_MAKE_STARTED", raising=False)
+    monkeypatch.delenv("GPUOPS_MAKE_FOUND", raising=False)
+    ts.main(args)
+    alone = json.loads((tmp_path / "s.json").read_text())
+    assert (alone["make_seconds"], alone["setup_found"]) == (None, None), "run-tests.sh without make: not known"
+    monkeypatch.setenv("GPUOPS_MAKE_STARTED", "1799999700")
+    monkeypatch.setenv("GPUOPS_MAKE_FOUND", "cold")
+    ts.main(args)
+    made = json.loads((tmp_path / "s.json").read_text())
+    assert made["setup_found"] == "cold"
+    assert made["make_seconds"] == made["seconds"] + 300, "make began 300 s before the stages"
+
+
 def test_a_stage_that_left_no_result_fails_the_run(junit, capsys):
     stage("lint", "--passed", "7")
     rc = ts.main(["summary", "--command", "all", "--started", "1800000000", "--out", "s.json", "lint", "unit"])
