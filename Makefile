@@ -23,7 +23,7 @@ SCENARIO ?=
 export GPUOPS_MAKE_STARTED := $(shell date +%s)
 export GPUOPS_MAKE_FOUND := $(shell v=0; i=0; test -x $(VENV)/bin/python && v=1; \
   docker image inspect gpuops/debian12-systemd gpuops/debian13-systemd >/dev/null 2>&1 && i=1; \
-  case $$v$$i in 00) echo cold;; 11) echo warm;; *) echo partial;; esac)
+  case $$v$$i in (00) echo cold;; (11) echo warm;; (*) echo partial;; esac)
 
 .PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
 
