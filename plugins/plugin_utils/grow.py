@@ -147,7 +147,7 @@ def dataset_problems(datasets: list, exports: list) -> list[str]:
                             "a host path would exist on one node only. Fix: move the dataset to the NFS server and "
                             "point src at it")
         elif exports and not any(p and p["server"] == nfs["server"] and _under(nfs["path"], p["path"])
-                                 for _, p in parsed_exports):
+                                 for _server, p in parsed_exports):
             problems.append(f"{where} ({d.get('name')}) path {src} is not on an NFS export of grow_nfs_exports "
                             f"({', '.join(map(str, exports))}). Fix: add its export to grow_nfs_exports, or move "
                             "the dataset onto one")

@@ -96,7 +96,7 @@ def test_the_second_mps_client_is_held_to_its_own_cap(mps_daemon: dict) -> None:
                              capture_output=True, check=True, timeout=60).stdout.split()
     assert servers, "client A runs through an MPS server"
     second = client(mps_daemon, "0=1G", 0, 2048, 512)
-    out, _ = second.communicate(timeout=120)
+    out, _err = second.communicate(timeout=120)
     assert out.split()[-2:] == [str(OOM), "0"], f"client B (cap 1G): 2 GiB refused, 512 MiB granted; got {out!r}"
     assert first.poll() is None, "client A still holds its memory while B is refused"
     first.kill()

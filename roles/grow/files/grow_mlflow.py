@@ -41,7 +41,7 @@ IGNORED_TAGS: frozenset[str] = frozenset()
 def _chown(paths: list[Path], owner: str | None) -> None:
     if not owner:
         return
-    uid, _, gid = owner.partition(":")
+    uid, _sep, gid = owner.partition(":")
     for path in paths:
         os.chown(path, int(uid), int(gid or uid))
 

@@ -203,8 +203,8 @@ def test_a_fresh_plan_passes_the_stale_check(tmp_path: Path) -> None:
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false",
-                                                     "ANSIBLE_TIMEOUT": "3"})
+    extra = {"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_TIMEOUT": "3"}
+    env = playbook_env(REPO, cache="memory", extra=extra)
     base = [str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
             "-e", f"gpuops_report_dir={tmp_path}"]
     planned = subprocess.run([*base, "-e", "grow_plan_only=true"], cwd=REPO, env=env, capture_output=True,

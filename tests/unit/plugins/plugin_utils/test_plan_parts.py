@@ -268,8 +268,8 @@ def _compose_plan(hostvars: dict) -> dict:
 def test_member_workspaces_plan_and_role_alone():
     hostvars = _inventory("small-team")
     built = _compose_plan(hostvars)
-    assert built["hosts"]["gpu01"]["workspaces"] == {"members": WORKSPACES, "shared": {}, "problems": [],
-                                                        "warnings": []}
+    expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": []}
+    assert built["hosts"]["gpu01"]["workspaces"] == expected
     assert built["hosts"]["gpu01"]["node"] is None
     assert built["hosts"]["gpu01"]["kubelet_policy"] is None
     assert built["pools"] == {}, "the small team sets no gpuops_pool"
