@@ -34,10 +34,7 @@ NFS_TYPES = ("nfs", "nfs4")
 NFS_SOURCE = re.compile(r"^(?P<server>[A-Za-z0-9.\-\[\]:]+?):(?P<path>/[^\s]*)$")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")
 LABEL = "gpuops.io/grow"
-
-
-def _show(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else repr(value)
+_show = team.show  # values quoted in refusals as the team rules quote them
 
 
 def _gpus(member: dict) -> int:

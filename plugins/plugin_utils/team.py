@@ -49,7 +49,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A value as a refusal quotes it: a string in single quotes, anything else as its repr."""
     return repr(value) if not isinstance(value, str) else f"'{value}'"
 
 
@@ -73,7 +74,7 @@ def namespace_of(team: dict) -> str:
 def _shape_problems(where: str, entry: Any, keys: tuple[str, ...], example: str, kind: str) -> list[str]:
     """A list entry that is not a mapping, or has keys outside ``keys`` (a team or a member)."""
     if not isinstance(entry, dict):
-        return [f"{where} is {_show(entry)}; expected a mapping such as {example}. Fix: write each {kind} as a mapping"]
+        return [f"{where} is {show(entry)}; expected a mapping such as {example}. Fix: write each {kind} as a mapping"]
     unknown = sorted(set(entry) - set(keys), key=str)
     if unknown:
         return [f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(keys)}. "
@@ -92,7 +93,7 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
             continue
         name = team.get("name")
         if not isinstance(name, str) or not DNS_LABEL.match(name):
-            problems.append(f"{where}.name is {_show(name)}; expected a DNS-1123 label (lower-case letters, digits "
+            problems.append(f"{where}.name is {show(name)}; expected a DNS-1123 label (lower-case letters, digits "
                             "and '-', at most 63, starting and ending with a letter or digit). Fix: e.g. name: vision")
             continue
         if name in names:
@@ -102,7 +103,7 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
         names[name] = i
         namespace = namespace_of(team)
         if not DNS_LABEL.match(namespace):
-            problems.append(f"{where}.namespace is {_show(team.get('namespace'))}; expected a DNS-1123 label. "
+            problems.append(f"{where}.namespace is {show(team.get('namespace'))}; expected a DNS-1123 label. "
                             f"Fix: e.g. namespace: team-{name}, or leave it out")
         elif namespace in namespaces:
             problems.append(f"teams {namespaces[namespace]} and {name} share namespace '{namespace}'; each team needs "
@@ -111,19 +112,19 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
             namespaces[namespace] = name
         gpu_quota = team.get("gpu_quota")
         if gpu_quota is not None and (not _is_int(gpu_quota) or gpu_quota < 0):
-            problems.append(f"{where}.gpu_quota is {_show(gpu_quota)}; expected a whole number >= 0 (GPUs), "
+            problems.append(f"{where}.gpu_quota is {show(gpu_quota)}; expected a whole number >= 0 (GPUs), "
                             "unquoted. Fix: e.g. gpu_quota: 8")
         for key in QUOTA_KEYS:
             value = team.get(key)
             if value is None:
                 continue
             if isinstance(value, bool) or not QUANTITY.match(str(value)):
-                problems.append(f"{where}.{key} is {_show(value)}; expected a Kubernetes quantity such as "
+                problems.append(f"{where}.{key} is {show(value)}; expected a Kubernetes quantity such as "
                                 "'96', 500m, 768Gi or 4Ti. Fix: write the amount with a binary suffix (Gi, Ti)")
         for key in ("storage_class", "group"):
             value = team.get(key)
             if value is not None and (not isinstance(value, str) or not value):
-                problems.append(f"{where}.{key} is {_show(value)}; expected a non-empty string. Fix: set it or "
+                problems.append(f"{where}.{key} is {show(value)}; expected a non-empty string. Fix: set it or "
                                 "leave it out for the default")
     return problems, names
 
@@ -149,12 +150,12 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
             continue
         where, label, gpus = f"gpuops_members[{i}]", _label(member, i), member["gpus"]
         if not isinstance(gpus, list):
-            problems.append(f"{where}.gpus is {_show(gpus)}; expected a list of GPU indexes such as [0, 1]. "
+            problems.append(f"{where}.gpus is {show(gpus)}; expected a list of GPU indexes such as [0, 1]. "
                             "Fix: e.g. gpus: [0, 1]")
             continue
         for gpu in gpus:
             if not _is_int(gpu) or gpu < 0:
-                problems.append(f"{where}.gpus lists {_show(gpu)}; expected GPU indexes, whole numbers >= 0 as "
+                problems.append(f"{where}.gpus lists {show(gpu)}; expected GPU indexes, whole numbers >= 0 as "
                                 "nvidia-smi numbers them. Fix: write 0, not '0', GPU0 or -1")
             elif gpu in owner:
                 problems.append(f"GPU {gpu} is given twice: to {owner[gpu]} and to {label} (gpuops_members[].gpus); "
@@ -196,30 +197,30 @@ def _limit_problems(where: str, label: str, member: dict) -> list[str]:
     problems: list[str] = []
     memory = member.get("memory")
     if memory is not None and (size_mib(memory) or 0) < MIN_MEMORY_MIB:
-        problems.append(f"{where}.memory is {_show(memory)} for {label}; expected a size of at least "
+        problems.append(f"{where}.memory is {show(memory)} for {label}; expected a size of at least "
                         f"{MIN_MEMORY_MIB}m such as 512m, 64g or 1t (MiB, GiB, TiB). Fix: e.g. memory: 64g, or "
                         "leave it out for the default share (the host's memory in proportion to the member's GPUs)")
     cpus = member.get("cpus")
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not cpus > 0):
-        problems.append(f"{where}.cpus is {_show(cpus)} for {label}; expected a number of CPUs > 0, unquoted, such "
+        problems.append(f"{where}.cpus is {show(cpus)} for {label}; expected a number of CPUs > 0, unquoted, such "
                         "as 8 or 2.5. Fix: e.g. cpus: 8, or leave it out for the default share")
     shared = member.get("shared_gpus")
     if shared is None:
         return problems
     example = "[{gpu: 4, memory: 20g}]"
     if not isinstance(shared, list) or len(shared) > 1:
-        problems.append(f"{where}.shared_gpus is {_show(shared)} for {label}; expected a list of at most one entry "
+        problems.append(f"{where}.shared_gpus is {show(shared)} for {label}; expected a list of at most one entry "
                         f"such as {example} (an MPS client reaches one MPS control daemon, one per shared GPU). "
                         "Fix: share one GPU")
         return problems
     for entry in shared:
         if (not isinstance(entry, dict) or set(entry) != {"gpu", "memory"} or not _is_int(entry["gpu"])
                 or entry["gpu"] < 0 or (size_mib(entry["memory"]) or 0) < 1):
-            problems.append(f"{where}.shared_gpus lists {_show(entry)} for {label}; expected {{gpu: <GPU index>, "
+            problems.append(f"{where}.shared_gpus lists {show(entry)} for {label}; expected {{gpu: <GPU index>, "
                             f"memory: <this member's cap of its memory, e.g. 20g>}}, as in {example}. Fix: write both "
                             "keys, the GPU as nvidia-smi numbers it and the memory as a size")
     if shared and member.get("gpus"):
-        problems.append(f"{where} gives {label} both gpus {_show(member.get('gpus'))} and shared_gpus; expected one "
+        problems.append(f"{where} gives {label} both gpus {show(member.get('gpus'))} and shared_gpus; expected one "
                         "or the other: an MPS client sees only the shared GPU, so its exclusive GPUs would be "
                         "unusable while MPS is on. Fix: give the member exclusive gpus, or one shared GPU")
     return problems
@@ -264,7 +265,7 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
         name = member.get("name")
         label = _label(member, i)
         if not isinstance(name, str) or not MEMBER_NAME.match(name):
-            problems.append(f"{where}.name is {_show(name)}; expected lower-case letters, digits and '-', "
+            problems.append(f"{where}.name is {show(name)}; expected lower-case letters, digits and '-', "
                             "starting with a letter, at most 31 (it becomes a user, a service ws-<name> and a path; "
                             "no spaces or shell characters). Fix: e.g. name: alice")
         elif name in names:
@@ -274,7 +275,7 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
             names[name] = i
         uid = member.get("uid")
         if not _is_int(uid) or uid < 1:
-            problems.append(f"{where}.uid is {_show(uid)} for {label}; expected a whole number >= 1, unquoted "
+            problems.append(f"{where}.uid is {show(uid)} for {label}; expected a whole number >= 1, unquoted "
                             "(workspaces never run as root). Fix: give the member their own uid, e.g. 2001")
         elif uid in uids:
             problems.append(f"{where}.uid {uid} of {label} is also the uid of {uids[uid]}; each member needs their own "
@@ -283,13 +284,13 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
             uids[uid] = label
         gid = member.get("gid")
         if gid is not None and (not _is_int(gid) or gid < 1):
-            problems.append(f"{where}.gid is {_show(gid)} for {label}; expected a whole number >= 1. "
+            problems.append(f"{where}.gid is {show(gid)} for {label}; expected a whole number >= 1. "
                             "Fix: give a non-root group id, or leave it out (the uid is used)")
         problems += _limit_problems(where, label, member)
         team = member.get("team")
         if team_names is not None and (not isinstance(team, str) or team not in team_names):
             known = ", ".join(team_names) or "none defined"
-            problems.append(f"{where}.team is {_show(team)} for {label}; expected one of the gpuops_teams names "
+            problems.append(f"{where}.team is {show(team)} for {label}; expected one of the gpuops_teams names "
                             f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
     return problems + gpu_assignment_problems(members, host_gpus)
 
@@ -298,11 +299,11 @@ def team_problems(teams: Any, members: Any) -> list[str]:
     """Everything wrong with ``gpuops_teams`` and ``gpuops_members``, all at once ([] when usable)."""
     problems: list[str] = []
     if not isinstance(teams, list) or not teams:
-        problems.append(f"gpuops_teams is {_show(teams)}; expected a list of at least one team such as "
+        problems.append(f"gpuops_teams is {show(teams)}; expected a list of at least one team such as "
                         f"[{EXAMPLE_TEAM}]. Fix: declare the teams in group_vars/all/team.yml")
         teams = teams if isinstance(teams, list) else []
     if not isinstance(members, list) or not members:
-        problems.append(f"gpuops_members is {_show(members)}; expected a list of at least one member such as "
+        problems.append(f"gpuops_members is {show(members)}; expected a list of at least one member such as "
                         f"[{EXAMPLE_MEMBER}] (an empty team gets no workspaces and no namespaces). "
                         "Fix: list the members in group_vars/all/team.yml")
         members = members if isinstance(members, list) else []
