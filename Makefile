@@ -127,9 +127,9 @@ demo: setup
 demo-clean: host
 	@scripts/demo.sh --destroy
 
-# make bench [BENCH_SIZES=10,50] [BENCH_ROUNDS=3]: parser micro-benchmarks, preflight against ping and setup on
+# make bench [BENCH_SIZES=10,50,100] [BENCH_ROUNDS=3]: parser micro-benchmarks, preflight against ping and setup on
 # N container hosts, and site.yml's converge + idempotent re-run on the demo node. Ratios, never pass/fail.
-BENCH_SIZES ?= 10,50
+BENCH_SIZES ?= 10,50,100
 BENCH_ROUNDS ?= 3
 bench: venv images
 	@$(VENV)/bin/python bench/run.py

@@ -11,7 +11,7 @@ between consecutive Ns. Not a test: nothing passes or fails on a time. Figures g
 with the load average before and after each N (bench/_meta.py: a size measured above the load limit is recorded
 as such and docs/performance.md does not quote it).
 
-  bench/fleet.py [--sizes 10,50] [--rounds 3] [--keep]
+  bench/fleet.py [--sizes 10,50,100] [--rounds 3] [--forks N] [--keep]
 Environment: GPUOPS_BENCH_SIZES, GPUOPS_BENCH_ROUNDS (same meaning as the flags).
 """
 
@@ -208,7 +208,7 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=os.environ.get("GPUOPS_BENCH_SIZES", "10,50"))
+    parser.add_argument("--sizes", default=os.environ.get("GPUOPS_BENCH_SIZES", "10,50,100"))
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3")))
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
     parser.add_argument(
@@ -222,8 +222,8 @@ def main() -> None:
         "--forks",
         type=int,
         default=int(os.environ.get("GPUOPS_BENCH_FORKS", "0")),
-        help="ansible --forks for all three commands (default: the core count, so that the bench does not raise the "
-        "load past the limit by itself: each fork is a docker exec with several runnable processes behind it)",
+        help="ansible --forks for all three commands (default: half the core count, so that the bench does not raise "
+        "the load past the limit by itself: each fork is a docker exec with several runnable processes behind it)",
     )
     args = parser.parse_args()
     forks = args.forks or default_forks()
@@ -260,8 +260,10 @@ def main() -> None:
 
 
 def default_forks() -> int:
-    """As many forks as cores: with ansible.cfg's 10 on 2 cores the bench alone drove the load from 1.2 to 8."""
-    return max(1, os.cpu_count() or 1)
+    """One fork per two cores. The targets run on the controller's own cores here, and each fork keeps several
+    processes runnable (the docker CLI, runc, the module's python on the target): with ansible.cfg's forks, and
+    again with one fork per core, the bench alone drove the 1-minute load past the load limit on 2 cores."""
+    return max(1, (os.cpu_count() or 1) // 2)
 
 
 def marginal(results: list[dict]) -> list[dict]:
