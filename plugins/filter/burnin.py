@@ -11,15 +11,11 @@ documentation in the .yml file of each filter next to this file.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_jobs
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import (
-    expected_busbw,
-    judge_fleet,
-    judge_node,
-    markdown,
-    pair_schedule,
-)
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import judge_membw
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+burnin_jobs = lazy("burnin_jobs")
+burnin = lazy("burnin")
+_burnin_membw = lazy("burnin_membw")
 
 
 def _dict(value, what: str) -> dict:
@@ -31,7 +27,7 @@ def _dict(value, what: str) -> dict:
 def burnin_schedule(nodes) -> list:
     if not isinstance(nodes, list):
         raise AnsibleFilterError(f"burnin_schedule needs a list of node names, got {type(nodes).__name__}")
-    return pair_schedule([str(n) for n in nodes])
+    return burnin.pair_schedule([str(n) for n in nodes])
 
 
 def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4,
@@ -39,10 +35,10 @@ def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_
     """A registered single-node run judged against what the node's NVLink or PCIe should give."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
     text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
-    expected = expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
-                              int(pcie_gen))
-    return judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
-                      health if isinstance(health, dict) else None, membw if isinstance(membw, dict) else None)
+    expected = burnin.expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
+                                     int(pcie_gen))
+    return burnin.judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
+                             health if isinstance(health, dict) else None, membw if isinstance(membw, dict) else None)
 
 
 def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_gbps: float = 0,
@@ -57,21 +53,21 @@ def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_g
         floor, expected_gbps = float(floor or 0), float(expected_gbps or 0)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"burnin_membw: floor and expected_gbps must be numbers ({exc})") from exc
-    return judge_membw(str(node), result, names, {"floor": floor, "expected_gbps": expected_gbps,
-                                                  "binary": str(binary or "")})
+    return _burnin_membw.judge_membw(str(node), result, names, {"floor": floor, "expected_gbps": expected_gbps,
+                                                                "binary": str(binary or "")})
 
 
 def burnin_report(pairs, singles=None, **options) -> dict:
     """``{"a,b": registered result}`` of the pair runs, with the single-node results, judged for the fleet."""
     pairs = _dict(pairs or {}, "burnin_report's input (pair runs by 'a,b')")
-    return judge_fleet([s for s in singles or [] if isinstance(s, dict)],
-                       {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
+    return burnin.judge_fleet([s for s in singles or [] if isinstance(s, dict)],
+                              {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
 
 
 def burnin_markdown(report) -> str:
     report = _dict(report, "burnin_markdown's input (burnin_report's result)")
     try:
-        return markdown(report)
+        return burnin.markdown(report)
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"burnin_markdown: not a burnin_report result ({exc})") from exc
 

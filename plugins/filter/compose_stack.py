@@ -15,7 +15,11 @@ in the .yml files next to this one.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import alert_rules, images, workspaces
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+alert_rules = lazy("alert_rules")
+images = lazy("images")
+workspaces = lazy("workspaces")
 
 
 def mirror_image(ref: object, mirror: object = "") -> str:

@@ -8,21 +8,23 @@ Thin: the links and the walk live in plugins/plugin_utils/diagnose.py; documenta
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import compose_chain, kubernetes_chain
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+diagnose = lazy("diagnose")
 
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "") -> dict:
     if not isinstance(outputs, dict):
         raise AnsibleFilterError(f"diagnose_chain needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
-        return compose_chain(outputs, list(expected_gpus or []), pin or "")
+        return diagnose.compose_chain(outputs, list(expected_gpus or []), pin or "")
     if platform == "kubernetes":
         try:
             count = int(expected_gpus or 0)
         except (TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"diagnose_chain: expected_gpus must be a number on kubernetes, got "
                                      f"{expected_gpus!r}") from exc
-        return kubernetes_chain(outputs, node, count, pin or "")
+        return diagnose.kubernetes_chain(outputs, node, count, pin or "")
     raise AnsibleFilterError(f"diagnose_chain: platform '{platform}' is not compose or kubernetes")
 
 

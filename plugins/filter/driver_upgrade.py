@@ -8,7 +8,9 @@ Thin: the decisions live in plugins/plugin_utils/driver_upgrade.py; documentatio
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.driver_upgrade import gpu_processes, plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+driver_upgrade = lazy("driver_upgrade")
 
 
 def driver_upgrade_plan(dpkg_output, target: str = "", allow_downgrade: bool = False, processes_output: str = "",
@@ -19,8 +21,8 @@ def driver_upgrade_plan(dpkg_output, target: str = "", allow_downgrade: bool = F
         if not isinstance(value, bool):
             raise AnsibleFilterError(f"{name} must be a real boolean (true/false), got {value!r}")
     rc = None if processes_rc in (None, "") else int(processes_rc)
-    return plan(str(dpkg_output or ""), str(target), allow_downgrade, gpu_processes(str(processes_output or ""), rc),
-                force)
+    processes = driver_upgrade.gpu_processes(str(processes_output or ""), rc)
+    return driver_upgrade.plan(str(dpkg_output or ""), str(target), allow_downgrade, processes, force)
 
 
 class FilterModule:

@@ -12,7 +12,9 @@ Thin: the logic lives in plugins/plugin_utils/grow.py; documentation in the .yml
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+grow = lazy("grow")
 
 
 def grow_plan(config: object) -> dict:

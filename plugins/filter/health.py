@@ -9,7 +9,10 @@ health_*.yml files next to this one.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import health, health_steps
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+health = lazy("health")
+health_steps = lazy("health_steps")
 
 
 def _flag(value):

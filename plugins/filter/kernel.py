@@ -8,7 +8,9 @@ Documentation in kernel_headers.yml, kernel_holds.yml and newest_kernel.yml next
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kernel as _rule
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+_rule = lazy("kernel")
 
 
 def kernel_headers(installed, pkg_mgr: str = "apt") -> list[str]:

@@ -15,7 +15,11 @@ documentation in the .yml files next to this one.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import containerd_config, kube_ca, kube_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+containerd_config = lazy("containerd_config")
+kube_ca = lazy("kube_ca")
+kube_plan = lazy("kube_plan")
 
 
 def kubelet_policy(

@@ -18,7 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, images, kube_tenancy, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+gpu_operator = lazy("gpu_operator")
+images = lazy("images")
+kube_tenancy = lazy("kube_tenancy")
+training_jobs = lazy("training_jobs")
 
 
 def _plain(value: Any) -> Any:

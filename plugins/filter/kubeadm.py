@@ -11,7 +11,9 @@ Thin: the logic lives in plugins/plugin_utils/kubeadm.py; documentation in the .
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kubeadm
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+kubeadm = lazy("kubeadm")
 
 
 def kubeadm_node_registration(registration: object, name: object) -> dict:

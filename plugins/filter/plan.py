@@ -12,15 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import inventory_plan as _inventory_plan
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import platform_request as _platform_request
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+plan = lazy("plan")
 
 
 def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict:
     if not isinstance(gpu_hosts, list):
         raise AnsibleFilterError(f"inventory_plan: expected the list of gpu_nodes hosts, got {gpu_hosts!r}")
     try:
-        return _inventory_plan([str(h) for h in gpu_hosts], hostvars, None if with_play is None else list(with_play))
+        with_play = None if with_play is None else list(with_play)
+        return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, with_play)
     except (TypeError, ValueError, KeyError) as exc:
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 
@@ -29,7 +31,7 @@ def platform_request(host_vars: Any) -> dict:
     if not hasattr(host_vars, "get"):
         raise AnsibleFilterError(f"platform_request: expected one host's variables, hostvars[inventory_hostname], "
                                  f"got {host_vars!r}")
-    return _platform_request(host_vars)
+    return plan.platform_request(host_vars)
 
 
 class FilterModule:

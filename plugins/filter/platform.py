@@ -9,7 +9,9 @@ choose_platform.yml next to this file.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import choose_platform as _rule
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+platform = lazy("platform")
 
 _MISSING = object()
 
@@ -26,7 +28,7 @@ def choose_platform(team_size: object, gpu_count: object = _MISSING, multi_node_
             "team_size | gpuops.cluster.choose_platform(gpu_count=8, multi_node_training=false)"
         )
     try:
-        return _rule(team_size, gpu_count, multi_node_training)
+        return platform.choose_platform(team_size, gpu_count, multi_node_training)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

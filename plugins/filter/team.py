@@ -11,7 +11,9 @@ Thin: the rules live in plugins/plugin_utils/team.py; documentation in the .yml 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import team
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+team = lazy("team")
 
 
 def team_problems(teams: object, members: object = None) -> list:

@@ -11,30 +11,31 @@ documentation in training_slowdown.yml, slowdown_queries.yml and slowdown_answer
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import slowdown_query as sq
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import SlowdownInputError, check_signals
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import training_slowdown as rule
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+sq = lazy("slowdown_query")
+_training_slowdown = lazy("training_slowdown")
 
 
 def training_slowdown(signals, thresholds=None) -> list[dict]:
     try:
-        return rule(signals, thresholds)
-    except SlowdownInputError as exc:
+        return _training_slowdown.training_slowdown(signals, thresholds)
+    except _training_slowdown.SlowdownInputError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
 
 def slowdown_queries(platform, **options) -> dict:
     try:
         return sq.build(str(platform), options)
-    except (SlowdownInputError, TypeError, ValueError) as exc:
+    except (_training_slowdown.SlowdownInputError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"slowdown_queries: {exc}") from exc
 
 
 def slowdown_answer(answers, nvlink_capacity_known=True, thresholds=None, about=None) -> dict:
     try:
-        signals = check_signals(sq.window_means(dict(answers or {}), bool(nvlink_capacity_known)))
-        causes = rule(signals, thresholds)
-    except SlowdownInputError as exc:
+        signals = _training_slowdown.check_signals(sq.window_means(dict(answers or {}), bool(nvlink_capacity_known)))
+        causes = _training_slowdown.training_slowdown(signals, thresholds)
+    except _training_slowdown.SlowdownInputError as exc:
         raise AnsibleFilterError(f"slowdown_answer: {exc}") from exc
     measured = [k for k, v in signals.items() if v is not None]
     verdict = "no data" if not measured else ("slow" if causes else "healthy")

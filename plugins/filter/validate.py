@@ -8,7 +8,9 @@ Thin: the judgements live in plugins/plugin_utils/validate.py; documentation in 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import compose_rows, kubernetes_rows, no_gpu_rows
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
+
+validate = lazy("validate")
 
 
 def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917
@@ -21,12 +23,12 @@ def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topolo
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"validate_rows: gpu_count, replicas and pcie_gen must be numbers: {exc}") from exc
     if gpu_count == 0:
-        return no_gpu_rows(platform, no_gpu_reason)
+        return validate.no_gpu_rows(platform, no_gpu_reason)
     if not isinstance(outputs, dict):
         raise AnsibleFilterError(f"validate_rows needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
-        return compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
-    return kubernetes_rows(outputs, node, gpu_count, replicas)
+        return validate.compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
+    return validate.kubernetes_rows(outputs, node, gpu_count, replicas)
 
 
 class FilterModule:
