@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 plan = lazy("plan")
+platform = lazy("platform")
 
 
 def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict:
@@ -31,7 +32,7 @@ def platform_request(host_vars: Any) -> dict:
     if not hasattr(host_vars, "get"):
         raise AnsibleFilterError(f"platform_request: expected one host's variables, hostvars[inventory_hostname], "
                                  f"got {host_vars!r}")
-    return plan.platform_request(host_vars)
+    return platform.platform_request(host_vars)
 
 
 class FilterModule:

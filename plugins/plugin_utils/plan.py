@@ -21,7 +21,12 @@ import os
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, kube_plan, training_jobs
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the platform rule, and its inputs read from a host
+    PLATFORMS,
+    decide_fleet,
+    get_var,
+    platform_request,
+)
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import plan_workspaces
 
@@ -237,25 +242,6 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-# Inputs of the platform rule, per host, with their defaults: name in the rule -> (inventory variable, default).
-# The one mapping: preflight passes platform_request() (filter gpuops.cluster.platform_request) to its module.
-_PLATFORM_INPUTS = {
-    "platform": ("gpuops_platform", "auto"),
-    "team_size": ("gpuops_team_size", None),
-    "gpu_count": ("gpuops_gpu_count", None),
-    "multi_node_training": ("gpuops_multi_node_training", False),
-}
-
-
-def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
-    """A variable of one host; an undefined or untemplatable one reads as the default."""
-    try:
-        value = hostvars.get(name, default) if hasattr(hostvars, "get") else default
-    except Exception:  # Ansible raises on a variable that cannot be templated
-        return default
-    return default if value is None else value
-
-
 # kube_plan.kubelet_policy's keyword -> the kube_node variable that sets it; unset ones keep the function's default.
 _RESERVATIONS = {
     "reserved_cpus_per_numa": ("kube_node_reserved_cpus_per_numa", int),
@@ -439,14 +425,6 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)
     return plan
-
-
-def platform_request(hostvars: Any) -> dict:
-    """One host's inputs of the platform rule, read from its variables."""
-    request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
-    if request["team_size"] is None and isinstance(get_var(hostvars, "gpuops_members"), list):
-        request["team_size"] = len(get_var(hostvars, "gpuops_members"))
-    return request
 
 
 def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None) -> dict:

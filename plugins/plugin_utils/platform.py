@@ -12,6 +12,8 @@ was found and what is expected.
 
 from __future__ import annotations
 
+from typing import Any
+
 COMPOSE = "compose"
 KUBERNETES = "kubernetes"
 PLATFORMS = (COMPOSE, KUBERNETES)
@@ -141,3 +143,32 @@ def decide_fleet(requests: dict, detected: dict) -> dict:
     platform = next(iter(by_platform))
     first = next(d for d in hosts.values() if d["ok"])
     return {**result, "platform": platform, "source": first["source"], "reason": first["reason"]}
+
+
+# Inputs of the platform rule, per host, with their defaults: name in the rule -> (inventory variable, default).
+# The one mapping: preflight passes platform_request() (filter gpuops.cluster.platform_request) to its module, and
+# plan.inventory_plan reads it. Here, beside the rule, because preflight's per-host task looks the filter up on every
+# host: importing this module is cheap, importing plan.py is not (docs/performance.md, "Filter lookup").
+_PLATFORM_INPUTS = {
+    "platform": ("gpuops_platform", "auto"),
+    "team_size": ("gpuops_team_size", None),
+    "gpu_count": ("gpuops_gpu_count", None),
+    "multi_node_training": ("gpuops_multi_node_training", False),
+}
+
+
+def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
+    """A variable of one host; an undefined or untemplatable one reads as the default."""
+    try:
+        value = hostvars.get(name, default) if hasattr(hostvars, "get") else default
+    except Exception:  # Ansible raises on a variable that cannot be templated
+        return default
+    return default if value is None else value
+
+
+def platform_request(hostvars: Any) -> dict:
+    """One host's inputs of the platform rule, read from its variables."""
+    request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
+    if request["team_size"] is None and isinstance(get_var(hostvars, "gpuops_members"), list):
+        request["team_size"] = len(get_var(hostvars, "gpuops_members"))
+    return request
