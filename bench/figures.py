@@ -102,7 +102,10 @@ def fleet_block(entry: dict | None) -> list[str]:
     header = _row("hosts", "rounds", "load before / peak / after", "(a) ping", "(b) setup", "(c) preflight",
                   f"c/a (target <= {TARGETS['preflight_over_ping']})",
                   f"c/b (target <= {TARGETS['preflight_over_setup']})")
-    lines = [f"Measured by {provenance(gen)}; targets' PID 1: `{init}`; forks: {forks}.", "", header, "|---" * 8 + "|"]
+    pipelined = {size.get("pipelining") for size in entry["sizes"]}
+    pipelining = "on" if pipelined == {True} else "off" if pipelined <= {False, None} else "mixed"
+    lines = [f"Measured by {provenance(gen)}; targets' PID 1: `{init}`; forks: {forks}; pipelining: {pipelining}.",
+             "", header, "|---" * 8 + "|"]
     quoted = set()
     for size in entry["sizes"]:
         load = " / ".join(str(value) for value in _loads(size))

@@ -201,8 +201,18 @@ def test_a_peak_above_the_limit_is_not_quoted_even_when_before_and_after_are_und
     quiet_ends = {**size(100, 40.0, 55.0, 50.0, over=True, load=1.0), "load_1min_peak": 4.2, "forks": 2}
     text = "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [100], "sizes": [quiet_ends]}))
     assert "| 100 | 3 | 1.0 / 4.2 / 1.0 | not quoted: 1-minute load 1.0 / 4.2 / 1.0, above the limit 3.0 |" in text
-    assert "forks: 2" in text
+    assert "forks: 2; pipelining: off." in text, "an entry without the field was measured without pipelining"
     assert "50.0 s" not in text
+
+
+def test_the_fleet_block_says_whether_the_targets_pipelined():
+    def block(*flags):
+        sizes = [{**size(n, 4.0, 5.0, 5.0), "pipelining": flag} for n, flag in zip((10, 50), flags)]
+        return "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [10, 50], "sizes": sizes}))
+
+    assert "pipelining: on." in block(True, True)
+    assert "pipelining: mixed." in block(True, False)
+    assert "pipelining: off." in block(False, False)
 
 
 def test_fleet_measure_counts_the_peak_in_over_load(monkeypatch):
