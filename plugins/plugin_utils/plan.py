@@ -151,10 +151,11 @@ SCHEMA: dict[str, Any] = {
         "gpu_sharing": {
             "type": ["object", "null"],
             "description": "kubernetes with the GPU Operator (kube_addons_gpu_operator): how each pool of "
-            "gpu_operator_pools (else its default, gpu_sharing.default_pools) shares its GPUs, by gpu_sharing.plan_part "
-            "on the GPU nodes as kube_gpu.gpu_nodes sees them (the GPU memory preflight read, else the inventory's "
-            "gpu_operator_gpu_memory_mib). gpu_operator renders the device-plugin config and its gpuops.io/sharing "
-            "annotations from it; run alone it calls the same function. null on compose or without the GPU Operator.",
+            "gpu_operator_pools (else its default, gpu_sharing.default_pools) shares its GPUs, by "
+            "gpu_sharing.plan_part on the GPU nodes as kube_gpu.gpu_nodes sees them (the GPU memory preflight read, "
+            "else the inventory's gpu_operator_gpu_memory_mib). gpu_operator renders the device-plugin config and its "
+            "gpuops.io/sharing annotations from it; run alone it calls the same function. null on compose or without "
+            "the GPU Operator.",
             "additionalProperties": {
                 "type": "object",
                 "required": ["strategy", "replicas", "memory_per_replica_mib", "gpu_memory_mib", "nodes", "reason"],
@@ -427,6 +428,7 @@ def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
         pool: {"hosts": hosts, "nccl": training_jobs.nccl_env([parts[h]["topology"] for h in hosts], ifname)}
         for pool, hosts in hosts_of.items()
     }
+
 
 # A GPU node's inventory declarations that kube_gpu.gpu_nodes reads where the gpu facts are silent.
 _NODE_VARS = ("gpuops_pool", "gpuops_gpu_topology", "gpu_operator_gpu_model", "gpu_operator_gpu_count",

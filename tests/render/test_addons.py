@@ -249,7 +249,8 @@ def test_device_plugin_config_is_the_plans_gpu_sharing(rendered, rendered_object
     memory = yaml.safe_load((REPO_ROOT / "inventories/cluster/host_vars/gpu-infer-01.yml").read_text("utf-8"))[
         "gpu_operator_gpu_memory_mib"]
     replicas = addons["gpu_operator_pools"]["inference"]["mps_replicas"]
-    assert {pool: (e["strategy"], e["replicas"], e["memory_per_replica_mib"], e["nodes"]) for pool, e in part.items()} == {
+    chosen = {pool: (e["strategy"], e["replicas"], e["memory_per_replica_mib"], e["nodes"]) for pool, e in part.items()}
+    assert chosen == {
         "inference": ("mps", replicas, memory // replicas, ["gpu-infer-01"]),
         "training": ("none", 1, None, ["gpu-train-01", "gpu-train-02"]),
     }

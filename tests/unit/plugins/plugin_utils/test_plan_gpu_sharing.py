@@ -87,7 +87,7 @@ def test_preflight_plans_each_pools_sharing_from_the_gpu_memory_it_read():
 
 
 def test_the_inventory_plan_uses_the_declared_memory_without_facts():
-    hostvars = _inventory()
+    hostvars = {host: {**variables, "gpuops_platform": "kubernetes"} for host, variables in _inventory().items()}
     built = plan.inventory_plan(list(CAPTURES), hostvars)
     inference = built["gpu_sharing"]["inference"]
     assert (inference["gpu_memory_mib"], inference["memory_per_replica_mib"]) == (81559, 20389), "host_vars: 81559"
