@@ -238,12 +238,22 @@ def test_mps_sharing_and_node_labels(rendered_objects):
     assert nodes == {name: {"nvidia.com/device-plugin.config": h["gpuops_pool"]} for name, h in gpu_nodes.items()}
 
 
-DEVICE_PLUGIN_CONFIG = "gpu_operator/ConfigMap-gpuops-device-plugin-config.yaml"
+DEVICE_PLUGIN_CONFIG = "gpu_operator/configmap-gpuops-device-plugin-config.yaml"
 
 
-def test_device_plugin_config_is_the_plans_gpu_sharing(rendered, rendered_objects):
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory) -> Path:
+    """render.yml with the platform decided (-e gpuops_platform=kubernetes), so that the plan holds gpu_sharing: the
+    session render's inventory plan leaves the platform undecided (no GPU counted), and with it the part."""
+    out = tmp_path_factory.mktemp("render-decided")
+    result = run_render(INVENTORY, out, "-e", "gpuops_platform=kubernetes")
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def test_device_plugin_config_is_the_plans_gpu_sharing(decided):
     """The ConfigMap gpu_operator renders says what the plan's gpu_sharing part says, pool by pool."""
-    part = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"]
+    part = json.loads((decided / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"]
     # written out from the inventory: addons.yml's pools, gpu-infer-01's declared GPU memory (render reads no host)
     addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
     memory = yaml.safe_load((REPO_ROOT / "inventories/cluster/host_vars/gpu-infer-01.yml").read_text("utf-8"))[
@@ -254,7 +264,7 @@ def test_device_plugin_config_is_the_plans_gpu_sharing(rendered, rendered_object
         "inference": ("mps", replicas, memory // replicas, ["gpu-infer-01"]),
         "training": ("none", 1, None, ["gpu-train-01", "gpu-train-02"]),
     }
-    config = next(o for o in addon_objects(rendered_objects, "gpu_operator") if o["kind"] == "ConfigMap")
+    config = yaml.safe_load((decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8"))
     assert set(config["data"]) == {*part, gpu_operator.WHOLE_GPU_CONFIG}
     sections = {"mps": "mps", "time-slicing": "timeSlicing"}
     for pool, entry in part.items():
@@ -271,20 +281,12 @@ def test_device_plugin_config_is_the_plans_gpu_sharing(rendered, rendered_object
             assert f"each limited to {entry['memory_per_replica_mib']} MiB" in note, note
 
 
-def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, tmp_path):
-    """A plan without gpu_sharing (an older plan.json, as the last preflight's): gpu_operator computes the part with
-    the same function, and the device-plugin ConfigMap is the same, byte for byte."""
-    plan = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))
-    assert plan.pop("gpu_sharing")
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    (reports / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-    out = tmp_path / "render"
-    result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={reports}")
-    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-    assert "gpu_sharing" not in json.loads((out / "plan.json").read_text(encoding="utf-8")), "the older plan was read"
-    assert (out / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8") == (
-        rendered / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8")
+def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, decided):
+    """The session render's plan has no gpu_sharing (platform undecided), so gpu_operator computed the part itself
+    with the same function: the device-plugin ConfigMap is the same, byte for byte."""
+    assert json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"] is None
+    assert (rendered / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8") == (
+        decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8")
 
 
 def test_cluster_policy_from_rendered_values_validates(rendered):
