@@ -17,6 +17,8 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   replica gets an equal, enforced share of a GPU's memory and compute) or time-slicing (``time_slicing_replicas``:
   no memory isolation, every replica sees the whole GPU's memory), or gets whole GPUs (neither). See
   ``sharing_problems`` for the rules and their upstream sources; ``pool_sharing`` for what each replica gets.
+  The configs are rendered from ``gpuops_plan.gpu_sharing`` (``config["sharing"]``, preflight's), else from
+  ``gpu_sharing.plan_part`` here, the function that made it.
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
 * Every image repository goes through the registry mirror; versions stay the pinned chart's own.
@@ -212,14 +214,37 @@ def problems(config: dict) -> list[str]:
     return found
 
 
-def device_plugin_config(pools: dict) -> dict[str, str]:
-    """The device-plugin ConfigMap's data: one config per pool, plus the whole-GPU default."""
+def device_plugin_config(sharing: dict) -> dict[str, str]:
+    """The device-plugin ConfigMap's data: one config per pool from what its replicas get (``gpu_sharing.plan_part``,
+    the plan's ``gpu_sharing``), plus the whole-GPU default."""
     data = {WHOLE_GPU_CONFIG: "version: v1\nflags:\n  migStrategy: none\n"}
-    for name in sorted(pools):
-        pool = pools[name] or {}
-        mig = "single" if pool.get("mig_profile") else "none"
-        data[name] = f"version: v1\nflags:\n  migStrategy: {mig}\n" + gpu_sharing.sharing_yaml(pool)
+    for name in sorted(sharing):
+        mig = "single" if sharing[name].get("strategy") == "mig" else "none"
+        data[name] = f"version: v1\nflags:\n  migStrategy: {mig}\n" + gpu_sharing.sharing_yaml(sharing[name])
     return data
+
+
+def _planned_sharing(pools: dict, nodes: list[dict], planned: Any) -> tuple[dict, list[str]]:
+    """Each pool's sharing: the plan's (``gpuops_plan.gpu_sharing``, made by preflight from the GPU memory it read),
+    else, run alone or for a pool the plan lacks, the same function on this run's pools and nodes. A plan entry that
+    chose otherwise than the pool's settings now ask is refused: the plan is older than the inventory."""
+    computed = gpu_sharing.plan_part(pools, nodes)
+    planned = planned if isinstance(planned, dict) else {}
+    sharing, found = {}, []
+    for name, own in computed.items():
+        entry = planned.get(name)
+        if not isinstance(entry, dict):
+            sharing[name] = own
+            continue
+        keys = ("strategy", "replicas", "mig_profile")
+        if any(entry.get(key) != own[key] for key in keys):
+            found.append(
+                f"gpuops_plan.gpu_sharing.{name} ({', '.join(f'{k} {entry.get(k)!r}' for k in keys)}) is not what "
+                f"gpu_operator_pools.{name} asks now ({', '.join(f'{k} {own[k]!r}' for k in keys)}): the plan was "
+                "made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a new plan)"
+            )
+        sharing[name] = {**own, **entry}  # the plan's, with any key an older plan lacks from the same function
+    return sharing, found
 
 
 def build_values(config: dict) -> dict[str, Any]:
@@ -259,24 +284,25 @@ def node_labels(pools: dict, nodes: list[dict]) -> dict[str, dict[str, str]]:
 
 
 def plan(config: dict) -> dict[str, Any]:
-    """Problems, values, device-plugin ConfigMap data and node labels for ``config``."""
+    """Problems, values, device-plugin ConfigMap data and node labels for ``config``; ``config["sharing"]``: the
+    plan's gpu_sharing part, if any (else computed here by the same function)."""
     found = problems(config)
+    pools = config.get("pools") or {}
+    nodes = config.get("nodes") or []
+    if not found:
+        sharing, found = _planned_sharing(pools, nodes, config.get("sharing"))
     if found:
         return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": [],
                 "sharing": {}, "device_plugin_annotations": {}}
-    pools = config.get("pools") or {}
-    nodes = config.get("nodes") or []
     labels = node_labels(pools, nodes)
-    sharing = {name: gpu_sharing.pool_sharing(pools[name] or {}, [n for n in nodes if n.get("pool") == name])
-               for name in sorted(pools)}
     return {
         "problems": [],
-        "sharing": sharing,
+        "sharing": {name: {key: entry.get(key) for key in gpu_sharing.SHARE_KEYS} for name, entry in sharing.items()},
         # one line per pool on the device-plugin ConfigMap, for review: what each replica gets
         "device_plugin_annotations": {f"gpuops.io/sharing.{name}": gpu_sharing.describe(item)
                                       for name, item in sharing.items()},
         "values": build_values(config),
-        "device_plugin_config": device_plugin_config(pools),
+        "device_plugin_config": device_plugin_config(sharing),
         "node_labels": labels,
         # server-side apply of these partial Nodes sets only our labels, owned by the field manager "gpuops"
         "node_objects": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_set}}

@@ -38,6 +38,10 @@ and NCCL between them; a share of a GPU is not a training GPU), and a pool that 
 (``memory_isolation: true``) cannot time-slice. ``mps_memory_per_replica_mib`` states what the pool's workloads
 need per replica; it is refused when a node's GPU memory divided by the replicas is less, or when a node's GPU
 memory is unknown (no preflight facts and no ``gpu_operator_gpu_memory_mib``).
+
+``plan_part(pools, nodes)`` is ``gpuops_plan.gpu_sharing``: preflight makes it once (plan.gpu_sharing_part) and
+gpu_operator renders the device-plugin config from it; run alone, gpu_operator calls the same function.
+``default_pools`` is gpu_operator_pools' default, for both.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import re
 from typing import Any
 
 MIN_REPLICAS = 2
+DEFAULT_MPS_REPLICAS = 4        # the inference pool's default (default_pools)
 MPS_MAX_CLIENTS = 48            # compute capability >= 7.5 (device.go maxClients)
 MPS_MAX_CLIENTS_BEFORE_7_5 = 16
 TRAINING_POOL = "training"      # kube_plan.POOLS: training, inference
@@ -53,6 +58,9 @@ TRAINING_POOL = "training"      # kube_plan.POOLS: training, inference
 # whole words in the upper-cased product name: an MPS server takes 16 clients on them, not 48.
 _BEFORE_7_5 = re.compile(r"(?<![A-Z0-9])(V100|TITAN V|P100|P40|P4|P6|K80|K40|M60|M40|M10|M4)(?![A-Z0-9])")
 _KEYS = ("mps_replicas", "time_slicing_replicas")
+# What each replica of a pool gets (pool_sharing); the plan's gpu_sharing.<pool> adds mig_profile, gpu_memory_mib,
+# nodes and reason.
+SHARE_KEYS = ("strategy", "replicas", "memory_isolation", "memory_per_replica_mib", "thread_percentage")
 
 
 def max_mps_clients(gpu_model: str | None) -> int:
@@ -155,6 +163,14 @@ def sharing_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
     return found
 
 
+def default_pools(multi_node_training: bool = False) -> dict[str, dict]:
+    """gpu_operator_pools' default (the role's default calls this through gpuops.cluster.gpu_operator_default_pools,
+    and the plan when the inventory sets none): the inference pool shares each GPU through MPS, 4 replicas; the
+    training pool takes whole GPUs, marked multi_node_training as gpuops_multi_node_training says."""
+    return {"inference": {"mps_replicas": DEFAULT_MPS_REPLICAS},
+            TRAINING_POOL: {"multi_node_training": bool(multi_node_training)}}
+
+
 def pool_sharing(pool: dict, nodes: list[dict]) -> dict[str, Any]:
     """What each replica of the pool gets: strategy, replicas, memory isolation, memory per replica, SM share."""
     if pool.get("mps_replicas"):
@@ -166,8 +182,51 @@ def pool_sharing(pool: dict, nodes: list[dict]) -> dict[str, Any]:
     if pool.get("time_slicing_replicas"):
         return {"strategy": "time-slicing", "replicas": int(pool["time_slicing_replicas"]),
                 "memory_isolation": False, "memory_per_replica_mib": None, "thread_percentage": None}
+    if pool.get("mig_profile"):
+        return {"strategy": "mig", "replicas": 1, "memory_isolation": True, "memory_per_replica_mib": None,
+                "thread_percentage": None}
     return {"strategy": "none", "replicas": 1, "memory_isolation": True, "memory_per_replica_mib": None,
             "thread_percentage": None}
+
+
+def _reason(name: str, pool: dict, share: dict, nodes: list[dict], source: str) -> str:
+    """One sentence: which setting chose the strategy, and where the memory per replica comes from."""
+    key = {"mps": "mps_replicas", "time-slicing": "time_slicing_replicas", "mig": "mig_profile"}.get(share["strategy"])
+    chosen = (f"{source}.{name}.{key} is {pool[key]!r}" if key
+              else f"{source}.{name} sets neither mps_replicas nor time_slicing_replicas")
+    text = f"{chosen}: {describe(share)}"
+    if share["strategy"] != "mps":
+        return text
+    known = sorted((int(n["gpu_memory_mib"]), n["name"]) for n in nodes if n.get("gpu_memory_mib"))
+    if known:
+        return (f"{text}; memory per replica from the pool's smallest GPU, {known[0][0]} MiB on {known[0][1]}, "
+                f"divided by {share['replicas']}")
+    return (f"{text}; the pool's GPU memory is unknown (no gpu facts, no gpu_operator_gpu_memory_mib), so the "
+            "MPS control daemon divides each GPU's own memory")
+
+
+def plan_part(pools: dict, nodes: list[dict], source: str = "gpu_operator_pools") -> dict[str, dict]:
+    """``gpuops_plan.gpu_sharing``: pool name -> what its GPUs' replicas get (``pool_sharing``), the pool's
+    mig_profile, smallest GPU memory and nodes, and the reason. ``nodes``: kube_gpu.gpu_nodes; ``source``: where the
+    pools came from (gpu_operator_pools, or its default). A pool whose settings are refused (``sharing_problems``)
+    gets strategy null and its refusals as the reason: gpu_operator refuses it before any change."""
+    part = {}
+    for name in sorted(pools):
+        pool = pools[name] or {}
+        members = [node for node in nodes if node.get("pool") == name]
+        memory = [int(node["gpu_memory_mib"]) for node in members if node.get("gpu_memory_mib")]
+        entry = {"mig_profile": pool.get("mig_profile") or None, "gpu_memory_mib": min(memory) if memory else None,
+                 "nodes": [str(node["name"]) for node in members]}
+        problems = sharing_problems(name, pool, members)
+        if problems:
+            entry.update({"strategy": None, "replicas": None, "memory_isolation": None,
+                          "memory_per_replica_mib": None, "thread_percentage": None,
+                          "reason": "refused (gpu_operator's assert): " + " | ".join(problems)})
+        else:
+            share = pool_sharing(pool, members)
+            entry.update(share, reason=_reason(name, pool, share, members, source))
+        part[name] = entry
+    return part
 
 
 def describe(sharing: dict) -> str:
@@ -180,13 +239,16 @@ def describe(sharing: dict) -> str:
     if sharing["strategy"] == "time-slicing":
         return (f"time-slicing: {sharing['replicas']} replicas per GPU, no memory isolation (any replica can take "
                 "the whole GPU's memory)")
+    if sharing["strategy"] == "mig":
+        return "MIG: each GPU partitioned into MIG devices (the pool's mig_profile), each with its own memory"
     return "whole GPUs: no sharing"
 
 
-def sharing_yaml(pool: dict) -> str:
-    """The ``sharing:`` block of a pool's device-plugin config (empty for whole GPUs)."""
-    for key, section in (("mps_replicas", "mps"), ("time_slicing_replicas", "timeSlicing")):
-        if pool.get(key):
-            return (f"sharing:\n  {section}:\n    renameByDefault: false\n    failRequestsGreaterThanOne: true\n"
-                    f"    resources:\n      - name: nvidia.com/gpu\n        replicas: {int(pool[key])}\n")
-    return ""
+def sharing_yaml(sharing: dict) -> str:
+    """The ``sharing:`` block of a pool's device-plugin config from what its replicas get (``pool_sharing``, or the
+    plan's ``gpu_sharing.<pool>``); empty for whole GPUs and MIG."""
+    section = {"mps": "mps", "time-slicing": "timeSlicing"}.get(sharing.get("strategy"))
+    if not section:
+        return ""
+    return (f"sharing:\n  {section}:\n    renameByDefault: false\n    failRequestsGreaterThanOne: true\n"
+            f"    resources:\n      - name: nvidia.com/gpu\n        replicas: {int(sharing['replicas'])}\n")

@@ -11,7 +11,8 @@ before it lacks it) and readers take its absence as "not planned".
 
 Each part comes from the function the roles call themselves (three hops: inventory variable -> this module -> the
 function): kubelet policy ``kube_plan.kubelet_policy``, the node's labels and taints ``kube_plan.node_registration``
-and ``gpu_operator.node_labels``, NCCL ``training_jobs.nccl_env``, member workspaces ``workspaces.plan_workspaces``.
+and ``gpu_operator.node_labels``, NCCL ``training_jobs.nccl_env``, member workspaces ``workspaces.plan_workspaces``,
+each Kubernetes pool's GPU sharing ``gpu_sharing.plan_part`` on ``kube_gpu.gpu_nodes``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, kube_plan, training_jobs
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the platform rule, and its inputs read from a host
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
+    gpu_operator,
+    gpu_sharing,
+    kube_gpu,
+    kube_plan,
+    training_jobs,
+)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the rule and its inputs
     PLATFORMS,
     decide_fleet,
     get_var,
@@ -143,6 +150,39 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "hosts": {"type": "array", "items": {"type": "string"}},
                     "nccl": _NCCL,
+                },
+            },
+        },
+        "gpu_sharing": {
+            "type": ["object", "null"],
+            "description": "kubernetes with the GPU Operator (kube_addons_gpu_operator): how each pool of "
+            "gpu_operator_pools (else its default, gpu_sharing.default_pools) shares its GPUs, by "
+            "gpu_sharing.plan_part on the GPU nodes as kube_gpu.gpu_nodes sees them (the GPU memory preflight read, "
+            "else the inventory's gpu_operator_gpu_memory_mib). gpu_operator renders the device-plugin config and its "
+            "gpuops.io/sharing annotations from it; run alone it calls the same function. null on compose or without "
+            "the GPU Operator.",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["strategy", "replicas", "memory_per_replica_mib", "gpu_memory_mib", "nodes", "reason"],
+                "properties": {
+                    "strategy": {
+                        "enum": ["mps", "time-slicing", "mig", "none", None],
+                        "description": "mps (sharing.mps: memory and SMs divided, enforced), time-slicing (no memory "
+                        "isolation), mig (the pool's mig_profile), none (whole GPUs); null: the pool's settings are "
+                        "refused (reason), and gpu_operator stops before any change.",
+                    },
+                    "replicas": {**_NULL_INT, "description": "nvidia.com/gpu advertised per GPU (1: whole GPUs)."},
+                    "memory_isolation": {"type": ["boolean", "null"]},
+                    "memory_per_replica_mib": {
+                        **_NULL_INT,
+                        "description": "mps: the pool's smallest GPU memory / replicas (the MPS daemon's pinned "
+                        "device memory limit); null when not mps or the GPU memory is unknown.",
+                    },
+                    "thread_percentage": {**_NULL_INT, "description": "mps: 100 / replicas % of the SMs."},
+                    "mig_profile": _NULL_STR,
+                    "gpu_memory_mib": {**_NULL_INT, "description": "The smallest GPU memory among the pool's nodes."},
+                    "nodes": {"type": "array", "items": {"type": "string"}},
+                    "reason": {"type": "string", "description": "Which setting chose this, and whence the memory."},
                 },
             },
         },
@@ -376,6 +416,34 @@ def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
     }
 
 
+# A GPU node's inventory declarations that kube_gpu.gpu_nodes reads where the gpu facts are silent.
+_NODE_VARS = ("gpuops_pool", "gpuops_gpu_topology", "gpu_operator_gpu_model", "gpu_operator_gpu_count",
+              "gpu_operator_gpu_memory_mib")
+
+
+def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any) -> dict | None:
+    """``gpu_sharing``: how each Kubernetes pool shares its GPUs (gpu_sharing.plan_part), on the GPU nodes as
+    gpu_operator's gpu_operator_gpu_nodes sees them (kube_gpu.gpu_nodes) with ``gpus`` (host -> the gpu facts
+    preflight read) as their facts. The pools are gpu_operator_pools as the inventory sets it, else the role's
+    default (gpu_sharing.default_pools). None unless the platform is kubernetes with kube_addons_gpu_operator."""
+    first = next(iter(gpus), None)
+    if platform != "kubernetes" or first is None or get_var(hostvars[first], "kube_addons_gpu_operator") is not True:
+        return None
+    pools, source = get_var(hostvars[first], "gpu_operator_pools"), "gpu_operator_pools"
+    if not hasattr(pools, "items"):
+        multi_node = str(get_var(hostvars[first], "gpuops_multi_node_training", False)).lower() in ("true", "yes", "1")
+        pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
+    hosts = [
+        {**{name: get_var(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
+         "ansible_facts": {"gpu": gpu or {}}}
+        for host, gpu in gpus.items()
+    ]
+    try:
+        return gpu_sharing.plan_part(kube_gpu.plain(pools), kube_gpu.gpu_nodes(hosts), source)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
+
+
 def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | None = None) -> dict:
     """The fleet part; ``pins``: the driver and CUDA versions preflight judged, else the inventory's."""
     pins = pins or {
@@ -424,6 +492,9 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
         for host, record in records.items()
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)
+    plan["gpu_sharing"] = gpu_sharing_part(
+        fleet.get("platform"), {host: record.get("gpu") or {} for host, record in records.items()}, hostvars
+    )
     return plan
 
 
@@ -445,6 +516,11 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
         for h in hosts
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)
+    plan["gpu_sharing"] = gpu_sharing_part(
+        fleet.get("platform"),
+        {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts},
+        hostvars,
+    )
     return plan
 
 

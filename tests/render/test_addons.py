@@ -20,7 +20,7 @@ import netpol_eval
 import netpol_table
 import pytest
 import yaml
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, run_render
 from validator import crd_schemas, problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
@@ -236,6 +236,57 @@ def test_mps_sharing_and_node_labels(rendered_objects):
     hosts = yaml.safe_load((REPO_ROOT / "inventories/cluster/hosts.yml").read_text(encoding="utf-8"))
     gpu_nodes = hosts["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
     assert nodes == {name: {"nvidia.com/device-plugin.config": h["gpuops_pool"]} for name, h in gpu_nodes.items()}
+
+
+DEVICE_PLUGIN_CONFIG = "gpu_operator/configmap-gpuops-device-plugin-config.yaml"
+
+
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory) -> Path:
+    """render.yml with the platform decided (-e gpuops_platform=kubernetes), so that the plan holds gpu_sharing: the
+    session render's inventory plan leaves the platform undecided (no GPU counted), and with it the part."""
+    out = tmp_path_factory.mktemp("render-decided")
+    result = run_render(INVENTORY, out, "-e", "gpuops_platform=kubernetes")
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def test_device_plugin_config_is_the_plans_gpu_sharing(decided):
+    """The ConfigMap gpu_operator renders says what the plan's gpu_sharing part says, pool by pool."""
+    part = json.loads((decided / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"]
+    # written out from the inventory: addons.yml's pools, gpu-infer-01's declared GPU memory (render reads no host)
+    addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
+    memory = yaml.safe_load((REPO_ROOT / "inventories/cluster/host_vars/gpu-infer-01.yml").read_text("utf-8"))[
+        "gpu_operator_gpu_memory_mib"]
+    replicas = addons["gpu_operator_pools"]["inference"]["mps_replicas"]
+    chosen = {pool: (e["strategy"], e["replicas"], e["memory_per_replica_mib"], e["nodes"]) for pool, e in part.items()}
+    assert chosen == {
+        "inference": ("mps", replicas, memory // replicas, ["gpu-infer-01"]),
+        "training": ("none", 1, None, ["gpu-train-01", "gpu-train-02"]),
+    }
+    config = yaml.safe_load((decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8"))
+    assert set(config["data"]) == {*part, gpu_operator.WHOLE_GPU_CONFIG}
+    sections = {"mps": "mps", "time-slicing": "timeSlicing"}
+    for pool, entry in part.items():
+        data = yaml.safe_load(config["data"][pool])
+        if entry["strategy"] in sections:
+            assert data["sharing"] == {sections[entry["strategy"]]: {
+                "renameByDefault": False, "failRequestsGreaterThanOne": True,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": entry["replicas"]}]}}, pool
+        else:
+            assert "sharing" not in data, pool
+        assert data["flags"]["migStrategy"] == ("single" if entry["strategy"] == "mig" else "none"), pool
+        note = config["metadata"]["annotations"][f"gpuops.io/sharing.{pool}"]
+        if entry["memory_per_replica_mib"]:
+            assert f"each limited to {entry['memory_per_replica_mib']} MiB" in note, note
+
+
+def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, decided):
+    """The session render's plan has no gpu_sharing (platform undecided), so gpu_operator computed the part itself
+    with the same function: the device-plugin ConfigMap is the same, byte for byte."""
+    assert json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"] is None
+    assert (rendered / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8") == (
+        decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8")
 
 
 def test_cluster_policy_from_rendered_values_validates(rendered):
