@@ -24,6 +24,8 @@ import urllib.request
 
 API = "/api/2.0/mlflow/"
 CREATED, PASSWORD_SET, UNCHANGED = "created", "password set", "unchanged"
+OK, UNAUTHORIZED, NOT_FOUND = 200, 401, 404
+ARGS = 3  # the script, MLflow's URL, the secrets directory
 
 
 class MlflowUsersError(Exception):
@@ -65,24 +67,24 @@ def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dic
     for name, password in sorted(users.items()):
         status, text = request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin,
                                None, timeout)
-        if status == 401:
+        if status == UNAUTHORIZED:
             raise MlflowUsersError(f"MLflow refused the admin login {admin_user!r} (401). Fix: the admin password "
                                    "must be the one MLflow's user store holds (it is only read when the store is "
                                    "created); set it through users/update-password")
-        if status == 404:
+        if status == NOT_FOUND:
             action = CREATED
-        elif status == 200:
+        elif status == OK:
             status, text = request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password),
                                    None, timeout)
-            if status not in (200, 401):
+            if status not in (OK, UNAUTHORIZED):
                 raise _refused(f"trying user {name!r}'s password", status, text)
-            action = UNCHANGED if status == 200 else PASSWORD_SET
+            action = UNCHANGED if status == OK else PASSWORD_SET
         else:
             raise _refused(f"reading user {name!r} as {admin_user!r}", status, text)
         if action != UNCHANGED and not check_mode:
             method, path = ("POST", "users/create") if action == CREATED else ("PATCH", "users/update-password")
             status, text = request(base_url, method, path, admin, {"username": name, "password": password}, timeout)
-            if status != 200:
+            if status != OK:
                 raise _refused(f"{method} {path} for user {name!r}", status, text)
         done[name] = action
     return done
@@ -91,7 +93,7 @@ def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dic
 def main(argv: list) -> int:
     """``mlflow_users.py URL SECRETS_DIR``: the users in SECRETS_DIR/users.json (name -> password), as the admin in
     SECRETS_DIR/admin_username and admin_password (the layout of Kubernetes' mlflow-team-users Secret)."""
-    if len(argv) != 3:
+    if len(argv) != ARGS:
         print(f"usage: {argv[0]} MLFLOW_URL SECRETS_DIR", file=sys.stderr)
         return 2
     secrets = argv[2]

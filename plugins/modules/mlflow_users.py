@@ -81,14 +81,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 users:
-  description: Per user, what was done (in check mode, what would be done) - V(created), V(password set) or V(unchanged).
+  description:
+    - Per user, what was done (in check mode, what would be done) - V(created), V(password set) or V(unchanged).
   returned: success
   type: dict
   sample: {alice: created, bob: unchanged}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.mlflow_users import UNCHANGED, MlflowUsersError, ensure_users
+from ansible_collections.gpuops.cluster.plugins.module_utils.mlflow_users import (
+    UNCHANGED,
+    MlflowUsersError,
+    ensure_users,
+)
 
 
 def main() -> None:

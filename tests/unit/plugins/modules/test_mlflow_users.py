@@ -18,6 +18,7 @@ import sys
 import threading
 import urllib.parse
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import mlflow_users as logic
@@ -31,8 +32,8 @@ SCRIPT = Path(logic.__file__)
 class StandIn(http.server.BaseHTTPRequestHandler):
     """MLflow's auth API, as far as mlflow_users uses it (see the module docstring)."""
 
-    users: dict = {}
-    calls: list = []
+    users: ClassVar[dict] = {}
+    calls: ClassVar[list] = []
     fail_get: bool = False
 
     def log_message(self, *args):
@@ -54,7 +55,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _handle(self) -> None:
+    def _handle(self) -> None:  # noqa: PLR0911  (one return per answer of the API it stands in for)
         path, _, query = self.path.partition("?")
         endpoint = path.removeprefix("/api/2.0/mlflow/")
         length = int(self.headers.get("Content-Length") or 0)
@@ -129,7 +130,7 @@ def test_a_refused_admin_login_says_so_and_changes_nothing(mlflow):
 
 def test_an_unexpected_answer_names_the_user_and_the_answer(mlflow):
     StandIn.fail_get = True
-    with pytest.raises(logic.MlflowUsersError, match="reading user 'alice' as 'admin': MLflow answered 500 .*locked"):
+    with pytest.raises(logic.MlflowUsersError, match=r"reading user 'alice' as 'admin': MLflow answered 500 .*locked"):
         logic.ensure_users(mlflow, *ADMIN, WANTED)
 
 
