@@ -72,6 +72,20 @@ def mlflow_password() -> str:
     return (EPHEMERAL / "credentials" / "mlflow_admin_password").read_text().strip()
 
 
+def member_password(name: str) -> str:
+    """The member's MLflow password, as generated on the controller (compose_stack_credentials_dir)."""
+    return (EPHEMERAL / "credentials" / f"mlflow_member_{name}").read_text().strip()
+
+
+def call(host, method: str, path: str, user: str, password: str, body: dict | None = None) -> tuple[int, str]:
+    """One MLflow REST call from the node (published on loopback) as ``user``; (status, body)."""
+    data = f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}" if body is not None else ""
+    out = sh(host, f"curl -sS -o /tmp/body -w '%{{http_code}}' -X {method} -u {shlex.quote(f'{user}:{password}')} "
+                   f"{data} 'http://127.0.0.1:5000/api/2.0/mlflow/{path}'; echo; cat /tmp/body")
+    code, _, text = out.partition("\n")
+    return int(code), text
+
+
 def test_docker_engine_pinned_held_and_configured(host) -> None:
     held = sh(host, "apt-mark showhold").split()
     assert {"docker.io", "docker-cli", "docker-compose"} <= set(held)
@@ -193,6 +207,91 @@ def test_members_reach_mlflow_by_name_and_must_authenticate(host) -> None:
              "try:\n    urllib.request.urlopen('http://mlflow:5000/api/2.0/mlflow/experiments/search?max_results=1')\n"
              "except urllib.error.HTTPError as e:\n    print(e.code)\n")
     assert sh(host, f"{COMPOSE} exec -T ws-alice python3 -c {shlex.quote(probe)}").strip() == "401"
+
+
+MEMBER_UIDS = {"alice": 2001, "bob": 2002, "carol": 2003, "dave": 2004}
+CREDENTIALS = "/var/lib/gpuops/mlflow-credentials"
+# The real MLflow client (the MLflow image's), run with alice's workspace's view: her uid, her network, her mounts
+# (so her ~/.mlflow/credentials, HOME=/scratch) - the workspace test image carries no MLflow client.
+ALICE_LOGS_A_RUN = """
+import json, mlflow
+mlflow.set_tracking_uri("http://mlflow:5000")
+mlflow.set_experiment("alice-molecule")
+with mlflow.start_run() as run:
+    mlflow.log_param("lr", "0.01")
+print(json.dumps({"experiment_id": run.info.experiment_id, "run_id": run.info.run_id}))
+"""
+
+
+def test_each_workspace_holds_only_its_members_mlflow_login(host) -> None:
+    """~/.mlflow/credentials is the member's own login (their uid, 0400, read-only mount); no other workspace holds it
+    or the password; no password is in `docker inspect`; the admin login is in no workspace."""
+    for name, uid in MEMBER_UIDS.items():
+        on_host = host.file(f"{CREDENTIALS}/{name}/credentials")
+        assert (on_host.uid, on_host.mode) == (uid, 0o400), name
+        assert (host.file(f"{CREDENTIALS}/{name}").uid, host.file(f"{CREDENTIALS}/{name}").mode) == (uid, 0o700)
+        probe = "stat -c '%u %a' /scratch/.mlflow/credentials; cat /scratch/.mlflow/credentials; " \
+                "touch /scratch/.mlflow/x 2>&1 || true"
+        out = sh(host, f"{COMPOSE} exec -T ws-{name} sh -c {shlex.quote(probe)}").splitlines()
+        assert out[0] == f"{uid} 400"
+        assert out[1:4] == ["[mlflow]", f"mlflow_tracking_username = {name}",
+                            f"mlflow_tracking_password = {member_password(name)}"]
+        assert "Read-only file system" in out[4]
+        inspect = sh(host, f"docker inspect gpuops-ws-{name}-1")
+        for secret in [mlflow_password()] + [member_password(n) for n in MEMBER_UIDS]:
+            assert secret not in inspect, f"a password is in docker inspect of ws-{name}"
+        sources = [m["Source"] for m in json.loads(inspect)[0]["Mounts"] if "mlflow-credentials" in m["Source"]]
+        assert sources == [f"{CREDENTIALS}/{name}"], sources
+    # bob's workspace: no file it can read holds alice's password or the admin's; his own is found (the control)
+    def readable_in_bobs_workspace(secret: str) -> list[str]:
+        found = host.run(f"{COMPOSE} exec -T ws-bob grep -rlsF -e {shlex.quote(secret)} /scratch /artifacts /datasets "
+                         "/etc /tmp /run")
+        return found.stdout.split()
+
+    assert readable_in_bobs_workspace(member_password("bob")) == ["/scratch/.mlflow/credentials"]
+    assert readable_in_bobs_workspace(member_password("alice")) == []
+    assert readable_in_bobs_workspace(mlflow_password()) == []
+    # and on the node, bob's uid cannot read alice's file (mode 0400, alice's)
+    denied = host.run(f"setpriv --reuid 2002 --regid 2002 --clear-groups cat {CREDENTIALS}/alice/credentials")
+    assert denied.rc != 0, denied.stdout
+    assert "Permission denied" in denied.stderr
+
+
+def test_a_members_run_is_theirs_teammates_read_it_but_cannot_change_it(host) -> None:
+    """alice's login, from her workspace, logs a run; the server made her the experiment's manager (she may tag it, bob
+    may not: MLflow records the creator's login, while a run's user_id is only what the client says); bob reads the
+    run (the default permission READ) but is refused (403) renaming or deleting the experiment or logging to the run;
+    a wrong password gets 401."""
+    workspace = sh(host, f"{COMPOSE} ps -q ws-alice").strip()
+    image = sh(host, f"docker inspect -f '{{{{.Config.Image}}}}' $({COMPOSE} ps -q mlflow)").strip()
+    workspace_env = json.loads(sh(host, f"docker inspect {workspace}"))[0]["Config"]["Env"]
+    env = " ".join(f"-e {shlex.quote(e)}" for e in workspace_env
+                   if e.split("=", 1)[0] in ("HOME", "USER", "LOGNAME", "MLFLOW_TRACKING_URI"))
+    out = sh(host, f"docker run --rm --user 2001:2001 --network gpuops_ws-alice --volumes-from {workspace} {env} "
+                   "-e MLFLOW_DISABLE_TELEMETRY=true "
+                   f"--entrypoint python3 {image} -c {shlex.quote(ALICE_LOGS_A_RUN)}")
+    run = json.loads(out.strip().splitlines()[-1])
+    experiment, run_id = run["experiment_id"], run["run_id"]
+    alice, bob = ("alice", member_password("alice")), ("bob", member_password("bob"))
+    code, body = call(host, "GET", f"runs/get?run_id={run_id}", *alice)
+    assert code == OK, body
+    assert json.loads(body)["run"]["info"]["user_id"] == "alice", body
+    tag = {"experiment_id": experiment, "key": "owner-check", "value": "x"}
+    assert call(host, "POST", "experiments/set-experiment-tag", *alice, tag)[0] == OK, "alice manages her experiment"
+    code, body = call(host, "GET", f"runs/get?run_id={run_id}", *bob)
+    assert code == OK, body
+    assert json.loads(body)["run"]["data"]["params"] == [{"key": "lr", "value": "0.01"}], body
+    refused = {
+        "tag": call(host, "POST", "experiments/set-experiment-tag", *bob, tag),
+        "rename": call(host, "POST", "experiments/update", *bob, {"experiment_id": experiment, "new_name": "bobs"}),
+        "delete": call(host, "POST", "experiments/delete", *bob, {"experiment_id": experiment}),
+        "log": call(host, "POST", "runs/log-parameter", *bob, {"run_id": run_id, "key": "by", "value": "bob"}),
+    }
+    assert {k: v[0] for k, v in refused.items()} == dict.fromkeys(refused, 403), refused
+    code, body = call(host, "GET", f"experiments/get?experiment_id={experiment}", *alice)
+    assert code == OK, body
+    assert json.loads(body)["experiment"]["lifecycle_stage"] == "active", body
+    assert call(host, "GET", f"runs/get?run_id={run_id}", "alice", "not-alices-password")[0] == UNAUTHORIZED
 
 
 WORKSPACE_PROBE = """

@@ -65,6 +65,7 @@ MEMBERS = [
     {"name": "dave", "uid": 2004, "shared_gpus": [{"gpu": 5, "memory": "30g"}]},
 ]
 WORKSPACES = ("alice", "bob", "carol", "dave")
+BOB_VAULT_PASSWORD = "bobs-password-from-vault"
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> P
         "compose_stack_prometheus_rule_for_max": "10s",
         "compose_stack_member_cpus_pool": 208,
         "compose_stack_mps_dir": str(tmp_path / "mps"),
+        "compose_stack_mlflow_member_passwords": {"bob": BOB_VAULT_PASSWORD},
     })
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     return tmp_path
@@ -304,3 +306,47 @@ def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100
     ports = {name: service.get("ports", []) for name, service in compose(tmp_path)["services"].items()}
     assert ports["mlflow"] == ["0.0.0.0:5000:5000"]
     assert all(p.startswith("127.0.0.1:") for name, ps in ports.items() if name != "mlflow" for p in ps)
+
+
+def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Path) -> None:
+    """~/.mlflow/credentials (HOME is /scratch) from the member's own 0700 directory, read-only; no password in the
+    environment; a password from vault is used as given, the others generated on the controller (0600)."""
+    services = compose(rendered)["services"]
+    for name, uid in zip(WORKSPACES, (2001, 2002, 2003, 2004)):
+        mounts = {service: [v for v in spec.get("volumes", []) if "/mlflow-credentials" in v]
+                  for service, spec in services.items()}
+        assert {s: m for s, m in mounts.items() if m} == {
+            f"ws-{n}": [f"{rendered}/data/mlflow-credentials/{n}:/scratch/.mlflow:ro"] for n in WORKSPACES}
+        assert services[f"ws-{name}"]["environment"]["HOME"] == "/scratch"
+        assert not [k for k in services[f"ws-{name}"]["environment"] if k.startswith("MLFLOW_TRACKING_USER")]
+        for private in (rendered / "data" / "mlflow-credentials" / name, rendered / "scratch" / name / ".mlflow"):
+            assert (private.stat().st_uid, oct(private.stat().st_mode & 0o777)) == (uid, "0o700"), private
+    root = (rendered / "data" / "mlflow-credentials").stat()
+    assert (root.st_uid, oct(root.st_mode & 0o777)) == (0, "0o700")
+    generated = sorted(p.name for p in (rendered / "credentials").glob("mlflow_member_*"))
+    assert generated == ["mlflow_member_alice", "mlflow_member_carol", "mlflow_member_dave"], "bob's is from vault"
+    for path in (rendered / "credentials").glob("mlflow_member_*"):
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path
+    assert BOB_VAULT_PASSWORD not in (rendered / "project" / "compose.yaml").read_text()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"compose_stack_mlflow_member_passwords": {"alice": 123456789012345}},
+     "compose_stack_mlflow_member_passwords.alice is of type int, not a string (the value is not shown)"),
+    ({"compose_stack_mlflow_member_passwords": {"alice": "hunter2"}},
+     "compose_stack_mlflow_member_passwords.alice is 7 characters long (the value is not shown)"),
+    ({"compose_stack_mlflow_member_passwords": {"mallory": "a-long-enough-password"}},
+     "compose_stack_mlflow_member_passwords.mallory is given for no member of compose_stack_members (alice, bob"),
+    ({"compose_stack_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
+     "a member is named admin, the MLflow admin user"),
+])
+def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(tmp_path: Path, h100_topology: dict,
+                                                                      extra: dict, message: str) -> None:
+    result = run_playbook(tmp_path, {"compose_stack_topology": h100_topology, "compose_stack_members": MEMBERS,
+                                     **extra})
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout[-3000:]
+    assert "hunter2" not in result.stdout, "the value is never shown"
+    assert "123456789012345" not in result.stdout, "the value is never shown"
+    assert not (tmp_path / "project").exists()
+    assert not (tmp_path / "credentials").exists()

@@ -1,0 +1,117 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""MLflow basic-auth users (one per member or team), each with the password we hold, through MLflow's auth REST API.
+
+Standard library only, so one file serves both platforms: the gpuops.cluster.mlflow_users module runs it on the
+Compose host, and it runs as a plain script (``python3 mlflow_users.py URL SECRETS_DIR``) where there is no
+Ansible, e.g. in the MLflow image of Kubernetes' users Job.
+
+Per user, as the admin: ``GET users/get`` (200: the user exists; 404: it does not). A missing user is created
+(``POST users/create``). An existing user's password is tried on an endpoint every authenticated user may call
+(``GET experiments/search``): 200 leaves the user unchanged, 401 sets the password (``PATCH users/update-password``).
+So a second run changes nothing, and check mode only reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+API = "/api/2.0/mlflow/"
+CREATED, PASSWORD_SET, UNCHANGED = "created", "password set", "unchanged"
+OK, UNAUTHORIZED, NOT_FOUND = 200, 401, 404
+ARGS = 3  # the script, MLflow's URL, the secrets directory
+
+
+class MlflowUsersError(Exception):
+    """MLflow answered something that leaves a user's state unknown; the message says what and the fix."""
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _request(base_url: str, method: str, path: str, authorization: str, body: dict | None, timeout: float):
+    """One call; returns (status, text). Never through a proxy (MLflow is on the host or in the cluster)."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": authorization}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(base_url.rstrip("/") + API + path, data=data, method=method, headers=headers)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as error:
+        raise MlflowUsersError(f"MLflow at {base_url} did not answer ({getattr(error, 'reason', error)}); "
+                               "Fix: start it (docker compose ps mlflow) and check the URL") from error
+
+
+def _refused(what: str, status: int, text: str) -> MlflowUsersError:
+    return MlflowUsersError(f"{what}: MLflow answered {status} {text.strip()[:300]}")
+
+
+def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dict, check_mode: bool = False,
+                 timeout: float = 30, request=_request) -> dict:
+    """Make each user of ``users`` (name -> password) exist with that password; return name -> what was done
+    (``created``, ``password set``, ``unchanged``; in check mode, what would be done)."""
+    admin = _basic(admin_user, admin_password)
+    done = {}
+    for name, password in sorted(users.items()):
+        status, text = request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin,
+                               None, timeout)
+        if status == UNAUTHORIZED:
+            raise MlflowUsersError(f"MLflow refused the admin login {admin_user!r} (401). Fix: the admin password "
+                                   "must be the one MLflow's user store holds (it is only read when the store is "
+                                   "created); set it through users/update-password")
+        if status == NOT_FOUND:
+            action = CREATED
+        elif status == OK:
+            status, text = request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password),
+                                   None, timeout)
+            if status not in (OK, UNAUTHORIZED):
+                raise _refused(f"trying user {name!r}'s password", status, text)
+            action = UNCHANGED if status == OK else PASSWORD_SET
+        else:
+            raise _refused(f"reading user {name!r} as {admin_user!r}", status, text)
+        if action != UNCHANGED and not check_mode:
+            method, path = ("POST", "users/create") if action == CREATED else ("PATCH", "users/update-password")
+            status, text = request(base_url, method, path, admin, {"username": name, "password": password}, timeout)
+            if status != OK:
+                raise _refused(f"{method} {path} for user {name!r}", status, text)
+        done[name] = action
+    return done
+
+
+def main(argv: list) -> int:
+    """``mlflow_users.py URL SECRETS_DIR``: the users in SECRETS_DIR/users.json (name -> password), as the admin in
+    SECRETS_DIR/admin_username and admin_password (the layout of Kubernetes' mlflow-team-users Secret)."""
+    if len(argv) != ARGS:
+        print(f"usage: {argv[0]} MLFLOW_URL SECRETS_DIR", file=sys.stderr)
+        return 2
+    secrets = argv[2]
+
+    def read(name: str) -> str:
+        with open(os.path.join(secrets, name), encoding="utf-8") as handle:
+            return handle.read()
+
+    try:
+        done = ensure_users(argv[1], read("admin_username").strip(), read("admin_password"),
+                            json.loads(read("users.json")))
+    except MlflowUsersError as error:
+        print(error, file=sys.stderr)
+        return 1
+    for name, action in done.items():
+        print(name, action)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
