@@ -15,8 +15,8 @@ carry over, before anything changes:
 * **workspaces**: each member's Compose scratch directory becomes the ReadWriteOnce PV that the tenancy's
   workspace PVC of that member binds to: a local PV on the Compose host (which becomes a GPU worker), or the
   member's directory on an NFS export, as ``grow_workspace_storage`` says.
-* **mlflow**: the Compose tracking store (SQLite) and artifacts, and where they go (the training_stack MLflow's
-  store PVC); refused when the target image's MLflow is older than the source's.
+* **mlflow**: the Compose tracking store (SQLite), artifacts and users, and where they go (the training_stack
+  MLflow's store PVC and auth database); refused when the target image's MLflow is older than the source's.
 * **hosts**: which hosts become control planes and GPU workers, and the ordered steps with what stops when.
 
 ``member_gpu_problems`` (a member's GPUs must fit one node of the pool, and all of them the pool) and
@@ -224,8 +224,9 @@ def hosts_part(config: dict) -> dict:
             {"step": "kubernetes", "stops": [],
              "note": "playbooks/kubernetes.yml with the plan's teams; Compose keeps serving workspaces and MLflow"},
             {"step": "mlflow_copy", "stops": [],
-             "note": "consistent SQLite snapshot and artifact copy into the cluster's MLflow store, mlflow db upgrade; "
-                     "members stop logging from here (a run logged after the snapshot fails verify)"},
+             "note": "consistent SQLite snapshot and artifact copy into the cluster's MLflow store, the Compose "
+                     "users merged into its auth database, mlflow db upgrade; members stop logging from here (a run "
+                     "logged after the snapshot fails verify)"},
             {"step": "verify", "stops": [], "note": "both MLflow servers compared field by field; a difference stops "
                                                     "the apply with Compose still serving"},
             {"step": "stop_compose", "stops": [f"{compose}: workspace containers ws-*", f"{compose}: mlflow"],
@@ -246,7 +247,9 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
         "target": {"namespace": config.get("mlflow_namespace") or "mlflow", "image": target,
                    "version": ".".join(map(str, version_tuple(target) or ())), "pvc": "mlflow-store",
                    "backend": "/mlflow/backend/mlflow.db", "artifacts": "/mlflow/artifacts"},
-        "keeps": ["experiment ids", "run ids", "params", "metric histories", "tags", "artifacts"],
+        "keeps": ["experiment ids", "run ids", "params", "metric histories", "tags", "artifacts",
+                  "users (all but the Compose admin; merged with the cluster's, a name on both sides refused) with "
+                  "their password hashes and permissions"],
         "schema_upgrade": "mlflow db upgrade on the copy, with the target image's MLflow",
     }
     src_v, dst_v = version_tuple(source), version_tuple(target)

@@ -198,6 +198,8 @@ def copy_store(source: Path, target: Path, replace: bool = False, owner: str | N
         if problems:
             raise SystemExit("copy: nothing was copied: " + " | ".join(problems))
     dst_db.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in ("-wal", "-shm", "-journal"):  # of the replaced database, stale for the copy
+        dst_db.with_name(dst_db.name + leftover).unlink(missing_ok=True)
     partial = dst_db.with_suffix(".db.partial")
     partial.unlink(missing_ok=True)
     with sqlite3.connect(f"file:{src_db}?mode=ro", uri=True) as src, sqlite3.connect(partial) as dst:
