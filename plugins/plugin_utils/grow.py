@@ -265,6 +265,19 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
     return part, problems
 
 
+def mlflow_user_problems(members: list[dict], teams: list[dict], admin_user: str) -> list[str]:
+    """A member whose Compose MLflow user (named as the member, compose_stack) would take the name of one the
+    cluster's MLflow has: its admin (training_stack_mlflow_admin_user) or a per-team user (team-<team>, one per team
+    of the plan). The copy merges users and refuses a name on both sides; this says so at plan time."""
+    cluster = {str(admin_user): f"the cluster MLflow's admin (training_stack_mlflow_admin_user {_show(admin_user)})"}
+    cluster.update({f"team-{t['name']}": f"the per-team user training_stack makes for team {t['name']}"
+                    for t in teams})
+    return [f"member {m.get('name')} (gpuops_members[{i}]) has a Compose MLflow user of that name, and {cluster[m.get('name')]} "
+            "is named the same; the growth copy merges the Compose users into the cluster's and refuses a name on both "
+            "sides. Fix: rename the member (or the team), or set training_stack_mlflow_admin_user to another name"
+            for i, m in enumerate(members) if m.get("name") in cluster]
+
+
 # ---- the plan ------------------------------------------------------------------------------------------------
 
 def plan(config: dict) -> dict[str, Any]:
@@ -291,6 +304,8 @@ def plan(config: dict) -> dict[str, Any]:
                         "nas.lab.example:/export/workspaces")
     mlflow, mlflow_problems = mlflow_part(config)
     problems += mlflow_problems
+    problems += mlflow_user_problems(new_members, new_teams, str(config.get("mlflow_admin_user") or "admin"))
+    mlflow["users"] = [m["name"] for m in new_members]
     tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams, "members": new_members,
                                  "cluster_gpus": sum(int(w.get("gpu_count") or 0) for w in workers)})
     problems += tenancy["problems"]
@@ -384,7 +399,8 @@ def markdown(grow_plan: dict) -> str:
                   f"{src['artifacts']}",
                   f"- target: namespace {dst['namespace']}, {dst['image']} (MLflow {dst['version']}), PVC "
                   f"{dst['pvc']} ({dst['backend']}, {dst['artifacts']})",
-                  f"- kept: {', '.join(mlflow['keeps'])}; schema: {mlflow['schema_upgrade']}"]
+                  f"- kept: {', '.join(mlflow['keeps'])}; schema: {mlflow['schema_upgrade']}",
+                  f"- users carried over (one per member, named as the member): {', '.join(mlflow.get('users', []))}"]
     hosts = grow_plan.get("hosts") or {}
     if hosts:
         schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""
