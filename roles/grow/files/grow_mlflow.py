@@ -113,8 +113,8 @@ def auth_problems(source: sqlite3.Connection, target: sqlite3.Connection | None,
     """Why the source's users cannot be merged into the target's auth database; nothing has changed then."""
     carried = sorted(set(auth_users(source)) - skip) if set(AUTH_TABLES) <= _tables(source) else []
     if target is None:
-        return [f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
-                f"({', '.join(carried) or 'its tables are missing'}): the cluster's server creates it, and its admin "
+        return [] if not carried else [f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
+                f"({', '.join(carried)}): the cluster's server creates it, and its admin "
                 "from training_stack's Secret, at its first start. Fix: start the cluster's MLflow once "
                 "(training_stack), then copy again"]
     problems = [f"the {side} auth database lacks the tables {', '.join(sorted(set(AUTH_TABLES) - _tables(db)))} "
@@ -134,11 +134,11 @@ def auth_problems(source: sqlite3.Connection, target: sqlite3.Connection | None,
                         "merge would replace their password or permissions. Fix: rename the Compose user (or "
                         "delete the cluster's one) so that no name is on both sides, then copy again")
     roles = {(r["workspace"], r["name"]) for r in target.execute("SELECT workspace, name FROM roles")}
-    for row in source.execute("SELECT DISTINCT r.workspace, r.name FROM roles r JOIN user_role_assignments a "
-                              "ON a.role_id = r.id JOIN users u ON u.id = a.user_id"):
-        if not OWN_ROLE.match(row["name"]) and (row["workspace"], row["name"]) in roles:
-            problems.append(f"the MLflow role {row['name']} (workspace {row['workspace']}) exists on both sides; "
-                            "fix: rename one of them, then copy again")
+    shared = sorted({(row["workspace"], row["name"]) for row in source.execute(
+        "SELECT r.workspace, r.name, u.username FROM roles r JOIN user_role_assignments a ON a.role_id = r.id "
+        "JOIN users u ON u.id = a.user_id") if row["username"] in carried and not OWN_ROLE.match(row["name"])} & roles)
+    problems += [f"the MLflow role {name} (workspace {workspace}) of a Compose user exists on the cluster's MLflow "
+                 "too; fix: rename one of them, then copy again" for workspace, name in shared]
     return problems
 
 
@@ -234,9 +234,14 @@ def _merge_users(source: sqlite3.Connection, dst_auth: Path, skip: set[str], own
         with sqlite3.connect(f"file:{dst_auth}?mode=ro", uri=True) as db, sqlite3.connect(backup) as out:
             db.backup(out)
         _chown([backup], owner)
-    with sqlite3.connect(dst_auth) as target:
-        target.row_factory = sqlite3.Row
-        carried = merge_auth(source, target, skip)
+    try:
+        with sqlite3.connect(dst_auth) as target:
+            target.row_factory = sqlite3.Row
+            carried = merge_auth(source, target, skip)
+    except sqlite3.Error as exc:  # the transaction is rolled back: the target's users are as they were
+        raise SystemExit(f"copy: the users were not merged ({type(exc).__name__}: {exc}); the cluster's auth "
+                         f"database is unchanged, the tracking store and artifacts were copied. Fix the cause, "
+                         "then roll back (grow_rollback) and apply again") from exc
     before, after = auth_users(source), auth_users(_snapshot(dst_auth))
     lost = [name for name in carried if after.get(name) != before[name]]
     if lost:

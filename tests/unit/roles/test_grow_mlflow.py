@@ -108,6 +108,28 @@ def test_the_compose_admin_is_never_carried(stores) -> None:
     assert gm.copy_store(source, target, skip_users=("admin",))["users"] == ["alice", "bob"]
 
 
+def test_a_named_role_is_carried_and_a_role_name_on_both_sides_refused(stores) -> None:
+    source, target = stores
+    with sqlite3.connect(source / gm.AUTH_DB) as db:
+        role = db.execute("INSERT INTO roles (name, workspace) VALUES ('reviewers', 'default')").lastrowid
+        db.execute("INSERT INTO role_permissions (role_id, resource_type, resource_pattern, permission) "
+                   "VALUES (?, 'experiment', '*', 'READ')", (role,))
+        db.execute("INSERT INTO user_role_assignments (user_id, role_id) "
+                   "SELECT id, ? FROM users WHERE username IN ('alice', 'bob')", (role,))
+    with sqlite3.connect(target / gm.AUTH_DB) as db:
+        db.execute("INSERT INTO roles (name, workspace) VALUES ('reviewers', 'default')")
+    with pytest.raises(SystemExit, match=r"role reviewers \(workspace default\) of a Compose user exists"):
+        gm.copy_store(source, target, skip_users=("admin",))
+    with sqlite3.connect(target / gm.AUTH_DB) as db:
+        db.execute("UPDATE roles SET name = 'cluster-reviewers' WHERE name = 'reviewers'")
+    gm.copy_store(source, target, skip_users=("admin",))
+    after = _users(target / gm.AUTH_DB)
+    assert "default:experiment:*=READ (reviewers)" in after["alice"]["grants"]
+    assert "default:experiment:*=READ (reviewers)" in after["bob"]["grants"]
+    db = gm._snapshot(target / gm.AUTH_DB)
+    assert db.execute("SELECT COUNT(*) FROM roles WHERE name = 'reviewers'").fetchone()[0] == 1
+
+
 def test_other_schema_revision_refused(stores) -> None:
     source, target = stores
     with sqlite3.connect(target / gm.AUTH_DB) as db:
