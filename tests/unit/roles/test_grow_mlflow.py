@@ -28,7 +28,7 @@ _SPEC.loader.exec_module(gm)
 def _db(path: Path, statements: list[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path) as db:
-        db.executescript(";\n".join(statements) + ";")
+        db.executescript("\n".join(s if s.rstrip().endswith(";") else s + ";" for s in statements))
     return path
 
 
