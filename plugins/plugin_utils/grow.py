@@ -272,9 +272,10 @@ def mlflow_user_problems(members: list[dict], teams: list[dict], admin_user: str
     cluster = {str(admin_user): f"the cluster MLflow's admin (training_stack_mlflow_admin_user {_show(admin_user)})"}
     cluster.update({f"team-{t['name']}": f"the per-team user training_stack makes for team {t['name']}"
                     for t in teams})
-    return [f"member {m.get('name')} (gpuops_members[{i}]) has a Compose MLflow user of that name, and {cluster[m.get('name')]} "
-            "is named the same; the growth copy merges the Compose users into the cluster's and refuses a name on both "
-            "sides. Fix: rename the member (or the team), or set training_stack_mlflow_admin_user to another name"
+    return [f"member {m.get('name')} (gpuops_members[{i}]) has a Compose MLflow user of that name, and "
+            f"{cluster[m.get('name')]} is named the same; the growth copy merges the Compose users into the "
+            "cluster's and refuses a name on both sides. Fix: rename the member (or the team), or set "
+            "training_stack_mlflow_admin_user to another name"
             for i, m in enumerate(members) if m.get("name") in cluster]
 
 

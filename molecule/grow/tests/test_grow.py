@@ -23,6 +23,8 @@ SOURCE = "gpuops-grow-mlflow-compose"
 TARGET = "gpuops-grow-mlflow-cluster"
 SEEDED_EXPERIMENTS = 5  # the three seeded, alice's and MLflow's Default
 MEMBERS = ("alice", "bob")  # prepare.yml's Compose MLflow users (seed.py users)
+MEMBER_GRANTS = 3  # alice: MANAGE on her experiment and model; bob: EDIT on the experiment
+OK, UNAUTHORIZED = 200, 401
 SEEDED_RUNS = 6
 STEPS = 200
 SEED = (Path(__file__).resolve().parents[1] / "files" / "seed.py").read_text()
@@ -81,7 +83,7 @@ def _api(side: str, user: str, password: str, path: str, body: dict | None = Non
 def _grants(side: str, user: str) -> set[str]:
     """The user's permissions as the admin sees them, without the role ids (they differ between the databases)."""
     status, answer = _api(side, "admin", _password(side), "/api/3.0/mlflow/users/permissions/list", {"username": user})
-    assert status == 200, (side, user, status)
+    assert status == OK, (side, user, status)
     return {f"{p['workspace']}:{p['resource_type']}:{p['resource_pattern']}={p['permission']}"
             for p in answer["permissions"]}
 
@@ -104,33 +106,34 @@ def test_converge_verified_every_field(host) -> None:
     assert report["params"] == SEEDED_RUNS * 2
     assert report["artifacts"] == SEEDED_RUNS
     assert report["users"] == list(MEMBERS)
-    assert report["user_permissions"] >= 3  # alice: MANAGE on her experiment and model; bob: EDIT on the experiment
+    assert report["user_permissions"] >= MEMBER_GRANTS
 
 
 def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions() -> None:
     status, exp = _api("cluster", "alice", _secret("member-alice"), "/api/2.0/mlflow/experiments/get-by-name",
                        {"experiment_name": "alice-exp"})
-    assert status == 200, status
+    assert status == OK, status
     exp_id = exp["experiment"]["experiment_id"]
     for member in MEMBERS:
         status, me = _api("cluster", member, _secret(f"member-{member}"), "/api/2.0/mlflow/users/current")
-        assert (status, me["user"]["username"]) == (200, member)
-        assert _api("cluster", member, "not-" + _secret(f"member-{member}"), "/api/2.0/mlflow/users/current")[0] == 401
+        assert (status, me["user"]["username"]) == (OK, member)
+        wrong = "not-" + _secret(f"member-{member}")
+        assert _api("cluster", member, wrong, "/api/2.0/mlflow/users/current")[0] == UNAUTHORIZED
         assert _grants("cluster", member) == _grants("compose", member)
     assert f"default:experiment:{exp_id}=MANAGE" in _grants("cluster", "alice")
     assert f"default:experiment:{exp_id}=EDIT" in _grants("cluster", "bob")
     # bob's EDIT grant is what the target enforces: he may tag alice's experiment (default_permission is READ)
     status, _ = _api("cluster", "bob", _secret("member-bob"), "/api/2.0/mlflow/experiments/set-experiment-tag",
                      {"experiment_id": exp_id, "key": "reviewed-by", "value": "bob"}, method="POST")
-    assert status == 200, status
+    assert status == OK, status
 
 
 def test_the_cluster_admin_and_team_user_are_kept() -> None:
     status, me = _api("cluster", "admin", _password("cluster"), "/api/2.0/mlflow/users/current")
-    assert (status, me["user"]["is_admin"]) == (200, True)
-    assert _api("cluster", "admin", _password("compose"), "/api/2.0/mlflow/users/current")[0] == 401
+    assert (status, me["user"]["is_admin"]) == (OK, True)
+    assert _api("cluster", "admin", _password("compose"), "/api/2.0/mlflow/users/current")[0] == UNAUTHORIZED
     status, me = _api("cluster", "team-vision", _secret("cluster-team-vision"), "/api/2.0/mlflow/users/current")
-    assert (status, me["user"]["username"]) == (200, "team-vision")
+    assert (status, me["user"]["username"]) == (OK, "team-vision")
 
 
 def test_copy_into_a_non_empty_store_is_refused(host) -> None:

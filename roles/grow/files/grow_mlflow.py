@@ -113,14 +113,16 @@ def auth_problems(source: sqlite3.Connection, target: sqlite3.Connection | None,
     """Why the source's users cannot be merged into the target's auth database; nothing has changed then."""
     carried = sorted(set(auth_users(source)) - skip) if set(AUTH_TABLES) <= _tables(source) else []
     if target is None:
-        return [] if not carried else [f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
+        return [] if not carried else [
+                f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
                 f"({', '.join(carried)}): the cluster's server creates it, and its admin "
                 "from training_stack's Secret, at its first start. Fix: start the cluster's MLflow once "
                 "(training_stack), then copy again"]
-    problems = [f"the {side} auth database lacks the tables {', '.join(sorted(set(AUTH_TABLES) - _tables(db)))} "
+    missing = {side: sorted(set(AUTH_TABLES) - _tables(db)) for side, db in (("source", source), ("target", target))}
+    problems = [f"the {side} auth database lacks the tables {', '.join(tables)} "
                 "(MLflow's basic-auth schema with roles, MLflow 3.x); fix: start that MLflow server once with the "
                 "pinned image (its auth app upgrades its database at start), then copy again"
-                for side, db in (("source", source), ("target", target)) if not set(AUTH_TABLES) <= _tables(db)]
+                for side, tables in missing.items() if tables]
     if problems:
         return problems
     if _revision(source) != _revision(target):
@@ -175,7 +177,8 @@ def merge_auth(source: sqlite3.Connection, target: sqlite3.Connection, skip: set
                     role["name"] = f"__user_{new_user.get(int(own.group(1)), new_user[assignment['user_id']])}__"
                 new_role[old_role] = _insert(target, "roles", {c: role[c] for c in role_cols})
                 for perm in source.execute("SELECT * FROM role_permissions WHERE role_id = ?", (old_role,)):
-                    _insert(target, "role_permissions", {"role_id": new_role[old_role], **{c: perm[c] for c in perm_cols}})
+                    _insert(target, "role_permissions",
+                            {"role_id": new_role[old_role], **{c: perm[c] for c in perm_cols}})
             _insert(target, "user_role_assignments", {"user_id": new_user[assignment["user_id"]],
                                                       "role_id": new_role[old_role]})
     return sorted(row["username"] for row in users.values())

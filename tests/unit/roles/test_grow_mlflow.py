@@ -20,7 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "mlflow_auth_3.17.2.json").read_text(encoding="utf-8"))
 _SPEC = importlib.util.spec_from_file_location("grow_mlflow", REPO / "roles" / "grow" / "files" / "grow_mlflow.py")
-assert _SPEC is not None and _SPEC.loader is not None
+assert _SPEC is not None
+assert _SPEC.loader is not None
 gm = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(gm)
 
@@ -134,14 +135,14 @@ def test_other_schema_revision_refused(stores) -> None:
     source, target = stores
     with sqlite3.connect(target / gm.AUTH_DB) as db:
         db.execute("UPDATE alembic_version_auth SET version_num = 'ffffffffffff'")
-    with pytest.raises(SystemExit, match="different schema revisions .*target ffffffffffff"):
+    with pytest.raises(SystemExit, match=r"different schema revisions .*target ffffffffffff"):
         gm.copy_store(source, target, skip_users=("admin",))
 
 
 def test_no_auth_database_on_the_cluster_refused(stores) -> None:
     source, target = stores
     (target / gm.AUTH_DB).unlink()
-    with pytest.raises(SystemExit, match="no auth database .* source has users to carry \\(alice, bob\\)"):
+    with pytest.raises(SystemExit, match=r"no auth database .* source has users to carry \(alice, bob\)"):
         gm.copy_store(source, target, skip_users=("admin",))
     assert not (target / "artifacts").exists()
 
@@ -186,7 +187,8 @@ class _StandIn(gm.Server):
         if path == "/api/2.0/mlflow/users/list":
             return {"users": [{"id": r[0], "username": r[1], "is_admin": bool(r[2]), "roles": []}
                               for r in self.db.execute("SELECT id, username, is_admin FROM users")]}
-        assert path == "/api/3.0/mlflow/users/permissions/list" and query
+        assert path == "/api/3.0/mlflow/users/permissions/list"
+        assert query
         rows = self.db.execute(
             "SELECT r.id, r.name, r.workspace, p.resource_type, p.resource_pattern, p.permission FROM users u "
             "JOIN user_role_assignments a ON a.user_id = u.id JOIN roles r ON r.id = a.role_id "
