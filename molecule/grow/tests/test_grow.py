@@ -109,7 +109,9 @@ def test_converge_verified_every_field(host) -> None:
     assert report["user_permissions"] >= MEMBER_GRANTS
 
 
-def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions() -> None:
+def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions(host) -> None:
+    # host: testinfra runs the tests that take it first, in file order; this one must run before the rollback test
+    assert host.file(TOOL).exists
     status, exp = _api("cluster", "alice", _secret("member-alice"), "/api/2.0/mlflow/experiments/get-by-name",
                        {"experiment_name": "alice-exp"})
     assert status == OK, status
@@ -128,7 +130,8 @@ def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions()
     assert status == OK, status
 
 
-def test_the_cluster_admin_and_team_user_are_kept() -> None:
+def test_the_cluster_admin_and_team_user_are_kept(host) -> None:
+    assert host.file(TOOL).exists  # host: runs in file order, before the rollback test (as above)
     status, me = _api("cluster", "admin", _password("cluster"), "/api/2.0/mlflow/users/current")
     assert (status, me["user"]["is_admin"]) == (OK, True)
     assert _api("cluster", "admin", _password("compose"), "/api/2.0/mlflow/users/current")[0] == UNAUTHORIZED
