@@ -15,8 +15,8 @@ carry over, before anything changes:
 * **workspaces**: each member's Compose scratch directory becomes the ReadWriteOnce PV that the tenancy's
   workspace PVC of that member binds to: a local PV on the Compose host (which becomes a GPU worker), or the
   member's directory on an NFS export, as ``grow_workspace_storage`` says.
-* **mlflow**: the Compose tracking store (SQLite) and artifacts, and where they go (the training_stack MLflow's
-  store PVC); refused when the target image's MLflow is older than the source's.
+* **mlflow**: the Compose tracking store (SQLite), artifacts and users, and where they go (the training_stack
+  MLflow's store PVC and auth database); refused when the target image's MLflow is older than the source's.
 * **hosts**: which hosts become control planes and GPU workers, and the ordered steps with what stops when.
 
 ``member_gpu_problems`` (a member's GPUs must fit one node of the pool, and all of them the pool) and
@@ -224,8 +224,9 @@ def hosts_part(config: dict) -> dict:
             {"step": "kubernetes", "stops": [],
              "note": "playbooks/kubernetes.yml with the plan's teams; Compose keeps serving workspaces and MLflow"},
             {"step": "mlflow_copy", "stops": [],
-             "note": "consistent SQLite snapshot and artifact copy into the cluster's MLflow store, mlflow db upgrade; "
-                     "members stop logging from here (a run logged after the snapshot fails verify)"},
+             "note": "consistent SQLite snapshot and artifact copy into the cluster's MLflow store, the Compose "
+                     "users merged into its auth database, mlflow db upgrade; members stop logging from here (a run "
+                     "logged after the snapshot fails verify)"},
             {"step": "verify", "stops": [], "note": "both MLflow servers compared field by field; a difference stops "
                                                     "the apply with Compose still serving"},
             {"step": "stop_compose", "stops": [f"{compose}: workspace containers ws-*", f"{compose}: mlflow"],
@@ -246,7 +247,9 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
         "target": {"namespace": config.get("mlflow_namespace") or "mlflow", "image": target,
                    "version": ".".join(map(str, version_tuple(target) or ())), "pvc": "mlflow-store",
                    "backend": "/mlflow/backend/mlflow.db", "artifacts": "/mlflow/artifacts"},
-        "keeps": ["experiment ids", "run ids", "params", "metric histories", "tags", "artifacts"],
+        "keeps": ["experiment ids", "run ids", "params", "metric histories", "tags", "artifacts",
+                  "users (all but the Compose admin; merged with the cluster's, a name on both sides refused) with "
+                  "their password hashes and permissions"],
         "schema_upgrade": "mlflow db upgrade on the copy, with the target image's MLflow",
     }
     src_v, dst_v = version_tuple(source), version_tuple(target)
@@ -260,6 +263,20 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
                         f"one ({source}, compose_stack_images.mlflow); a newer schema cannot be downgraded. Fix: set "
                         f"training_stack_mlflow_image to MLflow {part['source']['version']} or later")
     return part, problems
+
+
+def mlflow_user_problems(members: list[dict], teams: list[dict], admin_user: str) -> list[str]:
+    """A member whose Compose MLflow user (named as the member, compose_stack) would take the name of one the
+    cluster's MLflow has: its admin (training_stack_mlflow_admin_user) or a per-team user (team-<team>, one per team
+    of the plan). The copy merges users and refuses a name on both sides; this says so at plan time."""
+    cluster = {str(admin_user): f"the cluster MLflow's admin (training_stack_mlflow_admin_user {_show(admin_user)})"}
+    cluster.update({f"team-{t['name']}": f"the per-team user training_stack makes for team {t['name']}"
+                    for t in teams})
+    return [f"member {m.get('name')} (gpuops_members[{i}]) has a Compose MLflow user of that name, and "
+            f"{cluster[m.get('name')]} is named the same; the growth copy merges the Compose users into the "
+            "cluster's and refuses a name on both sides. Fix: rename the member (or the team), or set "
+            "training_stack_mlflow_admin_user to another name"
+            for i, m in enumerate(members) if m.get("name") in cluster]
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------
@@ -288,6 +305,8 @@ def plan(config: dict) -> dict[str, Any]:
                         "nas.lab.example:/export/workspaces")
     mlflow, mlflow_problems = mlflow_part(config)
     problems += mlflow_problems
+    problems += mlflow_user_problems(new_members, new_teams, str(config.get("mlflow_admin_user") or "admin"))
+    mlflow["users"] = [m["name"] for m in new_members]
     tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams, "members": new_members,
                                  "cluster_gpus": sum(int(w.get("gpu_count") or 0) for w in workers)})
     problems += tenancy["problems"]
@@ -381,7 +400,8 @@ def markdown(grow_plan: dict) -> str:
                   f"{src['artifacts']}",
                   f"- target: namespace {dst['namespace']}, {dst['image']} (MLflow {dst['version']}), PVC "
                   f"{dst['pvc']} ({dst['backend']}, {dst['artifacts']})",
-                  f"- kept: {', '.join(mlflow['keeps'])}; schema: {mlflow['schema_upgrade']}"]
+                  f"- kept: {', '.join(mlflow['keeps'])}; schema: {mlflow['schema_upgrade']}",
+                  f"- users carried over (one per member, named as the member): {', '.join(mlflow.get('users', []))}"]
     hosts = grow_plan.get("hosts") or {}
     if hosts:
         schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""

@@ -144,6 +144,20 @@ def test_training_templates(rendered_objects):
     assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
 
 
+def test_mlflow_pods_run_as_the_one_mlflow_uid(rendered_objects):
+    """training_stack_mlflow_uid is the one source of MLflow's uid: the Deployment and the team-users Job run as it
+    (the grow role gives the copied store to the same variable)."""
+    defaults = yaml.safe_load((REPO_ROOT / "roles/training_stack/defaults/main.yml").read_text(encoding="utf-8"))
+    uid = int(defaults["training_stack_mlflow_uid"])
+    objects = addon_objects(rendered_objects, "training_stack")
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].startswith("mlflow-team-users-"))
+    pod = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert (pod["runAsUser"], pod["runAsGroup"], pod["fsGroup"], pod["runAsNonRoot"]) == (uid, uid, uid, True)
+    pod = job["spec"]["template"]["spec"]["securityContext"]
+    assert (pod["runAsUser"], pod["runAsGroup"], pod["runAsNonRoot"]) == (uid, uid, True)
+
+
 def test_per_team_mlflow_credentials(rendered_objects):
     """One MLflow user per team, its Secret in the team's namespace; the review copy holds no password at all."""
     objects = addon_objects(rendered_objects, "training_stack")

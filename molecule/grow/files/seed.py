@@ -4,9 +4,13 @@
   late   one more run in the first experiment (the run logged after the copy, which verify must catch)
   change RUN_ID  set the run's tag team=changed (the failed verify the rollback test injects on the target)
   get    print {run_id: tags} of every run, as JSON
+  users  (as the admin) the Compose members' MLflow users of GROW_MEMBERS ({name: password}; alice and bob), as
+         compose_stack makes one per member; alice creates the experiment alice-exp (the auth app grants her MANAGE
+         on it) and the registered model alice-model; the admin grants bob EDIT on alice-exp
 """
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -41,6 +45,20 @@ elif command == "late":
 elif command == "change":
     client.set_tag(sys.argv[2], "team", "changed")
     print("changed")
+elif command == "users":
+    from mlflow.server import get_app_client
+
+    members = json.loads(os.environ["GROW_MEMBERS"])
+    auth = get_app_client("basic-auth", tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    for name, password in sorted(members.items()):
+        auth.create_user(name, password)
+    admin = (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"])
+    os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = "alice", members["alice"]
+    exp = client.create_experiment("alice-exp")
+    client.create_registered_model("alice-model")
+    os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = admin
+    auth.grant_user_permission("bob", "experiment", exp, "EDIT")
+    print(exp)
 elif command == "get":
     runs = {}
     for exp in client.search_experiments():

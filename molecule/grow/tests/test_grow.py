@@ -2,9 +2,12 @@
 
 The converge copied the Compose store, upgraded the copy's schema with the target image's MLflow, started the
 target from training_stack's rendered Deployment and compared both servers field by field. Here: the report says
-equal with the seeded counts; a second copy into the non-empty store is refused; a run logged on the source after
-the copy is caught by verify; a run changed on the target fails verify, and the rollback (the cluster side removed,
-Compose left serving) leaves the Compose MLflow answering with its original runs.
+equal with the seeded counts and users; the members' MLflow users log in on the target with their own passwords and
+hold the same permissions as on the source (bob's EDIT grant works there), while the cluster's admin logs in with the
+cluster's password only and its per-team user is kept; a second copy into the non-empty store, or of users the
+target has, is refused; a run logged on the source after the copy is caught by verify; a run changed on the target
+fails verify, and the rollback (the cluster side removed, Compose left serving) leaves the Compose MLflow answering
+with its original runs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
 TOOL = "/usr/local/lib/gpuops-grow/grow_mlflow.py"
 SOURCE = "gpuops-grow-mlflow-compose"
 TARGET = "gpuops-grow-mlflow-cluster"
-SEEDED_EXPERIMENTS = 4  # the three seeded and MLflow's Default
+SEEDED_EXPERIMENTS = 5  # the three seeded, alice's and MLflow's Default
+MEMBERS = ("alice", "bob")  # prepare.yml's Compose MLflow users (seed.py users)
+MEMBER_GRANTS = 3  # alice: MANAGE on her experiment and model; bob: EDIT on the experiment
+OK, UNAUTHORIZED = 200, 401
 SEEDED_RUNS = 6
 STEPS = 200
 SEED = (Path(__file__).resolve().parents[1] / "files" / "seed.py").read_text()
@@ -41,6 +47,47 @@ def _client(container: str, side: str, *command: str) -> str:
     return run.stdout.strip().splitlines()[-1]
 
 
+API = """
+import base64, json, sys, urllib.error, urllib.parse, urllib.request
+url, user, password, method, path, body = json.loads(sys.argv[1])
+headers = {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
+           "Content-Type": "application/json"}
+data = json.dumps(body).encode() if method == "POST" else None
+if method == "GET" and body:
+    path += "?" + urllib.parse.urlencode(body)
+try:
+    with urllib.request.urlopen(urllib.request.Request(url + path, data=data, headers=headers, method=method),
+                                timeout=60) as answer:
+        print(json.dumps([answer.status, json.loads(answer.read() or b"{}")]))
+except urllib.error.HTTPError as error:
+    print(json.dumps([error.code, {}]))
+"""
+CONTAINERS = {"compose": SOURCE, "cluster": TARGET}
+
+
+def _secret(name: str) -> str:
+    return (EPHEMERAL / "secrets" / name).read_text().strip()
+
+
+def _api(side: str, user: str, password: str, path: str, body: dict | None = None,
+         method: str = "GET") -> tuple[int, dict]:
+    """One call of an MLflow server's REST API as ``user``, from inside its container: (HTTP status, answer)."""
+    arg = json.dumps([URLS[side], user, password, method, path, body])
+    run = subprocess.run(["docker", "exec", "-i", CONTAINERS[side], "python3", "-", arg], input=API,
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    status, answer = json.loads(run.stdout.strip().splitlines()[-1])
+    return status, answer
+
+
+def _grants(side: str, user: str) -> set[str]:
+    """The user's permissions as the admin sees them, without the role ids (they differ between the databases)."""
+    status, answer = _api(side, "admin", _password(side), "/api/3.0/mlflow/users/permissions/list", {"username": user})
+    assert status == OK, (side, user, status)
+    return {f"{p['workspace']}:{p['resource_type']}:{p['resource_pattern']}={p['permission']}"
+            for p in answer["permissions"]}
+
+
 def _verify(host) -> tuple[int, dict]:
     for side in ("compose", "cluster"):
         host.run(f"install -m 0600 /dev/null /root/.{side} && printf %s '{_password(side)}' > /root/.{side}")
@@ -58,12 +105,53 @@ def test_converge_verified_every_field(host) -> None:
     assert report["metric_points"] == SEEDED_RUNS * STEPS
     assert report["params"] == SEEDED_RUNS * 2
     assert report["artifacts"] == SEEDED_RUNS
+    assert report["users"] == list(MEMBERS)
+    assert report["user_permissions"] >= MEMBER_GRANTS
+
+
+def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions(host) -> None:
+    # host: testinfra runs the tests that take it first, in file order; this one must run before the rollback test
+    assert host.file(TOOL).exists
+    status, exp = _api("cluster", "alice", _secret("member-alice"), "/api/2.0/mlflow/experiments/get-by-name",
+                       {"experiment_name": "alice-exp"})
+    assert status == OK, status
+    exp_id = exp["experiment"]["experiment_id"]
+    for member in MEMBERS:
+        status, me = _api("cluster", member, _secret(f"member-{member}"), "/api/2.0/mlflow/users/current")
+        assert (status, me["user"]["username"]) == (OK, member)
+        wrong = "not-" + _secret(f"member-{member}")
+        assert _api("cluster", member, wrong, "/api/2.0/mlflow/users/current")[0] == UNAUTHORIZED
+        assert _grants("cluster", member) == _grants("compose", member)
+    assert f"default:experiment:{exp_id}=MANAGE" in _grants("cluster", "alice")
+    assert f"default:experiment:{exp_id}=EDIT" in _grants("cluster", "bob")
+    # bob's EDIT grant is what the target enforces: he may tag alice's experiment (default_permission is READ)
+    status, _ = _api("cluster", "bob", _secret("member-bob"), "/api/2.0/mlflow/experiments/set-experiment-tag",
+                     {"experiment_id": exp_id, "key": "reviewed-by", "value": "bob"}, method="POST")
+    assert status == OK, status
+
+
+def test_the_cluster_admin_and_team_user_are_kept(host) -> None:
+    assert host.file(TOOL).exists  # host: runs in file order, before the rollback test (as above)
+    status, me = _api("cluster", "admin", _password("cluster"), "/api/2.0/mlflow/users/current")
+    assert (status, me["user"]["is_admin"]) == (OK, True)
+    assert _api("cluster", "admin", _password("compose"), "/api/2.0/mlflow/users/current")[0] == UNAUTHORIZED
+    status, me = _api("cluster", "team-vision", _secret("cluster-team-vision"), "/api/2.0/mlflow/users/current")
+    assert (status, me["user"]["username"]) == (OK, "team-vision")
 
 
 def test_copy_into_a_non_empty_store_is_refused(host) -> None:
     result = host.run(f"python3 {TOOL} copy /srv/gpuops/mlflow /mnt/mlflow-store")
     assert result.rc != 0
-    assert "exists already; the target store must be empty" in result.stderr
+    assert "exists already and holds runs or experiments; the target store must be empty" in result.stderr
+
+
+def test_users_the_target_has_are_refused_before_any_change(host) -> None:
+    before = {p: host.file(p).sha256sum for p in ("/mnt/mlflow-store/backend/mlflow.db",
+                                                   "/mnt/mlflow-store/auth/basic_auth.db")}
+    result = host.run(f"python3 {TOOL} copy /srv/gpuops/mlflow /mnt/mlflow-store --replace --skip-user admin")
+    assert result.rc != 0
+    assert "copy: nothing was copied: the MLflow user(s) alice, bob of the Compose MLflow exist" in result.stderr
+    assert {p: host.file(p).sha256sum for p in before} == before
 
 
 def test_run_after_the_copy_is_caught_then_rollback_keeps_compose_serving(host) -> None:

@@ -123,11 +123,24 @@ def test_workspaces_bind_to_the_tenancy_claims() -> None:
     ({"workspace_storage": "nfs", "workspace_nfs": ""}, "grow_workspace_nfs is ''"),
     ({"members": [{"name": "alice", "uid": 2001, "gpus": [0]}, {"name": "bob", "uid": 2001, "gpus": [1]}]},
      "uid 2001 of bob is also the uid of alice"),
+    ({"members": [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0]},
+                  {"name": "team-vision", "uid": 2002, "team": "vision", "gpus": [1]}]},
+     "member team-vision (gpuops_members[1]) has a Compose MLflow user of that name, and the per-team user "
+     "training_stack makes for team vision is named the same"),
+    ({"members": [{"name": "root", "uid": 2001, "gpus": [0]}], "mlflow_admin_user": "root"},
+     "the cluster MLflow's admin (training_stack_mlflow_admin_user 'root')"),
 ])
 def test_refusals(change: dict, fragment: str) -> None:
     result = grow.plan(config(**change))
     assert any(fragment in p for p in result["problems"]), result["problems"]
     assert result["objects"] == []
+
+
+def test_mlflow_users_carried_are_the_members_none_clashing() -> None:
+    result = grow.plan(config())
+    assert result["mlflow"]["users"] == ["alice", "bob", "chen"]
+    assert grow.mlflow_user_problems(result["gpuops_members"], result["gpuops_teams"], "admin") == []
+    assert "users carried over (one per member, named as the member): alice, bob, chen" in grow.markdown(result)
 
 
 def test_stale_and_versions() -> None:
