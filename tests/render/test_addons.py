@@ -181,35 +181,68 @@ def test_per_team_mlflow_credentials(rendered_objects):
                     assert value == "<generated at apply time>", (obj["metadata"]["name"], key)
 
 
+def test_mlflow_team_users_job_runs_the_collections_users_script(rendered_objects):
+    """The Job runs plugins/module_utils/mlflow_users.py, the code the Compose platform's mlflow_users module runs,
+    from a ConfigMap, with MLflow's service URL and the users Secret's directory."""
+    objects = addon_objects(rendered_objects, "training_stack")
+    script = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "mlflow-users-script")
+    shipped = (REPO_ROOT / "plugins/module_utils/mlflow_users.py").read_text(encoding="utf-8")
+    assert script["data"]["mlflow_users.py"].rstrip("\n") == shipped.rstrip("\n")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].startswith("mlflow-team-users-"))
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["python3", "/opt/gpuops/mlflow_users.py", "http://mlflow.mlflow.svc:5000",
+                                    "/run/secrets/mlflow-team-users"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["script"] == {"name": "script", "mountPath": "/opt/gpuops", "readOnly": True}
+    assert volumes["script"]["configMap"]["name"] == "mlflow-users-script"
+    assert volumes[mounts["users"]["name"]]["secret"]["secretName"] == "mlflow-team-users"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
 def test_mlflow_team_users_job_against_a_stand_in_auth_api(rendered_objects, tmp_path):
-    """The rendered Job's script, run here against a labelled stand-in of MLflow's auth API (users/create answers
-    400 for a user that exists, users/update-password then sets the password): every team user ends with its
-    password, as the admin."""
+    """The rendered Job's command, run here against a labelled stand-in of MLflow's auth API (users/get answers 404
+    for an unknown user, experiments/search 401 for a wrong password): a new team user is created, a team user
+    whose password changed gets the Secret's password, as the admin."""
     objects = addon_objects(rendered_objects, "training_stack")
     job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].startswith("mlflow-team-users-"))
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    script = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "mlflow-users-script")
+    (tmp_path / "mlflow_users.py").write_text(script["data"]["mlflow_users.py"])
     users = {"team-vision": "v" * 32, "team-serving": "s" * 32}
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "users.json").write_text(json.dumps(users))
     (secrets / "admin_username").write_text("admin")
     (secrets / "admin_password").write_text("a" * 32)
+    admin = "Basic " + base64.b64encode(b"admin:" + b"a" * 32).decode()
     store = {"team-serving": "old"}
     calls = []
 
     class StandIn(http.server.BaseHTTPRequestHandler):
-        def _answer(self) -> None:
+        def _reply(self, status: int) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def do_GET(self) -> None:  # http.server's method name
+            calls.append((self.command, self.path.split("?")[0], self.headers["Authorization"]))
+            if "/users/get?" in self.path:
+                name = self.path.split("username=")[1]
+                self._reply(200 if name in store else 404)
+            else:  # experiments/search as the user: their password, or 401
+                basic = {"Basic " + base64.b64encode(f"{u}:{p}".encode()).decode() for u, p in store.items()}
+                self._reply(200 if self.headers["Authorization"] in basic else 401)
+
+        def _write(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             calls.append((self.command, self.path, self.headers["Authorization"]))
-            if self.path.endswith("/users/create") and body["username"] in store:
-                self.send_response(400)
-            else:
-                store[body["username"]] = body["password"]
-                self.send_response(200)
-            self.end_headers()
+            store[body["username"]] = body["password"]
+            self._reply(200)
 
-        do_POST = do_PATCH = _answer  # http.server's method names
+        do_POST = do_PATCH = _write
 
         def log_message(self, *args: object) -> None:
             pass
@@ -218,16 +251,18 @@ def test_mlflow_team_users_job_against_a_stand_in_auth_api(rendered_objects, tmp
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        script = container["args"][0].replace("/run/secrets/mlflow-team-users/", f"{secrets}/")
-        script = script.replace("http://mlflow.mlflow.svc:5000", f"http://127.0.0.1:{server.server_port}")
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                                check=False)
+        argv = [sys.executable, str(tmp_path / "mlflow_users.py"), f"http://127.0.0.1:{server.server_port}",
+                str(secrets)]
+        assert command[1:] == ["/opt/gpuops/mlflow_users.py", "http://mlflow.mlflow.svc:5000",
+                               "/run/secrets/mlflow-team-users"], "the arguments replaced above"
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stdout + result.stderr
     assert store == users
-    admin = "Basic " + base64.b64encode(b"admin:" + b"a" * 32).decode()
+    assert ("POST", "/api/2.0/mlflow/users/create", admin) in calls
     assert ("PATCH", "/api/2.0/mlflow/users/update-password", admin) in calls
+    assert result.stdout.split("\n")[:2] == ["team-serving password set", "team-vision created"]
 
 
 def test_mps_sharing_and_node_labels(rendered_objects):
