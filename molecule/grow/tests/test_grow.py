@@ -6,8 +6,9 @@ equal with the seeded counts and users; the members' MLflow users log in on the 
 hold the same permissions as on the source (bob's EDIT grant works there), while the cluster's admin logs in with the
 cluster's password only and its per-team user is kept; a second copy into the non-empty store, or of users the
 target has, is refused; a run logged on the source after the copy is caught by verify; a run changed on the target
-fails verify, and the rollback (the cluster side removed, Compose left serving) leaves the Compose MLflow answering
-with its original runs.
+fails verify, and the grow role's rollback (mlflow_rollback, run through ansible-playbook as grow.yml runs it) empties
+the cluster store, puts its users back as they were and leaves the Compose MLflow writable and answering with its
+original runs.
 """
 
 from __future__ import annotations
@@ -166,8 +167,22 @@ def test_run_after_the_copy_is_caught_then_rollback_keeps_compose_serving(host) 
     rc, report = _verify(host)
     assert rc == 1
     assert any(d.startswith(f"runs.{changed}.tags.team: source") for d in report["differences"]), report
-    # rollback of the cluster side (the stand-in's server and store), Compose untouched
+    # rollback: the cluster's server stopped (the stand-in's container), then the grow role's mlflow_rollback, as
+    # grow.yml runs it, on a Compose store the apply had left read-only
     subprocess.run(["docker", "rm", "-f", TARGET], check=True, capture_output=True, timeout=120)
-    host.run("rm -rf /mnt/mlflow-store/backend /mnt/mlflow-store/artifacts")
+    assert host.run("chmod -R a-w /srv/gpuops/mlflow").rc == 0
+    run = subprocess.run(["ansible-playbook", "-i", str(EPHEMERAL / "inventory"),
+                          str(Path(__file__).resolve().parents[1] / "rollback.yml")],
+                         capture_output=True, text=True, check=False, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    store = "/mnt/mlflow-store"
+    assert not host.file(f"{store}/backend/mlflow.db").exists
+    assert not host.file(f"{store}/artifacts").exists
+    assert not host.file(f"{store}/auth/basic_auth.db.before-grow").exists, "the users' backup is put back"
+    users = host.check_output(f"python3 -c \"import sqlite3; print(sorted(r[0] for r in sqlite3.connect("
+                              f"'{store}/auth/basic_auth.db').execute('select username from users')))\"")
+    assert not set(MEMBERS) & set(json.loads(users.replace("'", '"'))), "the merged members are gone: " + users
+    for path in ("/srv/gpuops/mlflow", "/srv/gpuops/mlflow/backend/mlflow.db"):
+        assert host.file(path).mode & 0o200, f"{path} writable by its owner again"
     assert json.loads(_client(SOURCE, "compose", "get")) == original
     assert original[changed]["team"] == "vision"
