@@ -242,6 +242,7 @@ def test_each_workspace_holds_only_its_members_mlflow_login(host) -> None:
             assert secret not in inspect, f"a password is in docker inspect of ws-{name}"
         sources = [m["Source"] for m in json.loads(inspect)[0]["Mounts"] if "mlflow-credentials" in m["Source"]]
         assert sources == [f"{CREDENTIALS}/{name}"], sources
+
     # bob's workspace: no file it can read holds alice's password or the admin's; his own is found (the control)
     def readable_in_bobs_workspace(secret: str) -> list[str]:
         found = host.run(f"{COMPOSE} exec -T ws-bob grep -rlsF -e {shlex.quote(secret)} /scratch /artifacts /datasets "

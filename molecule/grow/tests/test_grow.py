@@ -126,8 +126,8 @@ def test_members_log_in_on_the_target_with_their_own_passwords_and_permissions(h
     assert f"default:experiment:{exp_id}=MANAGE" in _grants("cluster", "alice")
     assert f"default:experiment:{exp_id}=EDIT" in _grants("cluster", "bob")
     # bob's EDIT grant is what the target enforces: he may tag alice's experiment (default_permission is READ)
-    status, _ = _api("cluster", "bob", _secret("member-bob"), "/api/2.0/mlflow/experiments/set-experiment-tag",
-                     {"experiment_id": exp_id, "key": "reviewed-by", "value": "bob"}, method="POST")
+    status, _answer = _api("cluster", "bob", _secret("member-bob"), "/api/2.0/mlflow/experiments/set-experiment-tag",
+                           {"experiment_id": exp_id, "key": "reviewed-by", "value": "bob"}, method="POST")
     assert status == OK, status
 
 
@@ -147,8 +147,8 @@ def test_copy_into_a_non_empty_store_is_refused(host) -> None:
 
 
 def test_users_the_target_has_are_refused_before_any_change(host) -> None:
-    before = {p: host.file(p).sha256sum for p in ("/mnt/mlflow-store/backend/mlflow.db",
-                                                   "/mnt/mlflow-store/auth/basic_auth.db")}
+    paths = ("/mnt/mlflow-store/backend/mlflow.db", "/mnt/mlflow-store/auth/basic_auth.db")
+    before = {p: host.file(p).sha256sum for p in paths}
     result = host.run(f"python3 {TOOL} copy /srv/gpuops/mlflow /mnt/mlflow-store --replace --skip-user admin")
     assert result.rc != 0
     assert "copy: nothing was copied: the MLflow user(s) alice, bob of the Compose MLflow exist" in result.stderr

@@ -113,8 +113,9 @@ def auth_problems(source: sqlite3.Connection, target: sqlite3.Connection | None,
     """Why the source's users cannot be merged into the target's auth database; nothing has changed then."""
     carried = sorted(set(auth_users(source)) - skip) if set(AUTH_TABLES) <= _tables(source) else []
     if target is None:
-        return [] if not carried else [
-                f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
+        if not carried:
+            return []
+        return [f"the cluster's MLflow has no auth database ({AUTH_DB}) yet, and the source has users to carry "
                 f"({', '.join(carried)}): the cluster's server creates it, and its admin "
                 "from training_stack's Secret, at its first start. Fix: start the cluster's MLflow once "
                 "(training_stack), then copy again"]
@@ -444,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = verify(Server(args.source, args.user, password),
                         Server(args.target, args.target_user or args.user, target_password),
-                        tuple(name for name in {args.user, args.target_user} if name))
+                        tuple(dict.fromkeys(name for name in (args.user, args.target_user) if name)))
     except (OSError, ValueError) as exc:
         print(json.dumps({"equal": False, "error": f"{type(exc).__name__}: {exc}"}))
         return 2

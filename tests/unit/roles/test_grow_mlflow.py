@@ -193,8 +193,8 @@ class _StandIn(gm.Server):
             "SELECT r.id, r.name, r.workspace, p.resource_type, p.resource_pattern, p.permission FROM users u "
             "JOIN user_role_assignments a ON a.user_id = u.id JOIN roles r ON r.id = a.role_id "
             "JOIN role_permissions p ON p.role_id = r.id WHERE u.username = ?", (query["username"],))
-        return {"is_admin": False, "permissions": [dict(zip(("role_id", "role_name", "workspace", "resource_type",
-                                                              "resource_pattern", "permission"), r)) for r in rows]}
+        fields = ("role_id", "role_name", "workspace", "resource_type", "resource_pattern", "permission")
+        return {"is_admin": False, "permissions": [dict(zip(fields, r)) for r in rows]}
 
 
 def test_verify_users_equal_after_the_merge_and_a_lost_grant_named(stores) -> None:

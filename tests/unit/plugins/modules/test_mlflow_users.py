@@ -43,7 +43,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         header = self.headers.get("Authorization", "")
         if not header.startswith("Basic "):
             return None
-        user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+        user, _sep, password = base64.b64decode(header[6:]).decode().partition(":")
         known = dict(self.users, **{ADMIN[0]: ADMIN[1]})
         return user if known.get(user) == password else None
 
@@ -56,7 +56,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _handle(self) -> None:  # noqa: PLR0911  (one return per answer of the API it stands in for)
-        path, _, query = self.path.partition("?")
+        path, _sep, query = self.path.partition("?")
         endpoint = path.removeprefix("/api/2.0/mlflow/")
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else {}
@@ -119,7 +119,7 @@ def test_check_mode_reports_what_would_be_done_and_only_reads(mlflow):
     done = logic.ensure_users(mlflow, *ADMIN, WANTED, check_mode=True)
     assert done == {"alice": logic.CREATED, "bob": logic.PASSWORD_SET, "carol": logic.UNCHANGED}
     assert StandIn.users == before
-    assert {method for method, _ in StandIn.calls} == {"GET"}
+    assert {method for method, _path in StandIn.calls} == {"GET"}
 
 
 def test_a_refused_admin_login_says_so_and_changes_nothing(mlflow):

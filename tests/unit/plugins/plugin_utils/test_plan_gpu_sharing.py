@@ -63,7 +63,8 @@ def _facts(name: str) -> dict:
     return parse_nvidia_smi_xml(text) if name.endswith(".xml") else parse_nvidia_smi_q(text)
 
 
-def _plan(hostvars: dict, captures: dict[str, str] = CAPTURES, platform: str = "kubernetes") -> dict:
+def _plan(hostvars: dict, captures: dict[str, str] | None = None, platform: str = "kubernetes") -> dict:
+    captures = CAPTURES if captures is None else captures
     records = {host: {"gpu": _facts(name), "result": {"ok": True}, "plan": {"driver_version": "580.65.06"}}
                for host, name in captures.items()}
     fleet = {"ok": True, "platform": platform, "source": "auto", "reason": "test", "gpu_count": 10}
