@@ -6,6 +6,7 @@ rules in-process on the controller (plugin_utils/preflight.py). Documented in pl
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
     host_checks,
@@ -14,6 +15,22 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
 )
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
+PLATFORM_OPTIONS = ("platform", "team_size", "gpu_count", "multi_node_training")
+
+
+class _TaskVars:
+    """The host's variables as this task sees them, each templated when read: the input of the platform rule's
+    one mapping (plugin_utils/platform.py, platform_request). Reading them here costs one templating per variable;
+    templating ``hostvars[inventory_hostname]`` in the task's arguments cost a full variable merge per reference."""
+
+    def __init__(self, task_vars: dict, templar) -> None:
+        self._vars = task_vars
+        self._templar = templar
+
+    def get(self, name: str, default=None):
+        if name not in self._vars:
+            return default
+        return self._templar.template(self._vars[name])
 
 
 class ActionModule(ActionBase):
@@ -23,6 +40,12 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
+        # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
+        # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
+        from_inventory = inventory_request(_TaskVars(task_vars or {}, self._templar))
+        for key in PLATFORM_OPTIONS:
+            if self._task.args.get(key) is None and from_inventory[key] is not None:
+                self._task.args[key] = from_inventory[key]
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         targets = nfs_targets(plan["nfs_datasets"])
         gather_args = {

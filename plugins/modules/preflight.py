@@ -46,7 +46,9 @@ options:
     type: bool
     default: false
   multi_node_training:
-    description: Whether the team often trains across nodes (C(gpuops_multi_node_training)).
+    description:
+      - Whether the team often trains across nodes.
+      - Not given, the host's C(gpuops_multi_node_training), else false.
     type: bool
     default: false
   gpu_assignments:
@@ -58,15 +60,21 @@ options:
     description: Time-slicing replicas per GPU, when time-slicing is configured.
     type: int
   platform:
-    description: C(auto) to let the fleet decision choose from team size and GPUs, or an override.
+    description:
+      - C(auto) to let the fleet decision choose from team size and GPUs, or an override.
+      - Not given, the host's C(gpuops_platform), else C(auto).
     type: str
     choices: [auto, compose, kubernetes]
     default: auto
   team_size:
-    description: People on the team (C(gpuops_team_size)); required when O(platform=auto).
+    description:
+      - People on the team; required when O(platform=auto).
+      - Not given, the host's C(gpuops_team_size), else the length of its C(gpuops_members).
     type: int
   gpu_count:
-    description: GPUs the platform will serve in all; unset, the sum of the GPUs detected across C(gpu_nodes).
+    description:
+      - GPUs the platform will serve in all.
+      - Not given, the host's C(gpuops_gpu_count); unset there too, the sum of the GPUs detected across C(gpu_nodes).
     type: int
   supported_os:
     description: Override of the supported distributions and versions.

@@ -146,9 +146,10 @@ def decide_fleet(requests: dict, detected: dict) -> dict:
 
 
 # Inputs of the platform rule, per host, with their defaults: name in the rule -> (inventory variable, default).
-# The one mapping: preflight passes platform_request() (filter gpuops.cluster.platform_request) to its module, and
-# plan.inventory_plan reads it. Here, beside the rule, because preflight's per-host task looks the filter up on every
-# host: importing this module is cheap, importing plan.py is not (docs/performance.md, "Filter lookup").
+# The one mapping: the preflight action reads a host's inputs with platform_request() from its task variables,
+# plan.inventory_plan from hostvars, and the filter gpuops.cluster.platform_request exposes it. Here, beside the
+# rule, because preflight's per-host action imports it on every host: this module is cheap to import, plan.py is not
+# (docs/performance.md, "Filter lookup").
 _PLATFORM_INPUTS = {
     "platform": ("gpuops_platform", "auto"),
     "team_size": ("gpuops_team_size", None),
