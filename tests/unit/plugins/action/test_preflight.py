@@ -1,5 +1,7 @@
-"""preflight action: the platform options not given come from the host's variables, through the platform rule's
-one mapping (plugin_utils/platform.py), templated and validated like given ones; a given option wins.
+"""preflight action: the role's variables checked against the role's argument spec (role_arguments), as
+Ansible's implicit role validation checks them; the platform options not given come from the host's variables,
+through the platform rule's one mapping (plugin_utils/platform.py), templated and validated like given ones; a given
+option wins.
 
 The remote call (gpu_facts) is replaced by a canned answer shaped like gpu_facts' RETURN on a host without GPUs:
 what is tested is the action's own argument handling, not the facts."""
@@ -9,12 +11,13 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible.template import Templar, trust_as_template
-from ansible_collections.gpuops.cluster.plugins.action.preflight import ActionModule
+from ansible_collections.gpuops.cluster.plugins.action.preflight import ROLE_SPEC, ActionModule, role_options
 
 NO_GPU_FACTS = {
     "ansible_facts": {
@@ -24,14 +27,28 @@ NO_GPU_FACTS = {
 }
 
 
-def _run(args: dict, host_vars: dict) -> dict:
-    task = Task.load({"action": {"module": "gpuops.cluster.preflight", **args}})
+ROLE_DEFAULTS = ROLE_SPEC.parents[1] / "defaults" / "main.yml"
+
+
+def _role_vars(host_vars: dict) -> dict:
+    """The host's variables as the role's task sees them: the role's defaults (templates trusted, as read from the
+    role's file), then the host's own. The report folder is given: its default is a lookup, which needs a play."""
+    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}
+    return {**trusted, "preflight_report_dir": "/tmp/reports", **host_vars}
+
+
+def _action(args: dict, host_vars: dict) -> ActionModule:
+    task = Task.load({"action": "gpuops.cluster.preflight"})
     task.args = dict(args)  # as the executor hands them over: templated
     loader = DataLoader()
-    action = ActionModule(task, mock.MagicMock(), PlayContext(), loader, Templar(loader, variables=host_vars), None)
+    return ActionModule(task, mock.MagicMock(), PlayContext(), loader, Templar(loader, variables=host_vars), None)
+
+
+def _run(args: dict, host_vars: dict) -> dict:
     with mock.patch.object(ActionModule, "_execute_module", return_value=NO_GPU_FACTS), \
          mock.patch.object(ActionModule, "_remove_tmp_path"):
-        return action.run(task_vars=host_vars)
+        return _action(args, host_vars).run(task_vars=host_vars)
 
 
 def test_platform_inputs_come_from_the_host_vars() -> None:
@@ -64,3 +81,35 @@ def test_a_bad_host_var_is_refused_by_the_options_spec() -> None:
     refused = "value of platform must be one of: auto, compose, kubernetes, got: slurm"
     with pytest.raises(AnsibleActionFail, match=refused):
         _run({}, {"gpuops_platform": "slurm"})
+
+
+def test_role_options_are_the_roles_argument_spec() -> None:
+    spec = yaml.safe_load(ROLE_SPEC.read_text())["argument_specs"]["main"]["options"]
+    assert role_options() == spec
+    assert "preflight_workload" in spec
+
+
+@pytest.mark.parametrize(("host", "named"), [
+    ({"preflight_workload": "gaming"}, "preflight_workload"),
+    ({"preflight_probe_timeout": "soon"}, "preflight_probe_timeout"),
+    ({"preflight_free_space": "lots"}, "preflight_free_space"),
+])
+def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) -> None:
+    host_vars = _role_vars(host)
+    with mock.patch.object(ActionModule, "_execute_module") as gather:
+        result = _action({"role_arguments": True}, host_vars).run(task_vars=host_vars)
+    assert result["failed"] is True
+    assert result["msg"].startswith("Validation of arguments failed:")
+    assert any(named in error for error in result["argument_errors"])
+    gather.assert_not_called()  # nothing ran on the host
+
+
+def test_role_variables_are_templated_before_the_check() -> None:
+    host = {"site_workload": "inference", "preflight_workload": trust_as_template("{{ site_workload }}")}
+    result = _run({"role_arguments": True}, _role_vars(host))
+    assert "failed" not in result
+    assert "role_arguments" not in result["preflight"]["plan"]
+
+
+def test_without_role_arguments_the_role_variables_are_not_read() -> None:
+    assert "failed" not in _run({}, {"preflight_workload": "gaming"})
