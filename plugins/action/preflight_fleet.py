@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service, write_plan
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
@@ -57,7 +57,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        hostvars = task_vars["hostvars"]
+        # Every host's variables are read by several steps below (the plan, the pools, the report sections): once.
+        hostvars = ReadOnce(task_vars["hostvars"])
         hosts = args["hosts"] or list(task_vars.get("ansible_play_hosts") or [])
         judged = {}
         for host in hosts:

@@ -167,6 +167,62 @@ def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+class ReadOnce:
+    """``hostvars`` for one task that reads the same hosts' variables several times (the preflight fleet step:
+    the plan, the pools, the reports): each host's variables are merged once (``hostvars[host]`` is a full
+    VariableManager.get_vars) and each variable templated once (a host's ``ansible_facts`` is templated whole on
+    every read). Read-only, like hostvars; a read that raises is not kept, so it raises again."""
+
+    def __init__(self, hostvars: Any) -> None:
+        self._hostvars = hostvars
+        self._hosts: dict = {}
+
+    def __getitem__(self, host: str) -> Any:
+        if host not in self._hosts:
+            self._hosts[host] = _ReadOnceHost(self._hostvars[host])
+        return self._hosts[host]
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._hostvars
+
+    def __iter__(self):
+        return iter(self._hostvars)
+
+    def __len__(self) -> int:
+        return len(self._hostvars)
+
+    def get(self, host: str, default: Any = None) -> Any:
+        if host not in self._hostvars:
+            return default
+        return self[host]
+
+
+class _ReadOnceHost:
+    """One host's variables, each templated on its first read and kept for the task (see ReadOnce)."""
+
+    def __init__(self, variables: Any) -> None:
+        self._vars = variables
+        self._read: dict = {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name not in self._read:
+            if name not in self._vars:
+                return default
+            self._read[name] = self._vars[name]
+        return self._read[name]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._vars:
+            raise KeyError(name)
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+
 def platform_request(hostvars: Any) -> dict:
     """One host's inputs of the platform rule, read from its variables."""
     request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
