@@ -45,7 +45,7 @@ class _CountingHostvars:
 def test_each_host_merged_once_and_each_variable_templated_once() -> None:
     raw = _CountingHostvars({"gpu-01": {"ansible_facts": {"default_ipv4": {"interface": "eth0"}}, "gpuops_pool": "a"}})
     hostvars = ReadOnce(raw)
-    for _ in range(3):
+    for _round in range(3):
         assert get_var(hostvars["gpu-01"], "ansible_facts")["default_ipv4"]["interface"] == "eth0"
         assert get_var(hostvars["gpu-01"], "gpuops_pool") == "a"
     assert raw.merges == {"gpu-01": 1}
@@ -63,7 +63,7 @@ def test_reads_answer_as_hostvars_do() -> None:
     assert get_var(host, "missing", "d") == "d"
     assert get_var(host, "none", "d") == "d"
     assert get_var(host, "bad", "d") == "d"  # get_var's rule: an untemplatable variable reads as the default
-    for _ in range(2):  # not kept: it raises again
+    for _attempt in range(2):  # not kept: it raises again
         with pytest.raises(ValueError, match="cannot template"):
             host.get("bad")
     with pytest.raises(KeyError):
