@@ -10,7 +10,6 @@ from pathlib import Path
 
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
@@ -22,15 +21,14 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
 PLATFORM_OPTIONS = ("platform", "team_size", "gpu_count", "multi_node_training")
-# The preflight role's own argument spec, in this collection (installed or in place, the same relative path).
-ROLE_SPEC = Path(__file__).resolve().parents[2] / "roles" / "preflight" / "meta" / "argument_specs.yml"
 
 
-@lru_cache(maxsize=1)
-def role_options() -> dict:
-    """The options of the preflight role's main entry point, as Ansible's implicit role validation reads them."""
+@lru_cache(maxsize=4)
+def spec_options(path: str) -> dict:
+    """The options of a role's main entry point in its meta/argument_specs.yml, as Ansible's implicit role
+    validation reads them (one parse per worker and file)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(ROLE_SPEC.read_text(encoding="utf-8"), Loader=loader)["argument_specs"]["main"]["options"]
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)["argument_specs"]["main"]["options"]
 
 
 class _TaskVars:
@@ -52,11 +50,11 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def _role_argument_errors(self, task_vars: dict) -> dict | None:
+    def _role_argument_errors(self, spec_file: str, task_vars: dict) -> dict | None:
         """The check Ansible's implicit role validation makes (ansible.builtin.validate_argument_spec: the role's
         variables, templated, against its spec), done here so that a play that imports the role with
         ``rolespec_validate: false`` pays one task per host instead of two. Returns a failed result, or None."""
-        options = role_options()
+        options = spec_options(spec_file)
         provided = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
         errors = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True).error_messages
         if not errors:
@@ -65,16 +63,17 @@ class ActionModule(ActionBase):
             "failed": True,
             "msg": "Validation of arguments failed:\n" + "\n".join(errors),
             "argument_errors": errors,
-            "validate_args_context": {"type": "role", "name": "preflight", "argument_spec_name": "main",
-                                      "path": str(ROLE_SPEC.parents[1])},
+            "validate_args_context": {"type": "role", "name": Path(spec_file).parents[1].name,
+                                      "argument_spec_name": "main", "path": str(Path(spec_file).parents[1])},
         }
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         # Checked first and kept out of the judged plan: a bad role variable is named as the role's (preflight_*).
-        if boolean(self._task.args.pop("role_arguments", False)):
-            refused = self._role_argument_errors(task_vars or {})
+        spec_file = self._task.args.pop("role_argument_spec", None)
+        if spec_file:
+            refused = self._role_argument_errors(str(spec_file), task_vars or {})
             if refused:
                 result.update(refused)
                 return result

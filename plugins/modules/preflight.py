@@ -102,16 +102,14 @@ options:
     description: Seconds each NFS probe may wait (at most 30).
     type: float
     default: 3.0
-  role_arguments:
+  role_argument_spec:
     description:
-      - Check the preflight role's variables (C(preflight_*)) against the role's argument spec
-        (C(roles/preflight/meta/argument_specs.yml)) before anything else, with the same validator and message as
-        Ansible's implicit role validation.
-      - The preflight play (C(playbooks/preflight.yml)) imports the role with C(rolespec_validate=false) and sets
-        this in the role's task, so each host costs one task instead of two. Run as a role elsewhere, Ansible
-        validates as well; the check is read-only either way.
-    type: bool
-    default: false
+      - A role's C(meta/argument_specs.yml). Before anything else, the task's variables named by its C(main) entry
+        point are checked against it, with the same validator and message as Ansible's implicit role validation.
+      - The preflight role passes its own (C(role_path)), and the preflight play (C(playbooks/preflight.yml)) imports
+        the role with C(rolespec_validate=false), so each host costs one task instead of two. Run as a role
+        elsewhere, Ansible validates as well; the check is read-only either way.
+    type: path
 attributes:
   action:
     support: full

@@ -1,4 +1,4 @@
-"""preflight action: the role's variables checked against the role's argument spec (role_arguments), as
+"""preflight action: the role's variables checked against the role's argument spec (role_argument_spec), as
 Ansible's implicit role validation checks them; the platform options not given come from the host's variables,
 through the platform rule's one mapping (plugin_utils/platform.py), templated and validated like given ones; a given
 option wins.
@@ -8,6 +8,7 @@ what is tested is the action's own argument handling, not the facts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -17,7 +18,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible.template import Templar, trust_as_template
-from ansible_collections.gpuops.cluster.plugins.action.preflight import ROLE_SPEC, ActionModule, role_options
+from ansible_collections.gpuops.cluster.plugins.action.preflight import ActionModule, spec_options
 
 NO_GPU_FACTS = {
     "ansible_facts": {
@@ -27,7 +28,9 @@ NO_GPU_FACTS = {
 }
 
 
-ROLE_DEFAULTS = ROLE_SPEC.parents[1] / "defaults" / "main.yml"
+ROLE = Path(__file__).resolve().parents[4] / "roles" / "preflight"
+ROLE_SPEC = ROLE / "meta" / "argument_specs.yml"
+ROLE_DEFAULTS = ROLE / "defaults" / "main.yml"
 
 
 def _role_vars(host_vars: dict) -> dict:
@@ -83,9 +86,9 @@ def test_a_bad_host_var_is_refused_by_the_options_spec() -> None:
         _run({}, {"gpuops_platform": "slurm"})
 
 
-def test_role_options_are_the_roles_argument_spec() -> None:
+def test_spec_options_are_the_roles_main_entry_point() -> None:
     spec = yaml.safe_load(ROLE_SPEC.read_text())["argument_specs"]["main"]["options"]
-    assert role_options() == spec
+    assert spec_options(str(ROLE_SPEC)) == spec
     assert "preflight_workload" in spec
 
 
@@ -97,7 +100,7 @@ def test_role_options_are_the_roles_argument_spec() -> None:
 def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) -> None:
     host_vars = _role_vars(host)
     with mock.patch.object(ActionModule, "_execute_module") as gather:
-        result = _action({"role_arguments": True}, host_vars).run(task_vars=host_vars)
+        result = _action({"role_argument_spec": str(ROLE_SPEC)}, host_vars).run(task_vars=host_vars)
     assert result["failed"] is True
     assert result["msg"].startswith("Validation of arguments failed:")
     assert any(named in error for error in result["argument_errors"])
@@ -106,10 +109,10 @@ def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) 
 
 def test_role_variables_are_templated_before_the_check() -> None:
     host = {"site_workload": "inference", "preflight_workload": trust_as_template("{{ site_workload }}")}
-    result = _run({"role_arguments": True}, _role_vars(host))
+    result = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))
     assert "failed" not in result
-    assert "role_arguments" not in result["preflight"]["plan"]
+    assert "role_argument_spec" not in result["preflight"]["plan"]
 
 
-def test_without_role_arguments_the_role_variables_are_not_read() -> None:
+def test_without_a_spec_the_role_variables_are_not_read() -> None:
     assert "failed" not in _run({}, {"preflight_workload": "gaming"})

@@ -40,7 +40,7 @@ def test_the_preflight_play_skips_the_implicit_validation_only_because_the_actio
     [task] = play["tasks"]
     assert task["ansible.builtin.import_role"]["rolespec_validate"] is False
     [gather] = yaml.safe_load((PLAYBOOKS.parent / "roles" / "preflight" / "tasks" / "gather.yml").read_text())
-    assert gather["gpuops.cluster.preflight"]["role_arguments"] is True
+    assert gather["gpuops.cluster.preflight"]["role_argument_spec"] == "{{ role_path }}/meta/argument_specs.yml"
 
 
 def test_no_play_message_names_the_platform_and_the_fix():
