@@ -5,7 +5,6 @@ rules in-process on the controller (plugin_utils/preflight.py). Documented in pl
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -20,13 +19,11 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
 )
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
-PLATFORM_OPTIONS = ("platform", "team_size", "gpu_count", "multi_node_training")
 
 
-@lru_cache(maxsize=4)
 def spec_options(path: str) -> dict:
     """The options of a role's main entry point in its meta/argument_specs.yml, as Ansible's implicit role
-    validation reads them (one parse per worker and file)."""
+    validation reads them. Read once per task: each host's task runs in a freshly forked worker."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)["argument_specs"]["main"]["options"]
 
@@ -79,10 +76,10 @@ class ActionModule(ActionBase):
                 return result
         # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
         # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
-        from_inventory = inventory_request(_TaskVars(task_vars or {}, self._templar))
-        for key in PLATFORM_OPTIONS:
-            if self._task.args.get(key) is None and from_inventory[key] is not None:
-                self._task.args[key] = from_inventory[key]
+        # The request's keys are the rule's inputs (platform._PLATFORM_INPUTS), each also an option of this action.
+        for key, value in inventory_request(_TaskVars(task_vars or {}, self._templar)).items():
+            if self._task.args.get(key) is None and value is not None:
+                self._task.args[key] = value
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         targets = nfs_targets(plan["nfs_datasets"])
         gather_args = {
