@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.template import Templar
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service, write_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
@@ -58,7 +59,9 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         # Every host's variables are read by several steps below (the plan, the pools, the report sections): once.
-        hostvars = ReadOnce(task_vars["hostvars"])
+        # Its facts and its preflight result are module output, read as they are (not walked by a templar).
+        hostvars = ReadOnce(task_vars["hostvars"], lambda variables: Templar(loader=self._loader, variables=variables),
+                            data=("ansible_facts", args["result_var"]))
         hosts = args["hosts"] or list(task_vars.get("ansible_play_hosts") or [])
         judged = {}
         for host in hosts:

@@ -109,6 +109,9 @@ options:
       - The preflight role passes its own (C(role_path)), and the preflight play (C(playbooks/preflight.yml)) imports
         the role with C(rolespec_validate=false), so each host costs one task instead of two. Run as a role
         elsewhere, Ansible validates as well; the check is read-only either way.
+      - Each option the task does not give is then read from the role's variable C(<role>_<option>) (the role is the
+        folder above C(meta/); for the preflight role, O(workload) is C(preflight_workload)), as templated and
+        checked, so each variable is templated once per host. The preflight role's task passes no other option.
     type: path
 attributes:
   action:

@@ -169,17 +169,25 @@ def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
 
 class ReadOnce:
     """``hostvars`` for one task that reads the same hosts' variables several times (the preflight fleet step:
-    the plan, the pools, the reports): each host's variables are merged once (``hostvars[host]`` is a full
-    VariableManager.get_vars) and each variable templated once (a host's ``ansible_facts`` is templated whole on
-    every read). Read-only, like hostvars; a read that raises is not kept, so it raises again."""
+    the plan, the pools, the reports): each host's variables are merged once (``hostvars.raw_get``, one
+    VariableManager.get_vars) and each variable templated once, with a templar over that host's variables
+    (``templar_for(variables)``, what ``hostvars[host]`` builds). The names in ``data`` hold module output (a host's
+    ``ansible_facts``, a registered result): Ansible keeps it untrusted, so templating would return it unchanged
+    after walking it whole; they are read as they are. Read-only, like hostvars; a read that raises is not kept, so
+    it raises again."""
 
-    def __init__(self, hostvars: Any) -> None:
+    def __init__(self, hostvars: Any, templar_for: Any, data: tuple[str, ...] = ()) -> None:
         self._hostvars = hostvars
+        self._templar_for = templar_for
+        self._data = frozenset(data)
         self._hosts: dict = {}
 
     def __getitem__(self, host: str) -> Any:
         if host not in self._hosts:
-            self._hosts[host] = _ReadOnceHost(self._hostvars[host])
+            variables = self._hostvars.raw_get(host) if host in self._hostvars else None
+            if not isinstance(variables, dict):
+                raise KeyError(host)
+            self._hosts[host] = _ReadOnceHost(variables, self._templar_for(variables), self._data)
         return self._hosts[host]
 
     def __contains__(self, host: object) -> bool:
@@ -198,17 +206,21 @@ class ReadOnce:
 
 
 class _ReadOnceHost:
-    """One host's variables, each templated on its first read and kept for the task (see ReadOnce)."""
+    """One host's variables, each templated on its first read (module output in ``data`` not at all) and kept for
+    the task (see ReadOnce)."""
 
-    def __init__(self, variables: Any) -> None:
+    def __init__(self, variables: dict, templar: Any, data: frozenset) -> None:
         self._vars = variables
+        self._templar = templar
+        self._data = data
         self._read: dict = {}
 
     def get(self, name: str, default: Any = None) -> Any:
         if name not in self._read:
             if name not in self._vars:
                 return default
-            self._read[name] = self._vars[name]
+            value = self._vars[name]
+            self._read[name] = value if name in self._data else self._templar.template(value)
         return self._read[name]
 
     def __getitem__(self, name: str) -> Any:

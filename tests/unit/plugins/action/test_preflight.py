@@ -19,6 +19,7 @@ from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuops.cluster.plugins.action.preflight import ActionModule, spec_options
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import ARGUMENT_SPEC
 
 NO_GPU_FACTS = {
     "ansible_facts": {
@@ -116,3 +117,33 @@ def test_role_variables_are_templated_before_the_check() -> None:
 
 def test_without_a_spec_the_role_variables_are_not_read() -> None:
     assert "failed" not in _run({}, {"preflight_workload": "gaming"})
+
+
+def test_options_not_given_are_the_role_variables_as_checked() -> None:
+    host = {"site_workload": "inference", "preflight_workload": trust_as_template("{{ site_workload }}"),
+            "preflight_probe_timeout": 5, "preflight_free_space": [{"path": "/data", "min_free": "1G"}]}
+    plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
+    expected = ("inference", 5.0, host["preflight_free_space"])
+    assert (plan["workload"], plan["probe_timeout"], plan["free_space"]) == expected
+    assert plan["driver_version"] == ""  # the role's default, templated: nvidia_driver_version is not set
+    assert "time_slicing_replicas" not in plan or plan["time_slicing_replicas"] is None  # null: not given
+
+
+def test_a_given_option_wins_over_the_role_variable() -> None:
+    plan = _run({"role_argument_spec": str(ROLE_SPEC), "workload": "inference"}, _role_vars({}))["preflight"]["plan"]
+    assert plan["workload"] == "inference"
+
+
+def test_every_role_variable_is_an_option_or_read_by_the_fleet_task() -> None:
+    # The role's task passes no option: a preflight_<name> that is neither an option of the action nor read by the
+    # fleet step would be checked and then silently unused.
+    fleet_tasks = (ROLE / "tasks" / "fleet.yml").read_text()
+    unused = [name for name in spec_options(str(ROLE_SPEC))
+              if name.removeprefix("preflight_") not in ARGUMENT_SPEC and name not in fleet_tasks]
+    assert unused == []
+
+
+def test_the_roles_gather_task_passes_only_its_spec() -> None:
+    # each option given as "{{ preflight_<name> }}" would be templated twice per host (the executor, then the check)
+    tasks = yaml.safe_load((ROLE / "tasks" / "gather.yml").read_text())
+    assert tasks[0]["gpuops.cluster.preflight"] == {"role_argument_spec": "{{ role_path }}/meta/argument_specs.yml"}
