@@ -5,11 +5,12 @@
 # closing line "summary: N passed, N failed, N skipped"; build/test-summary.json records the run (format:
 # docs/testing.md). Exit status: non-zero when anything failed or nothing ran.
 # Usage:
-#   run-tests.sh all                    every stage, in two concurrent lanes (ALL_LANES below, or GPUOPS_TEST_LANES)
+#   run-tests.sh all                    every stage, two at a time: two lanes take from one queue (ALL_QUEUE
+#                                       below), or run the fixed lanes GPUOPS_TEST_LANES names
 #   run-tests.sh lint | unit | collection | report | ops | bad_input | dnf | site_check
 #                                       one stage, its output live
 #   run-tests.sh molecule [scenario...] Molecule scenarios in series (every one without names), output live
-#   run-tests.sh plan                   print the lanes `all` would run, and run nothing
+#   run-tests.sh plan                   print the queue (or the lanes) `all` would run, and run nothing
 #   run-tests.sh lanes LANE [LANE...]   the stages named, through the scheduler `all` uses: a LANE is a
 #                                       comma-separated list of stages run in series; the lanes run at the same
 #                                       time, each stage printed whole when it ends. Stage names: the ones above
@@ -23,14 +24,29 @@ export ANSIBLE_CACHE_PLUGIN=memory
 mkdir -p build/logs build/junit build/results
 results() { python3 "$root/scripts/test_summary.py" "$@"; }
 
-# The lanes of `all`, balanced on the measured stage times (docs/testing.md, "Measured times"): the longest
-# stage that mostly waits on downloads, dpkg and container boots (driver) starts at once, beside the CPU-bound
-# lint and unit stages; compose shares the host's image cache with ops (the demo node), so both stay in one lane
-# (and both take the demo's lock as well). Containers, names and locks of the two lanes never overlap.
-ALL_LANES=(
-  "molecule-driver,molecule-kubernetes,dnf,site_check,molecule-local_pv,molecule-grow"
-  "lint,unit,collection,report,ops,molecule-compose,bad_input,molecule-preflight,molecule-health"
+# The work of `all`: a queue that two lanes take from, each lane taking the next item whenever it is free, so
+# the lanes stay even when stage times differ from one machine to the next (cold, warm, a slower disk). An item
+# is stages run in series in one lane. Longest first, so that the short ones fill the ends: the driver scenario,
+# which mostly waits on downloads, dpkg and container boots, starts at once beside the CPU-bound lint and unit
+# stages; compose shares the host's image cache with ops (the demo node), so both are one item (and both take
+# the demo's lock as well). Containers, names and locks of two stages never overlap. A stage not named here (a
+# new scenario) is added as an item of its own at the end (check_lanes).
+ALL_QUEUE=(
+  molecule-driver
+  lint,unit
+  ops,molecule-compose
+  molecule-kubernetes
+  bad_input
+  molecule-grow
+  dnf
+  site_check
+  collection
+  molecule-health
+  molecule-preflight
+  molecule-local_pv
+  report
 )
+LANES=2
 scenarios=()
 for s in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$s")")"); done
 ALL_STAGES=(lint unit collection report ops bad_input dnf site_check "${scenarios[@]/#/molecule-}")
@@ -207,9 +223,14 @@ run_lanes() {
   trap - INT TERM
 }
 
+# run_queue ITEM... (the queue of `all`) and next_item.
+# shellcheck source=scripts/_queue.sh
+source "$root/scripts/_queue.sh"
+
 # check_lanes COMPLETE LANE...: refuse an unknown or repeated stage (a stage run twice at once would share its
-# containers); with COMPLETE=yes add every stage of ALL_STAGES not named to the last lane, so that `all` never
-# drops one. Prints the lanes, one a line.
+# containers); with COMPLETE=yes add every stage of ALL_STAGES not named to the last lane, with COMPLETE=items
+# as an item of its own at the end (the queue), so that `all` never drops one. Prints the lanes (or items), one
+# a line.
 check_lanes() {
   local complete=$1 lane s n; shift
   local -A seen=()
@@ -227,6 +248,8 @@ check_lanes() {
   if [ "$complete" = yes ]; then
     n=$((${#lanes[@]} - 1))
     for s in "${ALL_STAGES[@]}"; do [ -n "${seen[$s]:-}" ] || lanes[n]+=",$s"; done
+  elif [ "$complete" = items ]; then
+    for s in "${ALL_STAGES[@]}"; do [ -n "${seen[$s]:-}" ] || lanes+=("$s"); done
   fi
   printf '%s\n' "${lanes[@]}"
 }
@@ -234,12 +257,21 @@ check_lanes() {
 t0=$(date +%s)
 load0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
 what=${1:-all}; shift || true
+queued=no
 case "$what" in
   all|plan)
-    if [ -n "${GPUOPS_TEST_LANES:-}" ]; then read -ra want <<<"$GPUOPS_TEST_LANES"; else want=("${ALL_LANES[@]}"); fi
-    mapfile -t lanes < <(check_lanes yes "${want[@]}")
+    if [ -n "${GPUOPS_TEST_LANES:-}" ]; then
+      read -ra want <<<"$GPUOPS_TEST_LANES"
+      mapfile -t lanes < <(check_lanes yes "${want[@]}")
+    else
+      mapfile -t lanes < <(check_lanes items "${ALL_QUEUE[@]}")
+      queued=yes
+    fi
     [ ${#lanes[@]} -gt 0 ] || exit 2
-    [ "$what" != plan ] || { printf 'lane: %s\n' "${lanes[@]}"; exit 0; } ;;
+    if [ "$what" = plan ]; then
+      [ "$queued" = no ] || { echo "queue ($LANES lanes, each taking the next item when free):"; printf 'item: %s\n' "${lanes[@]}"; exit 0; }
+      printf 'lane: %s\n' "${lanes[@]}"; exit 0
+    fi ;;
   lanes)
     [ $# -gt 0 ] || { echo "usage: $0 lanes STAGE[,STAGE...] [STAGE[,STAGE...]...]" >&2; exit 2; }
     mapfile -t lanes < <(check_lanes no "$@") ;;
@@ -251,7 +283,8 @@ case "$what" in
      exit 2 ;;
 esac
 [ ${#lanes[@]} -gt 0 ] || exit 2
-run_lanes "${lanes[@]}"
+# run_queue leaves in `lanes` what each lane ran, in order.
+if [ "$queued" = yes ]; then run_queue "${lanes[@]}"; else run_lanes "${lanes[@]}"; fi
 
 # The stages in the order of ALL_STAGES (then any other, as named), for the summary.
 ran=()
