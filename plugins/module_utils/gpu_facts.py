@@ -17,7 +17,15 @@ A host without an NVIDIA GPU, or without a driver, is a normal answer
 Where things are: ``gpu_facts_common`` (record shape, constants, errors, normalisers),
 ``gpu_facts_nvml``, ``gpu_facts_smi`` (``nvidia-smi`` parsers and backend), ``gpu_facts_sysfs``
 (PCI bus, /proc/driver/nvidia, nv-fabricmanager); this file tries them in order and adds Fabric
-Manager and topology. The parsers and errors other code uses are re-exported here (``__all__``).
+Manager and topology. The errors and constants other code uses are re-exported here (``__all__``); the
+``nvidia-smi`` parsers are imported from ``gpu_facts_smi``.
+
+A backend's code is imported when that backend is tried (NVML's once pynvml imports, nvidia-smi's once the
+binary is found) and the topology parser when a matrix is read or a job size is checked: a module run compiles
+every module it imports from the payload (twice, through zipimport), so a host without a GPU, which preflight
+asks on every node, does not pay for parsers it never calls (docs/performance.md). These imports stay ``from ...
+import`` statements inside the functions (ruff's PLC0415 ignored there), not importlib calls: Ansible puts in the
+payload the module_utils it finds as import statements anywhere in the file.
 
 Everything that touches the host is injected: the pynvml module (``nvml_loader``), command
 execution (``run(argv) -> (rc, stdout, stderr)``), executable lookup (``which(name)``) and the
@@ -36,14 +44,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     GpuFactsError,
     GpuFactsParseError,
     aggregate_fabric_state,
+    find_nvidia_smi,
     first_backend,
-)
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import import_pynvml, load_and_gather_nvml
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
-    gather_nvidia_smi,
-    parse_nvidia_smi_list,
-    parse_nvidia_smi_q,
-    parse_nvidia_smi_xml,
+    import_pynvml,
+    load_pynvml,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import (
     gather_pci,
@@ -54,7 +58,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs imp
     scan_pci,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut, one_line
-from ansible_collections.gpuops.cluster.plugins.module_utils.topology import gpus_per_job_problem, parse_topology
 
 __all__ = [
     "BACKENDS",
@@ -66,9 +69,6 @@ __all__ = [
     "gather_gpu_facts",
     "import_pynvml",
     "parse_fabricmanager_version",
-    "parse_nvidia_smi_list",
-    "parse_nvidia_smi_q",
-    "parse_nvidia_smi_xml",
     "parse_proc_driver_version",
 ]
 
@@ -110,6 +110,10 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
 
 def check_gpus_per_job(gpus_per_job) -> None:
     """Raise GpuFactsError for a job size below 1 (None means "no placements asked for")."""
+    if gpus_per_job is None:
+        return
+    from ansible_collections.gpuops.cluster.plugins.module_utils.topology import gpus_per_job_problem  # noqa: PLC0415 (module doc)
+
     problem = gpus_per_job_problem(gpus_per_job)
     if problem:
         raise GpuFactsError(problem)
@@ -143,6 +147,8 @@ def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings:
         )
         notes.append(f"topology: not read because `nvidia-smi topo -m` exited {rc}")
         return None
+    from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology  # noqa: PLC0415 (module doc)
+
     topology = parse_topology(out, gpus_per_job)
     if not topology["gpus"]:
         warnings.append(
@@ -155,6 +161,22 @@ def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings:
         notes.append(f"topology: the matrix shows {len(topology['gpus'])} GPUs, {source} lists {count}")
     warnings.extend(f"topology: {warning}" for warning in topology["warnings"])
     return topology
+
+
+def _gather_nvml(nvml_loader, warnings: list) -> dict:
+    """The NVML backend, its code imported only once pynvml is (the module doc)."""
+    nvml = load_pynvml(nvml_loader)
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml  # noqa: PLC0415
+
+    return load_and_gather_nvml(lambda: nvml, warnings)
+
+
+def _gather_nvidia_smi(run, which, notes: list) -> dict:
+    """The nvidia-smi backend, its parsers imported only once the binary is found (the module doc)."""
+    find_nvidia_smi(which)
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import gather_nvidia_smi  # noqa: PLC0415
+
+    return gather_nvidia_smi(run, which, notes)
 
 
 def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, run, which, /sys, /proc) for tests
@@ -185,8 +207,8 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     pci = scan_pci(sysfs_root)
     proc = read_proc_driver(proc_root)
     attempts = {
-        SOURCE_NVML: lambda: load_and_gather_nvml(nvml_loader, warnings),
-        SOURCE_NVIDIA_SMI: lambda: gather_nvidia_smi(run, which, notes),
+        SOURCE_NVML: lambda: _gather_nvml(nvml_loader, warnings),
+        SOURCE_NVIDIA_SMI: lambda: _gather_nvidia_smi(run, which, notes),
     }
     answered = first_backend(backend, attempts, notes)
     result = answered[1] if answered else gather_pci(pci, proc)

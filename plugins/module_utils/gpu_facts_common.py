@@ -8,6 +8,7 @@ The backends (``gpu_facts_nvml``, ``gpu_facts_smi``, ``gpu_facts_sysfs``) each f
 
 from __future__ import annotations
 
+import importlib
 import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut
@@ -63,6 +64,30 @@ class GpuFactsParseError(GpuFactsError):
 
 class BackendUnavailable(GpuFactsError):
     """This backend cannot answer on this host; the next one is tried."""
+
+
+def import_pynvml():
+    """The real pynvml module (nvidia-ml-py); ImportError when it is not installed on the host."""
+    return importlib.import_module("pynvml")
+
+
+def find_nvidia_smi(which) -> str:
+    """The nvidia-smi binary ``which`` finds; BackendUnavailable when there is none (gpu_facts.py reads it before
+    it imports the nvidia-smi backend's parsers)."""
+    binary = which("nvidia-smi")
+    if not binary:
+        raise BackendUnavailable("nvidia-smi is not in PATH")
+    return binary
+
+
+def load_pynvml(nvml_loader):
+    """``nvml_loader()`` (pynvml, or a test's fake); BackendUnavailable when it is not importable. Here, not in
+    gpu_facts_nvml, so that a host without pynvml never loads the NVML backend's code (gpu_facts.py imports it
+    only once pynvml is there)."""
+    try:
+        return nvml_loader()
+    except ImportError as err:
+        raise BackendUnavailable(f"pynvml is not importable ({err}); install nvidia-ml-py to use NVML") from err
 
 
 def first_backend(backend: str, attempts, notes: list):

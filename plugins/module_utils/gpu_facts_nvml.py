@@ -13,7 +13,6 @@ its health fields from the same handles, in the same session.
 from __future__ import annotations
 
 import ctypes
-import importlib
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
     FABRIC_COMPLETED,
@@ -30,6 +29,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     cuda_version_from_int,
     fabric_record,
     gpu_record,
+    load_pynvml,
     text_value,
 )
 
@@ -38,11 +38,6 @@ _NVML_FABRIC_STATES = {0: FABRIC_NOT_SUPPORTED, 1: FABRIC_NOT_STARTED, 2: FABRIC
 
 
 # --------------------------------------------------------------------------- NVML backend
-
-
-def import_pynvml():
-    """The real pynvml module (nvidia-ml-py); ImportError when it is not installed on the host."""
-    return importlib.import_module("pynvml")
 
 
 def _nvml_errors(nvml, *names: str) -> tuple:
@@ -218,10 +213,7 @@ PYNVML_MISMATCH = (AttributeError, TypeError, ValueError, ctypes.ArgumentError)
 def load_and_gather_nvml(nvml_loader, warnings: list, per_gpu=None) -> dict:
     """``gather_nvml`` on the pynvml ``nvml_loader()`` returns; BackendUnavailable when pynvml is not importable,
     NVML does not answer, or the installed nvidia-ml-py's API differs (then nvidia-smi can still answer)."""
-    try:
-        nvml = nvml_loader()
-    except ImportError as err:
-        raise BackendUnavailable(f"pynvml is not importable ({err}); install nvidia-ml-py to use NVML") from err
+    nvml = load_pynvml(nvml_loader)
     try:
         return gather_nvml(nvml, warnings, per_gpu)
     except PYNVML_MISMATCH as err:

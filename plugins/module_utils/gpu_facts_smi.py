@@ -18,6 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     GpuFactsParseError,
     canonical_bus_id,
     fabric_record,
+    find_nvidia_smi,
     gpu_record,
     int_or_none,
     normalise_fabric_state,
@@ -309,9 +310,7 @@ def parse_nvidia_smi_nvlink_errors(text: str) -> list:
 
 def gather_nvidia_smi(run, which, notes: list) -> dict:
     """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts."""
-    binary = which("nvidia-smi")
-    if not binary:
-        raise BackendUnavailable("nvidia-smi is not in PATH")
+    binary = find_nvidia_smi(which)
     rc, out, err = run([binary, "-q", "-x"])
     if rc != 0:
         message = one_line(out or err)

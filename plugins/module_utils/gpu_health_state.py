@@ -28,10 +28,11 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     SOURCE_NVML,
     BackendUnavailable,
     first_backend,
+    import_pynvml,
     int_or_none,
     value_or_none,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import import_pynvml, load_and_gather_nvml
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
     parse_nvidia_smi_nvlink_errors,
     parse_nvidia_smi_nvlink_links,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 
 DOTTED = re.compile(r"^\d+\.\d+(\.\d+)?$")
 BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -130,7 +131,7 @@ def test_nvidia_smi_list_parses_this_host(smi_facts):
     """`nvidia-smi -L` on this host parses, and names the same GPUs (MIG devices listed under theirs)."""
     rc, out, err = run(["nvidia-smi", "-L"])
     assert rc == 0, err
-    listed = gf.parse_nvidia_smi_list(out)
+    listed = smi.parse_nvidia_smi_list(out)
     assert [gpu["uuid"] for gpu in listed] == [gpu["uuid"] for gpu in smi_facts["gpus"]]
     for gpu, facts_gpu in zip(listed, smi_facts["gpus"]):
         assert bool(gpu["mig_devices"]) <= (facts_gpu["mig_mode"] == "Enabled")
@@ -142,7 +143,7 @@ def test_text_and_xml_forms_agree_on_this_host():
     rc_text, text, err_text = run(["nvidia-smi", "-q"])
     rc_xml, xml, err_xml = run(["nvidia-smi", "-q", "-x"])
     assert (rc_text, rc_xml) == (0, 0), (err_text, err_xml)
-    from_text, from_xml = gf.parse_nvidia_smi_q(text), gf.parse_nvidia_smi_xml(xml)
+    from_text, from_xml = smi.parse_nvidia_smi_q(text), smi.parse_nvidia_smi_xml(xml)
     for key in ("driver_version", "cuda_driver_version", "attached_gpus"):
         assert from_text[key] == from_xml[key], key
     for key in ("uuid", "pci_bus_id", "name", "memory_total_mib", "mig_mode", "persistence_mode"):

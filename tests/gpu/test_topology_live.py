@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import is_cpu_list, parse_topology
 
 
@@ -30,7 +31,7 @@ def _listed() -> tuple[list | None, str | None]:
     rc, out, err = run(["nvidia-smi", "-L"])
     if rc != 0:
         return None, f"`nvidia-smi -L` exited {rc} ({' '.join((out or err).split())[:200]}): no working driver"
-    return gf.parse_nvidia_smi_list(out), None
+    return smi.parse_nvidia_smi_list(out), None
 
 
 LISTED, NO_GPU = _listed()

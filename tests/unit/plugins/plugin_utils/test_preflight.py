@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import parse_nvidia_smi_q
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_q
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import evaluate
 from conftest import shared_path
