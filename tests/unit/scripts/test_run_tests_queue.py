@@ -34,10 +34,11 @@ def test_a_free_lane_takes_the_next_item(tmp_path: Path) -> None:
     # fixed lanes of [long, short] and [short, short] would end together at long + short; the queue gives the
     # three short items to the lane that is free while the long one runs.
     lanes = _run_queue(tmp_path, "long-1.5", "s1-0.1,s2-0.1", "s3-0.1", "s4-0.1")
-    assert lanes == ["long-1.5", "s1-0.1,s2-0.1,s3-0.1,s4-0.1"]
-    logs = {path.name: path.read_text() for path in (tmp_path / "build" / "logs").iterdir()}
-    assert logs["stage-long-1.5.log"] == "ran long-1.5 in lane 1\n"
-    assert logs["stage-s4-0.1.log"] == "ran s4-0.1 in lane 2\n"
+    # which lane starts first is up to the scheduler: the lanes are compared as a set
+    assert sorted(lanes) == ["long-1.5", "s1-0.1,s2-0.1,s3-0.1,s4-0.1"]
+    logs = {path.name: path.read_text().split() for path in (tmp_path / "build" / "logs").iterdir()}
+    assert logs["stage-long-1.5.log"][-1] != logs["stage-s4-0.1.log"][-1]  # "ran <stage> in lane <N>"
+    assert logs["stage-s1-0.1.log"][-1] == logs["stage-s4-0.1.log"][-1]
 
 
 def test_every_item_runs_once_when_there_are_fewer_items_than_lanes(tmp_path: Path) -> None:
@@ -51,5 +52,6 @@ def test_the_plan_queues_every_stage_once_and_ops_with_compose() -> None:
     stages = [stage for item in items for stage in item]
     scenarios = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
     assert sorted(stages) == sorted(FIXED_STAGES + [f"molecule-{name}" for name in scenarios])
-    assert ["ops", "molecule-compose"] in items  # they share the host's image cache and the demo's lock
+    # ops and compose share the host's image cache and the demo's lock; bad_input never runs beside compose
+    assert ["ops", "molecule-compose", "bad_input"] in items
     assert re.match(r"queue \(2 lanes", out)
