@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
+
 REPO = Path(__file__).resolve().parents[4]
-PKG = "ansible_collections.gpuops.cluster.plugins.module_utils"
+PKG = gpu_facts.__name__.rsplit(".", 1)[0]  # the module_utils package the fresh interpreter imports from
 LAZY = ("gpu_facts_nvml", "gpu_facts_smi", "topology")
 
 _SCRIPT = """
