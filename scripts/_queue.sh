@@ -1,6 +1,19 @@
 # Sourced by scripts/run-tests.sh (and its unit test, tests/unit/scripts/test_run_tests_queue.py): the queue
-# that `run-tests.sh all` runs its stages from. Needs from the sourcing script: run_stage NAME LANE, stop_lanes,
-# the arrays lane_pids and lanes, LANES, and build/logs/ in the working directory.
+# that `run-tests.sh all` runs its stages from, and run_buffered, which run_lanes uses as well. Needs from the
+# sourcing script: run_stage NAME LANE, stop_lanes, the arrays lane_pids and lanes, LANES, and build/logs/ in
+# the working directory.
+
+# run_buffered LANE STAGE[,STAGE...]: the stages in series, each one's output kept in its log and printed whole
+# (under a lock) when it ends, so that two lanes never interleave; run_lanes' lanes and run_queue's items run so.
+run_buffered() {
+  local lane=$1 s stages
+  IFS=, read -ra stages <<<"$2"
+  for s in "${stages[@]}"; do
+    flock build/.run-tests-print.lock echo "-- $s started (lane $lane)"
+    run_stage "$s" "$lane" >"build/logs/stage-$s.log" 2>&1
+    flock build/.run-tests-print.lock cat "build/logs/stage-$s.log"
+  done
+}
 
 # run_queue ITEM...: LANES lanes, each taking the next item of the queue when it is free (under a lock), running
 # its stages as run_lanes does; build/.run-tests-lane-N records what lane N ran, for the summary.
@@ -14,13 +27,8 @@ run_queue() {
     echo "== lane $i: takes the next item of the queue when free"
     (
       while item=$(next_item); do
-        IFS=, read -ra stages <<<"$item"
-        for s in "${stages[@]}"; do
-          echo "$s" >>"build/.run-tests-lane-$i"
-          flock build/.run-tests-print.lock echo "-- $s started (lane $i)"
-          run_stage "$s" "$i" >"build/logs/stage-$s.log" 2>&1
-          flock build/.run-tests-print.lock cat "build/logs/stage-$s.log"
-        done
+        echo "$item" >>"build/.run-tests-lane-$i"
+        run_buffered "$i" "$item"
       done
     ) &
     lane_pids+=($!)

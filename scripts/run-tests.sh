@@ -210,21 +210,14 @@ run_lanes() {
   for lane in "$@"; do
     i=$((i + 1))
     echo "== lane $i: ${lane//,/ }"
-    (
-      IFS=, read -ra stages <<<"$lane"
-      for s in "${stages[@]}"; do
-        flock build/.run-tests-print.lock echo "-- $s started (lane $i)"
-        run_stage "$s" "$i" >"build/logs/stage-$s.log" 2>&1
-        flock build/.run-tests-print.lock cat "build/logs/stage-$s.log"
-      done
-    ) &
+    run_buffered "$i" "$lane" &
     lane_pids+=($!)
   done
   wait "${lane_pids[@]}"
   trap - INT TERM
 }
 
-# run_queue ITEM... (the queue of `all`) and next_item.
+# run_buffered, run_queue ITEM... (the queue of `all`) and next_item.
 # shellcheck source=scripts/_queue.sh
 source "$root/scripts/_queue.sh"
 
