@@ -87,10 +87,23 @@ def _row(*cells: object, width: int = 0) -> str:
     return "| " + " | ".join(padded) + " |"
 
 
+_LOAD_KEYS = {  # what a size recorded, in order; older entries lack the middle two
+    "load_1min_before": "before",
+    "load_1min_at_start": "at start",
+    "load_1min_peak": "peak",
+    "load_1min_after": "after",
+}
+
+
 def _loads(size: dict) -> list[float]:
-    """The loads a size recorded: before, the peak sampled during it (newer entries), after."""
-    keys = ("load_1min_before", "load_1min_peak", "load_1min_after")
-    return [size[key] for key in keys if key in size]
+    """The loads a size recorded: before its targets started, when its rounds began (after the start-up's load
+    settled), the peak sampled during the rounds, after."""
+    return [size[key] for key in _LOAD_KEYS if key in size]
+
+
+def _loads_header(sizes: list[dict]) -> str:
+    names = [name for key, name in _LOAD_KEYS.items() if any(key in size for size in sizes)]
+    return "load " + " / ".join(names)
 
 
 def fleet_block(entry: dict | None) -> list[str]:
@@ -99,7 +112,7 @@ def fleet_block(entry: dict | None) -> list[str]:
     gen = entry["generator"]
     init = ", ".join(sorted({size["init"] for size in entry["sizes"]})) or "?"
     forks = ", ".join(sorted({str(size["forks"]) for size in entry["sizes"] if "forks" in size})) or "ansible.cfg's"
-    header = _row("hosts", "rounds", "load before / peak / after", "(a) ping", "(b) setup", "(c) preflight",
+    header = _row("hosts", "rounds", _loads_header(entry["sizes"]), "(a) ping", "(b) setup", "(c) preflight",
                   f"c/a (target <= {TARGETS['preflight_over_ping']})",
                   f"c/b (target <= {TARGETS['preflight_over_setup']})")
     pipelined = {size.get("pipelining") for size in entry["sizes"]}
