@@ -173,10 +173,10 @@ def _gather_nvml(nvml_loader, warnings: list) -> dict:
 
 def _gather_nvidia_smi(run, which, notes: list) -> dict:
     """The nvidia-smi backend, its parsers imported only once the binary is found (the module doc)."""
-    find_nvidia_smi(which)
+    binary = find_nvidia_smi(which)
     from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import gather_nvidia_smi  # noqa: PLC0415
 
-    return gather_nvidia_smi(run, which, notes)
+    return gather_nvidia_smi(binary, run, notes)
 
 
 def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, run, which, /sys, /proc) for tests

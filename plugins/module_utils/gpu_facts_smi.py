@@ -18,7 +18,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     GpuFactsParseError,
     canonical_bus_id,
     fabric_record,
-    find_nvidia_smi,
     gpu_record,
     int_or_none,
     normalise_fabric_state,
@@ -308,9 +307,9 @@ def parse_nvidia_smi_nvlink_errors(text: str) -> list:
 # --------------------------------------------------------------------------- nvidia-smi backend
 
 
-def gather_nvidia_smi(run, which, notes: list) -> dict:
-    """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts."""
-    binary = find_nvidia_smi(which)
+def gather_nvidia_smi(binary: str, run, notes: list) -> dict:
+    """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts. ``binary``: the
+    ``nvidia-smi`` that ``find_nvidia_smi`` found (gpu_facts.py looks for it before importing this module)."""
     rc, out, err = run([binary, "-q", "-x"])
     if rc != 0:
         message = one_line(out or err)
