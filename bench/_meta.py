@@ -12,7 +12,8 @@ has figures; ``record()`` stores the entry under the script's key with a ``gener
   load_1min_after   1-minute load average when it ended
   load_limit        LOAD_LIMIT_PER_CORE x cores: above it, the figures are recorded but never quoted
   over_load         true when any load sampled during the measurement was above load_limit
-  targets_gpu       whether the measured targets had a GPU (null: no targets, the code ran in-process)
+  targets_gpu       whether the measured targets had a GPU (null: no targets, the code ran in-process; run.py:
+                    true when its table 4 measured this host's GPUs)
 
 docs/performance.md and README.md are generated from these entries (bench/figures.py, through `make docs`).
 """

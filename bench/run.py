@@ -404,6 +404,72 @@ def bench_preflight() -> None:
     )
 
 
+# ------------------------------------------------------------ 4. what NVML adds per host, on a real GPU host
+
+# One module run on a host: a fresh interpreter imports gpu_facts and gathers with one backend, as the AnsiballZ
+# payload does (each host, each run). "pci" is what a host without a GPU does (the bench fleet's containers).
+_GATHER_ONCE = """
+import shutil, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
+
+def run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+facts, _ = gpu_facts.gather_gpu_facts(backend=sys.argv[2], run=run, which=shutil.which)
+print(facts["source"], facts["count"])
+"""
+NVML_BACKENDS = ("pci", "nvidia-smi", "nvml")
+
+
+def _gather_in_fresh_python(backend: str) -> str:
+    argv = [sys.executable, "-c", _GATHER_ONCE, str(REPO / "collections"), backend]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C"))
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"gpu_facts backend {backend} failed in a fresh interpreter: {last}")
+    return proc.stdout.strip()
+
+
+def no_gpu_reason() -> str | None:
+    """Why table 4 cannot run here (None on a GPU host where both nvidia-smi and NVML answer)."""
+    if not shutil.which("nvidia-smi"):
+        return "no nvidia-smi in PATH: no NVIDIA driver on this host (the bench fleet's targets have none either)"
+    try:
+        _gather_in_fresh_python("nvml")
+    except SystemExit as err:
+        return f"NVML does not answer here: {err}"
+    return None
+
+
+def bench_nvml() -> bool:
+    """Table 4; True when it ran (the host had a GPU)."""
+    title = "4. gpu_facts on this host, one fresh interpreter per gather (one module run): what NVML adds per host"
+    reason = no_gpu_reason()
+    if reason:
+        skip(title, reason)
+        return False
+    answers = {backend: _gather_in_fresh_python(backend) for backend in NVML_BACKENDS}
+    seconds = {
+        backend: best_once(lambda backend=backend: _gather_in_fresh_python(backend), SPAWN_REPEAT)
+        for backend in NVML_BACKENDS
+    }
+    base = seconds["pci"]
+    rows = [
+        [backend, answers[backend], f"{secs * 1e3:.0f}", f"{(secs - base) * 1e3:+.0f}", f"{secs / base:.2f}"]
+        for backend, secs in seconds.items()
+    ]
+    table(
+        title,
+        ["backend", "source, GPUs found", "ms", "ms over pci", "x pci"],
+        rows,
+        "pci is what a host without a GPU runs (the fleet bench's targets); each figure includes the interpreter's "
+        "start and the collection's imports, as a module run does",
+    )
+    return True
+
+
 def main() -> None:
     start, t0 = started(), time.perf_counter()
     print(
@@ -413,9 +479,10 @@ def main() -> None:
     bench_topology()
     bench_gather()
     bench_preflight()
+    on_gpu = bench_nvml()
     print(f"\ntotal bench time: {time.perf_counter() - t0:.1f} s")
-    # the code runs in-process: no targets, so targets_gpu is null
-    record("parsers", {"generator": generator(start, "bench/run.py", None), "tables": TABLES})
+    # tables 1-3 run in-process (no targets); table 4 measures this host: targets_gpu is true only when it ran
+    record("parsers", {"generator": generator(start, "bench/run.py", True if on_gpu else None), "tables": TABLES})
 
 
 if __name__ == "__main__":

@@ -256,3 +256,27 @@ def test_converge_rounds_are_shown_each_with_the_median_and_the_largest_changed(
     assert "median of 3 rounds, **0.20** (target <= 0.20), re-run changed=2." in readme
     over = {**entry, "second_over_first": 0.201}
     assert "**0.20** (not met)" in "\n".join(figures.converge_block(over))
+
+
+def test_fleet_waits_for_the_start_up_load_to_settle_before_the_rounds(monkeypatch):
+    import fleet  # noqa: PLC0415  (imports ansible_env from tests/, on pytest's pythonpath)
+
+    settled, stuck, target = 1.4, 2.9, 1.5
+    loads = iter([2.8, 2.1, settled, settled])  # the start-up's tail, decaying
+    naps = []
+    monkeypatch.setattr(fleet, "load1", lambda: next(loads))
+    monkeypatch.setattr(fleet.time, "sleep", naps.append)
+    _seconds, load = fleet.settle(target)
+    assert load == settled
+    assert naps == [5, 5], "it slept while the load was over the target, and not once it fell under"
+
+    monkeypatch.setattr(fleet, "SETTLE_TIMEOUT", 0)
+    monkeypatch.setattr(fleet, "load1", lambda: stuck)
+    assert fleet.settle(target)[1] == stuck, "a load that does not fall is reported, not waited for forever"
+
+
+def test_the_fleet_block_shows_the_load_when_the_rounds_began():
+    settled = {**size(100, 40.0, 55.0, 50.0, load=1.0), "load_1min_at_start": 1.3, "load_1min_peak": 2.2}
+    text = "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [100], "sizes": [settled]}))
+    assert "| hosts | rounds | load before / at start / peak / after |" in text
+    assert "| 100 | 3 | 1.0 / 1.3 / 2.2 / 1.0 | 40.0 s |" in text
