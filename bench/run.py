@@ -42,14 +42,15 @@ def _collection():
     sys.path.insert(0, str(REPO / "collections"))
     from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 -- needs the path above
         gpu_facts,
+        gpu_facts_smi,
         topology,
     )
     from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight  # noqa: PLC0415 -- needs the path above
 
-    return gpu_facts, preflight, topology
+    return gpu_facts, gpu_facts_smi, preflight, topology
 
 
-GF, PREFLIGHT, TOPOLOGY = _collection()
+GF, SMI, PREFLIGHT, TOPOLOGY = _collection()  # SMI: the nvidia-smi parsers (gpu_facts imports them when it uses them)
 
 
 # ------------------------------------------------------------------------------------------------- timing
@@ -234,11 +235,11 @@ def bench_gather() -> None:
     binary = shutil.which("true") or "/bin/true"
     template = QUERY_XML.read_text()
     one_gpu = fleet_xml(template, 1)
-    parse_one = best(lambda: GF.parse_nvidia_smi_xml(one_gpu))
+    parse_one = best(lambda: SMI.parse_nvidia_smi_xml(one_gpu))
     rows = []
     for gpus in FLEET_GPUS:
         xml = fleet_xml(template, gpus)
-        parsed = GF.parse_nvidia_smi_xml(xml)
+        parsed = SMI.parse_nvidia_smi_xml(xml)
         runner = Runner({"-q -x": (0, xml, ""), "nvlink -s": (0, nvlink_status(parsed["gpus"]), "")})
 
         def gather(runner=runner):
@@ -253,7 +254,7 @@ def bench_gather() -> None:
         gather()
         commands = runner.calls  # what one pass really runs: -q -x and nvlink -s
         one_pass = best(gather, repeat=SPAWN_REPEAT if gpus >= BIG_XML_GPUS else REPEAT)
-        per_gpu_parse = best_once(lambda gpus=gpus: [GF.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT)
+        per_gpu_parse = best_once(lambda gpus=gpus: [SMI.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT)
         spawn_one_pass = best_once(lambda commands=commands: spawn(commands, binary), SPAWN_REPEAT)
         spawn_per_gpu = best_once(lambda gpus=gpus: spawn(gpus, binary), SPAWN_REPEAT)
         total_one = one_pass + spawn_one_pass
