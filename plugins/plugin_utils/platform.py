@@ -156,6 +156,7 @@ _PLATFORM_INPUTS = {
     "gpu_count": ("gpuops_gpu_count", None),
     "multi_node_training": ("gpuops_multi_node_training", False),
 }
+PLATFORM_INPUTS = tuple(_PLATFORM_INPUTS)  # the rule's input names, for code that reads them from a plan
 
 
 def get_var(hostvars: Any, name: str, default: Any = None) -> Any:

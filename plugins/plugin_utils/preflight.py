@@ -18,7 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_driver_version,
     version_eq,
 )
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
 
 # distribution (as ansible_facts['distribution']) -> accepted versions; a version matches
@@ -307,7 +307,7 @@ def finish(result: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
 
 def platform_request(plan: dict[str, Any]) -> dict[str, Any]:
     """What one host's plan says about the platform (the inputs of the fleet decision)."""
-    return {k: plan.get(k) for k in ("platform", "team_size", "gpu_count", "multi_node_training")}
+    return {k: plan.get(k) for k in PLATFORM_INPUTS}
 
 
 def evaluate(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
