@@ -86,7 +86,7 @@ class ActionModule(ActionBase):
                     self._task.args[option] = value
         # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
         # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
-        # The request's keys are the rule's inputs (platform._PLATFORM_INPUTS), each also an option of this action.
+        # The request's keys are the rule's inputs (platform.PLATFORM_INPUTS), each also an option of this action.
         for key, value in inventory_request(_TaskVars(task_vars or {}, self._templar)).items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
