@@ -192,12 +192,12 @@ def settle(target: float) -> tuple[float, float]:
 
 
 def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) -> dict:
-    load_before = load1()
+    load_before, cores = load1(), os.cpu_count() or 1
     names, startup = fleet(size, init)
     cmds = commands(inventory(names), forks)
     times: dict[str, list[float]] = {name: [] for name in cmds}
     timed(cmds["ping"], env, WORK / "warmup.log")  # first contact (python bytecode on the nodes) is not timed
-    settle_seconds, load_at_start = settle(load_limit(os.cpu_count() or 1) / 2)
+    settle_seconds, load_at_start = settle(load_limit(cores) / 2)
     sampler = _PeakLoad()
     sampler.start()
     for round_no in range(rounds):
@@ -205,7 +205,7 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) 
             times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log"))
         print(f"  N={size} round {round_no + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     med = {name: statistics.median(values) for name, values in times.items()}
-    load_peak, load_after, cores = sampler.stop(), load1(), os.cpu_count() or 1
+    load_peak, load_after = sampler.stop(), load1()
     return {
         "hosts": size,
         "init": init,

@@ -47,17 +47,17 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def _role_variables(self, spec_file: str, role_dir: Path, task_vars: dict) -> tuple[dict | None, dict]:
+    def _role_variables(self, spec_file: str, task_vars: dict) -> tuple[dict | None, dict]:
         """The check Ansible's implicit role validation makes (ansible.builtin.validate_argument_spec: the role's
         variables, templated, against its spec), done here so that a play that imports the role with
         ``rolespec_validate: false`` pays one task per host instead of two. Returns a failed result or None, and the
-        role's variables as templated (each once: the options below are read from them, not templated again).
-        ``role_dir``: the role's folder, the spec file's grandparent (roles/<role>/meta/argument_specs.yml)."""
+        role's variables as templated (each once: the options below are read from them, not templated again)."""
         options = spec_options(spec_file)
         provided = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
         errors = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True).error_messages
         if not errors:
             return None, provided
+        role_dir = Path(spec_file).parents[1]  # roles/<role>/meta/argument_specs.yml
         return {
             "failed": True,
             "msg": "Validation of arguments failed:\n" + "\n".join(errors),
@@ -72,14 +72,13 @@ class ActionModule(ActionBase):
         # Checked first and kept out of the judged plan: a bad role variable is named as the role's (preflight_*).
         spec_file = self._task.args.pop("role_argument_spec", None)
         if spec_file:
-            role_dir = Path(str(spec_file)).parents[1]
-            refused, role_vars = self._role_variables(str(spec_file), role_dir, task_vars or {})
+            refused, role_vars = self._role_variables(str(spec_file), task_vars or {})
             if refused:
                 result.update(refused)
                 return result
             # An option the task does not give is the role's variable <role>_<option>, as just templated and checked:
             # the role's task passes no option, so each variable is templated once per host, not twice.
-            prefix = role_dir.name + "_"
+            prefix = Path(str(spec_file)).parents[1].name + "_"
             for name, value in role_vars.items():
                 option = name[len(prefix):] if name.startswith(prefix) else None
                 if option in ARGUMENT_SPEC and self._task.args.get(option) is None and value is not None:

@@ -35,9 +35,9 @@ def _bench_run():
 @needs_nvml
 def test_each_backend_answers_in_a_fresh_interpreter_and_finds_the_same_gpus():
     bench = _bench_run()
-    assert bench.no_gpu_reason() is None
-    assert bench.bench_nvml() is True
+    ran = bench.bench_nvml()  # it asks no_gpu_reason() itself; a skip's note holds the reason
     table = bench.TABLES[-1]
+    assert ran is True, table["note"]
     out = os.environ.get("GPUOPS_LIVE_OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)

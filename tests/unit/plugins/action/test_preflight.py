@@ -105,6 +105,9 @@ def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) 
     assert result["failed"] is True
     assert result["msg"].startswith("Validation of arguments failed:")
     assert any(named in error for error in result["argument_errors"])
+    # named as Ansible's own role validation names it: the role and its folder
+    assert result["validate_args_context"] == {"type": "role", "name": "preflight", "argument_spec_name": "main",
+                                               "path": str(ROLE_SPEC.parents[1])}
     gather.assert_not_called()  # nothing ran on the host
 
 
