@@ -8,14 +8,24 @@ converge playbook with ``--tags <tag>`` against the already converged hosts, thr
 The run must end with rc 0, no failed or unreachable host, no changed task (the host is converged: this
 also proves each tag idempotent on its own), and at least one task of the role itself run: a tag that selects
 nothing would pass every other check.
+
+The hosts' facts: a play that gathers facts would gather the same ones on the same converged hosts in every tag's
+run (each run must change nothing), so the tags-alone runs start from what ``gather_facts`` found on them once in
+this pytest session (``_gathered_facts``), each run from a fresh copy of it in a jsonfile fact cache, with
+ansible.cfg's ``gathering = smart``: a gathering play skips the hosts it holds. Only what gather_facts found is
+carried: facts a module or ``set_fact`` sets in one run never reach the next, so a stage that forgets to read what
+it needs still fails alone. Other runs (``run_tag`` without ``gathered``) gather for themselves.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,28 +115,57 @@ def _json_document(stdout: str) -> dict:
 _RUNS: dict[tuple, TagRun] = {}
 
 
+_GATHERED: dict[str, Path | None] = {}
+
+
+def _gathered_facts(inventory: str) -> Path | None:
+    """A jsonfile fact cache holding what ``gather_facts`` found on every host of ``inventory``, gathered once in this
+    pytest session (module doc); None when that gather failed (each run then gathers for itself)."""
+    if inventory not in _GATHERED:
+        cache = Path(tempfile.mkdtemp(prefix="gpuops-tag-facts-"))
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
+        env = playbook_env(PROJECT, cache="ansible.builtin.jsonfile", cache_dir=cache)
+        proc = subprocess.run(["ansible", "-i", inventory, "all", "-m", "ansible.builtin.gather_facts"],
+                              capture_output=True, text=True, env=env, timeout=600, check=False)
+        _GATHERED[inventory] = cache if proc.returncode == 0 and any(cache.iterdir()) else None
+    return _GATHERED[inventory]
+
+
 def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, extra: tuple[str, ...] = (),
-            timeout: int = 900, reuse: bool = False) -> TagRun:
+            timeout: int = 900, reuse: bool = False, gathered: bool = False) -> TagRun:
     """Run ``playbook`` with ``--tags tag`` through the scenario's inventory; parse the json callback's result.
 
     ``reuse``: return the result of the same run made earlier in this pytest session, if any (one run serves two
     test files that both need the converged state, e.g. the driver's kernel test and its tags-alone test).
+    ``gathered``: start from the facts gather_facts found once on the converged hosts (module doc), not a fresh
+    gather; only for runs on hosts that are still as converged.
     """
     key = (str(playbook), tag, role, inventory, tuple(extra))
     if reuse and key in _RUNS:
         return _RUNS[key]
     inventory = inventory or os.environ.get("MOLECULE_INVENTORY_FILE")
     assert inventory, "MOLECULE_INVENTORY_FILE is not set: run these tests through `molecule verify`"
+    facts = _gathered_facts(inventory) if gathered else None
+    run_cache = Path(tempfile.mkdtemp(prefix="gpuops-tag-run-facts-")) if facts else None
+    if facts and run_cache:
+        shutil.copytree(facts, run_cache, dirs_exist_ok=True)
     env = playbook_env(
         PROJECT,
         callback="ansible.posix.json",
-        extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_RETRY_FILES_ENABLED": "0"},
+        cache="ansible.builtin.jsonfile" if run_cache else None,
+        cache_dir=run_cache,
+        extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+               **({"ANSIBLE_GATHERING": "smart"} if run_cache else {})},
     )
     started = time.monotonic()
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", inventory, str(playbook), "--tags", tag, *extra],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )
+    try:
+        proc = subprocess.run(
+            ["ansible-playbook", "-i", inventory, str(playbook), "--tags", tag, *extra],
+            capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        )
+    finally:
+        if run_cache:
+            shutil.rmtree(run_cache, ignore_errors=True)
     run = TagRun(tag=tag, rc=proc.returncode, seconds=time.monotonic() - started,
                  tail=f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     document = _json_document(proc.stdout)
@@ -176,7 +215,7 @@ def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = Fa
     @pytest.mark.parametrize(("role", "tag"), cases, ids=[tag for _role, tag in cases])
     def test_tag_alone(role, tag):
         """``--tags <tag>`` alone on the converged hosts: rc 0, nothing failed or changed, a task of the role ran."""
-        run = run_tag(playbook, tag, role, reuse=reuse)
+        run = run_tag(playbook, tag, role, reuse=reuse, gathered=True)
         assert run.problems() == [], report(run)
 
     return test_every_stage_tag_is_documented, test_tag_alone

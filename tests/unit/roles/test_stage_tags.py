@@ -185,3 +185,35 @@ def test_the_playbook_rule_catches_an_include_without_the_stage_tags(tmp_path):
     assert playbook_include_problems([play]) == [
         "p.yml: include_role kube_join ('Join') lacks the tags "
         "['kube_join_assert', 'kube_join_configure', 'kube_join_labels', 'kube_join_verify']"]
+
+
+def test_gathered_runs_start_from_gathered_facts_only(tmp_path):
+    """run_tag(gathered=True), as the tags-alone tests run: a gathering play skips the host gather_facts already
+    found (no setup in the run) and reads those facts; a fact one run sets (set_fact, cacheable) never reaches the
+    next run; without gathered, the play gathers."""
+    tasks = tmp_path / "roles" / "r" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(
+        "- name: Leave a fact\n  ansible.builtin.set_fact:\n    leftover: here\n    cacheable: true\n"
+        "  tags: [r_leave]\n"
+        "- name: Read\n  ansible.builtin.debug:\n"
+        "    msg: \"{{ ansible_facts['distribution'] }} {{ leftover | default('none') }}\"\n  tags: [r_read]\n"
+    )
+    playbook = tmp_path / "play.yml"
+    playbook.write_text("- name: P\n  hosts: all\n  gather_facts: true\n  roles: [r]\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    helper = _helper()
+    distribution = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines()
+                        if "=" in line)["NAME"].strip('"').split()[0]
+
+    left = helper.run_tag(playbook, "r_leave", "r", str(inventory), gathered=True)
+    assert left.problems() == [], helper.report(left)
+    assert left.results("Gathering Facts") == [], "the gathered facts were not used: the play gathered again"
+    read = helper.run_tag(playbook, "r_read", "r", str(inventory), gathered=True)
+    assert read.problems() == [], helper.report(read)
+    assert read.results("Gathering Facts") == []
+    [said] = read.results("Read")
+    assert said["msg"] == f"{distribution} none", said
+    fresh = helper.run_tag(playbook, "r_read", "r", str(inventory))
+    assert fresh.results("Gathering Facts"), "without gathered the play gathers"
