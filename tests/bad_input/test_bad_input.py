@@ -20,9 +20,10 @@ playbooks/grow.yml on the compose baseline (its own baseline: the plan built and
   layer cannot show:
   every path under the tmpfs mounts /run and /tmp with a file's content hash, the systemd units with their
   states, ``sysctl -a`` (less the kernel's own counters), and the content hash of every file the boot already
-  changed (less the journal, which logs each module Ansible runs). While other cases run, the payload directories
-  of their running modules (/tmp/ansible_*_payload_*) are left out; a snapshot taken once every case has ended
-  must equal the reference with them included.
+  changed (less the journal, which logs each module Ansible runs). While other cases run, what their running
+  modules hold in /tmp for a moment is left out: the payload directories (/tmp/ansible_*_payload_*) and Python's
+  temp-dir probe (IN_FLIGHT); a snapshot taken once every case has ended must equal the reference with them
+  included.
 
 Every expected fragment must be absent from the output of the baseline the case varies: a fragment that an
 accepted run also prints cannot tell a refusal apart.
@@ -68,7 +69,12 @@ MIN_CASES = 30
 
 
 SNAPSHOT = (HERE / "snapshot.py").read_text()
-ANSIBLE_PAYLOAD = re.compile(r"^/tmp/ansible_[^/]+_payload_[^/]+(/|$)")
+# What a running module holds in /tmp for a moment: the payload directory Ansible unpacks it into
+# (/tmp/ansible_<module>_payload_<random>, removed when the module ends), and the file Python's
+# tempfile.gettempdir() creates, writes and removes to test /tmp on its first call in a process (8 characters of
+# a-z, 0-9 and _; AnsibleModule calls it when its working directory is unreadable). Seen once in a case's
+# snapshot (/tmp/j2dar_s2, empty, 0600) while other cases ran.
+IN_FLIGHT = re.compile(r"^/tmp/(ansible_[^/]+_payload_[^/]+(/|$)|[a-z0-9_]{8}$)")
 
 
 def _ours(path: str) -> bool:
@@ -129,15 +135,15 @@ def _unlisted(upper: Path | None) -> list[str]:
 def _changes(reference: dict, snapshot: dict, in_flight: bool = True) -> list[str]:
     """What differs, one line per path, unit, sysctl or file. For sysctl, only keys both sides have: the node
     cannot load a kernel module (no CAP_SYS_MODULE), so a key that appears or goes is another container's module
-    on this machine, not a case's doing. With in_flight (other cases may be running), the payload directories
-    Ansible unpacks a running module into (/tmp/ansible_<module>_payload_<random>, removed when the module ends)
-    are left out; the snapshot taken once every case has ended compares them too (in_flight=False)."""
+    on this machine, not a case's doing. With in_flight (other cases may be running), what running modules hold in
+    /tmp for a moment (IN_FLIGHT) is left out; the snapshot taken once every case has ended compares it too
+    (in_flight=False)."""
     lines = [f"layer: {line}" for line in sorted(set(reference["layer"]) ^ set(snapshot["layer"]))]
     for part in ("tmpfs", "units", "sysctl", "boot files"):
         before, after = reference[part], snapshot[part]
         keys = set(before) & set(after) if part == "sysctl" else set(before) | set(after)
         if part == "tmpfs" and in_flight:
-            keys = {key for key in keys if not ANSIBLE_PAYLOAD.match(key)}
+            keys = {key for key in keys if not IN_FLIGHT.match(key)}
         lines += [f"{part}: {key}: {before.get(key)} -> {after.get(key)}"
                   for key in sorted(keys) if before.get(key) != after.get(key)]
     return lines
@@ -197,7 +203,7 @@ def matrix(node, tmp_path_factory, request):
     baselines, control, ended, unlisted). changes lists what differed from the reference in the snapshot taken when
     the case started, then in the one taken when it ended; baselines is {inventory: (result, changes)} for the
     compose and the kubernetes baseline; control is {kind: changes} after each change of CONTROL, made in turn; ended is
-    what differs once every case has ended, Ansible's payload directories included; unlisted is, at the reference,
+    what differs once every case has ended, what IN_FLIGHT leaves out included; unlisted is, at the reference,
     once every case has ended and after the control, the paths docker diff lists that the writable layer did not."""
     selected = {item.callspec.params["case"] for item in request.session.items
                 if hasattr(item, "callspec") and "case" in item.callspec.params}
