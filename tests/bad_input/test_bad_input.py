@@ -124,11 +124,12 @@ def _snapshot(boot_diff: list[str], upper: Path | None) -> dict:
     return {"layer": _layer(upper), **json.loads(inside.stdout)}
 
 
-def _unlisted(upper: Path | None) -> list[str]:
-    """The paths ``docker diff`` lists that the writable layer does not (none, or _layer misses changes)."""
+def _unlisted(snapshot: dict, upper: Path | None) -> list[str]:
+    """The paths ``docker diff`` lists, asked right after the snapshot, that the snapshot's writable layer does not
+    hold (none, or _layer misses changes)."""
     if upper is None:
         return []  # the snapshots are docker diff itself
-    listed = {line.split(" ", 1)[1] for line in _layer(upper)}
+    listed = {line.split(" ", 1)[1] for line in snapshot["layer"]}
     return [line for line in _diff() if line[2:] not in listed]
 
 
@@ -210,8 +211,8 @@ def matrix(node, tmp_path_factory, request):
     reports = tmp_path_factory.mktemp("reports")
     boot_diff = _diff()
     upper = _upper_dir()
-    unlisted = {"reference": _unlisted(upper)}
     reference = _snapshot(boot_diff, upper)
+    unlisted = {"reference": _unlisted(reference, upper)}
 
     def checked(play):
         before = _changes(reference, _snapshot(boot_diff, upper))
@@ -236,13 +237,15 @@ def matrix(node, tmp_path_factory, request):
         wanted = {_baseline_of(yaml.safe_load(c.read_text())) for c in CASES if c in selected} | set(INVENTORIES)
         baselines = dict(pool.map(baseline, [b for b in BASELINES if b in wanted]))
         results = dict(pool.map(run, [c for c in CASES if c in selected]))
-    ended = _changes(reference, _snapshot(boot_diff, upper), in_flight=False)
-    unlisted["every case ended"] = _unlisted(upper)
+    last = _snapshot(boot_diff, upper)
+    ended = _changes(reference, last, in_flight=False)
+    unlisted["every case ended"] = _unlisted(last, upper)
     control = {}
     for kind, command in CONTROL.items():
         docker("exec", NODE, "sh", "-c", command)
-        control[kind] = _changes(reference, _snapshot(boot_diff, upper))
-    unlisted["the control made"] = _unlisted(upper)
+        last = _snapshot(boot_diff, upper)
+        control[kind] = _changes(reference, last)
+    unlisted["the control made"] = _unlisted(last, upper)
     return results, baselines, control, ended, unlisted
 
 

@@ -121,17 +121,25 @@ def _helper():
     return module
 
 
-def test_the_scenario_runner_reports_changed_failed_and_empty_tags(tmp_path):
-    """A real ansible-playbook run on localhost: what the scenarios' tags-alone tests would see."""
+def _one_role_play(tmp_path: Path, main_yml: str, play_keys: str) -> Path:
+    """A role r (roles/r/tasks/main.yml = main_yml) and play.yml running it; play_keys: the play's other keys."""
     tasks = tmp_path / "roles" / "r" / "tasks"
     tasks.mkdir(parents=True)
-    (tasks / "main.yml").write_text(
+    (tasks / "main.yml").write_text(main_yml)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(f"- name: P\n  {play_keys}\n  roles: [r]\n")
+    return playbook
+
+
+def test_the_scenario_runner_reports_changed_failed_and_empty_tags(tmp_path):
+    """A real ansible-playbook run on localhost: what the scenarios' tags-alone tests would see."""
+    playbook = _one_role_play(
+        tmp_path,
         "- name: A change\n  ansible.builtin.command: 'true'\n  tags: [r_changes]\n"
         "- name: A failure\n  ansible.builtin.fail:\n    msg: refused\n  tags: [r_fails]\n"
-        "- name: Nothing\n  ansible.builtin.debug:\n    msg: fine\n  changed_when: false\n  tags: [r_clean]\n"
+        "- name: Nothing\n  ansible.builtin.debug:\n    msg: fine\n  changed_when: false\n  tags: [r_clean]\n",
+        "hosts: localhost\n  gather_facts: false\n  connection: local",
     )
-    playbook = tmp_path / "play.yml"
-    playbook.write_text("- name: P\n  hosts: localhost\n  gather_facts: false\n  connection: local\n  roles: [r]\n")
     helper = _helper()
 
     def run(tag: str):
@@ -191,16 +199,14 @@ def test_gathered_runs_start_from_gathered_facts_only(tmp_path):
     """run_tag(gathered=True), as the tags-alone tests run: a gathering play skips the host gather_facts already
     found (no setup in the run) and reads those facts; a fact one run sets (set_fact, cacheable) never reaches the
     next run; without gathered, the play gathers."""
-    tasks = tmp_path / "roles" / "r" / "tasks"
-    tasks.mkdir(parents=True)
-    (tasks / "main.yml").write_text(
+    playbook = _one_role_play(
+        tmp_path,
         "- name: Leave a fact\n  ansible.builtin.set_fact:\n    leftover: here\n    cacheable: true\n"
         "  tags: [r_leave]\n"
         "- name: Read\n  ansible.builtin.debug:\n"
-        "    msg: \"{{ ansible_facts['distribution'] }} {{ leftover | default('none') }}\"\n  tags: [r_read]\n"
+        "    msg: \"{{ ansible_facts['distribution'] }} {{ leftover | default('none') }}\"\n  tags: [r_read]\n",
+        "hosts: all\n  gather_facts: true",
     )
-    playbook = tmp_path / "play.yml"
-    playbook.write_text("- name: P\n  hosts: all\n  gather_facts: true\n  roles: [r]\n")
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     helper = _helper()
