@@ -241,6 +241,15 @@ def _found(summary: dict) -> str:
     return f"set-up found: {found}{who}"
 
 
+def _cpu(summary: dict) -> str:
+    cpu = summary.get("cpu")
+    if not isinstance(cpu, dict) or cpu.get("busy_share") is None:
+        return ""
+    return (f"; the machine's CPU busy {cpu['busy_share']:.0%} of the run ({cpu['busy_seconds']} s busy, "
+            f"{cpu['idle_seconds']} s idle, {cpu['iowait_seconds']} s iowait, {cpu['steal_seconds']} s steal, "
+            "summed over the cores)")
+
+
 def _test_line(summary: dict, title: str) -> str:
     loads = [x for x in (summary["load_start"], summary["load_end"]) if isinstance(x, (int, float))]
     limit = load_limit(summary["cores"] or 1)
@@ -254,7 +263,7 @@ def _test_line(summary: dict, title: str) -> str:
             f"{summary['started']} to {summary['ended']}, **{summary['passed']} passed, {summary['failed']} failed, "
             f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} of stages{wall}, on {summary['cores']} "
             f"cores ({_found(summary)}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} at "
-            f"the end; CI: {'yes' if summary['ci'] else 'no'}{bound}). Stages: {stages}.")
+            f"the end{_cpu(summary)}; CI: {'yes' if summary['ci'] else 'no'}{bound}). Stages: {stages}.")
 
 
 def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:

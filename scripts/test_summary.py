@@ -8,8 +8,8 @@
                                     [--log FILE] [--junit FILE]... [--failure TEXT]...
         build/results/NAME.json: the stage's own checks (P, F) plus what its JUnit files hold, and every skip
         with its reason (JUnit <skipped message=...>)
-    python3 scripts/test_summary.py summary --command C --started EPOCH --load-start L --out FILE
-                                    [--lane STAGE,STAGE...]... STAGE...
+    python3 scripts/test_summary.py summary --command C --started EPOCH --load-start L [--cpu-start "CPU LINE"]
+                                    --out FILE [--lane STAGE,STAGE...]... STAGE...
         FILE (build/test-summary.json): the stages in the order given; prints the failures, the skips per
         stage with their reasons and the closing line "summary: N passed, N failed, N skipped"; exits 1 when
         anything failed or nothing ran. A stage without a result file (it did not finish) counts as failed.
@@ -100,6 +100,37 @@ def load1() -> float | None:
         return None
 
 
+CPU_TICK = 100  # USER_HZ: /proc/stat counts in 1/100 s on Linux
+_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_line() -> str | None:
+    """/proc/stat's first line (the machine's CPU time since boot, in ticks), or None where there is none."""
+    try:
+        return Path("/proc/stat").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_use(start: str | None, end: str | None) -> dict | None:
+    """The machine's CPU seconds between two /proc/stat first lines: busy (user, nice, system, irq, softirq),
+    idle, iowait and steal, and busy as a share of all (1.0: every core busy the whole run); None when either line
+    is missing or not a cpu line. A run that leaves cores idle has stages that wait rather than compute."""
+    fields = []
+    for line in (start, end):
+        parts = (line or "").split()
+        values = parts[1:len(_CPU_FIELDS) + 1]
+        if parts[:1] != ["cpu"] or len(values) < len(_CPU_FIELDS) or not all(x.isdigit() for x in values):
+            return None
+        fields.append([int(x) for x in values])
+    user, nice, system, idle, iowait, irq, softirq, steal = (b - a for a, b in zip(*fields))
+    busy = user + nice + system + irq + softirq
+    total = busy + idle + iowait + steal
+    return {"busy_seconds": round(busy / CPU_TICK), "idle_seconds": round(idle / CPU_TICK),
+            "iowait_seconds": round(iowait / CPU_TICK), "steal_seconds": round(steal / CPU_TICK),
+            "busy_share": round(busy / total, 3) if total else None}
+
+
 def commit() -> str | None:
     run = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return (run.stdout.strip() or None) if run.returncode == 0 else None
@@ -135,6 +166,7 @@ def summary(args: argparse.Namespace) -> dict:
         "setup_found": os.environ.get("GPUOPS_MAKE_FOUND") or None,
         "load_start": args.load_start,
         "load_end": load1(),
+        "cpu": cpu_use(args.cpu_start, cpu_line()),
         "lanes": [lane.split(",") for lane in args.lane],
         "passed": sum(s["passed"] for s in stages.values()),
         "failed": sum(s["failed"] for s in stages.values()),
@@ -175,6 +207,7 @@ def main(argv: list[str]) -> int:
     total.add_argument("--command", required=True)
     total.add_argument("--started", type=float, required=True)
     total.add_argument("--load-start", type=float)
+    total.add_argument("--cpu-start", help="/proc/stat's first line when the run began")
     total.add_argument("--out", required=True)
     total.add_argument("--lane", action="append", default=[])
     total.add_argument("stages", nargs="+")

@@ -125,6 +125,10 @@ def test_the_readme_test_line_comes_from_the_summary():
         "1-minute load 0.4 at the start, 15.9 at the end; CI: no; the load passed the limit 3.0, so the time" in loaded
     )
     assert "No cold run" in figures.readme_tests(summary)[2]
+    assert "CPU busy" not in line, "a summary without cpu (recorded before the field) says nothing of it"
+    cpu = {"busy_seconds": 4700, "idle_seconds": 1100, "iowait_seconds": 40, "steal_seconds": 20, "busy_share": 0.802}
+    assert ("at the end; the machine's CPU busy 80% of the run (4700 s busy, 1100 s idle, 40 s iowait, 20 s steal, "
+            "summed over the cores); CI: no)") in figures.readme_tests({**summary, "cpu": cpu})[0]
 
 
 def test_the_cold_run_is_quoted_beside_the_last_one_with_its_setup():

@@ -129,3 +129,24 @@ def test_a_clean_run_exits_0(tmp_path, monkeypatch, capsys):
     stage("lint", "--passed", "7")
     assert ts.main(["summary", "--command", "lint", "--started", "1800000000", "--out", "s.json", "lint"]) == 0
     assert capsys.readouterr().out.splitlines() == ["summary: 7 passed, 0 failed, 0 skipped"]
+
+
+def test_cpu_use_splits_the_machine_time_between_two_proc_stat_lines():
+    # /proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice (ticks of 1/100 s).
+    start = "cpu  1000 0 500 8000 100 0 0 0 0 0"
+    end = "cpu  4000 100 1400 9000 300 50 50 100 0 0"
+    assert ts.cpu_use(start, end) == {"busy_seconds": 41, "idle_seconds": 10, "iowait_seconds": 2,
+                                      "steal_seconds": 1, "busy_share": 0.759}
+    assert ts.cpu_use(None, end) is None, "no start line (an older caller): not known"
+    assert ts.cpu_use("intr 1 2 3", end) is None
+
+
+def test_summary_records_the_machine_cpu_since_the_start_line(junit, tmp_path, monkeypatch):
+    stage("lint", "--passed", "7")
+    monkeypatch.setattr(ts, "cpu_line", lambda: "cpu  3000 0 1000 6000 0 0 0 0 0 0")
+    args = ["summary", "--command", "all", "--started", "1800000000", "--out", "s.json", "lint"]
+    ts.main([*args, "--cpu-start", "cpu  1000 0 0 5000 0 0 0 0 0 0"])
+    cpu = json.loads((tmp_path / "s.json").read_text())["cpu"]
+    assert (cpu["busy_seconds"], cpu["idle_seconds"], cpu["busy_share"]) == (30, 10, 0.75)
+    ts.main(args)
+    assert json.loads((tmp_path / "s.json").read_text())["cpu"] is None
