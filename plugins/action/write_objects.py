@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -19,6 +20,7 @@ ARGUMENT_SPEC = {
     "objects": {"type": "list", "elements": "dict", "default": []},
     "files": {"type": "dict", "default": {}},
     "dest": {"type": "path", "required": True},
+    "default_name": {"type": "str"},
 }
 
 
@@ -27,18 +29,22 @@ ARGUMENT_SPEC = {
 _FILE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
 
 
-def object_file_name(obj: dict) -> str:
-    """``<kind>-<name>.yaml`` (lower-case kind), the naming of playbooks/tasks/write_objects.yml."""
+def object_file_name(obj: dict, default_name: str | None = None) -> str:
+    """``<kind>-<name>.yaml`` (lower-case kind); an object without metadata.name (kubeadm's and the kubelet's
+    configuration kinds) takes default_name (the host it belongs to), when given."""
     try:
-        return f"{str(obj['kind']).lower()}-{obj['metadata']['name']}.yaml"
-    except (KeyError, TypeError) as exc:
+        name = (obj.get("metadata") or {}).get("name") or default_name
+        if not name:
+            raise KeyError("metadata.name")
+        return f"{str(obj['kind']).lower()}-{name}.yaml"
+    except (AttributeError, KeyError, TypeError) as exc:
         raise AnsibleActionFail(f"write_objects: an object without kind or metadata.name: {obj!r:.200}") from exc
 
 
-def planned_files(objects: list[dict], files: dict) -> dict[str, str]:
+def planned_files(objects: list[dict], files: dict, default_name: str | None = None) -> dict[str, str]:
     planned: dict[str, str] = {}
     for obj in objects:
-        name = object_file_name(obj)
+        name = object_file_name(obj, default_name)
         if name in planned:
             raise AnsibleActionFail(f"write_objects: two objects would be written to {name}: give them distinct names")
         planned[name] = yaml.dump(obj, Dumper=AnsibleDumper, indent=2, sort_keys=False, default_flow_style=False,
@@ -61,7 +67,10 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         dest = Path(args["dest"])
-        planned = planned_files(args["objects"], args["files"])
+        planned = planned_files(args["objects"], args["files"], args["default_name"])
+        created = not dest.is_dir()
+        if created and not self._task.check_mode:
+            dest.mkdir(parents=True, exist_ok=True, mode=0o755)
         written = []
         for name, text in planned.items():
             path = dest / name
@@ -74,9 +83,11 @@ class ActionModule(ActionBase):
             written.append(str(path))
             if not self._task.check_mode:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                tmp_path = path.with_name(f".{path.name}.tmp")
-                tmp_path.write_text(text, encoding="utf-8")
-                os.chmod(tmp_path, 0o644)
-                tmp_path.replace(path)
-        result.update(changed=bool(written), written=written, files=sorted(str(dest / n) for n in planned))
+                # A temporary name of its own: the hosts of a play write into one directory at the same time.
+                fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+                with os.fdopen(fd, "w", encoding="utf-8") as tmp_file:
+                    tmp_file.write(text)
+                os.chmod(tmp_name, 0o644)
+                os.replace(tmp_name, path)
+        result.update(changed=created or bool(written), written=written, files=sorted(str(dest / n) for n in planned))
         return result

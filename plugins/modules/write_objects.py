@@ -11,16 +11,22 @@ version_added: 0.2.0
 description:
   - An action plugin that runs in-process on the controller, so writing a hundred objects costs one task, not a
     hundred module runs.
-  - Each object of O(objects) is written to C(<dest>/<kind>-<name>.yaml) (lower-case kind), the naming of
-    C(playbooks/tasks/write_objects.yml); two objects with the same kind and name are refused.
+  - Each object of O(objects) is written to C(<dest>/<kind>-<name>.yaml) (lower-case kind); an object without
+    C(metadata.name) takes O(default_name); two objects with the same kind and name are refused.
   - Each entry of O(files) is written as is to C(<dest>/<name>) (Helm values, for example).
-  - A file whose content is unchanged is not rewritten; files are replaced atomically, mode 0644.
+  - A file whose content is unchanged is not rewritten; files are replaced atomically, mode 0644. O(dest) is
+    created (0755) when missing, even with nothing to write.
 options:
   objects:
-    description: Kubernetes objects, each with C(kind) and C(metadata.name).
+    description: Kubernetes objects, each with C(kind) and C(metadata.name) (or see O(default_name)).
     type: list
     elements: dict
     default: []
+  default_name:
+    description: >-
+      The name in the file name of an object without C(metadata.name), such as kubeadm's and the kubelet's
+      configuration kinds; usually the host they belong to. Without it such an object is refused.
+    type: str
   files:
     description: >-
       Extra files, name (or a relative path of names, such as C(prometheus/prometheus.yml); never C(..)) to
@@ -54,6 +60,13 @@ EXAMPLES = r"""
     objects: "{{ __gpu_operator_objects }}"
     files: "{{ __gpu_operator_files }}"
     dest: "{{ render_dir }}/gpu_operator"
+  delegate_to: localhost
+
+- name: Write each node's KubeletConfiguration (no metadata.name) as kubeletconfiguration-<host>.yaml
+  gpuops.cluster.write_objects:
+    objects: "{{ __kube_node_objects }}"
+    default_name: "{{ inventory_hostname }}"
+    dest: "{{ render_dir }}/kube_node"
   delegate_to: localhost
 """
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuops.cluster.plugins.action.write_objects import object_file_name, planned_files
+from ansible_env import playbook_env
 
 QUOTA = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "vision-quota", "namespace": "team-vision"},
          "spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}
@@ -33,3 +39,67 @@ def test_names_and_content() -> None:
 def test_refusals(objects: list, files: dict) -> None:
     with pytest.raises(AnsibleActionFail):
         planned_files(objects, files)
+
+
+KUBELET = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cpuManagerPolicy": "static"}
+
+
+def test_an_object_without_a_name_takes_the_default_name() -> None:
+    """kubeadm's and the kubelet's configuration kinds have no metadata.name: playbooks/render.yml names them after
+    the host (default_name); a named object keeps its own name."""
+    planned = planned_files([KUBELET, QUOTA], {}, default_name="gpu-train-01")
+    assert set(planned) == {"kubeletconfiguration-gpu-train-01.yaml", "resourcequota-vision-quota.yaml"}
+    assert yaml.safe_load(planned["kubeletconfiguration-gpu-train-01.yaml"]) == KUBELET
+    with pytest.raises(AnsibleActionFail, match=r"without kind or metadata\.name"):
+        planned_files([KUBELET], {})
+
+
+PLAY = """
+- name: write_objects on the controller
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    objects: [{kind: KubeletConfiguration, cpuManagerPolicy: static}, {kind: ConfigMap, metadata: {name: c}}]
+  tasks:
+    - name: First write, into a directory that does not exist yet
+      gpuops.cluster.write_objects: {objects: "{{ objects }}", default_name: node-1, dest: "{{ out }}/new"}
+      register: first
+    - name: The same again
+      gpuops.cluster.write_objects: {objects: "{{ objects }}", default_name: node-1, dest: "{{ out }}/new"}
+      register: again
+    - name: Nothing to write still makes the directory
+      gpuops.cluster.write_objects: {dest: "{{ out }}/empty"}
+      register: empty
+    - name: Check mode
+      gpuops.cluster.write_objects: {objects: "{{ objects }}", default_name: node-1, dest: "{{ out }}/checked"}
+      check_mode: true
+      register: checked
+    - name: Results
+      ansible.builtin.copy:
+        content: "{{ {'first': first, 'again': again, 'empty': empty, 'checked': checked} | to_json }}"
+        dest: "{{ out }}/results.json"
+        mode: "0644"
+"""
+
+
+def test_the_action_writes_once_makes_its_directory_and_writes_nothing_in_check_mode(tmp_path) -> None:
+    """One real ansible-playbook run on localhost."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAY)
+    command = [str(Path(sys.executable).with_name("ansible-playbook")), str(playbook), "-e", f"out={tmp_path}"]
+    run = subprocess.run(command, env=playbook_env(cache="memory"), capture_output=True, text=True, check=False,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    names = ["configmap-c.yaml", "kubeletconfiguration-node-1.yaml"]
+    assert results["first"]["changed"] is True
+    assert sorted(Path(p).name for p in results["first"]["written"]) == names
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == names, "no temporary file is left"
+    assert oct((tmp_path / "new" / names[0]).stat().st_mode & 0o777) == "0o644"
+    assert (results["again"]["changed"], results["again"]["written"]) == (False, [])
+    assert results["empty"]["changed"] is True
+    assert (tmp_path / "empty").is_dir()
+    assert results["checked"]["changed"] is True
+    assert len(results["checked"]["written"]) == len(names)
+    assert not (tmp_path / "checked").exists(), "check mode writes nothing"
