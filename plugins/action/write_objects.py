@@ -32,13 +32,11 @@ _FILE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.
 def object_file_name(obj: dict, default_name: str | None = None) -> str:
     """``<kind>-<name>.yaml`` (lower-case kind); an object without metadata.name (kubeadm's and the kubelet's
     configuration kinds) takes default_name (the host it belongs to), when given."""
-    try:
-        name = (obj.get("metadata") or {}).get("name") or default_name
-        if not name:
-            raise KeyError("metadata.name")
-        return f"{str(obj['kind']).lower()}-{name}.yaml"
-    except (AttributeError, KeyError, TypeError) as exc:
-        raise AnsibleActionFail(f"write_objects: an object without kind or metadata.name: {obj!r:.200}") from exc
+    metadata = (obj.get("metadata") or {}) if isinstance(obj, dict) else None
+    name = (metadata.get("name") or default_name) if isinstance(metadata, dict) else None
+    if not name or not obj.get("kind"):
+        raise AnsibleActionFail(f"write_objects: an object without kind or metadata.name: {obj!r:.200}")
+    return f"{str(obj['kind']).lower()}-{name}.yaml"
 
 
 def planned_files(objects: list[dict], files: dict, default_name: str | None = None) -> dict[str, str]:

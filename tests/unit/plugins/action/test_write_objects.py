@@ -54,6 +54,13 @@ def test_an_object_without_a_name_takes_the_default_name() -> None:
         planned_files([KUBELET], {})
 
 
+@pytest.mark.parametrize("obj", [{"metadata": {"name": "t"}}, {"kind": "", "metadata": {"name": "t"}},
+                                 {"kind": "Secret", "metadata": "t"}, "kind: Secret"])
+def test_an_object_without_a_kind_or_a_mapping_is_refused_even_with_a_default_name(obj) -> None:
+    with pytest.raises(AnsibleActionFail, match=r"without kind or metadata\.name"):
+        planned_files([obj], {}, default_name="gpu-train-01")
+
+
 PLAY = """
 - name: write_objects on the controller
   hosts: localhost
