@@ -21,10 +21,12 @@ from ansible_env import playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
+# The review entry point: the same templates without the install stage (for tests that read only compose.yaml).
+REVIEW_PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_review.yml"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 
-def run_playbook(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
+def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) -> subprocess.CompletedProcess:
     variables = {
         "compose_stack_project_dir": str(tmp_path / "project"),
         "compose_stack_data_dir": str(tmp_path / "data"),
@@ -44,7 +46,7 @@ def run_playbook(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
     env = playbook_env(REPO, extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{vars_file}"], cwd=REPO, env=env,
+    return subprocess.run([str(playbook), str(playbook_file), "-e", f"@{vars_file}"], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
 
 
@@ -301,7 +303,7 @@ def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100
         "compose_stack_members": MEMBERS,
         "compose_stack_expose_publicly": True,
         "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
-    })
+    }, REVIEW_PLAYBOOK)
     assert result.returncode == 0, result.stdout[-3000:]
     ports = {name: service.get("ports", []) for name, service in compose(tmp_path)["services"].items()}
     assert ports["mlflow"] == ["0.0.0.0:5000:5000"]
