@@ -250,6 +250,16 @@ def _cpu(summary: dict) -> str:
             "summed over the cores)")
 
 
+def _probe(summary: dict) -> str:
+    probe = summary.get("speed_probe")
+    if not isinstance(probe, dict) or not isinstance(probe.get("end"), dict):
+        return ""
+    start = probe.get("start")
+    at_start = f"{start['wall_seconds']} s at the start, " if isinstance(start, dict) else ""
+    return (f"; the speed probe (a fixed single-thread workload, `scripts/test_summary.py probe`) took {at_start}"
+            f"{probe['end']['wall_seconds']} s at the end")
+
+
 def _test_line(summary: dict, title: str) -> str:
     loads = [x for x in (summary["load_start"], summary["load_end"]) if isinstance(x, (int, float))]
     limit = load_limit(summary["cores"] or 1)
@@ -263,7 +273,8 @@ def _test_line(summary: dict, title: str) -> str:
             f"{summary['started']} to {summary['ended']}, **{summary['passed']} passed, {summary['failed']} failed, "
             f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} of stages{wall}, on {summary['cores']} "
             f"cores ({_found(summary)}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} at "
-            f"the end{_cpu(summary)}; CI: {'yes' if summary['ci'] else 'no'}{bound}). Stages: {stages}.")
+            f"the end{_cpu(summary)}{_probe(summary)}; CI: {'yes' if summary['ci'] else 'no'}{bound}). "
+            f"Stages: {stages}.")
 
 
 def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:

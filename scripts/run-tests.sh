@@ -251,6 +251,8 @@ check_lanes() {
 t0=$(date +%s)
 load0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
 cpu0=$(head -1 /proc/stat 2>/dev/null || true)
+# How fast the machine is now (a fixed single-thread workload, before any stage starts; again at the end).
+probe0=$(results probe 2>/dev/null || true)
 what=${1:-all}; shift || true
 queued=no
 case "$what" in
@@ -294,4 +296,4 @@ out=build/test-summary.json
 [ "$what" = all ] || out=build/test-summary-$what.json
 echo
 echo "== total time $(( $(date +%s) - t0 )) s (record: $out)"
-results summary --command "$what" --started "$t0" --load-start "$load0" --cpu-start "$cpu0" --out "$out" "${lane_args[@]}" "${ran[@]}"
+results summary --command "$what" --started "$t0" --load-start "$load0" --cpu-start "$cpu0" --probe-start "$probe0" --out "$out" "${lane_args[@]}" "${ran[@]}"

@@ -8,8 +8,10 @@
                                     [--log FILE] [--junit FILE]... [--failure TEXT]...
         build/results/NAME.json: the stage's own checks (P, F) plus what its JUnit files hold, and every skip
         with its reason (JUnit <skipped message=...>)
+    python3 scripts/test_summary.py probe
+        the speed probe: a fixed single-thread Python workload, timed (best of 3), as JSON
     python3 scripts/test_summary.py summary --command C --started EPOCH --load-start L [--cpu-start "CPU LINE"]
-                                    --out FILE [--lane STAGE,STAGE...]... STAGE...
+                                    [--probe-start JSON] --out FILE [--lane STAGE,STAGE...]... STAGE...
         FILE (build/test-summary.json): the stages in the order given; prints the failures, the skips per
         stage with their reasons and the closing line "summary: N passed, N failed, N skipped"; exits 1 when
         anything failed or nothing ran. A stage without a result file (it did not finish) counts as failed.
@@ -131,6 +133,38 @@ def cpu_use(start: str | None, end: str | None) -> dict | None:
             "busy_share": round(busy / total, 3) if total else None}
 
 
+PROBE_WORKLOAD = "json round trips of a 2000-key mapping, 40 times, and a 300000-step integer loop; best of 3"
+
+
+def _probe_work() -> int:
+    data = {f"k{i}": [i, str(i), {"x": i}] for i in range(2000)}
+    total = sum(len(json.loads(json.dumps(data))) for _ in range(40))
+    return total + sum(i * i % 7 for i in range(300_000))
+
+
+def probe() -> dict:
+    """The speed probe: PROBE_WORKLOAD timed on one core, the fastest of three runs (wall and CPU seconds). Taken
+    when a run starts and when it ends, it says how fast this machine was then: the same suite's wall time moves
+    with it (a shared host's speed changes by the hour), so two recorded times compare only beside their probes."""
+    best = None
+    for _ in range(3):
+        wall, cpu = time.perf_counter(), time.process_time()
+        _probe_work()
+        taken = (time.perf_counter() - wall, time.process_time() - cpu)
+        best = taken if best is None or taken[0] < best[0] else best
+    return {"wall_seconds": round(best[0], 3), "cpu_seconds": round(best[1], 3)}
+
+
+def _probe_arg(text: str | None) -> dict | None:
+    """A probe's JSON as `probe` printed it, or None (missing or not that shape)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return None
+    keys = ("wall_seconds", "cpu_seconds")
+    return value if isinstance(value, dict) and all(isinstance(value.get(k), (int, float)) for k in keys) else None
+
+
 def commit() -> str | None:
     run = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return (run.stdout.strip() or None) if run.returncode == 0 else None
@@ -167,6 +201,7 @@ def summary(args: argparse.Namespace) -> dict:
         "load_start": args.load_start,
         "load_end": load1(),
         "cpu": cpu_use(args.cpu_start, cpu_line()),
+        "speed_probe": {"workload": PROBE_WORKLOAD, "start": _probe_arg(args.probe_start), "end": probe()},
         "lanes": [lane.split(",") for lane in args.lane],
         "passed": sum(s["passed"] for s in stages.values()),
         "failed": sum(s["failed"] for s in stages.values()),
@@ -203,11 +238,13 @@ def main(argv: list[str]) -> int:
     stage.add_argument("--log")
     stage.add_argument("--junit", action="append", default=[])
     stage.add_argument("--failure", action="append", default=[])
+    sub.add_parser("probe")
     total = sub.add_parser("summary")
     total.add_argument("--command", required=True)
     total.add_argument("--started", type=float, required=True)
     total.add_argument("--load-start", type=float)
     total.add_argument("--cpu-start", help="/proc/stat's first line when the run began")
+    total.add_argument("--probe-start", help="the JSON `probe` printed when the run began")
     total.add_argument("--out", required=True)
     total.add_argument("--lane", action="append", default=[])
     total.add_argument("stages", nargs="+")
@@ -215,6 +252,9 @@ def main(argv: list[str]) -> int:
 
     if args.what == "counts":
         print(*junit_counts(args.junit))
+        return 0
+    if args.what == "probe":
+        print(json.dumps(probe()))
         return 0
     if args.what == "stage":
         RESULTS.mkdir(parents=True, exist_ok=True)

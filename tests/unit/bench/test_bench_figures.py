@@ -129,6 +129,13 @@ def test_the_readme_test_line_comes_from_the_summary():
     cpu = {"busy_seconds": 4700, "idle_seconds": 1100, "iowait_seconds": 40, "steal_seconds": 20, "busy_share": 0.802}
     assert ("at the end; the machine's CPU busy 80% of the run (4700 s busy, 1100 s idle, 40 s iowait, 20 s steal, "
             "summed over the cores); CI: no)") in figures.readme_tests({**summary, "cpu": cpu})[0]
+    assert "speed probe" not in line, "a summary without speed_probe (recorded before the field) says nothing of it"
+    probe = {"workload": "w", "start": {"wall_seconds": 0.21, "cpu_seconds": 0.2},
+             "end": {"wall_seconds": 0.27, "cpu_seconds": 0.25}}
+    assert ("at the end; the speed probe (a fixed single-thread workload, `scripts/test_summary.py probe`) took 0.21 s "
+            "at the start, 0.27 s at the end; CI: no)") in figures.readme_tests({**summary, "speed_probe": probe})[0]
+    no_start = figures.readme_tests({**summary, "speed_probe": {**probe, "start": None}})[0]
+    assert "`scripts/test_summary.py probe`) took 0.27 s at the end; CI: no)" in no_start
 
 
 def test_the_cold_run_is_quoted_beside_the_last_one_with_its_setup():

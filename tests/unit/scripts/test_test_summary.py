@@ -150,3 +150,22 @@ def test_summary_records_the_machine_cpu_since_the_start_line(junit, tmp_path, m
     assert (cpu["busy_seconds"], cpu["idle_seconds"], cpu["busy_share"]) == (30, 10, 0.75)
     ts.main(args)
     assert json.loads((tmp_path / "s.json").read_text())["cpu"] is None
+
+
+def test_the_speed_probe_times_its_fixed_workload_and_the_summary_records_both_ends(junit, tmp_path, monkeypatch,
+                                                                                     capsys):
+    taken = ts.probe()
+    assert set(taken) == {"wall_seconds", "cpu_seconds"}
+    assert 0 < taken["cpu_seconds"] < 60, taken  # noqa: PLR2004 - the workload is a fraction of a second here
+    assert ts.main(["probe"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"wall_seconds", "cpu_seconds"}
+    stage("lint", "--passed", "7")
+    monkeypatch.setattr(ts, "probe", lambda: {"wall_seconds": 0.3, "cpu_seconds": 0.29})
+    args = ["summary", "--command", "all", "--started", "1800000000", "--out", "s.json", "lint"]
+    ts.main([*args, "--probe-start", '{"wall_seconds": 0.2, "cpu_seconds": 0.19}'])
+    recorded = json.loads((tmp_path / "s.json").read_text())["speed_probe"]
+    assert recorded == {"workload": ts.PROBE_WORKLOAD, "start": {"wall_seconds": 0.2, "cpu_seconds": 0.19},
+                        "end": {"wall_seconds": 0.3, "cpu_seconds": 0.29}}
+    for start in ("", "not json", '{"wall_seconds": "fast"}', "[1, 2]"):
+        ts.main([*args, "--probe-start", start])
+        assert json.loads((tmp_path / "s.json").read_text())["speed_probe"]["start"] is None, start
