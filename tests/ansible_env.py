@@ -19,6 +19,7 @@ put tests/ on ``sys.path``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -51,3 +52,16 @@ def playbook_env(
     if bin_dir is not None:
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def json_document(stdout: str) -> dict:
+    """The json stdout callback's document (``callback="ansible.posix.json"``) out of a run's stdout: other callbacks,
+    e.g. the timer, may print around it. ``{}`` when there is none."""
+    start = stdout.find("{")
+    if start < 0:
+        return {}
+    try:
+        document, _end = json.JSONDecoder().raw_decode(stdout[start:])
+    except ValueError:
+        return {}
+    return document

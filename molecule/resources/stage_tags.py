@@ -20,7 +20,6 @@ it needs still fails alone. Other runs (``run_tag`` without ``gathered``) gather
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import re
 import shutil
@@ -32,7 +31,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import playbook_env  # tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
+
+# tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
+from ansible_env import json_document, playbook_env
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
 ROLES = PROJECT / "roles"
@@ -100,18 +101,6 @@ class TagRun:
         return found
 
 
-def _json_document(stdout: str) -> dict:
-    """The json callback's document (other callbacks, e.g. the timer, may print around it)."""
-    start = stdout.find("{")
-    if start < 0:
-        return {}
-    try:
-        document, _end = json.JSONDecoder().raw_decode(stdout[start:])
-    except ValueError:
-        return {}
-    return document
-
-
 _RUNS: dict[tuple, TagRun] = {}
 
 
@@ -168,7 +157,7 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
             shutil.rmtree(run_cache, ignore_errors=True)
     run = TagRun(tag=tag, rc=proc.returncode, seconds=time.monotonic() - started,
                  tail=f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    document = _json_document(proc.stdout)
+    document = json_document(proc.stdout)
     run.document = document
     run.stats = document.get("stats", {})
     role_dir = f"/roles/{role}/"

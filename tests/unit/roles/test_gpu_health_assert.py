@@ -1,10 +1,14 @@
 """gpu_health's assert stage: refusals that name the variable, the value, what is allowed and the fix, and the
 choice of package source that keeps apt working (one source per repository URL).
 
-Runs tests/unit/roles/playbooks/gpu_health_assert.yml on localhost (a Debian-family host, as the unit-test machine
-and the containers are): the role's assert stage only, read-only, with apt's configuration directory replaced by a
-fixture (_gpu_health_apt_dir) so that the sources another role or NVIDIA's cuda-keyring would have written are
-under the test's control.
+Runs tests/unit/roles/playbooks/gpu_health_assert.yml on the controller (a Debian-family host, as the unit-test
+machine and the containers are): the role's assert stage only, read-only, with apt's configuration directory
+replaced by a fixture (_gpu_health_apt_dir) so that the sources another role or NVIDIA's cuda-keyring would have
+written are under the test's control.
+
+Every case is a host of one run (``CASES``: its variables and apt sources; each host connects locally): a failed
+assertion stops that host only, so one ansible-playbook run answers every case, as a site's hosts each get their own
+verdict. The json callback reports each host's results; a case's text is every string in them.
 """
 
 from __future__ import annotations
@@ -12,18 +16,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ansible_env import playbook_env
+import yaml
+from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "gpu_health_assert.yml"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 # What gpuops.cluster.nvidia_driver (nvidia_driver_source: nvidia) writes for NVIDIA's CUDA repository.
 DRIVER_SOURCE = "Types: deb\nURIs: {url}\nSuites: /\nSigned-By: /etc/apt/keyrings/gpuops-nvidia-driver.gpg\n"
+SOURCE_TASK = "gpuops.cluster.gpu_health : Assert | apt sources, other than ours, that already name the repository"
 
 
 def _os_facts() -> tuple[str, str]:
@@ -39,111 +46,170 @@ def _cuda_url() -> str:
     return f"{CUDA}/{name}/{arch}/"
 
 
-def run(tmp_path: Path, sources: dict[str, str] | None = None, **variables) -> subprocess.CompletedProcess:
+def _cases() -> dict[str, tuple[dict[str, str], dict]]:
+    """Case name -> (apt files under the fixture directory, the case's variables)."""
+    url = _cuda_url()
+    install = {"gpu_health_install_dcgm": True}
+    cases: dict[str, tuple[dict[str, str], dict]] = {
+        "defaults": ({}, {}),
+        "version_4_without_install": ({}, {"gpu_health_dcgm_version": "4"}),
+        "cuda_major_10": ({}, {**install, "gpu_health_dcgm_cuda_major": 10}),
+        "auto_unrelated_source": (
+            {"sources.list.d/debian.sources": "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"},
+            install),
+        "auto_driver_sources": (
+            {"sources.list.d/gpuops-nvidia-driver.sources": DRIVER_SOURCE.format(url=url)}, install),
+        "auto_cuda_list": ({"sources.list.d/cuda.list": f"deb {url.rstrip('/')} /\n"}, install),
+        "our_own_source": (
+            {"sources.list.d/gpuops-dcgm.sources": DRIVER_SOURCE.format(url=url).replace("nvidia-driver", "dcgm")},
+            install),
+        "nvidia_beside_another": ({"sources.list.d/gpuops-nvidia-driver.sources": DRIVER_SOURCE.format(url=url)},
+                                  {**install, "gpu_health_dcgm_source": "nvidia"}),
+        "configured_short_fingerprint": ({}, {**install, "gpu_health_dcgm_source": "configured",
+                                              "gpu_health_dcgm_repo_key_fingerprint": "short"}),
+    }
+    for level in (4, -1):
+        cases[f"level_{level}"] = ({}, {"gpu_health_dcgm_level": level})
+    for index, version in enumerate(("4", "4.6", "1:4.6.0-1", "latest")):
+        cases[f"version_{index}"] = ({}, {**install, "gpu_health_dcgm_version": version})
+    for index, fingerprint in enumerate(("3BF863CC", "not-hex-" * 5)):
+        cases[f"fingerprint_{index}"] = ({}, {**install, "gpu_health_dcgm_repo_key_fingerprint": fingerprint})
+    return cases
+
+
+@dataclass
+class Outcome:
+    failed: bool
+    text: str  # every string of the host's results but the gathered facts, whitespace flattened
+    statuses: dict[str, str]  # task name -> ok, failed or skipped, for this host
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):  # the gathered facts are the machine's, not the case's
+        return [s for k, v in value.items() if k != "ansible_facts" for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     if _os_facts()[0] not in ("debian", "ubuntu"):
         pytest.skip("the apt cases need a Debian or Ubuntu controller")
-    apt = tmp_path / "apt"
-    (apt / "sources.list.d").mkdir(parents=True)
-    for name, text in (sources or {}).items():
-        (apt / name).write_text(text)
-    (tmp_path / "vars.json").write_text(json.dumps({"_gpu_health_apt_dir": str(apt), **variables}))
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, cache_dir=tmp_path / "facts", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    tmp_path = tmp_path_factory.mktemp("gpu_health_assert")
+    hosts = {}
+    for name, (sources, variables) in _cases().items():
+        apt = tmp_path / name / "apt"
+        (apt / "sources.list.d").mkdir(parents=True)
+        for file, text in sources.items():
+            (apt / file).write_text(text)
+        # The controller's own Python, as the implicit localhost would use.
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "gpu_health_test_apt_dir": str(apt), **variables}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    # _gpu_health_apt_dir is a role variable (vars/main.yml): only an extra variable overrides it, templated per host.
+    extra = json.dumps({"_gpu_health_apt_dir": "{{ gpu_health_test_apt_dir }}"})
+    env = playbook_env(REPO, cache_dir=tmp_path / "facts", callback="ansible.posix.json",
+                       extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_FORKS": "10"})
+    run = subprocess.run([str(playbook), "-i", str(inventory), str(PLAYBOOK), "-e", extra], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=False, timeout=600)
+    document = json_document(run.stdout)
+    assert document.get("stats"), run.stdout[-3000:] + run.stderr[-2000:]
+    found = {}
+    for name in hosts:
+        results = [(task["task"]["name"], task["hosts"][name]) for play in document["plays"]
+                   for task in play["tasks"] if name in task["hosts"]]
+        statuses = {task: "failed" if r.get("failed") else "skipped" if r.get("skipped") else "ok"
+                    for task, r in results}
+        stats = document["stats"][name]
+        found[name] = Outcome(failed=stats["failures"] > 0 or stats["unreachable"] > 0,
+                              text=" ".join(" ".join(_strings([r for _, r in results])).split()), statuses=statuses)
+    return found
 
 
-def flat(out: subprocess.CompletedProcess) -> str:
-    return " ".join(out.stdout.split())
+def test_every_case_ran_as_a_host_of_its_own(outcomes):
+    assert set(outcomes) == set(_cases())
+    assert all(o.statuses for o in outcomes.values()), {n: o.statuses for n, o in outcomes.items()}
 
 
-def test_defaults_pass_and_install_nothing(tmp_path):
-    out = run(tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "gpu_health source: none" in out.stdout, "without gpu_health_install_dcgm no package source is decided"
+def test_defaults_pass_and_install_nothing(outcomes):
+    out = outcomes["defaults"]
+    assert not out.failed, out.text[-3000:]
+    assert "gpu_health source: none" in out.text, "without gpu_health_install_dcgm no package source is decided"
 
 
 @pytest.mark.parametrize("level", [4, -1])
-def test_a_diag_level_outside_0_to_3_is_refused(tmp_path, level):
-    out = run(tmp_path, gpu_health_dcgm_level=level)
-    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    text = flat(out)
-    assert f"gpu_health_dcgm_level is {level}; expected 0 (no diagnostics), 1" in text
-    assert "Fix: set gpu_health_dcgm_level to one of 0, 1, 2, 3." in text
+def test_a_diag_level_outside_0_to_3_is_refused(outcomes, level):
+    out = outcomes[f"level_{level}"]
+    assert out.failed, out.text[-3000:]
+    assert f"gpu_health_dcgm_level is {level}; expected 0 (no diagnostics), 1" in out.text
+    assert "Fix: set gpu_health_dcgm_level to one of 0, 1, 2, 3." in out.text
 
 
-@pytest.mark.parametrize("version", ["4", "4.6", "1:4.6.0-1", "latest"])
-def test_a_version_that_is_not_exact_is_refused_when_installing(tmp_path, version):
-    out = run(tmp_path, gpu_health_install_dcgm=True, gpu_health_dcgm_version=version)
-    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    text = flat(out)
-    assert f'gpu_health_dcgm_version is "{version}"; expected an exact DCGM version such as 4.6.0' in text
-    assert "Fix: pin the full version" in text
+@pytest.mark.parametrize(("index", "version"), list(enumerate(["4", "4.6", "1:4.6.0-1", "latest"])))
+def test_a_version_that_is_not_exact_is_refused_when_installing(outcomes, index, version):
+    out = outcomes[f"version_{index}"]
+    assert out.failed, out.text[-3000:]
+    assert f'gpu_health_dcgm_version is "{version}"; expected an exact DCGM version such as 4.6.0' in out.text
+    assert "Fix: pin the full version" in out.text
 
 
-def test_a_version_that_is_not_exact_is_not_judged_without_install(tmp_path):
-    out = run(tmp_path, gpu_health_dcgm_version="4")
-    assert out.returncode == 0, out.stdout[-3000:]
+def test_a_version_that_is_not_exact_is_not_judged_without_install(outcomes):
+    out = outcomes["version_4_without_install"]
+    assert not out.failed, out.text[-3000:]
 
 
-def test_a_cuda_major_dcgm_4_is_not_built_for_is_refused(tmp_path):
-    out = run(tmp_path, gpu_health_install_dcgm=True, gpu_health_dcgm_cuda_major=10)
-    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    assert "gpu_health_dcgm_cuda_major is 10; DCGM 4 ships datacenter-gpu-manager-4-cuda11" in flat(out)
+def test_a_cuda_major_dcgm_4_is_not_built_for_is_refused(outcomes):
+    out = outcomes["cuda_major_10"]
+    assert out.failed, out.text[-3000:]
+    assert "gpu_health_dcgm_cuda_major is 10; DCGM 4 ships datacenter-gpu-manager-4-cuda11" in out.text
 
 
-@pytest.mark.parametrize("fingerprint", ["3BF863CC", "not-hex-" * 5])
-def test_a_fingerprint_that_is_not_full_is_refused_for_our_own_source(tmp_path, fingerprint):
-    out = run(tmp_path, gpu_health_install_dcgm=True, gpu_health_dcgm_repo_key_fingerprint=fingerprint)
-    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    text = flat(out)
-    assert f'gpu_health_dcgm_repo_key_fingerprint is "{fingerprint}"' in text
-    assert "not 40 or 64 hex digits" in text
-    assert "gpg --show-keys KEYFILE" in text
+@pytest.mark.parametrize(("index", "fingerprint"), list(enumerate(["3BF863CC", "not-hex-" * 5])))
+def test_a_fingerprint_that_is_not_full_is_refused_for_our_own_source(outcomes, index, fingerprint):
+    out = outcomes[f"fingerprint_{index}"]
+    assert out.failed, out.text[-3000:]
+    assert f'gpu_health_dcgm_repo_key_fingerprint is "{fingerprint}"' in out.text
+    assert "not 40 or 64 hex digits" in out.text
+    assert "gpg --show-keys KEYFILE" in out.text
 
 
-def test_auto_adds_a_source_of_its_own_where_none_names_the_repository(tmp_path):
-    unrelated = {"sources.list.d/debian.sources": "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"}
-    out = run(tmp_path, unrelated, gpu_health_install_dcgm=True)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "gpu_health source: nvidia" in out.stdout
+def test_auto_adds_a_source_of_its_own_where_none_names_the_repository(outcomes):
+    out = outcomes["auto_unrelated_source"]
+    assert not out.failed, out.text[-3000:]
+    assert "gpu_health source: nvidia" in out.text
 
 
-@pytest.mark.parametrize("name", ["sources.list.d/gpuops-nvidia-driver.sources", "sources.list.d/cuda.list"])
-def test_auto_uses_the_repository_the_host_has_where_another_source_names_it(tmp_path, name):
-    url = _cuda_url()
-    text = DRIVER_SOURCE.format(url=url) if name.endswith(".sources") else f"deb {url.rstrip('/')} /\n"
-    out = run(tmp_path, {name: text}, gpu_health_install_dcgm=True)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "gpu_health source: configured" in out.stdout
+@pytest.mark.parametrize("case", ["auto_driver_sources", "auto_cuda_list"])
+def test_auto_uses_the_repository_the_host_has_where_another_source_names_it(outcomes, case):
+    out = outcomes[case]
+    assert not out.failed, out.text[-3000:]
+    assert "gpu_health source: configured" in out.text
 
 
-def test_our_own_source_does_not_count_as_another(tmp_path):
-    url = _cuda_url()
-    ours = {"sources.list.d/gpuops-dcgm.sources": DRIVER_SOURCE.format(url=url).replace("nvidia-driver", "dcgm")}
-    out = run(tmp_path, ours, gpu_health_install_dcgm=True)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "gpu_health source: nvidia" in out.stdout, "a rerun keeps the source the first run wrote"
+def test_our_own_source_does_not_count_as_another(outcomes):
+    out = outcomes["our_own_source"]
+    assert not out.failed, out.text[-3000:]
+    assert "gpu_health source: nvidia" in out.text, "a rerun keeps the source the first run wrote"
 
 
-def test_nvidia_is_refused_where_another_source_names_the_repository(tmp_path):
-    url = _cuda_url()
-    other = {"sources.list.d/gpuops-nvidia-driver.sources": DRIVER_SOURCE.format(url=url)}
-    out = run(tmp_path, other, gpu_health_install_dcgm=True, gpu_health_dcgm_source="nvidia")
-    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    text = flat(out)
-    assert "gpu_health_dcgm_source is nvidia, but" in text
-    assert "gpuops-nvidia-driver.sources" in text
-    assert "Conflicting values set for option Signed-By" in text
-    assert "Fix: set gpu_health_dcgm_source: configured (or auto)" in text
+def test_nvidia_is_refused_where_another_source_names_the_repository(outcomes):
+    out = outcomes["nvidia_beside_another"]
+    assert out.failed, out.text[-3000:]
+    assert "gpu_health_dcgm_source is nvidia, but" in out.text
+    assert "gpuops-nvidia-driver.sources" in out.text
+    assert "Conflicting values set for option Signed-By" in out.text
+    assert "Fix: set gpu_health_dcgm_source: configured (or auto)" in out.text
 
 
-def test_configured_reads_no_apt_source_and_skips_the_fingerprint(tmp_path):
-    out = run(tmp_path, gpu_health_install_dcgm=True, gpu_health_dcgm_source="configured",
-              gpu_health_dcgm_repo_key_fingerprint="short")
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "gpu_health source: configured" in out.stdout
-    grep = out.stdout.split("apt sources, other than ours, that already name the repository]")[1].split("TASK [")[0]
-    assert grep.strip().splitlines()[-1].startswith("skipping:"), "configured reads no apt source"
+def test_configured_reads_no_apt_source_and_skips_the_fingerprint(outcomes):
+    out = outcomes["configured_short_fingerprint"]
+    assert not out.failed, out.text[-3000:]
+    assert "gpu_health source: configured" in out.text
+    assert out.statuses.get(SOURCE_TASK) == "skipped", ("configured reads no apt source", out.statuses)
