@@ -138,7 +138,7 @@ PROBE_WORKLOAD = "json round trips of a 2000-key mapping, 40 times, and a 300000
 
 def _probe_work() -> int:
     data = {f"k{i}": [i, str(i), {"x": i}] for i in range(2000)}
-    total = sum(len(json.loads(json.dumps(data))) for _ in range(40))
+    total = sum(len(json.loads(json.dumps(data))) for _round in range(40))
     return total + sum(i * i % 7 for i in range(300_000))
 
 
@@ -147,7 +147,7 @@ def probe() -> dict:
     when a run starts and when it ends, it says how fast this machine was then: the same suite's wall time moves
     with it (a shared host's speed changes by the hour), so two recorded times compare only beside their probes."""
     best = None
-    for _ in range(3):
+    for _run in range(3):
         wall, cpu = time.perf_counter(), time.process_time()
         _probe_work()
         taken = (time.perf_counter() - wall, time.process_time() - cpu)

@@ -128,8 +128,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         statuses = {task: "failed" if r.get("failed") else "skipped" if r.get("skipped") else "ok"
                     for task, r in results}
         stats = document["stats"][name]
-        found[name] = Outcome(failed=stats["failures"] > 0 or stats["unreachable"] > 0,
-                              text=" ".join(" ".join(_strings([r for _, r in results])).split()), statuses=statuses)
+        text = " ".join(" ".join(_strings([result for _task, result in results])).split())
+        found[name] = Outcome(failed=stats["failures"] > 0 or stats["unreachable"] > 0, text=text, statuses=statuses)
     return found
 
 

@@ -152,8 +152,8 @@ def test_summary_records_the_machine_cpu_since_the_start_line(junit, tmp_path, m
     assert json.loads((tmp_path / "s.json").read_text())["cpu"] is None
 
 
-def test_the_speed_probe_times_its_fixed_workload_and_the_summary_records_both_ends(junit, tmp_path, monkeypatch,
-                                                                                     capsys):
+def test_the_speed_probe_times_its_fixed_workload_and_the_summary_records_both_ends(
+        junit, tmp_path, monkeypatch, capsys):
     taken = ts.probe()
     assert set(taken) == {"wall_seconds", "cpu_seconds"}
     assert 0 < taken["cpu_seconds"] < 60, taken  # noqa: PLR2004 - the workload is a fraction of a second here
