@@ -30,6 +30,9 @@ BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 # What gpuops.cluster.nvidia_driver (nvidia_driver_source: nvidia) writes for NVIDIA's CUDA repository.
 DRIVER_SOURCE = "Types: deb\nURIs: {url}\nSuites: /\nSigned-By: /etc/apt/keyrings/gpuops-nvidia-driver.gpg\n"
+LEVELS = (4, -1)  # outside dcgmi diag's 0-3
+VERSIONS = ("4", "4.6", "1:4.6.0-1", "latest")  # not exact; a case host is named by the index (":" is no host name)
+FINGERPRINTS = ("3BF863CC", "not-hex-" * 5)  # not a full fingerprint
 SOURCE_TASK = "gpuops.cluster.gpu_health : Assert | apt sources, other than ours, that already name the repository"
 
 
@@ -68,11 +71,11 @@ def _cases() -> dict[str, tuple[dict[str, str], dict]]:
         "configured_short_fingerprint": ({}, {**install, "gpu_health_dcgm_source": "configured",
                                               "gpu_health_dcgm_repo_key_fingerprint": "short"}),
     }
-    for level in (4, -1):
+    for level in LEVELS:
         cases[f"level_{level}"] = ({}, {"gpu_health_dcgm_level": level})
-    for index, version in enumerate(("4", "4.6", "1:4.6.0-1", "latest")):
+    for index, version in enumerate(VERSIONS):
         cases[f"version_{index}"] = ({}, {**install, "gpu_health_dcgm_version": version})
-    for index, fingerprint in enumerate(("3BF863CC", "not-hex-" * 5)):
+    for index, fingerprint in enumerate(FINGERPRINTS):
         cases[f"fingerprint_{index}"] = ({}, {**install, "gpu_health_dcgm_repo_key_fingerprint": fingerprint})
     return cases
 
@@ -133,75 +136,72 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     return found
 
 
+def verdict(outcomes: dict[str, Outcome], case: str, *, refused: bool) -> Outcome:
+    """The case's outcome, once its host passed (refused=False) or failed (refused=True) as expected."""
+    out = outcomes[case]
+    assert out.failed is refused, out.text[-3000:]
+    return out
+
+
 def test_every_case_ran_as_a_host_of_its_own(outcomes):
     assert set(outcomes) == set(_cases())
     assert all(o.statuses for o in outcomes.values()), {n: o.statuses for n, o in outcomes.items()}
 
 
 def test_defaults_pass_and_install_nothing(outcomes):
-    out = outcomes["defaults"]
-    assert not out.failed, out.text[-3000:]
+    out = verdict(outcomes, "defaults", refused=False)
     assert "gpu_health source: none" in out.text, "without gpu_health_install_dcgm no package source is decided"
 
 
-@pytest.mark.parametrize("level", [4, -1])
+@pytest.mark.parametrize("level", LEVELS)
 def test_a_diag_level_outside_0_to_3_is_refused(outcomes, level):
-    out = outcomes[f"level_{level}"]
-    assert out.failed, out.text[-3000:]
+    out = verdict(outcomes, f"level_{level}", refused=True)
     assert f"gpu_health_dcgm_level is {level}; expected 0 (no diagnostics), 1" in out.text
     assert "Fix: set gpu_health_dcgm_level to one of 0, 1, 2, 3." in out.text
 
 
-@pytest.mark.parametrize(("index", "version"), list(enumerate(["4", "4.6", "1:4.6.0-1", "latest"])))
+@pytest.mark.parametrize(("index", "version"), list(enumerate(VERSIONS)))
 def test_a_version_that_is_not_exact_is_refused_when_installing(outcomes, index, version):
-    out = outcomes[f"version_{index}"]
-    assert out.failed, out.text[-3000:]
+    out = verdict(outcomes, f"version_{index}", refused=True)
     assert f'gpu_health_dcgm_version is "{version}"; expected an exact DCGM version such as 4.6.0' in out.text
     assert "Fix: pin the full version" in out.text
 
 
 def test_a_version_that_is_not_exact_is_not_judged_without_install(outcomes):
-    out = outcomes["version_4_without_install"]
-    assert not out.failed, out.text[-3000:]
+    verdict(outcomes, "version_4_without_install", refused=False)
 
 
 def test_a_cuda_major_dcgm_4_is_not_built_for_is_refused(outcomes):
-    out = outcomes["cuda_major_10"]
-    assert out.failed, out.text[-3000:]
+    out = verdict(outcomes, "cuda_major_10", refused=True)
     assert "gpu_health_dcgm_cuda_major is 10; DCGM 4 ships datacenter-gpu-manager-4-cuda11" in out.text
 
 
-@pytest.mark.parametrize(("index", "fingerprint"), list(enumerate(["3BF863CC", "not-hex-" * 5])))
+@pytest.mark.parametrize(("index", "fingerprint"), list(enumerate(FINGERPRINTS)))
 def test_a_fingerprint_that_is_not_full_is_refused_for_our_own_source(outcomes, index, fingerprint):
-    out = outcomes[f"fingerprint_{index}"]
-    assert out.failed, out.text[-3000:]
+    out = verdict(outcomes, f"fingerprint_{index}", refused=True)
     assert f'gpu_health_dcgm_repo_key_fingerprint is "{fingerprint}"' in out.text
     assert "not 40 or 64 hex digits" in out.text
     assert "gpg --show-keys KEYFILE" in out.text
 
 
 def test_auto_adds_a_source_of_its_own_where_none_names_the_repository(outcomes):
-    out = outcomes["auto_unrelated_source"]
-    assert not out.failed, out.text[-3000:]
+    out = verdict(outcomes, "auto_unrelated_source", refused=False)
     assert "gpu_health source: nvidia" in out.text
 
 
 @pytest.mark.parametrize("case", ["auto_driver_sources", "auto_cuda_list"])
 def test_auto_uses_the_repository_the_host_has_where_another_source_names_it(outcomes, case):
-    out = outcomes[case]
-    assert not out.failed, out.text[-3000:]
+    out = verdict(outcomes, case, refused=False)
     assert "gpu_health source: configured" in out.text
 
 
 def test_our_own_source_does_not_count_as_another(outcomes):
-    out = outcomes["our_own_source"]
-    assert not out.failed, out.text[-3000:]
+    out = verdict(outcomes, "our_own_source", refused=False)
     assert "gpu_health source: nvidia" in out.text, "a rerun keeps the source the first run wrote"
 
 
 def test_nvidia_is_refused_where_another_source_names_the_repository(outcomes):
-    out = outcomes["nvidia_beside_another"]
-    assert out.failed, out.text[-3000:]
+    out = verdict(outcomes, "nvidia_beside_another", refused=True)
     assert "gpu_health_dcgm_source is nvidia, but" in out.text
     assert "gpuops-nvidia-driver.sources" in out.text
     assert "Conflicting values set for option Signed-By" in out.text
@@ -209,7 +209,6 @@ def test_nvidia_is_refused_where_another_source_names_the_repository(outcomes):
 
 
 def test_configured_reads_no_apt_source_and_skips_the_fingerprint(outcomes):
-    out = outcomes["configured_short_fingerprint"]
-    assert not out.failed, out.text[-3000:]
+    out = verdict(outcomes, "configured_short_fingerprint", refused=False)
     assert "gpu_health source: configured" in out.text
     assert out.statuses.get(SOURCE_TASK) == "skipped", ("configured reads no apt source", out.statuses)
