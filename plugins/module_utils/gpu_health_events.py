@@ -8,7 +8,9 @@ Every format the drivers have printed is read, whatever the log prefix (``dmesg`
 * ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., GPU has fallen off the bus.`` (and without ``PCI:``,
   without ``pid=``/``name=``, with ``pid='<unknown>'``);
 * ``nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 ...`` -- the ``Severity ...`` and
-  ``Data {...}`` lines the driver prints after it belong to that event and are not events of their own;
+  ``Data {...}`` lines the driver prints after it belong to that event and are not events of their own, but only
+  when that header (same device, same code) came before them in the text read: a continuation line whose header
+  is not there (the log was rotated or filtered between them) is an event of its own, with ``fatal`` null;
 * ``NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.`` and the multi-line
   ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``... installed in this system has`` / ``NVRM: fallen off the bus ...``.
 
@@ -117,11 +119,17 @@ def _xid_event(match, line: str) -> dict:
     )
 
 
-def _sxid_event(match, line: str) -> dict | None:
+def _sxid_event(match, line: str, headers: set | None) -> dict | None:
+    """The SXid event of a line; None for a continuation line whose header (same device and code) is in
+    ``headers``, the SXid headers read before it (added to here)."""
     rest = match.group("rest").strip()
-    if _SXID_CONTINUATION_RE.match(rest):
-        return None
     code = int(match.group("code"))
+    key = ((match.group("device") or "").strip(), code)
+    if _SXID_CONTINUATION_RE.match(rest):
+        if headers is not None and key in headers:
+            return None
+    elif headers is not None:
+        headers.add(key)
     action, mnemonic = sxid_action(code)
     lowered = rest.lower()
     fatal = True if lowered.startswith("fatal") else False if lowered.startswith(("non-fatal", "nonfatal")) else None
@@ -159,15 +167,16 @@ def _fallen_event(match, line: str, previous: list) -> dict:
     )
 
 
-def parse_line(line: str, previous: list | None = None) -> dict | None:
+def parse_line(line: str, previous: list | None = None, sxid_headers: set | None = None) -> dict | None:
     """The event one kernel-log line reports, or None. ``previous``: the lines just before it (for the GPU
-    address of a multi-line "fallen off the bus" message)."""
+    address of a multi-line "fallen off the bus" message); ``sxid_headers``: the ``(device, code)`` of the SXid
+    header lines read before it (updated here), without which an SXid continuation line is an event of its own."""
     match = _XID_RE.search(line)
     if match:
         return _xid_event(match, line)
     match = _SXID_RE.search(line)
     if match:
-        return _sxid_event(match, line)
+        return _sxid_event(match, line, sxid_headers)
     match = _FALLEN_RE.search(line)
     if match:
         return _fallen_event(match, line, previous or [])
@@ -178,9 +187,10 @@ def parse_events(lines) -> list:
     """Every event in ``lines`` (an iterable of kernel-log lines), in log order."""
     events: list = []
     previous: list = []
+    sxid_headers: set = set()
     for raw in lines:
         line = raw.rstrip("\r\n")
-        event = parse_line(line, previous)
+        event = parse_line(line, previous, sxid_headers)
         if event is not None:
             events.append(event)
         previous = [*previous[-(_FALLEN_LOOKBACK - 1) :], line]

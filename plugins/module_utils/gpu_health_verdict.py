@@ -113,6 +113,8 @@ def event_findings(events: list) -> list:
             codes.setdefault(event["gpu"] if event["gpu"] is not None else event["pci"], set()).add(event["code"])
             if event["recovery_action"] is not None:
                 recovery[event["gpu"] if event["gpu"] is not None else event["pci"]] = event["recovery_action"]
+    # an SXid group is fatal when any of its lines says so: a lone continuation line (fatal null) may come first
+    fatal_sxids = {(event["code"], event["pci"]) for event in events if event["kind"] == KIND_SXID and event["fatal"]}
     found = []
     for first, last, count in _group(events):
         where = first["gpu"] if first["gpu"] is not None else first["pci"]
@@ -120,7 +122,8 @@ def event_findings(events: list) -> list:
         if first["kind"] == KIND_FALLEN_OFF_BUS:
             severity, step = FAILED, action
         elif first["kind"] == KIND_SXID:
-            severity = FAILED if first["fatal"] else None if action == "IGNORE" else DEGRADED
+            fatal = (first["code"], first["pci"]) in fatal_sxids
+            severity = FAILED if fatal else None if action == "IGNORE" else DEGRADED
         else:
             severity, step = _xid_judgement(first, codes.get(where, set()), recovery.get(where))
         if severity is not None:

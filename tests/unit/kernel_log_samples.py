@@ -110,7 +110,10 @@ DEVELOPMENT = [
         "WORKFLOW_XID_45",
         OGKM_1150,
     ),
-    # NVSwitch: one SXid event is a Non-fatal/Fatal line; its Severity and Data lines are not events
+    # NVSwitch: one SXid event is a Non-fatal/Fatal line; its Severity and Data lines belong to it when it came
+    # before them (test_gpu_health_events.py reads them in that order). Each line here is read alone, so the
+    # Severity and Data lines have no header before them and are events of their own (issue 36: a log rotated or
+    # filtered between them must not hide the SXid).
     Sample(
         "[   38.178720] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ "
         "interrupt",
@@ -123,19 +126,19 @@ DEVELOPMENT = [
     Sample(
         "[   38.180708] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine "
         "instance 00",
-        None,
-        None,
-        None,
-        None,
+        "sxid",
+        22013,
+        "0000:04:00.0",
+        "IGNORE",
         NVTRUST_124,
     ),
     Sample(
         "[   38.175561] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, 0x0000002b, 0x00000000, "
         "0x0000002b, 0x80005302, 0x00000000, 0x00000000, 0x00000000, 0x00000000}",
-        None,
-        None,
-        None,
-        None,
+        "sxid",
+        22013,
+        "0000:04:00.0",
+        "IGNORE",
         NVTRUST_124,
     ),
     Sample(
@@ -147,15 +150,15 @@ DEVELOPMENT = [
         None,
         NVTRUST_124,
     ),
-    # dmesg --decode --time-format iso: an SXid Data line
+    # dmesg --decode --time-format iso: an SXid Data line (alone here: an event of its own)
     Sample(
         "kern  :err   : 2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data "
         "{0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, 0x00000000, "
         "0x00000000}",
-        None,
-        None,
-        None,
-        None,
+        "sxid",
+        12028,
+        "0000:84:00.0",
+        "RESET_FABRIC",
         GPUD_338,
     ),
     # NVIDIA's own example: an Xid without "PCI:", and the GPU header line that is not an event

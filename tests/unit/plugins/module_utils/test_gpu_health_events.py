@@ -103,3 +103,38 @@ def test_pci_addresses_map_to_gpu_indexes_in_any_form() -> None:
         ]
     )
     assert [event["gpu"] for event in ev.map_gpus(events, gpus)] == [0, 1, None, None]
+
+
+# The three lines of one SXid, as NVIDIA/nvtrust issue 124 shows them (tests/unit/kernel_log_samples.py; the Data
+# line's list shortened)
+_SXID_HEADER = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"
+_SXID_SEVERITY = (
+    "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine instance 00"
+)
+_SXID_DATA = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, 0x0000002b, 0x00000000}"
+
+
+def test_sxid_continuation_lines_after_their_header_are_part_of_it() -> None:
+    events = ev.parse_events([_SXID_HEADER, _SXID_SEVERITY, _SXID_DATA])
+    assert [(event["code"], event["line"], event["fatal"]) for event in events] == [(22013, _SXID_HEADER, False)]
+
+
+@pytest.mark.parametrize("lone", [_SXID_SEVERITY, _SXID_DATA], ids=["severity", "data"])
+def test_a_lone_sxid_continuation_line_is_an_event_of_its_own(lone: str) -> None:
+    """Issue 36: the header was rotated or filtered out of the text read; the SXid must still be seen."""
+    events = ev.parse_events(["[ 1.0] NVRM: loading NVIDIA UNIX Open Kernel Module", lone])
+    assert [(event["kind"], event["code"], event["pci"], event["fatal"], event["line"]) for event in events] == [
+        ("sxid", 22013, "0000:04:00.0", None, lone)
+    ]
+
+
+def test_a_continuation_belongs_only_to_a_header_of_the_same_device_and_code() -> None:
+    other_device = _SXID_HEADER.replace("nvswitch3: SXid (PCI:0000:04:00.0)", "nvswitch1: SXid (PCI:0000:84:00.0)")
+    other_code = _SXID_HEADER.replace("22013", "12028")
+    events = ev.parse_events([other_device, other_code, _SXID_SEVERITY, _SXID_HEADER, _SXID_DATA])
+    assert [(event["code"], event["pci"], event["line"]) for event in events] == [
+        (22013, "0000:84:00.0", other_device),
+        (12028, "0000:04:00.0", other_code),
+        (22013, "0000:04:00.0", _SXID_SEVERITY),
+        (22013, "0000:04:00.0", _SXID_HEADER),
+    ]

@@ -189,3 +189,14 @@ def test_worst_verdict():
     assert vd.worst([]) == "healthy"
     assert vd.worst(["degraded", "healthy"]) == "degraded"
     assert vd.worst(["degraded", "failed", "healthy"]) == "failed"
+
+
+def test_a_lone_sxid_continuation_first_does_not_hide_a_fatal_header_after_it():
+    """Issue 36: the group's first line is a continuation with no header before it (fatal unknown); the Fatal
+    header later in the text still makes the SXid failed."""
+    found = _findings(
+        "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Data {0x00000000, 0x00000000}",
+        "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 30 sourcetrack timeout",
+    )
+    assert [(item["gpu"], item["severity"], item["action"]) for item in found] == [(None, "failed", "RESET_GPU")]
+    assert " x2 " in found[0]["evidence"]
