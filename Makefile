@@ -57,7 +57,16 @@ $(VENV)/.gpuops-run-installed: $(VENV)/.installed pyproject.toml $(wildcard gpuo
 	@rm -rf build/lib build/bdist.* gpuops_run.egg-info
 	@touch $@
 
-venv: $(VENV)/.installed $(VENV)/.gpuops-run-installed
+# IBM's network-config-analyzer, which judges tenant isolation in tests/render, pins a PyYAML that requirements.txt
+# cannot share, so it gets a venv of its own inside .venv (requirements-nca.txt says why).
+$(VENV)/nca/.installed: requirements-nca.txt
+	@test -x $(VENV)/nca/bin/python || python3 -m venv $(VENV)/nca || { echo "setup: ERROR: python3 -m venv .venv/nca failed. Fix: apt-get install python3-venv" >&2; exit 1; }
+	@echo "setup: installing network-config-analyzer into .venv/nca"
+	@$(VENV)/nca/bin/pip install -q --disable-pip-version-check -r requirements-nca.txt \
+	  || { echo "setup: ERROR: pip install -r requirements-nca.txt failed (see above). Fix: check access to PyPI, then rerun." >&2; exit 1; }
+	@touch $@
+
+venv: $(VENV)/.installed $(VENV)/.gpuops-run-installed $(VENV)/nca/.installed
 
 # The two debootstrap images build at the same time (each mostly waits on the Debian mirror and dpkg), and in
 # `make setup` alongside the venv's pip install; -O prints each target's output whole when it ends.
