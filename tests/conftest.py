@@ -1,5 +1,6 @@
-"""Shared by every folder under tests/: under CI=true, a skip for missing docker, image, ../shared/data or prometheus
-fails (tests/ci_skips.py); and the collection imports in place (collections/ on sys.path, as tests/unit/conftest.py
+"""Shared by every folder under tests/: under CI=true, a skip not declared by design (a missing docker, image,
+../shared/data, chromium, promtool...) fails (tests/ci_skips.py; molecule/conftest.py does the same for the Molecule
+verifiers); and the collection imports in place (collections/ on sys.path, as tests/unit/conftest.py
 also does), for the tests outside tests/unit that call its plugins (tests/ops/test_diagnose_slowdown.py)."""
 
 from __future__ import annotations

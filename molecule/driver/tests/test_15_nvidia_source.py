@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ci_skips import skip_by_design  # tests/ci_skips.py (pyproject's pytest pythonpath)
 
 testinfra_hosts = ["gpuops-driver-deb13", "gpuops-driver-deb12-cuda"]
 
@@ -127,7 +128,7 @@ def test_fabric_manager_at_the_driver_version_held_and_enabled(host):
     not started (image-bake mode, no hardware), so no Fabric Manager ever runs here. The stand-in package has no
     maintainer scripts, so the unit can only have been enabled by the role."""
     if _name(host) != "gpuops-driver-deb13":
-        pytest.skip("no NVSwitch in deb12-cuda's fixture: Fabric Manager absence is checked above")
+        skip_by_design("no NVSwitch in deb12-cuda's fixture: Fabric Manager absence is checked above")
     assert host.package("nvidia-fabricmanager-570").version == PIN
     assert "nvidia-fabricmanager-570" in host.check_output("apt-mark showhold").split()
     assert host.service("nvidia-fabricmanager").is_enabled

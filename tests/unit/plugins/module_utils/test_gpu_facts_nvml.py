@@ -12,6 +12,7 @@ import json
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
+from ci_skips import skip_by_design
 from fake_pynvml import (
     MIRRORED_NAMES,
     FakeGpu,
@@ -199,7 +200,7 @@ def test_real_pynvml_without_libnvidia_ml_falls_back(tmp_path):
         pass
     else:
         pynvml.nvmlShutdown()
-        pytest.skip("libnvidia-ml is loadable here: tests/gpu covers the real library")
+        skip_by_design("libnvidia-ml is loadable here: tests/gpu covers the real library")
     facts, warnings = gf.gather_gpu_facts(
         nvml_loader=lambda: importlib.import_module("pynvml"),
         which=lambda name: None,
