@@ -63,6 +63,8 @@ def _gpu_entry(record: dict, findings: list) -> dict:
         "verdict": worst(item["severity"] for item in own),
         "findings": own,
         "state": record["state"],
+        "not_supported": record.get("not_supported", []),
+        "unread": record.get("unread", []),
     }
 
 

@@ -16,6 +16,13 @@ Each GPU record of ``gather_state`` is a gpu_facts record (index, name, uuid, pc
 * ``pcie_gen_current``, ``pcie_gen_max``, ``pcie_width_current``, ``pcie_width_max``;
 * ``persistence_mode``.
 
+Each record also has ``not_supported``, the state keys the GPU does not have (NVML answers NotSupported or
+FunctionNotFound; ``nvidia-smi`` prints ``N/A``, ``[N/A]`` or ``[Not Supported]``; NVLink keys of a GPU without
+links): page retirement on A100 and newer, where row remapping replaces it
+(../shared/data/nvidia-smi/h200-driver580/pynvml-probe.txt), ECC counters with ECC off. And ``unread``, the
+``COUNTERS`` that are null for any other reason (an NVML error, a value missing or garbled in the text): only those
+make ``read_ok`` false, since a host whose error counters were not read cannot be called healthy.
+
 NVML reads all of it in gpu_facts' NVML session (its ``per_gpu`` hook). The nvidia-smi path reads ``nvidia-smi -q``
 with gpu_facts' own section parser, then ``nvidia-smi nvlink -s`` and ``nvidia-smi nvlink -e`` for the links.
 """
@@ -51,6 +58,26 @@ _REASON_HW_THERMAL = 0x40
 _REASON_HW_POWER_BRAKE = 0x80
 _NVLINK_COUNTERS = (("nvlink_replay_errors", 0), ("nvlink_recovery_errors", 1), ("nvlink_crc_errors", 2))
 _NVLINK_CRC_DATA = 3  # NVML_NVLINK_ERROR_DL_CRC_DATA, added to the flit CRC count
+_NVLINK_KEYS = (
+    "nvlink_crc_errors",
+    "nvlink_replay_errors",
+    "nvlink_recovery_errors",
+    "nvlink_links_active",
+    "nvlink_links_down",
+)
+_REASON_KEYS = ("gpu_idle", "throttle_thermal", "throttle_power", "throttle_sw_power_cap", "throttle_hw_slowdown")
+# The error and pending-repair counters the verdict acts on: one of them unread (not "not supported") makes
+# read_ok false
+COUNTERS = (
+    "ecc_uncorrectable_volatile",
+    "ecc_uncorrectable_aggregate",
+    "row_remap_pending",
+    "row_remap_failure",
+    "retired_pages_pending",
+)
+# What nvidia-smi prints for a field the GPU does not have, in -q and in the query CSV
+_SMI_NOT_SUPPORTED = ("n/a", "[n/a]", "not supported", "[not supported]")
+_NOT_SUPPORTED = object()  # _nvml_read's answer for NotSupported / FunctionNotFound
 
 
 def empty_state() -> dict:
@@ -78,6 +105,16 @@ def empty_state() -> dict:
     }
 
 
+def smi_not_supported(value) -> bool:
+    """True for nvidia-smi's text for a field the GPU does not have (``N/A``, ``[N/A]``, ``[Not Supported]``)."""
+    return isinstance(value, str) and value.strip().lower() in _SMI_NOT_SUPPORTED
+
+
+def unread_counters(state: dict, not_supported) -> list:
+    """The ``COUNTERS`` of a GPU that are null and not reported as not supported."""
+    return [key for key in COUNTERS if state[key] is None and key not in not_supported]
+
+
 def _reasons(state: dict, mask: int | None) -> None:
     if mask is None:
         return
@@ -89,6 +126,22 @@ def _reasons(state: dict, mask: int | None) -> None:
 
 
 # --------------------------------------------------------------------------- NVML
+
+
+def _nvml_read(calls, label: str, name: str, *args):
+    """The value of one NVML call; ``_NOT_SUPPORTED`` when NVML says the GPU or driver has no such thing
+    (NotSupported, FunctionNotFound); None when it could not be read (other NVML errors, with a warning; a pynvml
+    without the call)."""
+    func = getattr(calls.nvml, name, None)
+    if func is None:
+        return None
+    try:
+        return func(*args)
+    except calls.nvml.NVMLError as err:
+        if isinstance(err, calls.quiet):
+            return _NOT_SUPPORTED
+        calls.warnings.append(f"NVML {name} for {label} failed: {err}; the field is reported as null")
+        return None
 
 
 def _nvml_links(calls, label: str, handle, state: dict) -> None:
@@ -111,25 +164,35 @@ def _nvml_links(calls, label: str, handle, state: dict) -> None:
 
 
 def nvml_health(calls, label: str, handle) -> dict:
-    """The ``state`` dict of one GPU through NVML (gpu_facts' ``per_gpu`` hook: same session, same handle)."""
+    """``{state, not_supported}`` of one GPU through NVML (gpu_facts' ``per_gpu`` hook: same session, same
+    handle)."""
     nvml = calls.nvml
     state = empty_state()
+    not_supported: list = []
+
+    def read(keys: tuple, name: str, *args):
+        value = _nvml_read(calls, label, name, handle, *args)
+        if value is _NOT_SUPPORTED:
+            not_supported.extend(keys)
+            return None
+        return value
+
     uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
     for key, counter in (
         ("ecc_uncorrectable_volatile", "NVML_VOLATILE_ECC"),
         ("ecc_uncorrectable_aggregate", "NVML_AGGREGATE_ECC"),
     ):
-        value = calls.call(label, "nvmlDeviceGetTotalEccErrors", handle, uncorrected, getattr(nvml, counter, None))
+        value = read((key,), "nvmlDeviceGetTotalEccErrors", uncorrected, getattr(nvml, counter, None))
         state[key] = None if value is None else int(value)
-    remapped = calls.call(label, "nvmlDeviceGetRemappedRows", handle)
+    remapped = read(("row_remap_pending", "row_remap_failure"), "nvmlDeviceGetRemappedRows")
     if remapped is not None:
         state["row_remap_pending"], state["row_remap_failure"] = bool(remapped[2]), bool(remapped[3])
-    pending = calls.call(label, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    pending = read(("retired_pages_pending",), "nvmlDeviceGetRetiredPagesPendingStatus")
     if pending is not None:
         state["retired_pages_pending"] = pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    mask = calls.call(label, "nvmlDeviceGetCurrentClocksEventReasons", handle)
-    if mask is None:
-        mask = calls.call(label, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    mask = _nvml_read(calls, label, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if mask is None or mask is _NOT_SUPPORTED:
+        mask = read(_REASON_KEYS, "nvmlDeviceGetCurrentClocksThrottleReasons")
     _reasons(state, mask)
     for key, name in (
         ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
@@ -137,10 +200,12 @@ def nvml_health(calls, label: str, handle) -> dict:
         ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
         ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
     ):
-        value = calls.call(label, name, handle)
+        value = read((key,), name)
         state[key] = None if value is None else int(value)
     _nvml_links(calls, label, handle, state)
-    return state
+    if state["nvlink_links_active"] is None:  # no link answered: a GPU without NVLink
+        not_supported.extend(_NVLINK_KEYS)
+    return {"state": state, "not_supported": sorted(set(not_supported))}
 
 
 # --------------------------------------------------------------------------- nvidia-smi -q (text)
@@ -202,13 +267,65 @@ def q_state(tree: dict, persistence_mode) -> dict:
     return state
 
 
+def _q_section_not_supported(section) -> bool:
+    """A -q section (or value) that says N/A throughout: ``ECC Errors`` with ECC off, ``Retired Pages`` on A100
+    and newer, ``Remapped Rows : N/A`` before A100."""
+    if isinstance(section, dict):
+        values = [value for value in section.values() if not isinstance(value, dict)]
+        nested = [value for value in section.values() if isinstance(value, dict)]
+        return (
+            bool(values or nested)
+            and all(map(smi_not_supported, values))
+            and all(map(_q_section_not_supported, nested))
+        )
+    return smi_not_supported(section)
+
+
+def q_not_supported(tree: dict) -> list:
+    """The state keys one GPU section of ``nvidia-smi -q`` prints as not supported (see ``smi_not_supported``)."""
+    found = []
+    ecc = tree.get("ECC Errors")
+    if smi_not_supported(ecc):
+        found += ["ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate"]
+    elif isinstance(ecc, dict):
+        found += [
+            key
+            for key, part in (("ecc_uncorrectable_volatile", "Volatile"), ("ecc_uncorrectable_aggregate", "Aggregate"))
+            if part in ecc and _q_section_not_supported(ecc[part])
+        ]
+    remap = tree.get("Remapped Rows")
+    if _q_section_not_supported(remap) or (isinstance(remap, dict) and smi_not_supported(remap.get("Pending"))):
+        found += ["row_remap_pending", "row_remap_failure"]
+    pages = tree.get("Retired Pages")
+    pending = q_get(tree, "Retired Pages", "Pending Page Blacklist") or q_get(
+        tree, "Retired Pages", "Pending Page Retirement"
+    )
+    if smi_not_supported(pages) or smi_not_supported(pending):
+        found.append("retired_pages_pending")
+    reasons = tree.get("Clocks Event Reasons", tree.get("Clocks Throttle Reasons"))
+    if smi_not_supported(reasons):
+        found += list(_REASON_KEYS)
+    link = ("PCI", "GPU Link Info")
+    for key, path in (
+        ("pcie_gen_current", ("PCIe Generation", "Current")),
+        ("pcie_gen_max", ("PCIe Generation", "Max")),
+        ("pcie_width_current", ("Link Width", "Current")),
+        ("pcie_width_max", ("Link Width", "Max")),
+    ):
+        if smi_not_supported(q_get(tree, *link, *path)):
+            found.append(key)
+    return sorted(found)
+
+
 def parse_health_q(text: str) -> list:
-    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` (gpu_facts' parser, then the health keys)."""
+    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` and ``not_supported`` (gpu_facts' parser,
+    then the health keys; its parsers remove terminal control sequences)."""
     _head, blocks = split_nvidia_smi_q(text)
     records = parse_nvidia_smi_q(text)["gpus"]
     for record, (_bus, tree) in zip(records, blocks):
         record.pop("mig_devices", None)
         record["state"] = q_state(tree, record["persistence_mode"])
+        record["not_supported"] = q_not_supported(tree)
     return records
 
 
@@ -250,6 +367,10 @@ def gather_smi_state(run, which, notes: list) -> list:
         if rc != 0:
             notes.append(f"'nvidia-smi {' '.join(argv)}' exited {rc}: {one_line(err or out)}; NVLink fields are null")
     add_nvlink(records, *texts)
+    if texts[0] is not None:  # `nvlink -s` answered: a GPU it shows no link for has no NVLink
+        for record in records:
+            if record["state"]["nvlink_links_active"] is None:
+                record["not_supported"] = sorted({*record["not_supported"], *_NVLINK_KEYS})
     return records
 
 
@@ -260,10 +381,24 @@ def _nvml_records(nvml_loader, warnings: list) -> list:
     result = load_and_gather_nvml(nvml_loader, warnings, per_gpu=nvml_health)
     records = []
     for record in result["gpus"]:
-        state = record.pop("health", None) or empty_state()
+        health = record.pop("health", None) or {"state": empty_state(), "not_supported": []}
+        state = health["state"]
         state["persistence_mode"] = record["persistence_mode"]
-        records.append({**record, "state": state})
+        records.append({**record, "state": state, "not_supported": health["not_supported"]})
     return records
+
+
+def _answer(source: str, gpus: list, warnings: list, notes: list) -> dict:
+    """The state of a backend that answered: each GPU's ``unread`` counters, and ``read_ok`` false when any."""
+    for record in gpus:
+        record["unread"] = unread_counters(record["state"], record["not_supported"])
+        if record["unread"]:
+            notes.append(
+                f"GPU {record['index']}: {', '.join(record['unread'])} not read ({source}); read_ok is false "
+                "(see the warnings for why)"
+            )
+    read_ok = not any(record["unread"] for record in gpus)
+    return {"source": source, "read_ok": read_ok, "gpus": gpus, "warnings": warnings, "notes": notes}
 
 
 def gather_state(backend: str, run, which, nvml_loader=None, state_text: str | None = None) -> dict:
@@ -271,23 +406,18 @@ def gather_state(backend: str, run, which, nvml_loader=None, state_text: str | N
 
     ``state_text``: ``nvidia-smi -q`` text to read instead of asking the host (source ``nvidia-smi``).
     ``backend``: ``auto`` (nvml, then nvidia-smi) or one of them; a named backend that cannot answer raises
-    GpuFactsError. With ``auto`` and neither answering, ``read_ok`` is false and ``gpus`` empty.
+    GpuFactsError. With ``auto`` and neither answering, ``read_ok`` is false and ``gpus`` empty. A backend that
+    answers but leaves one of a GPU's ``COUNTERS`` unread (not "not supported") gives ``read_ok`` false too.
     """
     warnings: list = []
     notes: list = []
     if state_text is not None:
-        return {
-            "source": SOURCE_NVIDIA_SMI,
-            "read_ok": True,
-            "gpus": parse_health_q(state_text),
-            "warnings": warnings,
-            "notes": notes,
-        }
+        return _answer(SOURCE_NVIDIA_SMI, parse_health_q(state_text), warnings, notes)
     attempts = {
         SOURCE_NVML: lambda: _nvml_records(nvml_loader or import_pynvml, warnings),
         SOURCE_NVIDIA_SMI: lambda: gather_smi_state(run, which, notes),
     }
     answered = first_backend(backend, attempts, notes)
     if answered:
-        return {"source": answered[0], "read_ok": True, "gpus": answered[1], "warnings": warnings, "notes": notes}
+        return _answer(answered[0], answered[1], warnings, notes)
     return {"source": SOURCE_NONE, "read_ok": False, "gpus": [], "warnings": warnings, "notes": notes}

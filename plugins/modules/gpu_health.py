@@ -17,7 +17,9 @@ description:
   - "Kernel-log events: C(NVRM: Xid) lines in every format the drivers have printed (with or without C(PCI:), with
     or without C(pid=)/C(name=), with dmesg, syslog or journal prefixes), C(SXid) lines of C(nvidia-nvswitch*),
     and C(fallen off the bus) messages (also the multi-line form). A line is at most one event; an Xid 79 line is
-    an C(xid) event only. Other NVRM lines are not events."
+    an C(xid) event only. Other NVRM lines are not events. An SXid's C(Severity ...) and C(Data {...}) lines
+    belong to its header line when that header (same NVSwitch, same code) came before them in the text read;
+    without it (a rotated or filtered log) such a line is an event of its own."
   - "Each Xid gets NVIDIA's immediate action, the \"Resolution Bucket (Immediate Action)\" column of NVIDIA's Xid
     catalog, spelt as there (C(RESTART_APP), C(RESET_GPU), C(RESTART_BM), C(IGNORE), C(CONTACT_SUPPORT),
     C(WORKFLOW_XID_48), ...), from the collection's own copy of that table; C(UNKNOWN) for a code the catalog
@@ -164,7 +166,8 @@ events:
       description: C(nvidia-xid-catalog) or C(nvsentinel-sxid-mapping); null for C(UNKNOWN).
       type: str
     fatal:
-      description: For an SXid and Xid 144-150, whether the line says Fatal; else null.
+      description: For an SXid and Xid 144-150, whether the line says Fatal; else null (also for an SXid
+        C(Severity)/C(Data) line read without its header).
       type: bool
     recovery_action:
       description: For Xid 154, the recovery action it changed to (C(Node Reboot Required), ...); else null.
@@ -185,7 +188,13 @@ log_read_ok:
   type: bool
   sample: true
 gpus:
-  description: One entry per GPU the state backend lists.
+  description: >-
+    One entry per GPU the state backend lists: C(index), C(pci), C(uuid), C(name), C(verdict), C(findings),
+    C(state) (null where not known), C(not_supported) (the state keys the GPU does not have: NVML answers
+    NotSupported or FunctionNotFound, nvidia-smi prints N/A; page retirement on A100 and newer, where row remapping
+    replaces it; ECC counters with ECC off; NVLink keys of a GPU without links) and C(unread) (the error counters
+    C(ecc_uncorrectable_volatile), C(ecc_uncorrectable_aggregate), C(row_remap_pending), C(row_remap_failure),
+    C(retired_pages_pending) that are null for another reason: an NVML error, a value missing or garbled).
   returned: always
   type: list
   elements: dict
@@ -217,6 +226,8 @@ gpus:
         pcie_width_current: 16
         pcie_width_max: 16
         persistence_mode: true
+      not_supported: [retired_pages_pending]
+      unread: []
 findings:
   description: Every finding, of all GPUs and of the host (C(gpu) null).
   returned: always
@@ -263,7 +274,10 @@ state_source:
   type: str
   sample: nvml
 read_ok:
-  description: False when the GPU state could not be read; the host must then not be acted on.
+  description: >-
+    False when the GPU state could not be read, or a GPU's error counters were left unread (RV(gpus[].unread));
+    a counter the GPU does not support (RV(gpus[].not_supported)) does not count. The host must then not be acted
+    on.
   returned: always
   type: bool
   sample: true

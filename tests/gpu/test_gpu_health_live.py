@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import empty_state
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import COUNTERS, empty_state
 
 from .test_gpu_facts_live import NO_NVML, NO_SMI, run
 
 needs_smi = pytest.mark.skipif(NO_SMI is not None, reason=str(NO_SMI))
 needs_nvml = pytest.mark.skipif(NO_NVML is not None, reason=str(NO_NVML))
 
-# Fields NVML gives on every data-centre GPU; the NVLink counters only where the GPU has links.
+# Fields NVML gives on every data-centre GPU unless it answers NotSupported (page retirement on A100 and newer,
+# issue 36); the NVLink counters only where the GPU has links.
 NVLINK_FIELDS = {key for key in empty_state() if key.startswith("nvlink_")}
 ALWAYS_FIELDS = set(empty_state()) - NVLINK_FIELDS - {"throttle_sw_power_cap"}
 
@@ -47,8 +48,11 @@ def test_a_healthy_gpu_is_healthy_with_every_nvml_field_read():
     assert result["read_ok"] is True
     assert result["gpus"], "NVML initialised but the sweep found no GPU"
     for gpu in result["gpus"]:
-        unread = sorted(key for key in ALWAYS_FIELDS if gpu["state"].get(key) is None)
-        assert unread == [], f"GPU {gpu['index']}: NVML fields not read: {unread}"
+        assert gpu["unread"] == [], f"GPU {gpu['index']}: error counters not read: {gpu['unread']}"
+        unread = sorted(
+            key for key in ALWAYS_FIELDS if gpu["state"].get(key) is None and key not in gpu["not_supported"]
+        )
+        assert unread == [], f"GPU {gpu['index']}: NVML fields neither read nor not supported: {unread}"
         links = gpu["state"]["nvlink_links_active"]
         if links:  # a GPU with active NVLink links reports their error counters too
             assert all(gpu["state"][key] is not None for key in NVLINK_FIELDS), gpu["state"]
@@ -59,10 +63,14 @@ def test_a_healthy_gpu_is_healthy_with_every_nvml_field_read():
 @needs_smi
 @needs_nvml
 def test_nvml_and_nvidia_smi_agree_on_the_counters_that_decide_a_verdict():
-    nvml = {gpu["index"]: gpu["state"] for gpu in sweep("nvml")["gpus"]}
-    smi = {gpu["index"]: gpu["state"] for gpu in sweep("nvidia-smi")["gpus"]}
+    nvml = {gpu["index"]: gpu for gpu in sweep("nvml")["gpus"]}
+    smi = {gpu["index"]: gpu for gpu in sweep("nvidia-smi")["gpus"]}
+    assert nvml, "nvidia-smi and NVML answer but the sweep found no GPU"
     assert set(nvml) == set(smi)
-    for index, state in nvml.items():
+    for index, gpu in nvml.items():
         for key in ("ecc_uncorrectable_aggregate", "row_remap_failure", "row_remap_pending", "persistence_mode"):
-            got = (state[key], smi[index][key])
+            got = (gpu["state"][key], smi[index]["state"][key])
             assert got[0] == got[1], f"GPU {index} {key}: NVML {got[0]!r}, nvidia-smi {got[1]!r}"
+        # the two backends agree on which error counters the GPU does not have (page retirement on Hopper)
+        got = [sorted(set(COUNTERS) & set(entry["not_supported"])) for entry in (gpu, smi[index])]
+        assert got[0] == got[1], f"GPU {index} not supported: NVML {got[0]}, nvidia-smi {got[1]}"

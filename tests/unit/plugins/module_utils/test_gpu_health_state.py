@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_state as hs
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import GpuFactsError
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_nvlink_errors
-from fake_pynvml import FakeGpu, make_fake_pynvml
+from conftest import shared_path
+from fake_pynvml import ERRORS, FakeGpu, make_fake_pynvml
 from gpu_facts_helpers import Commands, no_pynvml
 
 H100_HGX = "h100-sxm-80gb-x8_hgx_nvidia-smi-q_fabric-completed.txt"
@@ -139,9 +143,12 @@ def test_nvidia_smi_backend_runs_three_commands_once():
         {"nvidia-smi -q": (0, text, ""), "nvidia-smi nvlink -s": (0, "", ""), "nvidia-smi nvlink -e": (3, "", "no")}
     )
     state = hs.gather_state("nvidia-smi", commands.run, commands.which)
-    assert (state["source"], state["read_ok"], len(state["gpus"])) == ("nvidia-smi", True, 1)
     assert commands.ran == ["nvidia-smi -q", "nvidia-smi nvlink -s", "nvidia-smi nvlink -e"]
     assert any("nvlink -e' exited 3" in note for note in state["notes"])
+    # this -q shows no counter at all: the backend answered, but no error counter was read
+    assert (state["source"], state["read_ok"], len(state["gpus"])) == ("nvidia-smi", False, 1)
+    assert state["gpus"][0]["unread"] == list(hs.COUNTERS)
+    assert any(note.startswith("GPU 0: ecc_uncorrectable_volatile, ") for note in state["notes"])
 
 
 def test_nvml_backend_reads_every_field_in_the_facts_session():
@@ -199,3 +206,113 @@ def test_auto_falls_back_to_nvidia_smi_then_reports_unread():
 def test_a_named_backend_that_cannot_answer_fails():
     with pytest.raises(GpuFactsError, match="backend nvml cannot answer"):
         hs.gather_state("nvml", Commands().run, Commands().which, nvml_loader=no_pynvml)
+
+
+# --------------------------------------------------------------------------- not supported is not unread (issue 36)
+# The H200 capture set (../shared/data/nvidia-smi/h200-driver580/SOURCES.md: one H200, driver 580.159.04, recorded
+# 2026-12-04): NVML answers NotSupported for the pending page retirement (pynvml-probe.txt), nvidia-smi prints N/A
+# (q-health.txt, q.txt) and [N/A] (query.csv). Row remapping replaces page retirement on A100 and newer.
+H200 = ("nvidia-smi", "h200-driver580")
+
+
+def _h200_nvml():
+    """pynvml as pynvml-probe.txt shows it on the H200: retired pages NotSupported, no remapped row, GPU idle."""
+    h200 = FakeGpu(
+        name="NVIDIA H200",
+        bus_id="00000000:00:06.0",
+        memory_total_bytes=143771 * 1024 * 1024,
+        retired_pages_pending=None,
+        remapped_rows=(0, 0, 0, 0),
+        ecc_uncorrected=(0, 0),
+        clock_reasons=0x1,
+    )
+    return make_fake_pynvml([h200], driver_version="580.159.04", cuda_version=13000)
+
+
+@pytest.mark.parametrize("name", ["q-health.txt", "q.txt"])
+def test_h200_nvidia_smi_retired_pages_na_is_not_supported_and_read_ok(name):
+    text = shared_path(*H200, name).read_text()
+    state = hs.gather_state("auto", Commands().run, Commands().which, state_text=text)
+    (gpu,) = state["gpus"]
+    assert "retired_pages_pending" in gpu["not_supported"]
+    assert gpu["state"]["retired_pages_pending"] is None
+    assert (gpu["unread"], state["read_ok"]) == ([], True)
+    assert {key: gpu["state"][key] for key in hs.COUNTERS if key != "retired_pages_pending"} == {
+        "ecc_uncorrectable_volatile": 0,
+        "ecc_uncorrectable_aggregate": 0,
+        "row_remap_pending": False,
+        "row_remap_failure": False,
+    }
+
+
+def test_h200_query_csv_na_is_what_nvidia_smi_prints_for_not_supported():
+    """The query CSV's `[N/A]` and -q's `N/A` are the same answer: not supported (the health path reads -q)."""
+    with shared_path(*H200, "query.csv").open(newline="") as handle:
+        (row,) = list(csv.DictReader(handle, skipinitialspace=True))
+    assert hs.smi_not_supported(row["retired_pages.pending"])
+    assert [hs.smi_not_supported(row[key]) for key in ("remapped_rows.pending", "remapped_rows.failure")] == [
+        False,
+        False,
+    ]
+    assert not any(hs.smi_not_supported(value) for value in ("0", "No", "", "None", None))
+
+
+def test_h200_nvml_not_supported_retired_pages_leaves_read_ok_true_and_agrees_with_nvidia_smi():
+    nvml = hs.gather_state("nvml", Commands().run, Commands().which, nvml_loader=_h200_nvml)
+    text = shared_path(*H200, "q-health.txt").read_text()
+    smi = hs.gather_state("auto", Commands().run, Commands().which, state_text=text)
+    (by_nvml,), (by_smi,) = nvml["gpus"], smi["gpus"]
+    assert (nvml["read_ok"], nvml["warnings"], by_nvml["unread"]) == (True, [], [])
+    assert "retired_pages_pending" in by_nvml["not_supported"]
+    counters = set(hs.COUNTERS)
+    assert counters & set(by_nvml["not_supported"]) == counters & set(by_smi["not_supported"])
+    assert {key: by_nvml["state"][key] for key in counters} == {key: by_smi["state"][key] for key in counters}
+
+
+def test_an_nvml_error_other_than_not_supported_is_unread_and_read_ok_false():
+    broken = FakeGpu(errors={"nvmlDeviceGetRemappedRows": ERRORS["NVMLError_Unknown"]})
+    state = hs.gather_state("nvml", Commands().run, Commands().which, nvml_loader=lambda: make_fake_pynvml([broken]))
+    (gpu,) = state["gpus"]
+    assert (state["read_ok"], gpu["unread"]) == (False, ["row_remap_pending", "row_remap_failure"])
+    assert "row_remap_pending" not in gpu["not_supported"]
+    assert any("nvmlDeviceGetRemappedRows" in warning for warning in state["warnings"])
+
+
+def test_a_gpu_without_nvlink_and_with_ecc_off_has_those_keys_not_supported():
+    """NVML answers NotSupported for ECC when ECC is off (FakeGpu ecc_uncorrected=None); no NVLink answers."""
+    plain = FakeGpu(ecc_uncorrected=None, nvlink_states=[])
+    state = hs.gather_state("nvml", Commands().run, Commands().which, nvml_loader=lambda: make_fake_pynvml([plain]))
+    (gpu,) = state["gpus"]
+    assert (state["read_ok"], gpu["unread"]) == (True, [])
+    assert {"ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate", "nvlink_links_active"} <= set(
+        gpu["not_supported"]
+    )
+
+
+def test_h800_capture_with_ecc_na_reports_ecc_not_supported(capture):
+    """R525 on an H800 with ECC off prints N/A for every ECC counter: not supported, so still read_ok."""
+    text = capture("query", "h800-sxm_x8_nvidia-smi-q-i0_fabric-completed.txt").read_text()
+    state = hs.gather_state("auto", Commands().run, Commands().which, state_text=text)
+    (gpu,) = state["gpus"]
+    assert {"ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate", "retired_pages_pending"} <= set(
+        gpu["not_supported"]
+    )
+    assert (gpu["unread"], state["read_ok"]) == ([], True)
+
+
+def test_a_garbled_counter_in_nvidia_smi_q_is_unread():
+    text = _edited(
+        shared_path(*H200, "q-health.txt").read_text(),
+        {"Remapping Failure Occurred                     : No": "Remapping Failure Occurred : ???"},
+    )
+    state = hs.gather_state("auto", Commands().run, Commands().which, state_text=text)
+    assert (state["read_ok"], state["gpus"][0]["unread"]) == (False, ["row_remap_failure"])
+
+
+def test_h200_sweep_is_healthy_with_page_retirement_not_supported():
+    """The whole sweep on the H200's -q (the live run's finding: healthy, every counter read but page retirement)."""
+    text = shared_path(*H200, "q-health.txt").read_text()
+    result = gpu_health.sweep(Commands().run, Commands().which, kernel_log_text="", dcgm_level=0, state_text=text)
+    (gpu,) = result["gpus"]
+    assert (result["read_ok"], result["verdict"], gpu["unread"]) == (True, "healthy", [])
+    assert "retired_pages_pending" in gpu["not_supported"]
