@@ -339,8 +339,27 @@ def _fabric(outputs: dict) -> dict:
                           loaded.group(1) if loaded else "", fm.get("state") or "")
 
 
+def sees_no_gpu(outputs: dict) -> bool:
+    """gpu_facts was gathered and counts no GPU (neither NVML nor nvidia-smi answered with one)."""
+    facts = outputs.get("gpu_facts")
+    return isinstance(facts, dict) and "count" in facts and not int(facts.get("count") or 0)
+
+
+def no_gpu_chain(outputs: dict, pin: str = "") -> dict:
+    """A GPU node where gpu_facts sees no GPU: every link above nvidia-smi needs one, so the walk is the node's own
+    links (nvidia-smi -> driver), then the GPUs themselves, named with gpu_facts' notes."""
+    notes = "; ".join((outputs.get("gpu_facts") or {}).get("notes") or []) or "gpu_facts gave no reason"
+    seen = result("GPUs", BROKEN, f"gpu_facts sees no GPU ({notes})",
+                  "lspci -nn -d 10de: shows whether the host has an NVIDIA GPU at all; if it has, "
+                  "dmesg | grep -iE 'nvrm|xid' says why the driver does not offer it")
+    return walk([*node_links(outputs, pin), seen])
+
+
 def compose_chain(outputs: dict, expected_gpus: list, pin: str = "") -> dict:
-    """workspace GPUs -> docker runtime -> toolkit and CDI -> nvidia-smi -> driver -> Fabric Manager."""
+    """workspace GPUs -> docker runtime -> toolkit and CDI -> nvidia-smi -> driver -> Fabric Manager (with no GPU
+    seen: ``no_gpu_chain``)."""
+    if sees_no_gpu(outputs):
+        return no_gpu_chain(outputs, pin)
     facts = outputs.get("gpu_facts") or {}
     links = [
         workspace_gpus(_rc(outputs, "workspace"), _out(outputs, "workspace"), expected_gpus),
@@ -353,7 +372,10 @@ def compose_chain(outputs: dict, expected_gpus: list, pin: str = "") -> dict:
 
 
 def kubernetes_chain(outputs: dict, node: str, expected_gpus: int, pin: str = "") -> dict:
-    """pod -> scheduler -> device plugin -> allocatable -> containerd -> nvidia-smi -> driver -> Fabric Manager."""
+    """pod -> scheduler -> device plugin -> allocatable -> containerd -> nvidia-smi -> driver -> Fabric Manager
+    (with no GPU seen: ``no_gpu_chain``)."""
+    if sees_no_gpu(outputs):
+        return no_gpu_chain(outputs, pin)
     links = [
         pod_phase(_out(outputs, "pod")),
         scheduling(_out(outputs, "events")),

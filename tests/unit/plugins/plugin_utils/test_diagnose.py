@@ -276,3 +276,52 @@ def test_kubernetes_chain_reaches_reboot_required():
     healthy = dict(outputs, packages={"rc": 0, "out": R.DPKG_535_261},
                    gpu_facts={"fabric_manager": {"required": False}})
     assert D.kubernetes_chain(healthy, "gpu-01", 8)["broken"] is None
+
+
+# ---- a GPU node where gpu_facts sees no GPU ----
+# Registered by diagnose.yml's node commands (/bin/bash, LC_ALL=C) on this project's test machine: Debian 12, no
+# GPU, no NVIDIA driver; recorded 2026-12-04. gpu_facts' notes are that machine's too.
+NO_GPU_MACHINE = {
+    "nvidia_smi": {"rc": 127, "stdout": "", "stderr": "/bin/bash: line 1: nvidia-smi: command not found"},
+    "proc_version": {"rc": 1, "stdout": "", "stderr": "cat: /proc/driver/nvidia/version: No such file or directory"},
+    "packages": {"rc": 1, "stdout": "libgldispatch0-nvidia ",
+                 "stderr": "dpkg-query: no packages found matching cuda-drivers*"},
+    "gpu_facts": {"count": 0, "fabric_manager": {"required": False},
+                  "notes": ["nvml: nvmlInit failed: NVML Shared Library Not Found",
+                            "nvidia-smi: nvidia-smi is not in PATH"]},
+}
+
+
+@pytest.mark.parametrize("platform", ["compose", "kubernetes"])
+def test_no_gpu_seen_walks_the_node_links_and_names_nvidia_smi(platform):
+    # Outputs of the links above nvidia-smi that would break first if they were walked: they must not be.
+    above = {"docker_runtimes": {"rc": 0, "out": R.DOCKER_RUNTIMES_PLAIN}, "node": {"rc": 0, "out": node("0")}}
+    outputs = {**NO_GPU_MACHINE, **above}
+    out = (D.compose_chain(outputs, []) if platform == "compose" else D.kubernetes_chain(outputs, "gpu-01", 0))
+    assert [w["link"] for w in out["walked"]] == ["nvidia-smi"]
+    assert out["broken"]["evidence"] == "nvidia-smi is not installed"
+    assert "nvidia_driver role" in out["broken"]["fix"]
+
+
+def test_no_gpu_seen_names_the_driver_when_nvidia_smi_answers_without_one():
+    # nvidia-smi's fixed message when no kernel module answers (installed libraries, module not loaded).
+    smi = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+           "NVIDIA driver is installed and running.\n")
+    out = D.compose_chain({**NO_GPU_MACHINE, "nvidia_smi": {"rc": 9, "out": smi}}, [])
+    assert out["broken"]["link"] == "nvidia-smi"
+    assert "the nvidia kernel module is not loaded" in out["broken"]["fix"]
+    # nvidia-smi and the loaded module are fine (the real H200 capture's -L and /proc version), yet gpu_facts read no
+    # GPU: the last link says so, with gpu_facts' notes.
+    h200 = shared_path("nvidia-smi", "h200-driver580")
+    fine = {**NO_GPU_MACHINE, "nvidia_smi": {"rc": 0, "out": (h200 / "L.txt").read_text()},
+            "proc_version": {"rc": 0, "out": (h200 / "proc-version.txt").read_text()}}
+    out = D.kubernetes_chain(fine, "gpu-01", 0)
+    assert [(w["link"], w["status"]) for w in out["walked"]] == [("nvidia-smi", D.OK), ("driver", D.OK),
+                                                                ("GPUs", D.BROKEN)]
+    assert "nvidia-smi is not in PATH" in out["broken"]["evidence"]
+
+
+def test_gpu_facts_without_a_count_is_not_taken_for_no_gpu():
+    assert not D.sees_no_gpu({"gpu_facts": {"fabric_manager": {"required": False}}})
+    assert not D.sees_no_gpu({})
+    assert D.sees_no_gpu(NO_GPU_MACHINE)
