@@ -17,8 +17,11 @@ predicts no change - is then checked on the node these faults went through. Each
   the file left in place, dockerd not restarted (same PID); once repaired, the rerun changes nothing.
   (A daemon.json that parses but that dockerd refuses is rolled back by nvidia_container_toolkit, tested in
   molecule/driver/tasks/daemon_json_rollback.yml.)
-- ansible-playbook SIGKILLed (its whole process group) while compose_stack brings the stack up: the rerun
-  converges, and a run and metric logged through MLflow's REST API before are still there.
+- ansible-playbook SIGKILLed (its whole process group) while compose_stack's `up` creates the project's containers
+  (the stack taken down first, volumes kept, as on a fresh node; issue 36: the next run failed on
+  "/gpuops-alertmanager-1" already in use, then on network gpuops_monitoring): exactly one rerun converges (the
+  rescue of "Run the stack" recovers what the killed run left), no network is left twice, and a run and metric
+  logged through MLflow's REST API before are still there.
 """
 
 from __future__ import annotations
@@ -261,15 +264,21 @@ def mlflow(host, method: str, endpoint: str, body: dict | None = None) -> dict:
     return json.loads(out)
 
 
-def test_sigkill_mid_compose_stage_then_the_rerun_converges_and_mlflow_keeps_runs_and_metrics(host) -> None:
+def project_containers(host) -> str:
+    return sh(host, "docker ps -a --filter label=com.docker.compose.project=gpuops --format '{{.Names}} {{.State}}'")
+
+
+def test_sigkill_while_up_creates_the_stack_then_one_rerun_converges_and_mlflow_keeps_runs_and_metrics(host) -> None:
     now = int(time.time() * 1000)
     run = mlflow(host, "POST", "runs/create", {"experiment_id": "0", "start_time": now, "run_name": "fault-sigkill"})
     run_id = run["run"]["info"]["run_id"]
     mlflow(host, "POST", "runs/log-metric", {"run_id": run_id, "key": "fault_loss", "value": 0.125,
                                              "timestamp": now, "step": 3})
     mlflow(host, "POST", "runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": now})
-    # Work for the compose stage: two services stopped, so compose up has something to do when it is killed.
-    sh(host, f"{COMPOSE} stop mlflow prometheus")
+    # Work for the compose stage: every container and network of the project removed (volumes and the data
+    # directories kept), so compose up creates them all, as on a fresh node, when it is killed.
+    sh(host, f"{COMPOSE} down")
+    assert not project_containers(host).strip()
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(["ansible-playbook", "-i", INVENTORY, str(PLAYBOOK)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
@@ -279,7 +288,10 @@ def test_sigkill_mid_compose_stage_then_the_rerun_converges_and_mlflow_keeps_run
         for line in proc.stdout:
             seen.append(line)
             if "compose_stack : Run the stack" in line:
-                time.sleep(3)  # compose up is under way
+                # Killed once up has created a first container: creation is under way.
+                deadline = time.monotonic() + 300
+                while not project_containers(host).strip() and time.monotonic() < deadline:
+                    time.sleep(0.5)
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
                 break
@@ -290,12 +302,17 @@ def test_sigkill_mid_compose_stage_then_the_rerun_converges_and_mlflow_keeps_run
             proc.wait()
     assert killed, "the compose stage was never reached:\n" + "".join(seen)[-3000:]
     assert proc.returncode == -signal.SIGKILL
+    left = project_containers(host)
+    assert left.strip(), "the kill came before up created anything"
 
+    # Exactly one rerun.
     rc, out, _seconds = playbook()
-    assert rc == 0, out[-3000:]
+    assert rc == 0, f"left by the kill:\n{left}\n{out[-3000:]}"
     assert " failed=0 " in recap(out)
     states = stack_states(host)
     assert all(state in ("running/healthy", "running/") for state in states.values()), states
+    networks = sh(host, "docker network ls --format '{{.Name}}'").split()
+    assert len(networks) == len(set(networks)), f"a network twice: {sorted(networks)}"
     got = mlflow(host, "GET", f"runs/get?run_id={run_id}")["run"]
     assert got["info"]["status"] == "FINISHED"
     assert {"key": "fault_loss", "value": 0.125, "timestamp": now, "step": 3} in got["data"]["metrics"]
