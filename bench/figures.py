@@ -20,6 +20,7 @@ A results entry whose generator says ``over_load`` (bench/_meta.py) is shown wit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -277,14 +278,33 @@ def _test_line(summary: dict, title: str) -> str:
             f"Stages: {stages}.")
 
 
+def _test_summary_module():
+    """scripts/test_summary.py, which groups a run's skips for its closing lines (one grouping, quoted here)."""
+    spec = importlib.util.spec_from_file_location("test_summary", REPO / "scripts" / "test_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _skips(summary: dict) -> list[str]:
+    """The run's skips, one item per stage and reason, as its closing lines printed them."""
+    groups = _test_summary_module().skip_groups(summary["stages"])
+    if not groups:
+        return ["", "No test skipped in that run."]
+    return ["", "Its skips, each with its reason, as that run recorded them:", "",
+            *(f"- {name}: {reason} (`{which}`)" for name, reason, which in groups)]
+
+
 def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
     if not summary:
         return ["No full `make test` is recorded yet. After one, `make record-test` copies its "
                 "`build/test-summary.json` to `bench/test-summary.json` and regenerates this line."]
-    lines = [_test_line({**summary, "_file": "bench/test-summary.json"}, "The last recorded full `make test`")]
+    lines = [_test_line({**summary, "_file": "bench/test-summary.json"}, "The last recorded full `make test`"),
+             *_skips(summary)]
     if cold and cold.get("started") != summary.get("started"):
         lines += ["", _test_line({**cold, "_file": "bench/test-summary-cold.json"},
-                                 "The last recorded cold one (a fresh clone on a machine with no venv and no images)")]
+                                 "The last recorded cold one (a fresh clone on a machine with no venv and no images)"),
+                  *_skips(cold)]
     elif not cold:
         lines += ["", "No cold run (a fresh clone on a machine with no venv and no images) is recorded yet."]
     return lines

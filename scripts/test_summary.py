@@ -72,6 +72,13 @@ def junit_skips(paths: list[str]) -> list[dict[str, str]]:
 
 def stage_record(args: argparse.Namespace) -> dict:
     passed, failed, skipped = junit_counts(args.junit)
+    failures = list(args.failure)
+    if is_ci() and args.junit and passed == 0 and args.rc == 0 and args.failed + failed == 0:
+        # A stage skipped whole (every test case skipped, or none ran: a Molecule verify that found no tests writes
+        # no JUnit) tested nothing; under CI=true that fails, as a skip does (tests/ci_skips.py).
+        failures.append(f"{args.name}: no test case passed ({skipped} skipped; JUnit: {', '.join(args.junit)}): "
+                        "under CI=true a stage skipped whole fails")
+        failed += 1
     return {
         "passed": args.passed + passed,
         "failed": args.failed + failed,
@@ -81,7 +88,7 @@ def stage_record(args: argparse.Namespace) -> dict:
         "rc": args.rc,
         "lane": args.lane,
         "log": args.log,
-        "failures": args.failure,
+        "failures": failures,
     }
 
 
@@ -210,16 +217,23 @@ def summary(args: argparse.Namespace) -> dict:
     }
 
 
+def skip_groups(stages: dict) -> list[tuple[str, str, str]]:
+    """(stage, reason, which) per stage and skip reason, in the stages' order: which is the one test skipped for
+    that reason, or "N tests". The closing lines print them; bench/figures.py quotes the recorded run's."""
+    groups = []
+    for name, stage in stages.items():
+        reasons: dict[str, list[str]] = {}
+        for skip in stage.get("skips", []):
+            reasons.setdefault(skip["reason"], []).append(skip["test"])
+        groups += [(name, reason, tests[0] if len(tests) == 1 else f"{len(tests)} tests")
+                   for reason, tests in reasons.items()]
+    return groups
+
+
 def closing_lines(result: dict) -> list[str]:
     """The failures, the skips per stage (one line per reason) and the summary line, as printed."""
     lines = [f"failed: {text}" for stage in result["stages"].values() for text in stage["failures"]]
-    for name, stage in result["stages"].items():
-        reasons: dict[str, list[str]] = {}
-        for skip in stage["skips"]:
-            reasons.setdefault(skip["reason"], []).append(skip["test"])
-        for reason, tests in reasons.items():
-            which = tests[0] if len(tests) == 1 else f"{len(tests)} tests"
-            lines.append(f"skipped: {name}: {reason} ({which})")
+    lines += [f"skipped: {name}: {reason} ({which})" for name, reason, which in skip_groups(result["stages"])]
     if result["passed"] + result["failed"] == 0:
         lines.append("nothing ran: no test passed or failed")
     lines.append(f"summary: {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped")

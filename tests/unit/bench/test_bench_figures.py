@@ -124,7 +124,7 @@ def test_the_readme_test_line_comes_from_the_summary():
     assert (
         "1-minute load 0.4 at the start, 15.9 at the end; CI: no; the load passed the limit 3.0, so the time" in loaded
     )
-    assert "No cold run" in figures.readme_tests(summary)[2]
+    assert figures.readme_tests(summary)[-1].startswith("No cold run")
     assert "CPU busy" not in line, "a summary without cpu (recorded before the field) says nothing of it"
     cpu = {"busy_seconds": 4700, "idle_seconds": 1100, "iowait_seconds": 40, "steal_seconds": 20, "busy_share": 0.802}
     assert ("at the end; the machine's CPU busy 80% of the run (4700 s busy, 1100 s idle, 40 s iowait, 20 s steal, "
@@ -148,13 +148,45 @@ def test_the_cold_run_is_quoted_beside_the_last_one_with_its_setup():
     lines = figures.readme_tests(last, cold)
     assert "in 40 min 0 s of stages; 41 min 0 s from `make` to the end, set-up included" in lines[0]
     assert "set-up found: warm;" in lines[0]
-    assert lines[2].startswith("The last recorded cold one")
-    assert "53 min 20 s from `make` to the end, set-up included" in lines[2]
-    assert "set-up found: cold;" in lines[2]
+    cold_line = next(line for line in lines if line.startswith("The last recorded cold one"))
+    assert "53 min 20 s from `make` to the end, set-up included" in cold_line
+    assert "set-up found: cold;" in cold_line
     # the same run recorded as both: quoted once
-    assert len(figures.readme_tests(cold, cold)) == 1
+    assert sum(line.startswith("The last recorded") for line in figures.readme_tests(cold, cold)) == 1
     stated = figures.readme_tests({**cold, "setup_found_stated": True}, None)[0]
     assert "set-up found: cold (stated when it was recorded; the run predates the field)" in stated
+
+
+def test_each_recorded_run_names_its_skips_with_their_reasons_per_stage():
+    """README and docs/testing.md list the run's skips, grouped as its closing lines printed them (one item per
+    stage and reason: the test, or how many), and say so when nothing skipped."""
+    base = {"format": 1, "command": "all", "commit": "b" * 40, "ci": True, "cores": 2, "load_start": 0.2,
+            "load_end": 1.9, "passed": 10, "failed": 0, "skipped": 3, "seconds": 60,
+            "started": "2026-12-02T11:00:00Z", "ended": "2026-12-02T11:01:00Z"}
+    chromium = "chromium not installed (scripts/bootstrap.sh installs it)"
+    stages = {"report": {"seconds": 5, "skips": [{"test": "tests.report::test_a", "reason": chromium},
+                                                 {"test": "tests.report::test_b", "reason": chromium}]},
+              "lint": {"seconds": 9, "skips": []},
+              "molecule-local_pv": {"seconds": 50, "skips": [
+                  {"test": "m.test_local_pv::test_fallback", "reason": "by design: loop devices: checked elsewhere"}]}}
+    lines = figures.readme_tests({**base, "stages": stages})
+    assert lines[1:] == ["", "Its skips, each with its reason, as that run recorded them:", "",
+                         f"- report: {chromium} (`2 tests`)",
+                         "- molecule-local_pv: by design: loop devices: checked elsewhere "
+                         "(`m.test_local_pv::test_fallback`)",
+                         "", "No cold run (a fresh clone on a machine with no venv and no images) is recorded yet."]
+    quiet = figures.readme_tests({**base, "skipped": 0, "stages": {"lint": {"seconds": 9, "skips": []}}})
+    assert quiet[1:3] == ["", "No test skipped in that run."]
+
+
+def test_the_committed_runs_skips_are_quoted_on_both_pages():
+    summary = figures.load(figures.TEST_SUMMARY)
+    skips = [skip for stage in summary["stages"].values() for skip in stage["skips"]]
+    assert len(skips) == summary["skipped"], "the summary keeps every skip with its reason"
+    for page in ("README.md", "docs/testing.md"):
+        text = (figures.REPO / page).read_text()
+        for skip in skips:
+            assert skip["reason"] in text, f"{page} does not name the skip {skip}"
 
 
 def test_a_page_without_its_markers_is_refused():

@@ -169,3 +169,47 @@ def test_the_speed_probe_times_its_fixed_workload_and_the_summary_records_both_e
     for start in ("", "not json", '{"wall_seconds": "fast"}', "[1, 2]"):
         ts.main([*args, "--probe-start", start])
         assert json.loads((tmp_path / "s.json").read_text())["speed_probe"]["start"] is None, start
+
+
+ONLY_SKIPS = JUNIT.replace('errors="1" failures="1"', 'errors="0" failures="0"').replace('tests="7"', 'tests="3"')
+
+
+@pytest.mark.parametrize("ci", ["true", None])
+def test_under_ci_a_stage_skipped_whole_fails_with_its_skips(tmp_path, monkeypatch, ci):
+    """The report stage without chromium (every case skipped), a Molecule verify that found no tests (no JUnit):
+    under CI=true the stage fails, naming its JUnit; without CI its skips stay skips, listed with their reasons."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CI", raising=False)
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    (tmp_path / "report.xml").write_text(ONLY_SKIPS)
+    stage("report", "--junit", "report.xml")
+    stage("molecule-local_pv", "--passed", "1", "--junit", "absent.xml")
+    report = json.loads((tmp_path / "build" / "results" / "report.json").read_text())
+    molecule = json.loads((tmp_path / "build" / "results" / "molecule-local_pv.json").read_text())
+    assert (report["skipped"], report["skips"][0]["reason"]) == (3, "docker is not available here")
+    if ci:
+        assert (report["failed"], molecule["failed"]) == (1, 1)
+        assert report["failures"] == ["report: no test case passed (3 skipped; JUnit: report.xml): under CI=true a "
+                                      "stage skipped whole fails"]
+        assert molecule["failures"][0].startswith("molecule-local_pv: no test case passed (0 skipped; JUnit: absent")
+    else:
+        assert (report["failed"], report["failures"], molecule["failed"]) == (0, [], 0)
+
+
+def test_under_ci_a_stage_that_failed_already_or_ran_no_junit_gets_no_second_failure(junit, tmp_path, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    (tmp_path / "s.xml").write_text(ONLY_SKIPS)
+    stage("bad_input", "--junit", "s.xml", "--rc", "1")  # the later --rc wins: the stage failed on its own
+    stage("lint", "--passed", "7")  # no JUnit: its checks are counted by run-tests.sh itself
+    assert json.loads((tmp_path / "build" / "results" / "bad_input.json").read_text())["failures"] == []
+    assert json.loads((tmp_path / "build" / "results" / "lint.json").read_text())["failed"] == 0
+
+
+def test_skip_groups_give_one_entry_per_stage_and_reason_in_order():
+    stages = {"unit": {"skips": [{"test": "a::x", "reason": "r1"}, {"test": "a::y", "reason": "r2"},
+                                 {"test": "a::z", "reason": "r1"}]},
+              "lint": {"skips": []}, "molecule-driver": {"skips": [{"test": "m::t", "reason": "by design: r3"}]},
+              "old": {}}
+    assert ts.skip_groups(stages) == [("unit", "r1", "2 tests"), ("unit", "r2", "a::y"),
+                                      ("molecule-driver", "by design: r3", "m::t")]
