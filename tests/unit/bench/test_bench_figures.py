@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import figures
 import pytest
@@ -323,3 +324,22 @@ def test_the_fleet_block_shows_the_load_when_the_rounds_began():
     text = "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [100], "sizes": [settled]}))
     assert "| hosts | rounds | load before / at start / peak / after |" in text
     assert "| 100 | 3 | 1.0 / 1.3 / 2.2 / 1.0 | 40.0 s |" in text
+
+
+# A setting the page names, not a measurement: the value -> where it is set.
+SETTINGS_ON_THE_PAGE = {"240 s": "MLflow's health check start period (roles/compose_stack's compose file)"}
+TYPED_FIGURE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|min|seconds|%|x|\N{MULTIPLICATION SIGN})(?![\w-])"
+                          r"|\bload (?:of )?\d")
+
+
+def test_the_performance_page_types_no_figure_outside_its_generated_blocks():
+    """Every measured figure on docs/performance.md comes from bench/results.json through a block; the prose around
+    the blocks explains and quotes none (a time, a share, a ratio or a load typed by hand goes stale unseen)."""
+    text = (figures.REPO / "docs" / "performance.md").read_text()
+    prose = re.sub(r"<!-- BEGIN figures:(\w+) .*?<!-- END figures:\1 -->", "", text, flags=re.S)
+    assert "<!-- BEGIN figures:" not in prose, "the blocks were cut out"
+    assert "<!-- BEGIN figures:" in text
+    typed = [m.group(0) for m in TYPED_FIGURE.finditer(prose) if m.group(0) not in SETTINGS_ON_THE_PAGE]
+    assert typed == [], f"figures typed by hand on docs/performance.md: {typed}"
+    assert TYPED_FIGURE.findall("(33.6 s against 14.3 s, load 5 to 8, 0.25x, 95%)") == [
+        "33.6 s", "14.3 s", "load 5", "0.25x", "95%"], "the check finds what it looks for"
