@@ -8,11 +8,9 @@ to all-reduce across. Set ``GPUOPS_LIVE_OUT=<dir>`` to keep each raw output and 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
@@ -21,24 +19,18 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_membw as M
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import expected_busbw, parse_all_reduce
 
-from .test_gpu_facts_live import NO_NVML, run
+from .live import keep, listed_nonempty, run
+from .test_gpu_facts_live import NO_NVML
 
 pytestmark = pytest.mark.skipif(NO_NVML is not None, reason=str(NO_NVML))
 NVBANDWIDTH = shutil.which("nvbandwidth")
 ALL_REDUCE = shutil.which("all_reduce_perf")
 
 
-def keep(name: str, content) -> None:
-    out = os.environ.get("GPUOPS_LIVE_OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        text = content if isinstance(content, str) else json.dumps(content, indent=2, default=str)
-        (Path(out) / name).write_text(text)
-
-
 def execute(argv: list[str], **env: str) -> dict:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C", **env),
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C", **env), timeout=600, check=False
+    )
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
@@ -47,7 +39,7 @@ def gpus() -> list[dict]:
     facts, warnings = gf.gather_gpu_facts(backend="nvml", run=run, which=shutil.which)
     assert warnings == [], warnings
     assert facts["gpus"], "NVML initialised but listed no GPU"
-    return facts["gpus"]
+    return listed_nonempty(facts["gpus"], "GPU from NVML")
 
 
 @pytest.mark.skipif(NVBANDWIDTH is None, reason="no nvbandwidth in PATH: the memory-bandwidth test is not installed")
@@ -58,7 +50,7 @@ def test_memory_bandwidth_of_every_gpu_against_its_hbm_peak(gpus: list[dict]) ->
     verdict = M.judge_membw("localhost", result, names)
     keep("burnin_membw.json", verdict)
     assert result["rc"] == 0, verdict["detail"]
-    assert len(verdict["gpus"]) == len(gpus), verdict["detail"]
+    assert len(listed_nonempty(verdict["gpus"], "GPU judged by nvbandwidth")) == len(gpus), verdict["detail"]
     assert all(g["copy_gbps"] and g["copy_gbps"] > 0 for g in verdict["gpus"]), verdict["gpus"]
     if all(M.expected_membw(name) for name in names):
         assert verdict["status"] == "ok", verdict["detail"]
@@ -68,8 +60,11 @@ def test_memory_bandwidth_of_every_gpu_against_its_hbm_peak(gpus: list[dict]) ->
 
 
 def _all_reduce(count: int) -> dict:
-    result = execute([str(ALL_REDUCE), "-b", "8M", "-e", "1G", "-f", "2", "-g", str(count)],
-                     NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
+    result = execute(
+        [str(ALL_REDUCE), "-b", "8M", "-e", "1G", "-f", "2", "-g", str(count)],
+        NCCL_DEBUG="INFO",
+        NCCL_DEBUG_SUBSYS="INIT,NET",
+    )
     keep(f"all_reduce_perf_g{count}.txt", result["stdout"] + result["stderr"])
     return result
 

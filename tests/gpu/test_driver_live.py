@@ -3,6 +3,12 @@
 Set GPUOPS_EXPECT_DRIVER=<version> (the nvidia_driver_version the role pinned, e.g. 535.261.03) to compare
 with the pin; without it only the internal agreement checks run. Skipped, with the reason, where no NVIDIA
 kernel module is loaded, and the Fabric Manager checks where no NVSwitch is on the PCI bus.
+
+The hold test runs only where the nvidia_driver role installed the driver. It knows by the apt pin file the role
+writes through _pinned_packages, ``/etc/apt/preferences.d/<_nvidia_driver_repo_name>.pref`` (the name from
+roles/nvidia_driver/vars/main.yml): its ``Package:``/``Pin: version`` stanzas are the driver packages the role
+installed and must hold. A driver installed some other way (a cloud image, a mounted driver, the .run installer)
+has no such file: the test is skipped, saying so (issue 36: it failed on such a host).
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_sysfs as gfs
 
+ROOT = Path(__file__).resolve().parents[2]
 PROC_VERSION = "/proc/driver/nvidia/version"
 EXPECT = os.environ.get("GPUOPS_EXPECT_DRIVER", "").strip()
 
@@ -58,16 +67,39 @@ def test_nvidia_smi_and_the_kernel_module_agree():
     assert versions == {running_module_version()}, f"user space {versions} vs kernel module {running_module_version()}"
 
 
+def role_pin_file() -> Path:
+    """The apt pin file the nvidia_driver role writes (_pinned_packages: /etc/apt/preferences.d/<name>.pref)."""
+    role_vars = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "vars" / "main.yml").read_text())
+    return Path("/etc/apt/preferences.d") / f"{role_vars['_nvidia_driver_repo_name']}.pref"
+
+
+def pinned_packages(text: str) -> dict:
+    """``{package: version}`` of an apt preferences file (``Package:`` then ``Pin: version``)."""
+    return dict(re.findall(r"^Package:\s*(\S+)\s*\nPin:\s*version\s+(\S+)", text, re.M))
+
+
 @needs_module
-def test_driver_packages_are_held_on_apt_hosts():
+def test_driver_packages_the_role_installed_are_held_on_apt_hosts():
     if shutil.which("apt-mark") is None:
         pytest.skip("not an apt host (dnf hosts: dnf versionlock list)")
+    pin_file = role_pin_file()
+    if not pin_file.exists():
+        pytest.skip(
+            f"the nvidia_driver role did not install this host's driver: no {pin_file}, the pin file it writes "
+            "(a driver from the image or installed by hand is not the role's to hold)"
+        )
+    pins = pinned_packages(pin_file.read_text())
+    assert pins, f"{pin_file} pins no package: expected the driver set the role installed"
     held = set(run(["apt-mark", "showhold"]).stdout.split())
-    installed = run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${Status}\n"]).stdout.splitlines()
+    installed = dict(
+        line.split()[:2]
+        for line in run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\n"]).stdout.splitlines()
+        if line.endswith(" installed")
+    )
     version = running_module_version()
-    ours = [line.split()[0] for line in installed if f" {version}-" in line and line.endswith("installed")]
-    assert ours, f"no installed package carries version {version}: was the driver installed by the role?"
-    assert set(ours) - held == set(), f"installed at {version} but not held: {sorted(set(ours) - held)}"
+    assert {name: installed.get(name) for name in pins} == pins, f"{pin_file}: installed versions differ from pins"
+    assert any(version in pinned for pinned in pins.values()), f"no pinned package is at the running {version}"
+    assert set(pins) - held == set(), f"pinned by the role but not held: {sorted(set(pins) - held)}"
 
 
 NVSWITCHES = gfs.scan_pci("/sys")["nvswitches"]

@@ -7,15 +7,14 @@ Set ``GPUOPS_LIVE_OUT=<dir>`` to keep the facts each backend gathered (JSON) for
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
+
+from .live import keep, listed_nonempty, run
 
 DOTTED = re.compile(r"^\d+\.\d+(\.\d+)?$")
 BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -41,19 +40,9 @@ needs_smi = pytest.mark.skipif(NO_SMI is not None, reason=str(NO_SMI))
 needs_nvml = pytest.mark.skipif(NO_NVML is not None, reason=str(NO_NVML))
 
 
-def run(argv):
-    env = dict(os.environ, LC_ALL="C")
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def gather(backend: str) -> dict:
     facts, warnings = gf.gather_gpu_facts(backend=backend, run=run, which=shutil.which)
-    out = os.environ.get("GPUOPS_LIVE_OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        record = {"facts": facts, "warnings": warnings}
-        (Path(out) / f"gpu_facts_{backend}.json").write_text(json.dumps(record, indent=2))
+    keep(f"gpu_facts_{backend}.json", {"facts": facts, "warnings": warnings})
     assert warnings == [], warnings
     return facts
 
@@ -65,7 +54,7 @@ def check_shape(facts: dict, source: str) -> None:
     assert facts["driver_loaded"] is True
     assert DOTTED.match(facts["driver_version"] or ""), facts["driver_version"]
     assert DOTTED.match(facts["cuda_driver_version"] or ""), facts["cuda_driver_version"]
-    for index, gpu in enumerate(facts["gpus"]):
+    for index, gpu in enumerate(listed_nonempty(facts["gpus"], f"GPU from {source}")):
         assert gpu["index"] == index
         assert gpu["name"]
         assert (gpu["uuid"] or "").startswith("GPU-"), gpu["uuid"]
@@ -103,6 +92,8 @@ def test_nvidia_smi_backend(smi_facts):
 
 @needs_nvml
 def test_backends_agree(nvml_facts, smi_facts):
+    listed_nonempty(nvml_facts["gpus"], "GPU from NVML")
+    listed_nonempty(smi_facts["gpus"], "GPU from nvidia-smi")
     for key in ("count", "driver_version", "cuda_driver_version"):
         assert nvml_facts[key] == smi_facts[key], key
     for key in ("uuid", "pci_bus_id", "name", "mig_mode", "mig_mode_pending", "persistence_mode"):
@@ -116,6 +107,7 @@ def test_backends_agree(nvml_facts, smi_facts):
 @needs_nvml
 def test_nvlink_counts_agree(nvml_facts, smi_facts):
     """NVML link states and `nvidia-smi nvlink -s` bandwidth lines count the same active links."""
+    listed_nonempty(nvml_facts["gpus"], "GPU from NVML")
     assert [gpu["nvlink"] for gpu in nvml_facts["gpus"]] == [gpu["nvlink"] for gpu in smi_facts["gpus"]]
 
 
@@ -131,7 +123,7 @@ def test_nvidia_smi_list_parses_this_host(smi_facts):
     """`nvidia-smi -L` on this host parses, and names the same GPUs (MIG devices listed under theirs)."""
     rc, out, err = run(["nvidia-smi", "-L"])
     assert rc == 0, err
-    listed = smi.parse_nvidia_smi_list(out)
+    listed = listed_nonempty(smi.parse_nvidia_smi_list(out), "GPU parsed from `nvidia-smi -L`")
     assert [gpu["uuid"] for gpu in listed] == [gpu["uuid"] for gpu in smi_facts["gpus"]]
     for gpu, facts_gpu in zip(listed, smi_facts["gpus"]):
         assert bool(gpu["mig_devices"]) <= (facts_gpu["mig_mode"] == "Enabled")
@@ -144,6 +136,8 @@ def test_text_and_xml_forms_agree_on_this_host():
     rc_xml, xml, err_xml = run(["nvidia-smi", "-q", "-x"])
     assert (rc_text, rc_xml) == (0, 0), (err_text, err_xml)
     from_text, from_xml = smi.parse_nvidia_smi_q(text), smi.parse_nvidia_smi_xml(xml)
+    listed_nonempty(from_text["gpus"], "GPU parsed from `nvidia-smi -q`")
+    listed_nonempty(from_xml["gpus"], "GPU parsed from `nvidia-smi -q -x`")
     for key in ("driver_version", "cuda_driver_version", "attached_gpus"):
         assert from_text[key] == from_xml[key], key
     for key in ("uuid", "pci_bus_id", "name", "memory_total_mib", "mig_mode", "persistence_mode"):

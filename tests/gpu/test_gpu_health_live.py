@@ -9,16 +9,15 @@ with the seconds the NVML sweep took (what NVML adds per host, issue 19).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import COUNTERS, empty_state
 
-from .test_gpu_facts_live import NO_NVML, NO_SMI, run
+from .live import keep, listed_nonempty, run
+from .test_gpu_facts_live import NO_NVML, NO_SMI
 
 needs_smi = pytest.mark.skipif(NO_SMI is not None, reason=str(NO_SMI))
 needs_nvml = pytest.mark.skipif(NO_NVML is not None, reason=str(NO_NVML))
@@ -33,11 +32,7 @@ def sweep(backend: str) -> dict:
     started = time.perf_counter()
     result = gpu_health.sweep(run, shutil.which, kernel_log_text="", dcgm_level=0, backend=backend)
     seconds = time.perf_counter() - started
-    out = os.environ.get("GPUOPS_LIVE_OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        record = {"backend": backend, "seconds": round(seconds, 3), "result": result}
-        (Path(out) / f"gpu_health_{backend}.json").write_text(json.dumps(record, indent=2, default=str))
+    keep(f"gpu_health_{backend}.json", {"backend": backend, "seconds": round(seconds, 3), "result": result})
     return result
 
 
@@ -46,8 +41,7 @@ def test_a_healthy_gpu_is_healthy_with_every_nvml_field_read():
     result = sweep("nvml")
     assert result["state_source"] == "nvml"
     assert result["read_ok"] is True
-    assert result["gpus"], "NVML initialised but the sweep found no GPU"
-    for gpu in result["gpus"]:
+    for gpu in listed_nonempty(result["gpus"], "GPU in the NVML sweep"):
         assert gpu["unread"] == [], f"GPU {gpu['index']}: error counters not read: {gpu['unread']}"
         unread = sorted(
             key for key in ALWAYS_FIELDS if gpu["state"].get(key) is None and key not in gpu["not_supported"]
@@ -65,7 +59,7 @@ def test_a_healthy_gpu_is_healthy_with_every_nvml_field_read():
 def test_nvml_and_nvidia_smi_agree_on_the_counters_that_decide_a_verdict():
     nvml = {gpu["index"]: gpu for gpu in sweep("nvml")["gpus"]}
     smi = {gpu["index"]: gpu for gpu in sweep("nvidia-smi")["gpus"]}
-    assert nvml, "nvidia-smi and NVML answer but the sweep found no GPU"
+    listed_nonempty(nvml, "GPU in the NVML sweep")
     assert set(nvml) == set(smi)
     for index, gpu in nvml.items():
         for key in ("ecc_uncorrectable_aggregate", "row_remap_failure", "row_remap_pending", "persistence_mode"):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from .live import listed_nonempty
 from .test_gpu_facts_live import NO_NVML
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -42,7 +43,7 @@ def test_each_backend_answers_in_a_fresh_interpreter_and_finds_the_same_gpus():
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "nvml_cost.json").write_text(json.dumps(table, indent=2))
-    answers = {row[0]: row[1].split() for row in table["rows"]}
+    answers = {row[0]: row[1].split() for row in listed_nonempty(table["rows"], "row in the NVML cost table")}
     assert list(answers) == list(bench.NVML_BACKENDS)
     assert {backend: source for backend, (source, _count) in answers.items()} == {
         "pci": "pci",
