@@ -1,65 +1,53 @@
-"""The worked inventory's (inventories/cluster) network table: from whom, to whom, on which port, allowed or not.
+"""The worked inventory's (inventories/cluster) network table, as the connections nca (tests/nca.py) must list.
 
 Written by hand from the issue's list of allows (DNS, the team's own pods, MLflow, the NFS servers and endpoints
-the inventory names, monitoring's scrape) and the inventory's addresses, not from our code: tests evaluate the
-policy set kube_tenancy builds (tests/unit) and the one render.yml writes (tests/render) against it with
-netpol_eval.allowed.
+the inventory names, monitoring's scrape) and the inventory's addresses (group_vars/k8s_cluster/addons.yml:
+kube_tenancy_nfs_servers, kube_tenancy_egress_endpoints), not from our code. Every connection that has a tenant's
+pod at one end is listed; nca must report exactly these, so a tenant reaching another tenant, the internet, the
+Kubernetes API, another kube-system pod, another port, or being reached from outside its namespace and monitoring,
+is a connection too many.
+
+Names are nca's: ``<namespace>/<pod>`` for pods (a workload's pods are ``<workload>-1``, ``-2``), the address for an
+ipBlock, and its connection text.
 """
 
 from __future__ import annotations
 
-from itertools import permutations
-
-from netpol_eval import External, Pod
-
 # gpuops_teams of inventories/cluster/group_vars/all/team.yml -> namespace
 TEAMS = {"vision": "team-vision", "language": "team-language", "speech": "team-speech", "serving": "serving"}
-NFS = External("192.0.2.50")            # kube_tenancy_nfs_servers
-OBJECT_STORE = External("192.0.2.60")   # kube_tenancy_egress_endpoints[0], TCP 443
-INTERNET = External("203.0.113.9")
-API_SERVER = External("192.0.2.10")     # cp-01
-DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
-KUBE_PROXY = Pod("kube-system", {"k8s-app": "kube-proxy"})
-MLFLOW = Pod("mlflow", {"app.kubernetes.io/name": "mlflow", "app.kubernetes.io/managed-by": "gpuops"})
-MLFLOW_OTHER = Pod("mlflow", {"app": "debug"})
-PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+NFS = "192.0.2.50"  # kube_tenancy_nfs_servers
+OBJECT_STORE = "192.0.2.60"  # kube_tenancy_egress_endpoints[0] (object-store), TCP 443
+DNS = "kube-system/coredns-1"
+MLFLOW = "mlflow/mlflow-1"
+MLFLOW_PORT = 5000
+PROMETHEUS = "monitoring/prometheus-kube-prometheus-stack-prometheus-1"
+EVERY_PORT = "All connections"
 
 
-def worker(team: str) -> Pod:
-    return Pod(TEAMS[team], {"training.kubeflow.org/job-name": f"{team}-job", "gpuops.io/team": team})
-
-
-def table() -> list[tuple[str, object, object, int, str, bool]]:
-    """(case, source, destination, port, protocol, allowed)."""
-    rows: list[tuple[str, object, object, int, str, bool]] = []
-    for team, namespace in TEAMS.items():
-        me = worker(team)
-        rows += [
-            (f"{team}: NCCL between the job's workers", me, worker(team), 29500, "TCP", True),
-            (f"{team}: own pods on any port", me, Pod(namespace, {"app": "notebook"}), 8888, "TCP", True),
-            (f"{team}: DNS over UDP", me, DNS, 53, "UDP", True),
-            (f"{team}: DNS over TCP", me, DNS, 53, "TCP", True),
-            (f"{team}: kube-dns on another port", me, DNS, 9153, "TCP", False),
-            (f"{team}: another kube-system pod on 53", me, KUBE_PROXY, 53, "UDP", False),
-            (f"{team}: MLflow", me, MLFLOW, 5000, "TCP", True),
-            (f"{team}: MLflow's pod on another port", me, MLFLOW, 22, "TCP", False),
-            (f"{team}: another pod of MLflow's namespace", me, MLFLOW_OTHER, 5000, "TCP", False),
-            (f"{team}: the NFS server", me, NFS, 2049, "TCP", True),
-            (f"{team}: the NFS server's portmapper (NFSv3)", me, NFS, 111, "TCP", False),
-            (f"{team}: the object store", me, OBJECT_STORE, 443, "TCP", True),
-            (f"{team}: the object store on another port", me, OBJECT_STORE, 80, "TCP", False),
-            (f"{team}: the internet", me, INTERNET, 443, "TCP", False),
-            (f"{team}: a resolver on the internet", me, INTERNET, 53, "UDP", False),
-            (f"{team}: the Kubernetes API", me, API_SERVER, 6443, "TCP", False),
-            (f"monitoring scrapes {team}", PROMETHEUS, me, 9400, "TCP", True),
-            (f"MLflow reaches into {team}", MLFLOW, me, 8888, "TCP", False),
-            (f"the internet reaches into {team}", INTERNET, me, 22, "TCP", False),
-        ]
-    for one, other in permutations(TEAMS, 2):
-        rows.append((f"{one} to {other}'s pods", worker(one), worker(other), 29500, "TCP", False))
+def tenant_connections(namespace: str) -> set[tuple[str, str, str]]:
+    """(source, destination, connection) with a pod of ``namespace``'s probe (two pods) at one end."""
+    pods = (f"{namespace}/probe-1", f"{namespace}/probe-2")
+    rows = set()
+    for me, other in (pods, pods[::-1]):
+        rows |= {
+            (me, other, EVERY_PORT),  # the team's own pods: NCCL, notebooks
+            (me, DNS, "{protocols:TCP, UDP,dst_ports:53}"),
+            (me, MLFLOW, f"{{protocols:TCP,dst_ports:{MLFLOW_PORT}}}"),
+            (me, NFS, "{protocols:TCP,dst_ports:2049}"),  # NFSv4 only: no portmapper
+            (me, OBJECT_STORE, "{protocols:TCP,dst_ports:443}"),
+            (PROMETHEUS, me, EVERY_PORT),  # monitoring scrapes
+        }
     return rows
 
 
 # per namespace, the policies the issue asks for: default-deny both ways plus exactly these allows
-POLICIES = {"default-deny-ingress", "default-deny-egress", "allow-same-namespace", "allow-monitoring", "allow-dns",
-            "allow-mlflow", "allow-nfs", "allow-endpoints"}
+POLICIES = {
+    "default-deny-ingress",
+    "default-deny-egress",
+    "allow-same-namespace",
+    "allow-monitoring",
+    "allow-dns",
+    "allow-mlflow",
+    "allow-nfs",
+    "allow-endpoints",
+}

@@ -16,8 +16,6 @@ import threading
 from pathlib import Path
 
 import jsonschema
-import netpol_eval
-import netpol_table
 import pytest
 import yaml
 from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, run_render
@@ -92,26 +90,6 @@ def test_every_tenant_namespace_is_fenced(rendered_objects):
             assert deny, f"{namespace}: no default-deny {direction.lower()} NetworkPolicy"
         bindings = [o for o in mine if o["kind"] == "RoleBinding"]
         assert all(b["roleRef"]["name"] == "edit" and b["roleRef"]["kind"] == "ClusterRole" for b in bindings)
-
-
-@pytest.mark.parametrize(("case", "source", "destination", "port", "protocol", "wanted"), netpol_table.table(),
-                         ids=[row[0] for row in netpol_table.table()])
-def test_rendered_policy_table(rendered_objects, case, source, destination, port, protocol, wanted):
-    """The policy set render.yml wrote, evaluated as the worked inventory's table (tests/netpol_table.py)."""
-    policies = [o for o in addon_objects(rendered_objects, "kube_tenancy") if o["kind"] == "NetworkPolicy"]
-    assert netpol_eval.allowed(policies, source, destination, port, protocol) is wanted, case
-
-
-def test_rendered_mlflow_is_what_the_tenants_may_reach(rendered_objects):
-    """The MLflow pods training_stack renders are the ones allow-mlflow selects, on the Service's port."""
-    policies = [o for o in addon_objects(rendered_objects, "kube_tenancy") if o["kind"] == "NetworkPolicy"]
-    objects = addon_objects(rendered_objects, "training_stack")
-    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow")
-    service = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "mlflow")
-    mlflow = netpol_eval.Pod(deployment["metadata"]["namespace"], deployment["spec"]["template"]["metadata"]["labels"])
-    port = service["spec"]["ports"][0]["port"]
-    for team in netpol_table.TEAMS:
-        assert netpol_eval.allowed(policies, netpol_table.worker(team), mlflow, port)
 
 
 def test_no_pod_template_runs_privileged(rendered_objects):
