@@ -19,10 +19,15 @@ reads as a list, one allow per policy, each named after the team:
   are not opened);
 * ``<team>-allow-endpoints``: egress to the API endpoints the inventory names for the team, on their ports.
 
-Everything else is denied: other teams' pods, the internet, the Kubernetes API, node ports. NetworkPolicy matches
-addresses, not names, so endpoints are IP addresses or CIDRs. NFS volumes that the kubelet mounts for a pod are
-mounted from the node's network namespace, which NetworkPolicy does not govern; the NFS allow covers clients that
-run inside pods.
+Everything else is denied: other teams' pods, the internet, the Kubernetes API, node ports. The two default-deny
+policies are redundant beside ``allow-same-namespace``, which already selects every pod of the namespace both ways
+(network-config-analyzer's sanity query says so; tests/render/test_tenant_isolation.py expects exactly that
+finding). They stay so that the fence does not hang on an allow: narrowing or deleting ``allow-same-namespace`` must not
+open the namespace.
+
+NetworkPolicy matches addresses, not names, so endpoints are IP addresses or CIDRs. NFS volumes that the kubelet
+mounts for a pod are mounted from the node's network namespace, which NetworkPolicy does not govern; the NFS allow
+covers clients that run inside pods.
 """
 
 from __future__ import annotations
