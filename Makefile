@@ -25,7 +25,7 @@ export GPUOPS_MAKE_FOUND := $(shell v=0; i=0; test -x $(VENV)/bin/python && v=1;
   docker image inspect gpuops/debian12-systemd gpuops/debian13-systemd >/dev/null 2>&1 && i=1; \
   case $$v$$i in (00) echo cold;; (11) echo warm;; (*) echo partial;; esac)
 
-.PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test molecule test record-test demo demo-clean bench clean
+.PHONY: help setup host venv images image-debian12 image-debian13 lint unit collection report-test ops-test bad-input-test dnf-test site-check-test gpu-test gpu-check record-gpu-check molecule test record-test demo demo-clean bench clean
 
 help:
 	@echo "make test      run the whole suite (lint, unit, collection build, Molecule)"
@@ -34,6 +34,8 @@ help:
 	@echo "make docs      regenerate docs/roles/*.md from each role's meta/argument_specs.yml"
 	@echo "               and the figures in docs/performance.md and README.md from bench/results.json"
 	@echo "make record-test   after a full make test: keep its build/test-summary.json as bench/test-summary.json"
+	@echo "make gpu-check [WHEELS=DIR]   the acceptance run for one GPU host (build/gpu-check/report.md)"
+	@echo "make record-gpu-check   keep its build/gpu-check/report.json as bench/gpu-check.json"
 	@echo "make lint | unit | collection | report-test | ops-test | bad-input-test | dnf-test | site-check-test | gpu-test | bench | clean"
 
 host:
@@ -106,6 +108,18 @@ report-test: host venv
 # On a GPU host: tests/gpu (gpu_facts, topology, driver, validate and diagnose live, gpu_health); skips with the reason elsewhere.
 gpu-test: venv
 	@$(VENV)/bin/pytest -q -p no:cacheprovider -rs tests/gpu
+
+# The acceptance run for one GPU host (scripts/gpu_check.py says what it runs): build/gpu-check/report.{json,md},
+# non-zero on any failure and on a host without a GPU. WHEELS=DIR sets the venv up from that local wheel directory
+# (pip --no-index), for a host without network. record-gpu-check keeps the last report as bench/gpu-check.json, which
+# README.md and docs/testing.md quote (make docs).
+WHEELS ?=
+gpu-check:
+	@python3 scripts/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS))
+
+record-gpu-check: venv
+	@$(VENV)/bin/python bench/figures.py record-gpu-check build/gpu-check/report.json
+	@$(VENV)/bin/python scripts/gen-role-docs
 
 # gpuops-run and validate.yml against the demo node (started if absent; under the demo's lock).
 ops-test: setup

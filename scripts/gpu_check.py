@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""`make gpu-check [WHEELS=DIR]`: the acceptance run for one GPU host, as one report.
+
+    python3 scripts/gpu_check.py [--wheels DIR] [--out DIR]
+        the steps below, in order, each with its exit code and seconds; the report in DIR (build/gpu-check/):
+        report.json and report.md. Exits 1 when a step failed, and on a host without a GPU (every GPU step is then
+        reported as skipped, with the reason): no GPU fails a GPU acceptance run.
+    .venv/bin/python scripts/gpu_check.py probe
+        the host's GPUs, driver, CUDA and NVML versions as JSON (null where there is no GPU), through the
+        collection's own gpu_facts and nvidia-ml-py; the run above calls it in the venv.
+
+The steps:
+
+1. ``setup``: the venv. With ``--wheels DIR`` (make's ``WHEELS=DIR``), from that local wheel directory only, for a
+   host with no network (an air-gapped site does the same): ``pip install --no-index --find-links DIR -r
+   requirements.txt``, then gpuops-run from this checkout (DIR must also hold ``setuptools>=64``, its build backend).
+   Fill DIR on a machine with network, same Python and platform: ``pip download -d DIR -r requirements.txt
+   'setuptools>=64'``. Without ``--wheels``: ``make venv``.
+2. ``probe``: ``gpu_check.py probe`` in the venv; where ``nvidia-smi -L`` lists no GPU, the reason is recorded and
+   every step marked GPU below is skipped with it.
+3. ``tests/gpu``: pytest, each skip with its reason (JUnit), outputs kept under DIR/live (``GPUOPS_LIVE_OUT``).
+   Skipped as a whole when no test passed or failed.
+4. GPU: ``gpu_facts`` (with topology and OS facts, as preflight asks), ``gpu_topology``, ``gpu_health`` and
+   ``cuda_compat`` (the probe's driver against its CUDA version) on localhost, each one ``ansible`` ad-hoc call with
+   the json callback; the results under DIR/modules/.
+5. GPU: ``playbooks/preflight.yml``, then ``playbooks/health.yml`` as a dry run (read-only: no ``health_apply``), on
+   a generated inventory, DIR/inventory/hosts.yml: localhost in gpu_nodes, local connection, the venv's Python,
+   ``gpuops_platform: compose``; reports under DIR/reports.
+
+Every command runs with ``LC_ALL=C.UTF-8`` (ansible refuses a non-UTF-8 locale) and its output in DIR/logs/.
+``make record-gpu-check`` keeps report.json as bench/gpu-check.json, which README.md and docs/testing.md quote
+(bench/figures.py). Standard library only, apart from the probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
+
+FORMAT = 1
+VENV = REPO / ".venv"
+OUT = REPO / "build" / "gpu-check"
+MODULES = ("gpu_facts", "gpu_topology", "gpu_health", "cuda_compat")
+PLAYBOOKS = (
+    ("preflight.yml", "playbooks/preflight.yml", ()),
+    ("health.yml dry run", "playbooks/health.yml", ("-e", "health_apply=false")),
+)
+HOST_KEYS = ("gpu_model", "gpu_count", "driver_version", "cuda_version", "nvml_version", "source", "no_gpu", "no_nvml")
+TIMEOUT = 3600  # any one step
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def step_record(
+    name: str,
+    status: str,
+    rc: int | None,
+    seconds: float,
+    detail: str,
+    *,
+    gpu: bool,
+    log: str | None = None,
+    skips: list | None = None,
+) -> dict:
+    """One step: ``status`` ok, failed or skipped; ``rc`` null when it did not run; ``skips``: its tests' skips."""
+    return {
+        "name": name,
+        "gpu": gpu,
+        "status": status,
+        "rc": rc,
+        "seconds": round(seconds, 1),
+        "detail": detail,
+        "log": log,
+        "skips": skips or [],
+    }
+
+
+def skipped_step(name: str, reason: str, *, gpu: bool = True) -> dict:
+    return step_record(name, SKIPPED, None, 0.0, reason, gpu=gpu)
+
+
+def verdict(host: dict, steps: list) -> tuple[bool, str]:
+    """(passed, why): a failed step fails the run, and so does a host without a GPU."""
+    failed = [step["name"] for step in steps if step["status"] == FAILED]
+    if failed:
+        return False, f"failed: {', '.join(failed)}"
+    if host.get("no_gpu"):
+        return False, f"no GPU on this host ({host['no_gpu']}): a GPU acceptance run needs one"
+    if not steps:
+        return False, "no step ran"
+    return True, "every step passed"
+
+
+def build_report(host: dict, steps: list, started: float, ended: float, commit: str | None) -> dict:
+    passed, why = verdict(host, steps)
+    skips = [
+        {"step": step["name"], "test": None, "reason": step["detail"]} for step in steps if step["status"] == SKIPPED
+    ]
+    skips += [{"step": step["name"], **skip} for step in steps for skip in step["skips"]]
+    return {
+        "format": FORMAT,
+        "command": "make gpu-check",
+        "commit": commit,
+        "started": _iso(started),
+        "ended": _iso(ended),
+        "seconds": round(ended - started, 1),
+        "host": {key: host.get(key) for key in HOST_KEYS},
+        "passed": passed,
+        "why": why,
+        "steps": steps,
+        "skips": skips,
+    }
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cell(value) -> str:
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: dict) -> str:
+    host = report["host"]
+    lines = [
+        f"# make gpu-check: {'PASSED' if report['passed'] else 'FAILED'}",
+        "",
+        f"{report['why']}. Commit `{report['commit'] or 'unknown'}`, {report['started']} to {report['ended']} "
+        f"({report['seconds']} s).",
+        "",
+        "| host | |",
+        "|---|---|",
+        *(f"| {key} | {_cell(host[key]) or 'null'} |" for key in HOST_KEYS),
+        "",
+        "| step | status | exit code | seconds | detail |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {_cell(step['name'])} | {step['status']} | {_cell(step['rc'])} | {step['seconds']} | "
+            f"{_cell(step['detail'])} |"
+            for step in report["steps"]
+        ),
+        "",
+    ]
+    if report["skips"]:
+        lines += ["Skips, each with its reason:", ""]
+        lines += [
+            f"- {skip['step']}{': ' + skip['test'] if skip['test'] else ''}: {skip['reason']}"
+            for skip in report["skips"]
+        ]
+    else:
+        lines.append("Nothing was skipped.")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "report.json", out / "report.md"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def exit_code(report: dict) -> int:
+    return 0 if report["passed"] else 1
+
+
+# --------------------------------------------------------------------------- running the steps
+
+
+def environment() -> dict:
+    env = dict(
+        os.environ,
+        LC_ALL="C.UTF-8",
+        LANG="C.UTF-8",
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+        ANSIBLE_FORCE_COLOR="false",
+        NO_COLOR="1",
+        PY_COLORS="0",
+    )
+    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
+    return lines[-1].strip()[:300] if lines else "no output"
+
+
+def run_commands(name: str, commands: list, out: Path, env: dict, *, gpu: bool) -> dict:
+    """Run ``commands`` (argv lists) in order into one log, stopping at the first that fails."""
+    log = out / "logs" / f"{name.replace('/', '_').replace(' ', '_')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started, rc = time.monotonic(), 0
+    with log.open("w") as handle:
+        for argv in commands:
+            handle.write(f"$ {' '.join(map(str, argv))}\n")
+            handle.flush()
+            try:
+                rc = subprocess.run(
+                    [str(part) for part in argv],
+                    cwd=REPO,
+                    env=env,
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    timeout=TIMEOUT,
+                    check=False,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                handle.write(f"gpu-check: timed out after {TIMEOUT} s\n")
+                rc = 124
+            except OSError as err:
+                handle.write(f"gpu-check: cannot run {argv[0]}: {err}\n")
+                rc = 127
+            if rc != 0:
+                break
+    seconds = time.monotonic() - started
+    detail = "exit 0" if rc == 0 else f"exit {rc}: {_last_line(log)}"
+    return step_record(name, OK if rc == 0 else FAILED, rc, seconds, detail, gpu=gpu, log=str(log.relative_to(out)))
+
+
+def setup_commands(wheels: Path | None) -> list:
+    pip = [VENV / "bin" / "pip", "install", "-q", "--disable-pip-version-check"]
+    if wheels is None:
+        return [["make", "--no-print-directory", "venv"]]
+    commands = [] if (VENV / "bin" / "python").exists() else [[sys.executable, "-m", "venv", VENV]]
+    offline = ["--no-index", "--find-links", wheels]
+    return [*commands, [*pip, *offline, "-r", "requirements.txt"], [*pip, *offline, "--no-deps", "."]]
+
+
+def probe_step(out: Path, env: dict) -> tuple[dict, dict]:
+    step = run_commands(
+        "probe", [[VENV / "bin" / "python", Path(__file__), "probe", "--to", out / "host.json"]], out, env, gpu=False
+    )
+    try:
+        host = json.loads((out / "host.json").read_text())
+    except (OSError, ValueError):
+        host = {"no_gpu": f"the probe did not answer ({step['detail']})"}
+    if step["status"] == OK:
+        step["detail"] = (
+            f"no GPU: {host['no_gpu']}"
+            if host.get("no_gpu")
+            else f"{host.get('gpu_count')} x {host.get('gpu_model')}, driver {host.get('driver_version')}"
+        )
+    return step, host
+
+
+def judge_tests(step: dict, junit: Path) -> dict:
+    """The tests/gpu step from its JUnit file: counts in the detail, every skip with its reason; skipped as a whole
+    when no test passed or failed."""
+    passed, failed, skipped = junit_counts([str(junit)])
+    step["skips"] = junit_skips([str(junit)])
+    step["detail"] = f"{passed} passed, {failed} failed, {skipped} skipped" + (
+        "" if step["rc"] == 0 else f" ({step['detail']})"
+    )
+    if step["rc"] == 0 and passed + failed == 0:
+        step["status"] = SKIPPED
+        step["detail"] = f"no test ran: {skipped} skipped, each with its reason below"
+    return step
+
+
+def tests_step(out: Path, env: dict) -> dict:
+    junit = out / "tests-gpu.xml"
+    # the report lists each skip with its reason; CI=true would turn them into failures (tests/ci_skips.py), and
+    # this run's verdict is its own: a failure, or no GPU
+    live_env = {key: value for key, value in env.items() if key != "CI"}
+    live_env["GPUOPS_LIVE_OUT"] = str(out / "live")
+    step = run_commands(
+        "tests/gpu",
+        [[VENV / "bin" / "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/gpu", f"--junitxml={junit}"]],
+        out,
+        live_env,
+        gpu=True,
+    )
+    return judge_tests(step, junit)
+
+
+def inventory(out: Path) -> Path:
+    path = out / "inventory" / "hosts.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "# Generated by scripts/gpu_check.py: this host as the one GPU node of a Compose site.\n"
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        localhost:\n"
+        "          ansible_connection: local\n"
+        f"          ansible_python_interpreter: {VENV / 'bin' / 'python'}\n"
+        "          gpuops_platform: compose\n"
+    )
+    return path
+
+
+def module_args(name: str, host: dict) -> str:
+    if name == "gpu_facts":
+        return "topology=true os_facts=true"
+    if name == "cuda_compat":
+        gpu = f" gpu_name='{host['gpu_model']}'" if host.get("gpu_model") and host.get("gpu_count") else ""
+        return f"driver_version={host.get('driver_version')} cuda_version={host.get('cuda_version')}{gpu}"
+    return ""
+
+
+def module_step(name: str, host: dict, out: Path, env: dict, hosts: Path) -> dict:
+    result = out / "modules" / f"{name}.json"
+    result.parent.mkdir(parents=True, exist_ok=True)
+    json_env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    argv = [VENV / "bin" / "ansible", "localhost", "-i", hosts, "-m", f"gpuops.cluster.{name}"]
+    args = module_args(name, host)
+    step = run_commands(f"module {name}", [[*argv, *(["-a", args] if args else [])]], out, json_env, gpu=True)
+    log = out / step["log"]
+    text = log.read_text(errors="replace")
+    result.write_text(text[text.find("{") :] if "{" in text else text)
+    return step
+
+
+def playbook_steps(out: Path, env: dict, hosts: Path) -> list:
+    steps = []
+    for name, playbook, extra in PLAYBOOKS:
+        argv = [
+            VENV / "bin" / "ansible-playbook",
+            "-i",
+            hosts,
+            playbook,
+            "-e",
+            f"gpuops_report_dir={out / 'reports'}",
+            "-e",
+            f"health_node_report_dir={out / 'node-reports'}",
+            *extra,
+        ]
+        steps.append(run_commands(name, [argv], out, env, gpu=True))
+    return steps
+
+
+def commit() -> str | None:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def gpu_steps(host: dict, out: Path, env: dict) -> list:
+    names = [f"module {name}" for name in MODULES] + [name for name, _playbook, _extra in PLAYBOOKS]
+    if host.get("no_gpu"):
+        return [skipped_step(name, f"no GPU: {host['no_gpu']}") for name in names]
+    hosts = inventory(out)
+    return [*(module_step(name, host, out, env, hosts) for name in MODULES), *playbook_steps(out, env, hosts)]
+
+
+def run(wheels: Path | None, out: Path) -> dict:
+    started = time.time()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    env = environment()
+    steps = [run_commands("setup", setup_commands(wheels), out, env, gpu=False)]
+    if steps[0]["status"] == FAILED:
+        host = {"no_gpu": None}
+        reason = f"the set-up failed ({steps[0]['detail']})"
+        steps += [
+            skipped_step(name, reason, gpu=gpu)
+            for name, gpu in (
+                ("probe", False),
+                ("tests/gpu", True),
+                *((f"module {m}", True) for m in MODULES),
+                *((name, True) for name, _p, _e in PLAYBOOKS),
+            )
+        ]
+    else:
+        probe, host = probe_step(out, env)
+        steps += [probe, tests_step(out, env), *gpu_steps(host, out, env)]
+    return build_report(host, steps, started, time.time(), commit())
+
+
+# --------------------------------------------------------------------------- the probe (in the venv)
+
+
+def probe_host() -> dict:
+    """The host's GPUs and versions: ``nvidia-smi -L`` decides whether there is a GPU; gpu_facts (NVML, else
+    nvidia-smi) names the model, driver and CUDA version; nvidia-ml-py the NVML version."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi  # noqa: PLC0415
+
+    def execute(argv):
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), timeout=120, check=False
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    host = dict.fromkeys(HOST_KEYS)
+    binary = shutil.which("nvidia-smi")
+    if not binary:
+        return {**host, "no_gpu": "no nvidia-smi in PATH"}
+    rc, listed_text, err = execute([binary, "-L"])
+    listed = smi.parse_nvidia_smi_list(listed_text) if rc == 0 else []
+    if not listed:
+        why = f"`nvidia-smi -L` exited {rc}" if rc else "`nvidia-smi -L` lists no GPU"
+        return {**host, "no_gpu": f"{why}: {' '.join((listed_text or err).split())[:200]}"}
+    facts, _warnings = gf.gather_gpu_facts(run=execute, which=shutil.which)
+    names = sorted({gpu["name"] for gpu in facts["gpus"] if gpu.get("name")})
+    host.update(
+        gpu_model=", ".join(names) or None,
+        gpu_count=len(listed),
+        driver_version=facts.get("driver_version"),
+        cuda_version=facts.get("cuda_driver_version"),
+        source=facts.get("source"),
+    )
+    try:
+        pynvml = gf.import_pynvml()
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetNVMLVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        host["nvml_version"] = version.decode() if isinstance(version, bytes) else version
+    except Exception as err:  # reported, not raised: the other versions stand
+        host["no_nvml"] = f"{type(err).__name__}: {err}"
+    return host
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what")
+    probe = sub.add_parser("probe")
+    probe.add_argument("--to", type=Path)
+    parser.add_argument("--wheels", type=Path, help="a local wheel directory: set-up with pip --no-index")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.what == "probe":
+        host = probe_host()
+        text = json.dumps(host, indent=2)
+        if args.to:
+            args.to.write_text(text + "\n")
+        print(text)
+        return 0
+    if args.wheels is not None and not args.wheels.is_dir():
+        print(
+            f"gpu-check: WHEELS={args.wheels} is not a directory. Fix: fill one on a machine with network "
+            "(pip download -d DIR -r requirements.txt 'setuptools>=64'), copy it here, give its path",
+            file=sys.stderr,
+        )
+        return 2
+    report = run(args.wheels.resolve() if args.wheels else None, args.out.resolve())
+    json_path, md_path = write_report(report, args.out)
+    print(markdown(report))
+    print(f"gpu-check: {'PASSED' if report['passed'] else 'FAILED'}: {report['why']}; report {json_path}, {md_path}")
+    return exit_code(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,189 @@
+"""scripts/gpu_check.py (`make gpu-check`): the report (each step with its exit code and seconds, the host, each skip
+with its reason), its verdict and exit code, and the whole run on a machine without a GPU; bench/figures.py's
+gpu-check block from a recorded report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import figures
+from ci_skips import skip_by_design
+
+REPO = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+gc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gc)
+
+# what the probe answers on the H200 of issue 36 (../shared/data/nvidia-smi/h200-driver580/SOURCES.md)
+H200 = {
+    "gpu_model": "NVIDIA H200",
+    "gpu_count": 1,
+    "driver_version": "580.159.04",
+    "cuda_version": "13.0",
+    "nvml_version": "13.580.159.04",
+    "source": "nvml",
+    "no_gpu": None,
+    "no_nvml": None,
+}
+NO_GPU = {**dict.fromkeys(gc.HOST_KEYS), "no_gpu": "no nvidia-smi in PATH"}
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="2" tests="3">
+<testcase classname="tests.gpu.test_a" name="test_ok"/>
+<testcase classname="tests.gpu.test_b" name="test_mps"><skipped message="not root: the MPS control daemon ..."/>
+</testcase>
+<testcase classname="tests.gpu.test_c" name="test_nccl"><skipped message="no all_reduce_perf (nccl-tests) in PATH"/>
+</testcase>
+</testsuite></testsuites>
+"""
+
+
+def ok(name: str, seconds: float = 1.0, *, gpu: bool = True) -> dict:
+    return gc.step_record(name, gc.OK, 0, seconds, "exit 0", gpu=gpu)
+
+
+def report(host: dict, steps: list) -> dict:
+    return gc.build_report(host, steps, 1_700_000_000.0, 1_700_000_042.5, "a" * 40)
+
+
+def test_every_step_ok_on_a_gpu_host_passes_with_exit_0(tmp_path):
+    steps = [ok("setup", gpu=False), ok("probe", gpu=False), ok("tests/gpu"), *(ok(f"module {m}") for m in gc.MODULES)]
+    got = report(H200, steps)
+    assert (got["passed"], gc.exit_code(got), got["why"]) == (True, 0, "every step passed")
+    assert got["host"] == H200
+    assert (got["seconds"], got["started"], got["ended"]) == (42.5, "2023-11-14T22:13:20Z", "2023-11-14T22:14:02Z")
+    json_path, md_path = gc.write_report(got, tmp_path)
+    assert json.loads(json_path.read_text()) == got
+    text = md_path.read_text()
+    assert text.startswith("# make gpu-check: PASSED")
+    assert "| module gpu_health | ok | 0 | 1.0 | exit 0 |" in text
+    assert "| driver_version | 580.159.04 |" in text
+
+
+def test_a_failed_step_fails_the_run_naming_it_with_its_exit_code():
+    bad = gc.step_record("preflight.yml", gc.FAILED, 2, 7.25, "exit 2: fatal: [localhost]: FAILED!", gpu=True)
+    got = report(H200, [ok("setup", gpu=False), bad])
+    assert (got["passed"], gc.exit_code(got), got["why"]) == (False, 1, "failed: preflight.yml")
+    assert (got["steps"][1]["rc"], got["steps"][1]["seconds"]) == (2, 7.2)  # seconds to 0.1 s (7.25: round half even)
+    assert "| preflight.yml | failed | 2 | 7.2 | exit 2: fatal: [localhost]: FAILED! |" in gc.markdown(got)
+
+
+def test_without_a_gpu_every_gpu_step_is_skipped_with_the_reason_and_the_run_fails(tmp_path):
+    steps = [ok("setup", gpu=False), ok("probe", gpu=False), *gc.gpu_steps(NO_GPU, tmp_path, {})]
+    assert [step["name"] for step in steps[2:]] == [
+        *(f"module {m}" for m in gc.MODULES),
+        "preflight.yml",
+        "health.yml dry run",
+    ]
+    got = report(NO_GPU, steps)
+    assert (got["passed"], gc.exit_code(got)) == (False, 1)
+    assert got["why"] == "no GPU on this host (no nvidia-smi in PATH): a GPU acceptance run needs one"
+    assert [(s["status"], s["rc"], s["detail"]) for s in got["steps"] if s["gpu"]] == [
+        ("skipped", None, "no GPU: no nvidia-smi in PATH")
+    ] * 6
+    assert [skip["step"] for skip in got["skips"]] == [step["name"] for step in steps[2:]]
+    assert not list(tmp_path.iterdir()), "no inventory is written when nothing runs"
+
+
+def test_the_tests_step_lists_each_skip_with_its_reason_and_is_skipped_when_nothing_ran(tmp_path):
+    junit = tmp_path / "tests-gpu.xml"
+    junit.write_text(JUNIT)
+    step = gc.judge_tests(gc.step_record("tests/gpu", gc.OK, 0, 3.0, "exit 0", gpu=True), junit)
+    assert (step["status"], step["detail"]) == ("ok", "1 passed, 0 failed, 2 skipped")
+    assert step["skips"] == [
+        {"test": "tests.gpu.test_b::test_mps", "reason": "not root: the MPS control daemon ..."},
+        {"test": "tests.gpu.test_c::test_nccl", "reason": "no all_reduce_perf (nccl-tests) in PATH"},
+    ]
+    got = report(H200, [step])
+    assert [(s["step"], s["test"], s["reason"]) for s in got["skips"]] == [
+        ("tests/gpu", "tests.gpu.test_b::test_mps", "not root: the MPS control daemon ..."),
+        ("tests/gpu", "tests.gpu.test_c::test_nccl", "no all_reduce_perf (nccl-tests) in PATH"),
+    ]
+    assert "- tests/gpu: tests.gpu.test_c::test_nccl: no all_reduce_perf (nccl-tests) in PATH" in gc.markdown(got)
+    junit.write_text(
+        JUNIT.replace('<testcase classname="tests.gpu.test_a" name="test_ok"/>', "").replace('tests="3"', 'tests="2"')
+    )
+    step = gc.judge_tests(gc.step_record("tests/gpu", gc.OK, 0, 3.0, "exit 0", gpu=True), junit)
+    assert (step["status"], step["detail"]) == ("skipped", "no test ran: 2 skipped, each with its reason below")
+    failed = gc.judge_tests(gc.step_record("tests/gpu", gc.FAILED, 1, 3.0, "exit 1: 1 failed", gpu=True), junit)
+    assert (failed["status"], failed["detail"]) == ("failed", "0 passed, 0 failed, 2 skipped (exit 1: 1 failed)")
+
+
+def test_a_command_that_fails_is_recorded_with_its_exit_code_and_last_line(tmp_path):
+    step = gc.run_commands(
+        "setup",
+        [["true"], [sys.executable, "-c", "print('pip: no matching distribution'); raise SystemExit(3)"], ["false"]],
+        tmp_path,
+        dict(os.environ),
+        gpu=False,
+    )
+    assert (step["status"], step["rc"], step["detail"]) == ("failed", 3, "exit 3: pip: no matching distribution")
+    assert "false" not in (tmp_path / step["log"]).read_text().splitlines()[-1]  # stopped at the first failure
+
+
+def test_wheels_set_up_installs_with_no_index_from_the_directory():
+    commands = gc.setup_commands(Path("/srv/wheels"))
+    installs = [argv for argv in commands if "install" in argv]
+    assert [argv[-1] for argv in installs] == ["requirements.txt", "."]
+    for argv in installs:
+        assert argv[argv.index("--no-index") + 1 : argv.index("--no-index") + 3] == [
+            "--find-links",
+            Path("/srv/wheels"),
+        ]
+    assert gc.setup_commands(None) == [["make", "--no-print-directory", "venv"]]
+
+
+def test_make_gpu_check_on_this_machine_without_a_gpu_runs_end_to_end_and_exits_non_zero(tmp_path):
+    """The whole run, as `make gpu-check` starts it (about 5 s here): non-zero, every GPU step skipped with the
+    reason, the report written. On a GPU host this is the acceptance run itself, not a unit test."""
+    if shutil.which("nvidia-smi") or Path("/proc/driver/nvidia/version").exists():
+        skip_by_design("a GPU host: `make gpu-check` is the acceptance run there, not a unit test")
+    out = tmp_path / "gpu-check"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    got = json.loads((out / "report.json").read_text())
+    assert (got["passed"], got["host"]["gpu_model"], got["host"]["no_gpu"]) == (False, None, "no nvidia-smi in PATH")
+    by_name = {step["name"]: step for step in got["steps"]}
+    assert [by_name[name]["status"] for name in ("setup", "probe")] == ["ok", "ok"]
+    gpu = [step for step in got["steps"] if step["gpu"]]
+    assert len(gpu) == 1 + len(gc.MODULES) + len(gc.PLAYBOOKS)
+    assert {step["status"] for step in gpu} == {"skipped"}
+    assert by_name["tests/gpu"]["skips"], "tests/gpu ran and skipped each test with its reason"
+    assert (out / "report.md").read_text().startswith("# make gpu-check: FAILED")
+
+
+def test_record_gpu_check_keeps_only_a_gpu_check_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(figures, "GPU_CHECK", tmp_path / "kept.json")
+    source = tmp_path / "report.json"
+    assert figures.main(["record-gpu-check", str(source)]) == 1
+    assert "Fix: run `make gpu-check` first" in capsys.readouterr().err
+    source.write_text(json.dumps({"format": 1, "command": "make test", "steps": []}))
+    assert figures.main(["record-gpu-check", str(source)]) == 1
+    source.write_text(json.dumps(report(NO_GPU, [ok("setup", gpu=False)])))
+    assert figures.main(["record-gpu-check", str(source)]) == 0
+    assert json.loads((tmp_path / "kept.json").read_text())["host"]["no_gpu"] == "no nvidia-smi in PATH"
+
+
+def test_the_figures_block_says_plainly_when_the_run_had_no_gpu(tmp_path):
+    steps = [ok("setup", gpu=False), ok("probe", gpu=False), *gc.gpu_steps(NO_GPU, tmp_path, {})]
+    text = "\n".join(figures.gpu_check_block(report(NO_GPU, steps)))
+    assert "ran **without a GPU**" in text
+    assert "proves nothing about a GPU host" in text
+    assert "| module gpu_facts | skipped |  | 0.0 |" in text
+    assert "- preflight.yml: no GPU: no nvidia-smi in PATH" in text
+    on_gpu = "\n".join(figures.gpu_check_block(report(H200, [ok("tests/gpu", 12.0)])))
+    assert "ran on 1 x NVIDIA H200, driver 580.159.04, CUDA 13.0, NVML 13.580.159.04" in on_gpu
+    assert "without a GPU" not in on_gpu
+    assert "No `make gpu-check` is recorded yet" in figures.gpu_check_block(None)[0]
