@@ -55,6 +55,7 @@ def verdict(rendered_objects, tmp_path_factory):
     objects = [obj for _, obj in rendered_objects]
     policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
     assert {p["metadata"]["namespace"] for p in policies} == set(netpol_table.TEAMS.values())
+    # the probe carries the labels a tenant's worker gets from training_stack's PyTorchJob template
     template = next(o for o in objects if o["kind"] == "PyTorchJob")
     labels = template["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
     resources = [o for o in objects if o["kind"] == "Namespace" or o["kind"] in POD_KINDS]
