@@ -1,7 +1,9 @@
 """validate.yml's judgements: pure functions over recorded command output, one result row per step.
 
 A row is {"step": name, "status": "ok" | "failed" | "skipped", "detail": text}. A host without GPUs gets
-every GPU step as "skipped: no GPU", never ok.
+every GPU step as "skipped: no GPU", never ok. A container step that failed says why, with the fix
+(``container_failure``): Docker not installed, its daemon not running, the NVIDIA runtime not configured, or the
+image not on the host with its registry out of reach.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import allocatable, workspace_gpus
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import allocatable, docker_runtime, workspace_gpus
 
 NO_GPU = "skipped: no GPU"
 # Unidirectional GB/s per NVLink (NVLink 3 on A100 and NVLink 4 on H100 both give 25 GB/s per link per
@@ -25,6 +27,24 @@ COMPOSE_STEPS = ("CUDA container runs nvidia-smi", "CUDA kernel launch (vectorAd
                  "workspaces see exactly their GPUs")
 KUBERNETES_STEPS = ("nodes Ready", "allocatable nvidia.com/gpu", "GPU Operator pods healthy",
                     "GPU pod runs nvidia-smi")
+
+
+# Why a container step failed. Each is read from what the host printed: the probe
+# (no docker command: exit 127; else `docker info --format '{{json .}}'`; validate.yml) and the failed `docker run`.
+DOCKER_MISSING = "Docker not installed"
+DOCKER_DOWN = "Docker daemon not running"
+NO_NVIDIA_RUNTIME = "NVIDIA runtime not configured"
+IMAGE_UNREACHABLE = "image not present and registry not reachable"
+_NOT_FOUND = 127  # the probe's exit status when there is no docker on PATH
+# The setting that names each container step's image (roles/validate), for the fix.
+IMAGE_VARS = {"cuda_smi": "validate_cuda_image", "cuda_check": "validate_cuda_check_image",
+              "nccl": "validate_nccl_build_image"}
+_MISSING_IMAGE = re.compile(r"Unable to find image '([^']+)' locally")
+# What dockerd's pull says when it cannot reach the registry (Go's net/http and net errors).
+_UNREACHABLE = ("dial tcp", "no such host", "connection refused", "i/o timeout", "network is unreachable",
+                "no route to host", "TLS handshake timeout", "Client.Timeout", "context deadline exceeded")
+# dockerd registers its --gpus device driver only when it finds nvidia-container-runtime-hook as it starts.
+_NO_GPU_DRIVER = "could not select device driver"
 
 
 def row(step: str, status: str, detail: str) -> dict:
@@ -49,6 +69,75 @@ def _out(value) -> tuple[int | None, str]:
         return None, ""
     text = "\n".join(x for x in (value.get("stdout"), value.get("stderr")) if x)
     return value.get("rc"), value.get("out", text)
+
+
+def _because(cause: str, evidence: str, fix: str) -> str:
+    return f"{cause}: {evidence}{'' if evidence.endswith(('.', '?', '!')) else '.'} Fix: {fix}"
+
+
+def _registry(image: str) -> str:
+    """The registry an image reference pulls from (Docker's rule: a first part with a dot or a port, or
+    localhost, is a registry; otherwise Docker Hub)."""
+    first, _, rest = image.partition("/")
+    return first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def docker_down(probe) -> str | None:
+    """Docker itself, from the probe: not installed (exit 127) or its daemon not answering; None when docker info
+    answered or there was no probe."""
+    rc, text = _out(probe)
+    if rc in (None, 0):
+        return None
+    if rc == _NOT_FOUND:
+        return _because(DOCKER_MISSING, _why(text),
+                        "install Docker Engine: site.yml on this compose host (the docker_engine role; "
+                        "playbooks/compose.yml after the host layer), then validate again")
+    down = next((ln.strip() for ln in text.splitlines() if "Cannot connect to the Docker daemon" in ln), None)
+    if down:
+        return _because(DOCKER_DOWN, down, "systemctl enable --now docker; journalctl -u docker says why it stopped")
+    return None
+
+
+def _runtimes(probe) -> tuple[str, str]:
+    """docker info's runtimes and CDI spec directories as evidence, and the fix (the diagnose link's)."""
+    rc, text = _out(probe)
+    try:
+        info = json.loads(text) if rc == 0 else None
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return ("docker info gave no runtimes", docker_runtime({})["fix"])
+    runtimes = info.get("Runtimes") or {}
+    cdi = ", ".join(info.get("CDISpecDirs") or []) or "none"
+    link = docker_runtime(runtimes)
+    if link["status"] != "ok":
+        return (f"docker info lists the runtimes {', '.join(sorted(runtimes)) or 'none'}, no nvidia; CDI spec "
+                f"directories: {cdi}", link["fix"])
+    return (f"docker info lists an nvidia runtime ({link['evidence']}), but dockerd found no "
+            "nvidia-container-runtime-hook when it started",
+            "reinstall the NVIDIA Container Toolkit (rerun the nvidia_container_toolkit role), then restart docker")
+
+
+def container_failure(step: str, value, probe) -> str:
+    """Why the container step ``step`` (a key of IMAGE_VARS) failed, with the fix: Docker not installed or not
+    running (the probe), the image not on the host and its registry not reachable, the NVIDIA runtime not
+    configured (the run's own error, docker info's runtimes); else its exit status and first error line."""
+    down = docker_down(probe)
+    if down:
+        return down
+    rc, text = _out(value)
+    missing = _MISSING_IMAGE.search(text)
+    if missing and any(sign in text for sign in _UNREACHABLE):
+        image, registry = missing.group(1), _registry(missing.group(1))
+        return _because(IMAGE_UNREACHABLE,
+                        f"{image} is not on this host and its registry {registry} cannot be reached ({_why(text)})",
+                        f"make {registry} reachable from this host, or set {IMAGE_VARS[step]} (or "
+                        "gpuops_registry_mirror, for every image) to a registry it reaches; on an air-gapped host, "
+                        f"docker save {image} where it can be pulled and docker load it here")
+    if _NO_GPU_DRIVER in text:
+        evidence, fix = _runtimes(probe)
+        return _because(NO_NVIDIA_RUNTIME, f"docker cannot give the container a GPU ({_why(text)}); {evidence}", fix)
+    return f"exit {rc}: {_why(text)}"
 
 
 def parse_all_reduce(text: str) -> dict:
@@ -92,11 +181,13 @@ def expected_busbw(topology: dict | None, gpus: list[int], pcie_gen: int = 4) ->
     return {"path": f"PCIe Gen{pcie_gen} x16", "peak": peak, "floor": round(peak * PCIE_FLOOR, 1)}
 
 
-def judge_nccl(text: str, rc: int | None, expected: dict) -> dict:
+def judge_nccl(text: str, rc: int | None, expected: dict, probe=None) -> dict:
     step = COMPOSE_STEPS[2]
     parsed = parse_all_reduce(text)
     if rc not in (0, None) or not parsed["rows"]:
-        return row(step, "failed", f"all_reduce_perf did not run (exit {rc}): {_why(text)}")
+        why = container_failure("nccl", {"rc": rc, "out": text}, probe)
+        return row(step, "failed", f"all_reduce_perf did not run ({why})" if why.startswith("exit ")
+                   else f"all_reduce_perf did not run: {why}")
     detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "
               f"{expected['peak']:.0f} GB/s; floor {expected['floor']:.1f})")
     if parsed["wrong"]:
@@ -106,20 +197,24 @@ def judge_nccl(text: str, rc: int | None, expected: dict) -> dict:
 
 def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: list[dict],
                  pcie_gen: int = 4) -> list[dict]:
-    """outputs: cuda_smi, cuda_check, nccl (registered results), workspaces ({member: result}) and
-    host_uuids (index -> UUID); members: [{name, gpus}] on this host."""
+    """outputs: docker (the probe), cuda_smi, cuda_check, nccl (registered results), workspaces ({member: result})
+    and host_uuids (index -> UUID); members: [{name, gpus}] on this host."""
     rows = []
+    probe = outputs.get("docker")
     rc, text = _out(outputs.get("cuda_smi"))
     listed = len(re.findall(r"^GPU \d+:", text, re.M))
     rows.append(row(COMPOSE_STEPS[0], "ok" if rc == 0 and listed == gpu_count else "failed",
-                    f"{listed} of {gpu_count} GPUs listed" if rc == 0 else f"exit {rc}: {_why(text)}"))
+                    f"{listed} of {gpu_count} GPUs listed" if rc == 0
+                    else container_failure("cuda_smi", outputs.get("cuda_smi"), probe)))
     rc, text = _out(outputs.get("cuda_check"))
     passed = rc == 0 and "Test PASSED" in text
     rows.append(row(COMPOSE_STEPS[1], "ok" if passed else "failed",
-                    "vectorAdd: Test PASSED" if passed else f"exit {rc}: {_why(text)}"))
+                    "vectorAdd: Test PASSED" if passed else
+                    f"exit 0 without Test PASSED: {_why(text)}" if rc == 0 else
+                    container_failure("cuda_check", outputs.get("cuda_check"), probe)))
     if gpu_count > 1:
         rc, text = _out(outputs.get("nccl"))
-        rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen)))
+        rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen), probe))
     else:
         rows.append(row(COMPOSE_STEPS[2], "skipped", "skipped: one GPU, nothing to all-reduce across"))
     uuids = outputs.get("host_uuids") or {}
@@ -129,8 +224,11 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
         want = [uuids.get(str(g), f"GPU{g}?") for g in member.get("gpus", [])]
         link = workspace_gpus(rc, text, want)
         results.append((member["name"], link))
+    down = docker_down(probe)
     if not results:
         rows.append(row(COMPOSE_STEPS[3], "skipped", "no member workspace on this host"))
+    elif down:
+        rows.append(row(COMPOSE_STEPS[3], "failed", f"{len(results)} workspace(s) not probed: {down}"))
     else:
         bad = [f"{name}: {link['evidence']}" for name, link in results if link["status"] != "ok"]
         rows.append(row(COMPOSE_STEPS[3], "failed" if bad else "ok",

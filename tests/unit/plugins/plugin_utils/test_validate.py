@@ -1,11 +1,15 @@
 """validate judgements: nccl all_reduce_perf tables (layout as printed by nccl-tests 2.13, header lines as in
 NVIDIA/nccl issue #1530; the numbers are recorded here, labelled so), bandwidth expectations from real
-topology captures, and every step's outcomes, including the no-GPU host."""
+topology captures, every step's outcomes, including the no-GPU host, and the cause a failed container step names
+(Docker missing or down, no NVIDIA runtime, image unreachable) on real registered results
+(fixtures/validate_docker/SOURCES.md)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import validate as V
 from conftest import shared_path
@@ -125,3 +129,71 @@ def test_kubernetes_rows():
     assert [r["status"] for r in bad] == ["failed"] * 4
     assert "not Ready: gpu-01" in bad[0]["detail"]
     assert "unhealthy: nvidia-device-plugin-daemonset-x" in bad[2]["detail"]
+
+
+# ---- a container step that failed names its cause and the fix ----
+# Real registered results of validate.yml's probe and `docker run` (fixtures/validate_docker/SOURCES.md says where
+# each was captured).
+DOCKER_FIXTURES = Path(__file__).parent / "fixtures" / "validate_docker"
+ONE_H200 = "GPU 0: NVIDIA H200 (UUID: GPU-283a682d-d984-3e2f-10f2-3a540656cc51)\n"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((DOCKER_FIXTURES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize(("probe", "run", "cause", "evidence", "fix"), [
+    ("no-docker", "no-docker", V.DOCKER_MISSING, "no docker command on PATH (/usr/local/sbin:", "docker_engine role"),
+    ("no-daemon", "no-daemon", V.DOCKER_DOWN, "Cannot connect to the Docker daemon at unix:///tmp/h3/no-docker.sock",
+     "systemctl enable --now docker"),
+    ("no-nvidia-runtime", "no-nvidia-runtime", V.NO_NVIDIA_RUNTIME,
+     "runtimes io.containerd.runc.v2, io.containerd.runtime.v1.linux, runc, no nvidia; CDI spec directories: none",
+     "nvidia_container_toolkit role"),
+    ("no-nvidia-runtime", "registry-refused", V.IMAGE_UNREACHABLE,
+     "127.0.0.1:5999/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0 is not on this host and its registry 127.0.0.1:5999 "
+     "cannot be reached (docker: Error response from daemon: Get \"http://127.0.0.1:5999/v2/\": dial tcp "
+     "127.0.0.1:5999: connect: connection refused)", "set validate_cuda_image (or gpuops_registry_mirror"),
+    ("no-nvidia-runtime", "registry-no-dns", V.IMAGE_UNREACHABLE, "its registry nvcr.io cannot be reached",
+     "make nvcr.io reachable from this host"),
+])
+def test_a_failed_container_step_names_its_cause_and_fix(probe, run, cause, evidence, fix):
+    outputs = {"docker": recorded(f"{probe}.probe"), "cuda_smi": recorded(f"{run}.run"),
+               "cuda_check": recorded(f"{run}.run")}
+    rows = V.compose_rows(outputs, 1, None, [])
+    for step in rows[:2]:
+        assert step["status"] == "failed"
+        assert step["detail"].startswith(f"{cause}: "), step["detail"]
+        assert evidence in step["detail"]
+        assert "no output" not in step["detail"]
+    assert fix in rows[0]["detail"].split(" Fix: ")[1]
+    assert "validate_cuda_check_image" in rows[1]["detail"] or cause != V.IMAGE_UNREACHABLE
+
+
+def test_without_docker_every_container_step_and_workspace_says_so():
+    outputs = {"docker": recorded("no-docker.probe"), "cuda_smi": recorded("no-docker.run"),
+               "cuda_check": recorded("no-docker.run"), "nccl": recorded("no-docker.run"),
+               "host_uuids": {"0": "GPU-0", "1": "GPU-1"}, "workspaces": {"alice": recorded("no-docker.workspace")}}
+    rows = V.compose_rows(outputs, 2, None, [{"name": "alice", "gpus": [0]}])
+    assert [r["status"] for r in rows] == ["failed"] * 4
+    assert rows[2]["detail"].startswith(f"all_reduce_perf did not run: {V.DOCKER_MISSING}: ")
+    assert rows[3]["detail"].startswith(f"1 workspace(s) not probed: {V.DOCKER_MISSING}: ")
+
+
+def test_the_nvidia_runtime_present_but_no_gpu_driver_says_the_hook_is_missing():
+    # The recorded probe with an nvidia runtime added, as nvidia-ctk writes it into daemon.json.
+    probe = recorded("no-nvidia-runtime.probe")
+    info = json.loads(probe["stdout"])
+    info["Runtimes"]["nvidia"] = {"path": "nvidia-container-runtime"}
+    detail = V.container_failure("cuda_smi", recorded("no-nvidia-runtime.run"), dict(probe, stdout=json.dumps(info)))
+    assert detail.startswith(f"{V.NO_NVIDIA_RUNTIME}: ")
+    assert "found no nvidia-container-runtime-hook" in detail
+
+
+def test_an_unknown_failure_keeps_its_exit_and_first_error_line():
+    outputs = {"docker": recorded("no-nvidia-runtime.probe"), "cuda_smi": reg("", rc=125),
+               "cuda_check": reg("Failed to allocate device vector A (error code out of memory)!", rc=1)}
+    rows = V.compose_rows(outputs, 1, None, [])
+    assert rows[0]["detail"] == "exit 125: no output"
+    assert rows[1]["detail"] == "exit 1: Failed to allocate device vector A (error code out of memory)!"
+    ok = dict(outputs, cuda_smi=reg(ONE_H200), cuda_check=reg("Test PASSED\n"))
+    assert [r["status"] for r in V.compose_rows(ok, 1, None, [])[:2]] == ["ok", "ok"]
