@@ -30,6 +30,12 @@ tests/container_node.py:41: docker is not available here</skipped></testcase>
 """
 
 
+@pytest.fixture(autouse=True)
+def _outside_ci(monkeypatch) -> None:
+    """The results do not depend on the CI running this test: the tests that need CI=true set it."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 @pytest.fixture
 def junit(tmp_path, monkeypatch) -> str:
     monkeypatch.chdir(tmp_path)
@@ -179,7 +185,6 @@ def test_under_ci_a_stage_skipped_whole_fails_with_its_skips(tmp_path, monkeypat
     """The report stage without chromium (every case skipped), a Molecule verify that found no tests (no JUnit):
     under CI=true the stage fails, naming its JUnit; without CI its skips stay skips, listed with their reasons."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("CI", raising=False)
     if ci:
         monkeypatch.setenv("CI", ci)
     (tmp_path / "report.xml").write_text(ONLY_SKIPS)
