@@ -312,16 +312,66 @@ def module_args(name: str, host: dict) -> str:
     return ""
 
 
+def module_result(text: str) -> dict | None:
+    """The one host's result in the json callback's document (ansible.cfg's other callbacks print around it)."""
+    try:
+        document, _end = json.JSONDecoder().raw_decode(text[text.index("{") :])
+        return document["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def module_problems(name: str, result: dict, host: dict) -> list:
+    """What the acceptance run asks of each module's answer on this GPU host, as problems (empty: accepted)."""
+    count = host.get("gpu_count")
+    if result.get("failed") or result.get("unreachable"):
+        return [f"failed: {str(result.get('msg', ''))[:300]}"]
+    if name == "gpu_facts":
+        gpu = (result.get("ansible_facts") or {}).get("gpu") or {}
+        problems = [] if gpu.get("count") == count else [f"count {gpu.get('count')}, nvidia-smi -L lists {count}"]
+        if gpu.get("topology") is None:
+            problems.append(f"topology not read: {gpu.get('topology_error')}")
+        return problems
+    if name == "gpu_topology":
+        found = len(result.get("gpus") or [])
+        return [] if found == count else [f"{found} GPUs in the matrix, nvidia-smi -L lists {count}"]
+    if name == "gpu_health":
+        problems = [] if result.get("read_ok") else ["read_ok false: " + "; ".join(result.get("notes") or [])[:300]]
+        return problems + (["verdict failed"] if result.get("verdict") == "failed" else [])
+    if name == "cuda_compat":
+        return [] if result.get("compatible") else ["not compatible: " + "; ".join(result.get("reasons") or [])]
+    return []
+
+
+def module_summary(name: str, result: dict) -> str:
+    if name == "gpu_facts":
+        gpu = (result.get("ansible_facts") or {}).get("gpu") or {}
+        return f"{gpu.get('count')} GPU(s) via {gpu.get('source')}"
+    if name == "gpu_topology":
+        return f"{len(result.get('gpus') or [])} GPU(s) in the matrix"
+    if name == "gpu_health":
+        return (
+            f"verdict {result.get('verdict')}, read_ok {result.get('read_ok')}, state via {result.get('state_source')}"
+        )
+    return f"compatible {result.get('compatible')} ({result.get('mode')}, CUDA up to {result.get('max_cuda')})"
+
+
 def module_step(name: str, host: dict, out: Path, env: dict, hosts: Path) -> dict:
-    result = out / "modules" / f"{name}.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
     json_env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
     argv = [VENV / "bin" / "ansible", "localhost", "-i", hosts, "-m", f"gpuops.cluster.{name}"]
     args = module_args(name, host)
     step = run_commands(f"module {name}", [[*argv, *(["-a", args] if args else [])]], out, json_env, gpu=True)
-    log = out / step["log"]
-    text = log.read_text(errors="replace")
-    result.write_text(text[text.find("{") :] if "{" in text else text)
+    result = module_result((out / step["log"]).read_text(errors="replace"))
+    if result is None:
+        step.update(status=FAILED, detail=f"{step['detail']}; no module result in the output")
+        return step
+    (out / "modules").mkdir(parents=True, exist_ok=True)
+    (out / "modules" / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    problems = module_problems(name, result, host)
+    if problems:
+        step.update(status=FAILED, detail=f"{step['detail']}; " + "; ".join(problems))
+    else:
+        step["detail"] = module_summary(name, result)
     return step
 
 

@@ -187,3 +187,29 @@ def test_the_figures_block_says_plainly_when_the_run_had_no_gpu(tmp_path):
     assert "ran on 1 x NVIDIA H200, driver 580.159.04, CUDA 13.0, NVML 13.580.159.04" in on_gpu
     assert "without a GPU" not in on_gpu
     assert "No `make gpu-check` is recorded yet" in figures.gpu_check_block(None)[0]
+
+
+def test_each_modules_answer_is_judged_against_the_gpus_nvidia_smi_lists():
+    facts = {"ansible_facts": {"gpu": {"count": 1, "source": "nvml", "topology": {"gpus": [{}]}}}}
+    assert gc.module_problems("gpu_facts", facts, H200) == []
+    unread = {"ansible_facts": {"gpu": {"count": 1, "topology": None, "topology_error": {"error": "no matrix"}}}}
+    assert gc.module_problems("gpu_facts", unread, H200) == ["topology not read: {'error': 'no matrix'}"]
+    assert gc.module_problems("gpu_topology", {"gpus": []}, H200) == ["0 GPUs in the matrix, nvidia-smi -L lists 1"]
+    assert gc.module_problems("gpu_health", {"read_ok": True, "verdict": "degraded"}, H200) == []
+    assert gc.module_problems("gpu_health", {"read_ok": False, "verdict": "failed", "notes": ["state: x"]}, H200) == [
+        "read_ok false: state: x",
+        "verdict failed",
+    ]
+    assert gc.module_problems("cuda_compat", {"compatible": False, "reasons": ["driver too old"]}, H200) == [
+        "not compatible: driver too old"
+    ]
+    assert gc.module_problems("cuda_compat", {"failed": True, "msg": "driver_version ..."}, H200) == [
+        "failed: driver_version ..."
+    ]
+
+
+def test_the_module_result_is_read_from_the_json_callback_among_other_callbacks_output():
+    document = {"plays": [{"tasks": [{"hosts": {"localhost": {"compatible": True}}}]}]}
+    text = f"Friday 04 December 2026 (0:00:00.1)\n{json.dumps(document, indent=4)}\n\nTASKS RECAP ***\n{{not json\n"
+    assert gc.module_result(text) == {"compatible": True}
+    assert gc.module_result("no json here") is None
