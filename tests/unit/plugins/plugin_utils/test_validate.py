@@ -170,8 +170,9 @@ def test_a_failed_container_step_names_its_cause_and_fix(probe, run, cause, evid
 
 
 def test_without_docker_every_container_step_and_workspace_says_so():
+    # validate.yml skips the NCCL block when the probe fails: its row takes the cause from the probe.
     outputs = {"docker": recorded("no-docker.probe"), "cuda_smi": recorded("no-docker.run"),
-               "cuda_check": recorded("no-docker.run"), "nccl": recorded("no-docker.run"),
+               "cuda_check": recorded("no-docker.run"), "nccl": {"changed": False, "skipped": True},
                "host_uuids": {"0": "GPU-0", "1": "GPU-1"}, "workspaces": {"alice": recorded("no-docker.workspace")}}
     rows = V.compose_rows(outputs, 2, None, [{"name": "alice", "gpus": [0]}])
     assert [r["status"] for r in rows] == ["failed"] * 4
