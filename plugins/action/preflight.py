@@ -119,6 +119,9 @@ class ActionModule(ActionBase):
                 "gpu": gpu,
                 "topology": gpu.get("topology"),
                 "host": host,
+                "name": (task_vars or {}).get("inventory_hostname"),
+                # A topology the inventory declares satisfies the topology rule (plan.host_part uses it).
+                "declared_topology": _TaskVars(task_vars or {}, self._templar).get("gpuops_gpu_topology"),
             },
         )
         result.update(

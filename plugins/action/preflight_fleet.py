@@ -15,7 +15,11 @@ from ansible.template import Templar
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service, write_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import add_sections, write_reports
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import (
+    add_sections,
+    summary_line,
+    write_reports,
+)
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
 ARGUMENT_SPEC = {
@@ -93,7 +97,8 @@ class ActionModule(ActionBase):
         # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
         out = with_out_of_service({"hosts": {h: {} for h in judged}}, args["report_dir"])["hosts"]
         results = {
-            host: finish(_with_health({k: r["preflight"][k] for k in ("checks", "compat", "driver_pin")},
+            host: finish(_with_health({k: r["preflight"].get(k) for k in ("checks", "compat", "driver_pin",
+                                                                           "driver_judged", "os")},
                                       r["preflight"]["plan"].get("gpu_assignments"), out[host]["out_of_service"], host),
                          fleet["hosts"][host])
             for host, r in judged.items()
@@ -128,17 +133,12 @@ class ActionModule(ActionBase):
         plan = with_out_of_service(plan, args["report_dir"])
         plan_files = write_plan(plan, run_dir, args["report_dir"])
 
+        warnings: list[str] = []
         summary = [f"fleet: platform {fleet.get('platform')} ({fleet.get('source')}): {fleet.get('reason')}"]
         for host, record in records.items():
-            res, gpu = record["result"], record["gpu"]
-            by_status: dict = {}
-            for check in res["checks"]:
-                by_status.setdefault(check["status"], []).append(check["name"])
-            summary.append(
-                f"{host}: {'PASS' if res['ok'] else 'REFUSED'}, {gpu.get('count')} GPUs via {gpu.get('source')}; "
-                + "; ".join(f"{status} {', '.join(names)}" for status, names in sorted(by_status.items()))
-                + f"; report {written[host]}"
-            )
+            summary.append(summary_line(host, record, written[host]))
+            # A rule the inventory turned into a warning (status warn) is an Ansible warning too.
+            warnings.extend(f"preflight: {c['msg']}" for c in record["result"]["checks"] if c["status"] == "warn")
         refused = [
             f"preflight refused {host}: "
             + " || ".join(c["msg"] for c in record["result"]["checks"] if c["ok"] is False)
@@ -163,6 +163,8 @@ class ActionModule(ActionBase):
                 },
             },
         )
+        if warnings:
+            result["warnings"] = warnings
         if refused:
             result.update(failed=True, msg="\n".join(refused))
         else:

@@ -12,10 +12,13 @@ description:
   - An action plugin. It runs M(gpuops.cluster.gpu_facts) on the host B(once), asking in the same call for
     the OS facts (so no C(setup) runs), the free space under O(free_space) paths and one bounded TCP probe per
     NFS server of O(nfs_datasets); then it judges the plan in-process on the controller (no module runs there).
-  - Rules are the supported OS, the pinned driver against the requested CUDA (M(gpuops.cluster.cuda_compat)),
-    Fabric Manager at exactly the driver version on NVSwitch hosts, MIG refused on NVLink or multi-node
-    training nodes (requested or already enabled), every GPU assigned to at most one member, time-slicing
-    replicas of at least 2, enough free space on the data volumes, and every NFS server reachable.
+  - Rules are the OS supported by every role the host runs (each role's C(meta/main.yml) platforms, which its
+    assert stage reads too; here the host layer's roles, and M(gpuops.cluster.preflight_fleet) adds the decided
+    platform's), the driver against the requested CUDA (M(gpuops.cluster.cuda_compat); the pin, else the driver
+    running on the host), Fabric Manager at exactly the driver version on NVSwitch hosts, a topology read (or
+    declared) wherever GPUs are seen, MIG refused on NVLink or multi-node training nodes (requested or already
+    enabled), every GPU assigned to at most one member, time-slicing replicas of at least 2, enough free space on
+    the data volumes, and every NFS server reachable.
   - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
     task; it reads this task's registered result from every host.
   - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
@@ -76,11 +79,16 @@ options:
       - GPUs the platform will serve in all.
       - Not given, the host's C(gpuops_gpu_count); unset there too, the sum of the GPUs detected across C(gpu_nodes).
     type: int
-  supported_os:
-    description: Override of the supported distributions and versions.
-    type: dict
   topology:
     description: Also read C(nvidia-smi topo -m) in the same remote call (hosts with two or more GPUs and a driver).
+    type: bool
+    default: true
+  topology_required:
+    description:
+      - Refuse a host whose GPUs are seen but whose topology could not be read (C(ansible_facts.gpu.topology_error)),
+        naming the host, the command, the parse error and the fix. A topology the host's inventory declares
+        (C(gpuops_gpu_topology)) satisfies the rule.
+      - C(false) makes it a warning (check status C(warn)) on the summary line instead.
     type: bool
     default: true
   free_space:
@@ -174,6 +182,15 @@ preflight:
       description: The driver pin checked, or null.
       type: str
       sample: 535.261.03
+    driver_judged:
+      description: The driver CUDA was judged against, and whence (C(pin), or C(running) when no pin is set); null
+        when there is neither.
+      type: dict
+      sample: {version: 580.159.04, source: running}
+    os:
+      description: The host's OS as judged (C(distribution), C(version)); judged again with the platform's roles.
+      type: dict
+      sample: {distribution: Debian, version: "12.7"}
     plan:
       description: The plan judged (this task's arguments after defaults).
       type: dict

@@ -223,6 +223,17 @@ SCHEMA: dict[str, Any] = {
                             },
                         },
                     },
+                    "driver_judged": {
+                        "type": ["object", "null"],
+                        "description": "The driver preflight judged CUDA (gpuops_cuda_version) against: version, and "
+                        "source: pin (nvidia_driver_version) or running (no pin: the driver running on the host, as "
+                        "the gpu facts read it). null: none judged (no pin and no running driver, or a plan made "
+                        "from the inventory alone). Optional: a plan.json written before it lacks it.",
+                        "properties": {
+                            "version": {"type": "string"},
+                            "source": {"enum": ["pin", "running"]},
+                        },
+                    },
                     "pool": {**_NULL_STR, "description": "gpuops_pool: training or inference (kubernetes)."},
                     "kubelet_policy": {
                         "type": ["object", "null"],
@@ -350,12 +361,18 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
 
 
 def host_part(
-    platform: str | None, gpu: dict, hostvars: Any, ok: bool | None = None, driver: str | None = None
+    platform: str | None,
+    gpu: dict,
+    hostvars: Any,
+    ok: bool | None = None,
+    driver: str | None = None,
+    driver_judged: dict | None = None,
 ) -> dict:
     """One host's part: GPUs, topology summary, packages, and what derives from them: the kubelet policy, the
     node's labels and taints, NCCL settings and the member workspaces. The topology is the one preflight read, else
     the inventory's declaration (gpuops_gpu_topology); ``driver`` is the pin preflight judged, else the inventory's
-    nvidia_driver_version; Fabric Manager is needed where the GPU facts found NVSwitches."""
+    nvidia_driver_version; ``driver_judged`` the driver preflight judged CUDA against ({version, source}: pin or
+    running, preflight.judged_driver), else None; Fabric Manager is needed where the GPU facts found NVSwitches."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = get_var(hostvars, "gpuops_gpu_topology")
@@ -391,6 +408,7 @@ def host_part(
             "fabric_manager": driver if fabric_manager else None,
             "container_toolkit": toolkit,
         },
+        "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,
         "kubelet_policy": policy,
         "node": _node(policy, pool, hostvars) if platform == "kubernetes" else None,
@@ -488,6 +506,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
             hostvars[host],
             ok=bool((record.get("result") or {}).get("ok")),
             driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
+            driver_judged=(record.get("result") or {}).get("driver_judged"),
         )
         for host, record in records.items()
     }

@@ -1,16 +1,18 @@
 """Preflight: judge a host's plan against its facts, before anything on the host changes.
 
-Pure functions only. ``host_checks()`` takes what gpu_facts found (GPUs, topology, and the OS facts,
-free space and TCP probes it gathers in the same call) and what the inventory asks for, and returns one
-check per rule, each with the fact found, what was expected and the fix. The platform is decided for
-the whole fleet at once (``platform.decide_fleet``); ``evaluate()`` is one host judged as a fleet of one.
-The action plugins ``preflight`` (per host, in-process) and ``preflight_fleet`` (once per run) run these
-on the controller and refuse the whole play when any check fails.
+Pure functions, but for the OS rule, which reads each role's table (its meta/main.yml platforms, through
+``os_support``). ``host_checks()`` takes what gpu_facts found (GPUs, topology, and the OS facts, free space and TCP
+probes it gathers in the same call) and what the inventory asks for, and returns one check per rule, each with the
+fact found, what was expected and the fix; a rule the inventory turned into a warning has status ``warn``.
+The platform is decided for the whole fleet at once (``platform.decide_fleet``); ``evaluate()`` is one host judged
+as a fleet of one. The action plugins ``preflight`` (per host, in-process) and ``preflight_fleet`` (once per run)
+run these on the controller and refuse the whole play when any check fails.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import check_compat
@@ -18,17 +20,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_driver_version,
     version_eq,
 )
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
 
-# distribution (as ansible_facts['distribution']) -> accepted versions; a version matches
-# when the host's version equals it or starts with it followed by a dot (12 matches 12.7).
-SUPPORTED_OS: dict[str, list[str]] = {
-    "Debian": ["12", "13"],
-    "Ubuntu": ["22.04", "24.04"],
-    "RedHat": ["9"],
-    "Rocky": ["9"],
-}
 WORKLOADS = ("training", "inference", "mixed")
 MIN_TIME_SLICING_REPLICAS = 2
 NFS_PORT = 2049
@@ -41,45 +36,123 @@ def _check(name: str, ok: bool | None, msg: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "status": {True: "ok", False: "failed", None: "skipped"}[ok], "msg": msg}
 
 
-def os_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> dict[str, Any]:
-    wanted = supported.get(distribution or "", [])
-    version = str(version or "")
-    if any(version == v or version.startswith(v + ".") for v in wanted):
-        return _check("os_supported", True, f"{distribution} {version} is supported")
-    listing = "; ".join(f"{d} {'/'.join(v)}" for d, v in supported.items())
+def _check_warn(name: str, msg: str) -> dict[str, Any]:
+    """A rule that would refuse, turned into a warning by the inventory: passes, and says so on the summary line."""
+    return {"name": name, "ok": True, "status": "warn", "msg": msg}
+
+
+@cache
+def _role_table(role: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A role's OS table (os_support.role_supported), read once per process."""
+    return tuple((d, tuple(v)) for d, v in os_support.role_supported(os_support.ROLES_DIR / role).items())
+
+
+def role_tables(roles: list[str]) -> dict[str, dict[str, list[str]]]:
+    """role -> its OS table (its meta/main.yml platforms)."""
+    return {role: {d: list(v) for d, v in _role_table(role)} for role in roles}
+
+
+def os_supported(
+    os_facts: dict[str, Any], platform: str | None, tables: dict[str, dict[str, list[str]]] | None = None
+) -> dict[str, Any]:
+    """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
+    platform's), each read from the role's meta/main.yml as the role's own assert stage reads it."""
+    if tables is None:
+        tables = role_tables(os_support.host_roles(platform))
+    distribution = str(os_facts.get("distribution") or "")
+    version = str(os_facts.get("version") or "")
+    found = f"{distribution or 'unknown OS'} {version}"
+    runs = ", ".join(tables) + (f" on {platform}" if platform else "; the platform's roles once it is decided")
+    refused = {role: t for role, t in tables.items() if not os_support.is_supported(distribution, version, t)}
+    if not refused:
+        return _check(
+            "os_supported", True, f"{distribution} {version} is supported by every role this host runs ({runs})"
+        )
+    by = ", ".join(f"gpuops.cluster.{role} (supports {os_support.listing(t)})" for role, t in refused.items())
     return _check(
         "os_supported",
         False,
-        f"{distribution or 'unknown OS'} {version} found; supported: {listing}. "
-        "Fix: reinstall the host with a supported OS, or remove it from gpu_nodes.",
+        f"{found} found; supported: {os_support.listing(os_support.common(list(tables.values())))} (every role "
+        f"this host runs: {runs}). Refused by {by}: each role's meta/main.yml platforms, which its assert stage "
+        "reads too. Fix: reinstall the host with a supported OS, or remove it from gpu_nodes.",
     )
 
 
-def driver_cuda(driver: str, cuda: str, gpu_name: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def judged_driver(pin: str, running: str | None) -> dict[str, Any] | None:
+    """The driver CUDA is judged against: the pin (nvidia_driver_version) where set, else the driver running on the
+    host (the gpu facts' driver_version); None when neither is known."""
+    if pin:
+        return {"version": pin, "source": "pin"}
+    running = str(running or "").strip()
+    return {"version": running, "source": "running"} if running else None
+
+
+def driver_cuda(
+    driver: str, cuda: str, gpu_name: str | None, source: str = "pin"
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """CUDA ``cuda`` on ``driver``; ``source``: pin (nvidia_driver_version) or running (no pin: the host's driver)."""
+    what = "pinned" if source == "pin" else "running"
     if not driver:
-        return _check("driver_cuda_compat", None, "no driver pin (nvidia_driver_version): nothing to compare"), None
+        msg = "no driver pin (nvidia_driver_version) and no running driver found: nothing to compare"
+        return _check("driver_cuda_compat", None, msg), None
     try:
-        parse_driver_version(driver, "nvidia_driver_version")
+        parse_driver_version(driver, "nvidia_driver_version" if source == "pin" else "the running driver")
     except ValueError as exc:
         return _check("driver_cuda_compat", False, str(exc)), None
     if not cuda:
-        msg = f"driver {driver} pinned; no CUDA version requested (gpuops_cuda_version)"
+        msg = f"driver {driver} {what}; no CUDA version requested (gpuops_cuda_version)"
         return _check("driver_cuda_compat", None, msg), None
     try:
         result = check_compat(driver, cuda, gpu_name)
     except ValueError as exc:
         return _check("driver_cuda_compat", False, str(exc)), None
     detail = "; ".join(result["reasons"])
+    whence = "" if source == "pin" else " (no driver pin, nvidia_driver_version: judged against the running driver)"
     if result["compatible"]:
-        return _check("driver_cuda_compat", True, f"CUDA {cuda} on driver {driver}: {result['mode']}. {detail}"), result
+        msg = f"CUDA {cuda} on the {what} driver {driver}{whence}: {result['mode']}. {detail}"
+        return _check("driver_cuda_compat", True, msg), result
     return (
         _check(
             "driver_cuda_compat",
             False,
-            f"CUDA {cuda} cannot run on the pinned driver {driver} (needs >= {result['min_driver']}; "
+            f"CUDA {cuda} cannot run on the {what} driver {driver}{whence} (needs >= {result['min_driver']}; "
             f"this driver runs CUDA <= {result['max_cuda']} natively). {detail}",
         ),
         result,
+    )
+
+
+def topology_readable(host: str, gpu: dict[str, Any], declared: Any = None, required: bool = True) -> dict[str, Any]:
+    """A host whose GPUs are seen has a topology: read by gpu_facts (``gpu.topology``), or declared by the inventory
+    (gpuops_gpu_topology, which the plan then uses). One that gpu_facts could not read (``gpu.topology_error``:
+    {command, error}) is refused, or only warned about with preflight_topology_required: false."""
+    count = int(gpu.get("count") or 0)
+    if count < 1:
+        return _check("topology", None, "no GPUs seen: no topology to read")
+    topology = gpu.get("topology")
+    error = gpu.get("topology_error")
+    if isinstance(topology, dict) and topology.get("gpus"):
+        return _check("topology", True, f"topology read: {len(topology['gpus'])} of {count} GPUs in the matrix")
+    if isinstance(declared, dict) and declared:
+        why = f"; gpu_facts could not read it ({error.get('command')}: {error.get('error')})" if error else ""
+        msg = f"topology declared by the inventory (gpuops_gpu_topology), which the plan uses{why}"
+        return _check("topology", True, msg)
+    if not isinstance(error, dict):
+        notes = "; ".join(str(n) for n in gpu.get("notes") or [] if str(n).startswith("topology"))
+        return _check("topology", None, f"topology not read, and not expected yet ({notes or 'not requested'})")
+    command = error.get("command") or "nvidia-smi topo -m"
+    found = f"{host}: {count} GPU(s) seen, but their topology could not be read from `{command}`: {error.get('error')}"
+    if not required:
+        return _check_warn(
+            "topology",
+            f"{found}. The run goes on without CPU or NUMA affinity for them (preflight_topology_required: false).",
+        )
+    return _check(
+        "topology",
+        False,
+        f"{found}. Without it no GPU gets a cpuset or NUMA node, and the roles that place work on GPUs cannot. "
+        f"Fix: make `{command}` work on {host} (driver loaded, nvidia-smi matching it), or declare the topology "
+        "in the inventory (gpuops_gpu_topology), or set preflight_topology_required: false to go on with a warning.",
     )
 
 
@@ -265,7 +338,9 @@ def nfs_reachable(targets: list[dict[str, Any]], probes: list[dict[str, Any]] | 
 
 
 def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-    """Every per-host rule (all but the platform, which is the fleet's). ``facts``: os, gpu, topology, host."""
+    """Every per-host rule (all but the platform, which is the fleet's). ``facts``: os, gpu, topology, host, and
+    name (the inventory name) and declared_topology (gpuops_gpu_topology) where known. The OS is judged against the
+    host layer's roles here; ``finish`` judges it again with the platform's once the fleet has one."""
     gpu = facts.get("gpu") or {}
     topology = facts.get("topology")
     os_facts = facts.get("os") or {}
@@ -274,12 +349,22 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     cuda = str(plan.get("cuda_version") or "").strip()
     first_name = next((g.get("name") for g in gpu.get("gpus") or [] if g.get("name")), None)
     gpu_name = plan.get("gpu_name") or first_name
+    judged = judged_driver(driver, gpu.get("driver_version"))
 
-    supported = plan.get("supported_os") or SUPPORTED_OS
-    checks = [os_supported(os_facts.get("distribution", ""), os_facts.get("version", ""), supported)]
-    compat_check, compat = driver_cuda(driver, cuda, gpu_name)
+    checks = [os_supported(os_facts, None)]
+    compat_check, compat = driver_cuda(
+        (judged or {}).get("version", ""), cuda, gpu_name, (judged or {}).get("source", "pin")
+    )
     checks.append(compat_check)
     checks.append(fabric_manager(gpu, driver))
+    checks.append(
+        topology_readable(
+            str(facts.get("name") or "this host"),
+            gpu,
+            facts.get("declared_topology"),
+            bool(plan.get("topology_required", True)),
+        )
+    )
     checks.append(mig(plan, gpu, topology))
     checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)))
     checks.append(time_slicing(plan.get("time_slicing_replicas")))
@@ -287,12 +372,22 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         checks.append(free_space(plan.get("free_space"), host.get("free_space")))
     if "nfs_datasets" in plan:
         checks.append(nfs_reachable(nfs_targets(plan.get("nfs_datasets")), host.get("tcp_probes")))
-    return {"checks": checks, "compat": compat, "driver_pin": driver or None}
+    return {
+        "checks": checks,
+        "compat": compat,
+        "driver_pin": driver or None,
+        "driver_judged": judged,
+        "os": {"distribution": os_facts.get("distribution"), "version": os_facts.get("version")},
+    }
 
 
 def finish(result: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
-    """Add the fleet's platform decision for this host to its checks, and the verdict."""
+    """Add the fleet's platform decision for this host to its checks, and the verdict. Where the result holds the
+    host's OS (``os``, from host_checks), the OS is judged again against the decided platform's roles too."""
     checks = [c for c in result["checks"] if c["name"] != "platform"]
+    if result.get("os") and decision.get("ok", True) and decision.get("platform"):
+        judged = os_supported(result["os"], decision["platform"])
+        checks = [judged if c["name"] == "os_supported" else c for c in checks]
     checks.append(_check("platform", decision.get("ok", True), decision["reason"]))
     failed = [c for c in checks if c["ok"] is False]
     platform = {k: decision.get(k) for k in ("platform", "source", "reason")}
@@ -301,6 +396,7 @@ def finish(result: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
         "ok": not failed,
         "checks": checks,
         "failed_checks": [c["name"] for c in failed],
+        "warned_checks": [c["name"] for c in checks if c["status"] == "warn"],
         "platform": platform,
     }
 
@@ -331,8 +427,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "platform": {"type": "str", "choices": ["auto", "compose", "kubernetes"], "default": "auto"},
     "team_size": {"type": "int"},
     "gpu_count": {"type": "int"},
-    "supported_os": {"type": "dict"},
     "topology": {"type": "bool", "default": True},
+    "topology_required": {"type": "bool", "default": True},
     "free_space": {"type": "list", "elements": "dict", "default": []},
     "nfs_datasets": {"type": "list", "elements": "dict", "default": []},
     "probe_timeout": {"type": "float", "default": 3.0},

@@ -55,6 +55,13 @@ def host_json(record: dict) -> dict:
     }
 
 
+def _judged(driver: dict | None) -> str:
+    """The driver preflight judged CUDA against, and whence (pin or running), as a table cell."""
+    if not driver:
+        return "none (no pin and no running driver)"
+    return f"{_cell(driver.get('version'))} ({_cell(driver.get('source'))})"
+
+
 def host_markdown(record: dict) -> str:
     gpu = record.get("gpu") or {}
     os_facts = (record.get("host_facts") or {}).get("os") or {}
@@ -73,6 +80,7 @@ def host_markdown(record: dict) -> str:
         f"| GPUs | {gpu.get('count')} (source: {gpu.get('source')}) |",
         f"| driver (running) | {_cell(gpu.get('driver_version'))} |",
         f"| driver pin | {_cell(plan.get('driver_version'))} |",
+        f"| driver CUDA was judged against | {_judged(result.get('driver_judged'))} |",
         f"| CUDA requested | {_cell(plan.get('cuda_version'))} |",
         f"| platform | **{_cell(platform.get('platform'))}** "
         f"({platform.get('source')}: {_cell(platform.get('reason'))}) |",
@@ -94,6 +102,22 @@ def host_markdown(record: dict) -> str:
         lines += ["", f"## {section.get('title') or section.get('name')}", "", "| | |", "|---|---|"]
         lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in section.get("rows") or []]
     return "\n".join(lines) + "\n"
+
+
+def summary_line(host: str, record: dict, report: str) -> str:
+    """The host's line of the preflight summary: the verdict, the GPUs, the checks by status, the message of each
+    rule the inventory turned into a warning (status warn, e.g. preflight_topology_required: false), the report."""
+    res, gpu = record["result"], record.get("gpu") or {}
+    by_status: dict = {}
+    for check in res["checks"]:
+        by_status.setdefault(check["status"], []).append(check["name"])
+    warned = [f"warning: {c['msg']}" for c in res["checks"] if c["status"] == "warn"]
+    return (
+        f"{host}: {'PASS' if res['ok'] else 'REFUSED'}, {gpu.get('count')} GPUs via {gpu.get('source')}; "
+        + "; ".join(f"{status} {', '.join(names)}" for status, names in sorted(by_status.items()))
+        + "".join(f"; {w}" for w in warned)
+        + f"; report {report}"
+    )
 
 
 def add_sections(host: str, record: dict, hostvars: Any) -> None:

@@ -41,7 +41,8 @@ def test_fresh_server_without_gpu_passes_and_decides_compose():
         ({"distribution": "Debian", "version": "13"}, True),
         ({"distribution": "Ubuntu", "version": "24.04"}, True),
         ({"distribution": "Ubuntu", "version": "20.04"}, False),
-        ({"distribution": "Rocky", "version": "9.4"}, True),
+        # nvidia_driver takes Rocky 9; this plan decides compose, whose docker_engine does not (test_preflight_predicts)
+        ({"distribution": "Rocky", "version": "9.4"}, False),
         ({"distribution": "Rocky", "version": "8.9"}, False),
         ({"distribution": "Debian", "version": "120"}, False),
         ({"distribution": "Fedora", "version": "40"}, False),
@@ -70,8 +71,11 @@ def test_branch_instead_of_version_is_refused():
 
 
 def test_missing_pin_is_skipped_not_failed():
-    c = checks(evaluate(plan(driver_version=""), {"os": DEBIAN12, "gpu": NO_GPU}))["driver_cuda_compat"]
+    result = evaluate(plan(driver_version=""), {"os": DEBIAN12, "gpu": NO_GPU})
+    c = checks(result)["driver_cuda_compat"]
     assert c["ok"] is None
+    assert "no driver pin (nvidia_driver_version) and no running driver found" in c["msg"]
+    assert result["driver_judged"] is None
 
 
 def test_gpu_assigned_twice_and_out_of_range():

@@ -82,3 +82,25 @@ def test_sections_hook_adds_to_json_and_markdown(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "n1.json").read_text())["sections"]["kubelet"]["data"] == {"p": 1}
     assert "## Kubelet policy" in (tmp_path / "n1.md").read_text()
     assert "| topologyManagerPolicy | single-numa-node |" in (tmp_path / "n1.md").read_text()
+
+
+def test_a_warned_topology_and_the_running_driver_judged_are_in_the_report(tmp_path):
+    """preflight_topology_required: false (status warn) and no driver pin (judged against the running driver)."""
+    rec = record("h200")
+    warn = {"name": "topology", "ok": True, "status": "warn", "msg": "h200: 1 GPU(s) seen, but their topology ..."}
+    rec["result"] = finish(
+        {"checks": [*rec["result"]["checks"], warn], "compat": None, "driver_pin": None,
+         "driver_judged": {"version": "580.159.04", "source": "running"}},
+        {"platform": "compose", "source": "auto", "reason": "small"},
+    )
+    assert rec["result"]["ok"] is True
+    assert rec["result"]["warned_checks"] == ["topology"]
+    preflight_report.write_reports(str(tmp_path), {"h200": rec}, {})
+    md = (tmp_path / "h200.md").read_text()
+    assert "| verdict | PASS |" in md
+    assert "| topology | warn | h200: 1 GPU(s) seen, but their topology ... |" in md
+    assert "| driver CUDA was judged against | 580.159.04 (running) |" in md
+    assert "topology: h200: 1 GPU(s) seen" in (tmp_path / "index.html").read_text()
+    line = preflight_report.summary_line("h200", rec, "/r/h200.md")
+    assert line.startswith("h200: PASS, 1 GPUs via nvml; ")
+    assert "; warn topology; warning: h200: 1 GPU(s) seen, but their topology ...; report /r/h200.md" in line

@@ -1,0 +1,125 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Which OS a role supports: one table per role, its ``meta/main.yml`` ``galaxy_info.platforms``.
+
+Read from two places, by the same functions: the role's own assert stage (filter ``gpuops.cluster.os_refusal``) and
+preflight (``preflight.os_supported``), which judges every role the host will run (``playbooks/vars/run_roles.yml``:
+the host layer's on gpu_nodes, then the platform's). So preflight refuses an OS exactly when a role would.
+
+Galaxy names a platform as Galaxy does: ``EL`` for the Red Hat Enterprise Linux family, Debian and Ubuntu releases
+by code name. ``GALAXY_DISTRIBUTIONS`` and ``RELEASES`` translate those names into what ``ansible_facts`` says
+(``distribution``, ``distribution_version``); they describe the distributions, not what a role supports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+COLLECTION_ROOT = Path(__file__).resolve().parents[2]
+ROLES_DIR = COLLECTION_ROOT / "roles"
+RUN_ROLES_FILE = COLLECTION_ROOT / "playbooks" / "vars" / "run_roles.yml"
+HOST_LAYER = "host"
+
+# Galaxy platform name -> the ansible_facts['distribution'] values it stands for (any other name stands for itself).
+GALAXY_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"EL": ("RedHat", "Rocky", "AlmaLinux")}
+# Galaxy version (a release code name) -> the release as ansible_facts['distribution_version'] begins.
+RELEASES: dict[str, dict[str, str]] = {
+    "Debian": {"bullseye": "11", "bookworm": "12", "trixie": "13"},
+    "Ubuntu": {"focal": "20.04", "jammy": "22.04", "noble": "24.04"},
+}
+
+
+def supported_from_platforms(platforms: Any, where: str = "platforms") -> dict[str, list[str]]:
+    """Galaxy ``platforms`` ([{name, versions}]) as distribution -> releases (``ansible_facts`` names, in order);
+    ``all`` stays ``all``. A code name this module does not know is an error, naming it and the file."""
+    supported: dict[str, list[str]] = {}
+    for entry in platforms or []:
+        name = str(entry.get("name"))
+        for version in entry.get("versions") or ["all"]:
+            text = str(version)
+            release = RELEASES.get(name, {}).get(text, text)
+            if release != "all" and not release[0].isdigit():
+                known = ", ".join(RELEASES.get(name, {})) or "none"
+                raise ValueError(
+                    f"{where}: {name} version {text!r} is not a release gpuops.cluster knows (known code names: "
+                    f"{known}). Fix: add it to plugins/plugin_utils/os_support.py RELEASES"
+                )
+            for distribution in GALAXY_DISTRIBUTIONS.get(name, (name,)):
+                supported.setdefault(distribution, [])
+                if release not in supported[distribution]:
+                    supported[distribution].append(release)
+    return supported
+
+
+def role_supported(role_path: str | Path) -> dict[str, list[str]]:
+    """The OS table of the role at ``role_path``: its meta/main.yml platforms, as ``supported_from_platforms``."""
+    meta = Path(role_path) / "meta" / "main.yml"
+    data = yaml.safe_load(meta.read_text(encoding="utf-8")) or {}
+    return supported_from_platforms((data.get("galaxy_info") or {}).get("platforms"), str(meta))
+
+
+def run_roles(path: str | Path = RUN_ROLES_FILE) -> dict[str, list[str]]:
+    """The roles a site.yml run uses, per layer and platform (``_gpuops_run_roles`` of playbooks/vars/run_roles.yml,
+    the file the plays read)."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))["_gpuops_run_roles"]
+
+
+def host_roles(platform: str | None, roles: dict[str, list[str]] | None = None) -> list[str]:
+    """The roles a GPU node runs: the host layer's, then the platform's (none while no platform is decided)."""
+    roles = run_roles() if roles is None else roles
+    return list(roles.get(HOST_LAYER) or []) + (list(roles.get(platform) or []) if platform else [])
+
+
+def release_matches(version: str, releases: list[str]) -> bool:
+    """A host's version matches a release when it equals it or starts with it and a dot (12 matches 12.7)."""
+    version = str(version or "")
+    return any(r in ("all", version) or version.startswith(r + ".") for r in releases)
+
+
+def is_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> bool:
+    return release_matches(version, supported.get(distribution or "", []))
+
+
+def listing(supported: dict[str, list[str]]) -> str:
+    """``Debian 12/13; Ubuntu 22.04/24.04``."""
+    return "; ".join(f"{d} {'/'.join(v)}" for d, v in supported.items()) or "none"
+
+
+def common(tables: list[dict[str, list[str]]]) -> dict[str, list[str]]:
+    """The releases every table supports (``all`` in one table takes the other's releases)."""
+    if not tables:
+        return {}
+    result = {d: list(v) for d, v in tables[0].items()}
+    for table in tables[1:]:
+        merged = {}
+        for distribution, releases in result.items():
+            other = table.get(distribution)
+            if other is None:
+                continue
+            if "all" in other:
+                kept = releases
+            elif "all" in releases:
+                kept = list(other)
+            else:
+                kept = [r for r in releases if r in other]
+            if kept:
+                merged[distribution] = kept
+        result = merged
+    return result
+
+
+def os_refusal(role: str, supported: dict[str, list[str]], facts: dict[str, Any]) -> str:
+    """The refusal of the host's OS (``ansible_facts`` names) by ``role``: the OS found, what the role supports,
+    where that is written, and the fix; the empty string when the role supports it."""
+    distribution = str(facts.get("distribution") or "")
+    version = str(facts.get("distribution_version") or "")
+    if is_supported(distribution, version, supported):
+        return ""
+    return (
+        f"{distribution or 'unknown OS'} {version} is not supported by gpuops.cluster.{role}; supported: "
+        f"{listing(supported)} (roles/{role}/meta/main.yml platforms, which preflight reads too). "
+        "Fix: run this host on one of those releases, or remove it from the group that runs the role."
+    )
