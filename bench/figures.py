@@ -339,9 +339,10 @@ def gpu_check_block(report: dict | None) -> list[str]:
     host, when = report["host"], f"at commit {_commit({'commit': report['commit'] or 'unknown'})}, {report['ended']}"
     verdict = "passed" if report["passed"] else "failed"
     if host["no_gpu"]:
-        head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran **without a GPU**, {when}: "
-                f"{host['no_gpu']}. It {verdict} ({report['why']}), as it must on such a machine, and proves nothing "
-                "about a GPU host: every GPU step was skipped, with that reason.")
+        why = "" if report["why"].startswith("no GPU") else f" ({report['why']})"
+        head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran **without a GPU** "
+                f"({host['no_gpu']}), {when}. It {verdict}{why}, as a GPU acceptance run must on such a machine, and "
+                "proves nothing about a GPU host: every GPU step was skipped, with that reason.")
     else:
         head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran on {host['gpu_count']} x "
                 f"{host['gpu_model']}, driver {host['driver_version']}, CUDA {host['cuda_version']}, NVML "
