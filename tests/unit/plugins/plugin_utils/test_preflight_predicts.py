@@ -248,3 +248,19 @@ def test_the_roles_asserts_call_the_filter_and_keep_no_list_of_their_own():
 def test_an_unknown_code_name_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"Debian version 'forky' is not a release gpuops.cluster knows"):
         os_support.supported_from_platforms([{"name": "Debian", "versions": ["forky"]}], "meta/main.yml")
+
+
+def test_docs_support_says_what_the_tables_take():
+    """docs/support.md's second column, against the tables: Debian 12/13 and Ubuntu 22.04/24.04 for every role a run
+    uses; EL 9 for the host layer's roles only, no platform's."""
+    layers = run_roles()
+    tables = {role: os_support.role_supported(REPO / "roles" / role) for layer in layers.values() for role in layer}
+    for role, table in tables.items():
+        for distribution, release in (("Debian", "12"), ("Debian", "13"), ("Ubuntu", "22.04"), ("Ubuntu", "24.04")):
+            assert os_support.is_supported(distribution, release, table), (role, distribution, release)
+    for distribution in ("RedHat", "Rocky", "AlmaLinux"):
+        assert all(os_support.is_supported(distribution, "9.4", tables[r]) for r in layers["host"]), distribution
+        for platform in set(layers) - {"host"}:
+            assert not all(os_support.is_supported(distribution, "9.4", tables[r]) for r in layers[platform]), platform
+    text = (REPO / "docs" / "support.md").read_text()
+    assert "| RHEL / Rocky / AlmaLinux 9 | the host layer's roles only" in text
