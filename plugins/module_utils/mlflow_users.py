@@ -6,10 +6,12 @@ Standard library only, so one file serves both platforms: the gpuops.cluster.mlf
 Compose host, and it runs as a plain script (``python3 mlflow_users.py URL SECRETS_DIR``) where there is no
 Ansible, e.g. in the MLflow image of Kubernetes' users Job.
 
-Per user, as the admin: ``GET users/get`` (200: the user exists; 404: it does not). A missing user is created
-(``POST users/create``). An existing user's password is tried on an endpoint every authenticated user may call
-(``GET experiments/search``): 200 leaves the user unchanged, 401 sets the password (``PATCH users/update-password``).
-So a second run changes nothing, and check mode only reads.
+Per user, its password is tried first, on an endpoint every authenticated user may call (``GET experiments/search``):
+200 - the user exists with that password, and is left unchanged. Otherwise (401), as the admin, ``GET users/get``
+tells a missing user (404: created, ``POST users/create``) from a wrong password (200: set, ``PATCH
+users/update-password``). The admin's login is checked in every run: by that ``users/get``, or, when every user was
+unchanged, by one ``users/get`` of the admin itself. So a second run changes nothing and makes one call per user and
+one as the admin (each call costs MLflow a password-hash check), and check mode only reads.
 """
 
 from __future__ import annotations
@@ -58,35 +60,50 @@ def _refused(what: str, status: int, text: str) -> MlflowUsersError:
     return MlflowUsersError(f"{what}: MLflow answered {status} {text.strip()[:300]}")
 
 
+def _admin_get(base_url: str, admin_user: str, admin: str, name: str, timeout: float, request) -> tuple[int, str]:
+    """``users/get`` of ``name`` as the admin: (status, text); a refused admin login is an error."""
+    status, text = request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin, None,
+                           timeout)
+    if status == UNAUTHORIZED:
+        raise MlflowUsersError(f"MLflow refused the admin login {admin_user!r} (401). Fix: the admin password "
+                               "must be the one MLflow's user store holds (it is only read when the store is "
+                               "created); set it through users/update-password")
+    return status, text
+
+
 def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dict, check_mode: bool = False,
                  timeout: float = 30, request=_request) -> dict:
     """Make each user of ``users`` (name -> password) exist with that password; return name -> what was done
     (``created``, ``password set``, ``unchanged``; in check mode, what would be done)."""
     admin = _basic(admin_user, admin_password)
+    admin_checked = False
     done = {}
     for name, password in sorted(users.items()):
-        status, text = request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin,
-                               None, timeout)
-        if status == UNAUTHORIZED:
-            raise MlflowUsersError(f"MLflow refused the admin login {admin_user!r} (401). Fix: the admin password "
-                                   "must be the one MLflow's user store holds (it is only read when the store is "
-                                   "created); set it through users/update-password")
+        status, text = request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password), None,
+                               timeout)
+        if status == OK:
+            done[name] = UNCHANGED
+            continue
+        if status != UNAUTHORIZED:
+            raise _refused(f"trying user {name!r}'s password", status, text)
+        status, text = _admin_get(base_url, admin_user, admin, name, timeout, request)
+        admin_checked = True
         if status == NOT_FOUND:
             action = CREATED
         elif status == OK:
-            status, text = request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password),
-                                   None, timeout)
-            if status not in (OK, UNAUTHORIZED):
-                raise _refused(f"trying user {name!r}'s password", status, text)
-            action = UNCHANGED if status == OK else PASSWORD_SET
+            action = PASSWORD_SET
         else:
             raise _refused(f"reading user {name!r} as {admin_user!r}", status, text)
-        if action != UNCHANGED and not check_mode:
+        if not check_mode:
             method, path = ("POST", "users/create") if action == CREATED else ("PATCH", "users/update-password")
             status, text = request(base_url, method, path, admin, {"username": name, "password": password}, timeout)
             if status != OK:
                 raise _refused(f"{method} {path} for user {name!r}", status, text)
         done[name] = action
+    if users and not admin_checked:
+        status, text = _admin_get(base_url, admin_user, admin, admin_user, timeout, request)
+        if status != OK:
+            raise _refused(f"reading the admin {admin_user!r} as itself", status, text)
     return done
 
 

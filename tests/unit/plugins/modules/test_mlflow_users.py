@@ -1,7 +1,8 @@
 """mlflow_users (module and module_utils): each user exists with its password, a second run changes nothing.
 
 A LABELLED STAND-IN of MLflow's basic-auth REST API (no MLflow server runs in unit tests), answering as MLflow 3.17.2
-does on the calls our code makes: users/get as the admin (200, or 404 RESOURCE_DOES_NOT_EXIST for a missing user),
+does on the calls our code makes: users/get as the admin (200 - the admin too is in MLflow's user store - or 404
+RESOURCE_DOES_NOT_EXIST for a missing user),
 experiments/search for any authenticated user (401 for a wrong password), users/create (400 when the user exists)
 and users/update-password, both for the admin only (403 otherwise). The real server is exercised by the compose
 Molecule scenario (molecule/compose/tests/test_compose.py).
@@ -72,7 +73,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             if self.fail_get:
                 return self._answer(500, {"error_code": "INTERNAL_ERROR", "message": "database is locked"})
             name = urllib.parse.parse_qs(query)["username"][0]
-            if name not in self.users:
+            if name not in self.users and name != ADMIN[0]:
                 return self._answer(404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
                                           "message": f"User with username={name} not found"})
             return self._answer(200, {"user": {"username": name, "is_admin": False}})
@@ -112,6 +113,14 @@ def test_missing_user_created_wrong_password_set_right_one_left_alone_then_nothi
     StandIn.calls = []
     assert logic.ensure_users(mlflow, *ADMIN, WANTED) == dict.fromkeys(WANTED, logic.UNCHANGED)
     assert not [c for c in StandIn.calls if c in WRITES], "a second run only reads"
+    # one password check per user, and one of the admin's (each call is a password-hash check for MLflow)
+    assert StandIn.calls == [("GET", "experiments/search")] * len(WANTED) + [("GET", "users/get")]
+
+
+def test_a_refused_admin_login_is_caught_when_every_user_is_unchanged(mlflow):
+    logic.ensure_users(mlflow, *ADMIN, WANTED)
+    with pytest.raises(logic.MlflowUsersError, match="refused the admin login 'admin' \\(401\\)"):
+        logic.ensure_users(mlflow, "admin", "not-the-admin-password", WANTED)
 
 
 def test_check_mode_reports_what_would_be_done_and_only_reads(mlflow):
