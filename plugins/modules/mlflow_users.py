@@ -11,11 +11,14 @@ module: mlflow_users
 short_description: MLflow basic-auth users exist, each with the given password (MLflow's auth REST API, as the admin)
 version_added: "0.3.0"
 description:
-  - For each entry of O(users), from the managed host (so a loopback-bound MLflow is reachable) and as the admin - reads
-    the user (C(users/get)); creates a missing one (C(users/create)); tries an existing one's password on
-    C(experiments/search) and sets it (C(users/update-password)) only when MLflow refuses it.
-  - A second run with the same passwords reads and changes nothing. New users are not admins; what they may do on
-    experiments they did not create is the server's C(default_permission).
+  - For each entry of O(users), from the managed host (so a loopback-bound MLflow is reachable) - tries the user's
+    password on C(experiments/search); when MLflow refuses it, reads the user as the admin (C(users/get)), creates a
+    missing one (C(users/create)) or sets the password of an existing one (C(users/update-password)).
+  - The admin's login is checked in every run - by that C(users/get), or by one C(users/get) of the admin when every
+    user already had its password.
+  - A second run with the same passwords reads and changes nothing, in one call per user and one as the admin (each
+    call is a password-hash check for MLflow). New users are not admins; what they may do on experiments they did not
+    create is the server's C(default_permission).
   - The logic is C(plugins/module_utils/mlflow_users.py) (standard library only), which also runs as a script where
     there is no Ansible.
 author:
