@@ -150,3 +150,50 @@ def test_the_roles_gather_task_passes_only_its_spec() -> None:
     # each option given as "{{ preflight_<name> }}" would be templated twice per host (the executor, then the check)
     tasks = yaml.safe_load((ROLE / "tasks" / "gather.yml").read_text())
     assert tasks[0]["gpuops.cluster.preflight"] == {"role_argument_spec": "{{ role_path }}/meta/argument_specs.yml"}
+
+
+# A GPU seen whose topology gpu_facts was asked for and could not read (topology_error, as gpu_facts sets it; the
+# error text is the one the H200 run on driver 580 reported), on a compose host.
+UNREAD_TOPOLOGY_FACTS = {
+    "ansible_facts": {
+        "gpu": {"count": 1, "gpus": [{"index": 0, "name": "NVIDIA H200"}], "driver_version": "580.159.04",
+                "topology": None,
+                "topology_error": {"command": "nvidia-smi topo -m", "error": "no `nvidia-smi topo -m` matrix found"}},
+        "gpu_host": {"os": {"distribution": "Debian", "distribution_version": "12.7"}},
+    },
+}
+
+
+def _run_unread(host_vars: dict) -> dict:
+    host_vars = {"inventory_hostname": "h200-01", **_role_vars(host_vars)}
+    with mock.patch.object(ActionModule, "_execute_module", return_value=UNREAD_TOPOLOGY_FACTS), \
+         mock.patch.object(ActionModule, "_remove_tmp_path"):
+        return _action({"role_argument_spec": str(ROLE_SPEC)}, host_vars).run(task_vars=host_vars)
+
+
+def _topology_check(result: dict) -> dict:
+    return next(c for c in result["preflight"]["checks"] if c["name"] == "topology")
+
+
+def test_unread_topology_is_refused_naming_the_inventory_host() -> None:
+    check = _topology_check(_run_unread({}))
+    assert (check["ok"], check["status"]) == (False, "failed")
+    assert check["msg"].startswith("h200-01: 1 GPU(s) seen, but their topology could not be read from `nvidia-smi")
+
+
+def test_the_role_variable_turns_the_refusal_into_a_warning() -> None:
+    result = _run_unread({"preflight_topology_required": False})
+    assert result["preflight"]["plan"]["topology_required"] is False
+    assert _topology_check(result)["status"] == "warn"
+
+
+def test_a_topology_declared_for_the_host_satisfies_the_rule() -> None:
+    declared = {"numa_groups": [{"numa_node": 0, "gpus": [0], "cpus": "0-15"}]}
+    check = _topology_check(_run_unread({"gpuops_gpu_topology": declared}))
+    assert (check["ok"], check["status"]) == (True, "ok")
+    assert "gpuops_gpu_topology" in check["msg"]
+
+
+def test_no_pin_judges_the_running_driver() -> None:
+    result = _run_unread({"gpuops_cuda_version": "13.0"})
+    assert result["preflight"]["driver_judged"] == {"version": "580.159.04", "source": "running"}
