@@ -22,6 +22,7 @@ COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = COLLECTION_ROOT / "roles"
 RUN_ROLES_FILE = COLLECTION_ROOT / "playbooks" / "vars" / "run_roles.yml"
 HOST_LAYER = "host"
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it: read in every host's worker
 
 # Galaxy platform name -> the ansible_facts['distribution'] values it stands for (any other name stands for itself).
 GALAXY_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"EL": ("RedHat", "Rocky", "AlmaLinux")}
@@ -57,14 +58,14 @@ def supported_from_platforms(platforms: Any, where: str = "platforms") -> dict[s
 def role_supported(role_path: str | Path) -> dict[str, list[str]]:
     """The OS table of the role at ``role_path``: its meta/main.yml platforms, as ``supported_from_platforms``."""
     meta = Path(role_path) / "meta" / "main.yml"
-    data = yaml.safe_load(meta.read_text(encoding="utf-8")) or {}
+    data = yaml.load(meta.read_text(encoding="utf-8"), Loader=_LOADER) or {}
     return supported_from_platforms((data.get("galaxy_info") or {}).get("platforms"), str(meta))
 
 
 def run_roles(path: str | Path = RUN_ROLES_FILE) -> dict[str, list[str]]:
     """The roles a site.yml run uses, per layer and platform (``_gpuops_run_roles`` of playbooks/vars/run_roles.yml,
     the file the plays read)."""
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))["_gpuops_run_roles"]
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
 
 
 def host_roles(platform: str | None, roles: dict[str, list[str]] | None = None) -> list[str]:
