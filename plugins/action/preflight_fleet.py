@@ -22,6 +22,11 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report im
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
+# The fact naming this run's report folder. Not preflight_report_dir: a fact outranks the role's default of that
+# variable, so with fact caching on (ansible.cfg: jsonfile) the next run took the last run's folder as its report
+# folder, nested its reports there and wrote the last plan (plan.json) there instead of in the report folder.
+RUN_DIR_FACT = "preflight_run_dir"
+
 ARGUMENT_SPEC = {
     "report_dir": {"type": "path", "required": True},
     "result_var": {"type": "str", "default": "__preflight_host"},
@@ -155,7 +160,7 @@ class ActionModule(ActionBase):
             plan_files=plan_files,
             fleet={k: fleet.get(k) for k in ("ok", "platform", "source", "reason", "gpu_count")},
             ansible_facts={
-                "preflight_report_dir": run_dir,
+                RUN_DIR_FACT: run_dir,
                 "preflight_result": {
                     "ok": not refused,
                     "failed": failed,

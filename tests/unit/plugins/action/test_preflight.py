@@ -197,3 +197,16 @@ def test_a_topology_declared_for_the_host_satisfies_the_rule() -> None:
 def test_no_pin_judges_the_running_driver() -> None:
     result = _run_unread({"gpuops_cuda_version": "13.0"})
     assert result["preflight"]["driver_judged"] == {"version": "580.159.04", "source": "running"}
+
+
+def test_the_fleet_facts_shadow_no_role_variable() -> None:
+    """A fact outranks a role default: a fact named like a preflight_* variable (preflight_report_dir, once) made the
+    next run, with the fact cache on, take the last run's folder as its report folder."""
+    from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import RUN_DIR_FACT  # noqa: PLC0415
+
+    source = (ROLE.parents[1] / "plugins" / "action" / "preflight_fleet.py").read_text()
+    facts = source.split('ansible_facts={', 1)[1].split("},\n        )", 1)[0]
+    assert "RUN_DIR_FACT" in facts
+    assert '"preflight_result"' in facts
+    for name in (RUN_DIR_FACT, "preflight_result"):
+        assert name not in spec_options(str(ROLE_SPEC)), name
