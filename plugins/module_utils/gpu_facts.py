@@ -9,7 +9,8 @@ Backends, tried in this order (``gather_gpu_facts``):
 3. ``pci``: sysfs PCI discovery (vendor 0x10de), which needs no driver at all.
 
 On request (``topology=True``), one ``nvidia-smi topo -m`` more, read by ``topology.parse_topology``,
-so that preflight needs a single module call per host.
+so that preflight needs a single module call per host. Where it cannot be read, ``topology_error`` says why (preflight
+refuses such a host). Every GPU also carries its NUMA node and CPU list from sysfs, which need no driver.
 
 A host without an NVIDIA GPU, or without a driver, is a normal answer
 (``present: false`` / ``source: pci``), never a failure.
@@ -53,6 +54,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs imp
     gather_pci,
     parse_fabricmanager_version,
     parse_proc_driver_version,
+    read_cpu_affinity,
     read_numa_node,
     read_proc_driver,
     scan_pci,
@@ -72,7 +74,7 @@ __all__ = [
     "parse_proc_driver_version",
 ]
 
-_TOPOLOGY_MIN_GPUS = 2  # a topology matrix says something only between two GPUs
+TOPOLOGY_COMMAND = "nvidia-smi topo -m"
 
 # --------------------------------------------------------------------------- fabric manager + orchestration
 
@@ -119,48 +121,61 @@ def check_gpus_per_job(gpus_per_job) -> None:
         raise GpuFactsError(problem)
 
 
-def gather_topology(source: str, count: int, run, which, gpus_per_job, warnings: list, notes: list) -> dict | None:
-    """``nvidia-smi topo -m`` once, parsed by ``topology.parse_topology``; None (and a note why) when not read.
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
-    Only a driver-backed source (nvml, nvidia-smi) with more than one GPU has a matrix worth reading.
-    A failing command or an output without a matrix is a warning, not a failure: the GPU facts stand.
-    The parser's warnings stay in the returned dict's ``warnings`` and are also added, prefixed
+
+def topology_error(error: str) -> dict:
+    """``facts["topology_error"]`` of a host whose GPUs are seen but whose topology could not be read."""
+    return {"command": TOPOLOGY_COMMAND, "error": error}
+
+
+def gather_topology(
+    source: str, count: int, run, which, gpus_per_job, warnings: list, notes: list
+) -> tuple[dict | None, dict | None]:
+    """``nvidia-smi topo -m`` once, parsed by ``topology.parse_topology``: ``(topology, topology_error)``.
+
+    Read where a driver-backed source (nvml, nvidia-smi) lists one GPU or more: one GPU has no links, but its CPU
+    and NUMA affinity are what its workspace's cpuset is made of. Not read (None, None, and a note why) without a
+    driver (the GPUs' sysfs affinity stands in), without GPUs, or without the nvidia-smi binary.
+    A failing command or an output without a matrix is a warning, a note and ``topology_error`` (``{command,
+    error}``: the exit status and output, or the parser's error), not a failure: the GPU facts stand and preflight
+    decides. The parser's warnings stay in the returned dict's ``warnings`` and are also added, prefixed
     ``topology:``, to the caller's ``warnings`` list (which the module shows as Ansible warnings).
     """
     if source not in (SOURCE_NVML, SOURCE_NVIDIA_SMI):
-        notes.append(f"topology: not read because source is {source}: `nvidia-smi topo -m` needs a working driver")
-        return None
-    if count < _TOPOLOGY_MIN_GPUS:
-        plural = "" if count == 1 else "s"
-        notes.append(f"topology: not read because {source} lists {count} GPU{plural}: a matrix needs two or more")
-        return None
+        notes.append(f"topology: not read because source is {source}: `{TOPOLOGY_COMMAND}` needs a working driver")
+        return None, None
+    if count < 1:
+        notes.append(f"topology: not read because {source} lists no GPU")
+        return None, None
     binary = which("nvidia-smi")
     if not binary:
         notes.append("topology: not read because nvidia-smi is not in PATH (NVML answered without it)")
-        return None
+        return None, None
     rc, out, err = run([binary, "topo", "-m"])
     if rc != 0:
-        message = one_line(out or err)
+        message = one_line(out or err) or "no output"
         warnings.append(
-            f"`nvidia-smi topo -m` exited {rc}: {message}. Expected the topology matrix of {count} GPUs; "
-            "topology is null, check that `nvidia-smi topo -m` works on this host"
+            f"`{TOPOLOGY_COMMAND}` exited {rc}: {message}. Expected the topology matrix of {_gpus(count)}; "
+            f"topology is null, check that `{TOPOLOGY_COMMAND}` works on this host"
         )
-        notes.append(f"topology: not read because `nvidia-smi topo -m` exited {rc}")
-        return None
+        notes.append(f"topology: not read because `{TOPOLOGY_COMMAND}` exited {rc}")
+        return None, topology_error(f"exited {rc}: {message}")
     from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology  # noqa: PLC0415 (module doc)
 
     topology = parse_topology(out, gpus_per_job)
     if not topology["gpus"]:
         warnings.append(
-            f"{topology['warnings'][0]}. Expected the output of `nvidia-smi topo -m` for {count} GPUs; "
+            f"{topology['warnings'][0]}. Expected the output of `{TOPOLOGY_COMMAND}` for {_gpus(count)}; "
             f"topology is null, report this output so the parser can follow. Raw output:\n{cut(out or '')}"
         )
-        notes.append("topology: not read because `nvidia-smi topo -m` printed no matrix")
-        return None
+        notes.append(f"topology: not read because `{TOPOLOGY_COMMAND}` printed no matrix")
+        return None, topology_error(topology["warnings"][0])
     if len(topology["gpus"]) != count:
         notes.append(f"topology: the matrix shows {len(topology['gpus'])} GPUs, {source} lists {count}")
     warnings.extend(f"topology: {warning}" for warning in topology["warnings"])
-    return topology
+    return topology, None
 
 
 def _gather_nvml(nvml_loader, warnings: list) -> dict:
@@ -196,7 +211,8 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     ``backend`` is ``auto`` (nvml, then nvidia-smi, then pci) or one backend name; a named backend
     that cannot answer raises GpuFactsError instead of falling back.
     ``topology``: also read ``nvidia-smi topo -m`` once (see ``gather_topology``) into ``facts["topology"]``,
-    which is None when not asked for or not read. ``gpus_per_job`` goes to ``parse_topology``.
+    which is None when not asked for or not read; ``facts["topology_error"]`` is ``{command, error}`` when the GPUs
+    are seen but the command failed or printed no matrix, else None. ``gpus_per_job`` goes to ``parse_topology``.
     """
     check_gpus_per_job(gpus_per_job)
     nvml_loader = nvml_loader or import_pynvml
@@ -215,6 +231,7 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     gpus = result["gpus"]
     for gpu in gpus:
         gpu["numa_node"] = read_numa_node(sysfs_root, gpu["pci_bus_id"])
+        gpu["cpu_affinity"] = read_cpu_affinity(sysfs_root, gpu["pci_bus_id"])
     if result["source"] in (SOURCE_NVML, SOURCE_NVIDIA_SMI) and len(pci["gpus"]) > len(gpus):
         notes.append(
             f"{result['source']} lists {len(gpus)} GPUs but the PCI bus shows {len(pci['gpus'])} NVIDIA "
@@ -230,8 +247,11 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
         "gpus": gpus,
         "fabric_manager": fabric_manager_facts(gpus, len(pci["nvswitches"]), run, which, fabric_manager_service),
         "topology": None,
+        "topology_error": None,
         "notes": notes,
     }
     if topology:
-        facts["topology"] = gather_topology(result["source"], len(gpus), run, which, gpus_per_job, warnings, notes)
+        facts["topology"], facts["topology_error"] = gather_topology(
+            result["source"], len(gpus), run, which, gpus_per_job, warnings, notes
+        )
     return facts, warnings

@@ -235,6 +235,7 @@ def gpu_record(index: int, **fields) -> dict:
         "mig_mode_pending": None,
         "persistence_mode": None,
         "numa_node": None,
+        "cpu_affinity": None,
         "nvlink": None,
         "fabric": fabric_record(),
     }

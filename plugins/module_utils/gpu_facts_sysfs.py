@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
     NVIDIA_PCI_VENDOR,
     PCI_CLASS_3D,
@@ -70,6 +71,20 @@ def read_numa_node(sysfs_root: str, bus_id: str | None) -> int | None:
         return None
     value = int_or_none(read_text(os.path.join(sysfs_root, "bus", "pci", "devices", name, "numa_node")))
     return value if value is not None and value >= 0 else None
+
+
+def read_cpu_affinity(sysfs_root: str, bus_id: str | None) -> str | None:
+    """CPUs local to a PCI device (sysfs ``local_cpulist``) as a CPU list (``0-51,104-155``), the form of
+    ``topology``'s ``cpu_affinity``; None when absent or not a CPU list. Needs no driver, so a fresh server's first
+    plan has cpusets."""
+    name = sysfs_bus_id(bus_id)
+    if name is None:
+        return None
+    text = read_text(os.path.join(sysfs_root, "bus", "pci", "devices", name, "local_cpulist"))
+    try:
+        return format_cpu_list(parse_cpu_list(text)) if text else None
+    except ValueError:
+        return None
 
 
 def scan_pci(sysfs_root: str) -> dict:

@@ -2,7 +2,9 @@
 
 Pure string processing (no regular expressions, no subprocess): the caller hands in the text, which may
 come from the host, from a capture in an inventory, or from a test. The parser never raises on bad input;
-it reads what is there and explains what it could not read in ``warnings``.
+it reads what is there and explains what it could not read in ``warnings``. Terminal control sequences are
+removed first (``text.strip_terminal``): driver 580 wraps the header in underline codes even into a pipe,
+``\t\x1b[4mGPU0\tCPU Affinity ...\x1b[0m``; a warning that quotes the text quotes it as it came.
 
 Decisions (they are also the module's documented behaviour):
 
@@ -33,7 +35,7 @@ Decisions (they are also the module's documented behaviour):
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import is_cpu_list
-from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut_line
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut_line, strip_terminal
 
 LINK_ORDER = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
 _RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
@@ -512,16 +514,18 @@ def gpus_per_job_problem(gpus_per_job: int | None) -> str | None:
 
 
 def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
-    """Topology facts from the text of ``nvidia-smi topo -m``; never raises on bad text (see ``warnings``)."""
-    if not text or not text.strip():
+    """Topology facts from the text of ``nvidia-smi topo -m`` (or ``-mp``), terminal control sequences removed
+    first; never raises on bad text (see ``warnings``)."""
+    clean = strip_terminal(text)
+    if not clean.strip():
         return empty_result(["empty input: there is no `nvidia-smi topo -m` output to read"])
     warnings: list[str] = []
-    capture = read_capture(text, warnings)
+    capture = read_capture(clean, warnings)
     if capture is None:
         return empty_result(
             [
                 "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, "
-                f"got {cut_line(text)}"
+                f"got {cut_line(text or '')}"
             ]
         )
     topology = interpret(capture, warnings)

@@ -12,7 +12,7 @@ short_description: Gather NVIDIA GPU, driver and Fabric Manager facts in one cal
 version_added: 0.1.0
 description:
   - Gathers the NVIDIA GPUs of a host, the driver and CUDA driver API versions, MIG and persistence
-    modes, NUMA placement, active NVLink links and whether NVIDIA Fabric Manager is required and running.
+    modes, NUMA node and local CPUs, active NVLink links and whether NVIDIA Fabric Manager is required and running.
   - "Backends are tried in order: NVML through C(pynvml) (package C(nvidia-ml-py)), then one
     C(nvidia-smi -q -x) call (plus one C(nvidia-smi nvlink -s)), then PCI discovery in sysfs
     (vendor C(0x10de)), which works without any driver."
@@ -42,11 +42,14 @@ options:
     description:
       - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology), so that
         one module call per host gathers GPUs and topology together.
-      - Read only where a driver-backed backend (C(nvml) or C(nvidia-smi)) found more than one GPU; otherwise
-        RV(ansible_facts.gpu.topology) is null and RV(ansible_facts.gpu.notes) says why.
-      - The matrix is read by the same parser as M(gpuops.cluster.gpu_topology). A failing
-        C(nvidia-smi topo -m), or an output without a matrix, is a warning (with the raw output) and a null
-        topology, not a failure.
+      - Read where a driver-backed backend (C(nvml) or C(nvidia-smi)) found one GPU or more (one GPU has no links,
+        but its CPU and NUMA affinity make its workspace's cpuset); otherwise RV(ansible_facts.gpu.topology) is null
+        and RV(ansible_facts.gpu.notes) says why. Without a driver, each GPU's C(numa_node) and C(cpu_affinity)
+        (from sysfs) stand in.
+      - The matrix is read by the same parser as M(gpuops.cluster.gpu_topology), terminal control sequences removed
+        first (driver 580 underlines its header even into a pipe). A failing C(nvidia-smi topo -m), or an output
+        without a matrix, is a warning (with the raw output), a null topology and
+        RV(ansible_facts.gpu.topology_error), not a failure; preflight refuses such a host.
     type: bool
     default: false
   gpus_per_job:
@@ -102,6 +105,8 @@ notes:
   - C(numa_node) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/numa_node) (C(-1) becomes null),
     for every backend. NVML's C(nvmlDeviceGetNumaNodeId) describes GPUs that are NUMA nodes themselves
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
+  - C(cpu_affinity) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/local_cpulist), for every backend, so a
+    host without a driver yet has its GPUs' CPU lists too.
   - With O(topology=true), C(nvidia-smi topo -m) is run at most once more, whatever the number of GPUs.
   - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
     or when any GPU reports a fabric state other than C(Not Supported).
@@ -200,6 +205,7 @@ ansible_facts:
               mig_mode_pending: Disabled
               persistence_mode: true
               numa_node: 0
+              cpu_affinity: "0-51,104-155"
               nvlink: 18
               fabric:
                 state: Completed
@@ -234,6 +240,11 @@ ansible_facts:
             numa_node:
               description: NUMA node of the GPU's PCI device from sysfs; null when the platform has none (-1).
               type: int
+            cpu_affinity:
+              description: >-
+                CPUs local to the GPU's PCI device from sysfs (C(local_cpulist)), as a CPU list in the form of the
+                topology's C(cpu_affinity) (for example C(0-51,104-155)); null when absent or not a CPU list.
+              type: str
             nvlink:
               description: Number of active NVLink links; 0 for a GPU without NVLink; null when not reported.
               type: int
@@ -272,7 +283,7 @@ ansible_facts:
           description:
             - The parsed C(nvidia-smi topo -m) matrix, with the keys M(gpuops.cluster.gpu_topology) returns
               (its C(topology_warnings) is C(warnings) here). Null unless O(topology=true) and a driver-backed
-              backend found two or more GPUs and the matrix could be read; RV(ansible_facts.gpu.notes) says why.
+              backend found one GPU or more and the matrix could be read; RV(ansible_facts.gpu.notes) says why.
           returned: always
           type: complex
           contains:
@@ -322,6 +333,19 @@ ansible_facts:
               elements: str
               sample:
                 - "NUMA Affinity '0-1' of GPU0, GPU1 spans several NUMA nodes (VM or NPS setting?): numa_node is null"
+        topology_error:
+          description:
+            - Set when O(topology=true), a driver-backed backend found GPUs, and C(nvidia-smi topo -m) exited
+              non-zero or printed no matrix; null otherwise (also when there is no driver, no GPU or no nvidia-smi
+              binary, which RV(ansible_facts.gpu.notes) names). Preflight refuses a host that has one (warns, with
+              C(preflight_topology_required=false)).
+            - C(command) is the command run, C(error) its exit status and output, or the parser's error (which
+              quotes the output).
+          returned: always
+          type: dict
+          sample:
+            command: nvidia-smi topo -m
+            error: "exited 255: Unable to determine the device handle for GPU0000:18:00.0: Unknown Error"
         notes:
           description: Why earlier backends were skipped, and other observations that are not failures.
           type: list

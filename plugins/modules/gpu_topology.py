@@ -12,9 +12,10 @@ description:
     per-GPU CPU and NUMA affinity, NVLink peers and nearest NICs, the NVLink domains, the NUMA groups and,
     on request, disjoint NVLinked GPU sets for jobs of a given size.
   - Reads the output as it really comes, tab- or space-separated, with or without NIC rows, legend, NIC
-    legend, C(NUMA Affinity) or C(GPU NUMA ID) columns. Truncated or terminal-damaged captures are read as
-    far as they go; what could not be read is explained in RV(topology_warnings), which are also shown as
-    Ansible warnings.
+    legend, C(NUMA Affinity) or C(GPU NUMA ID) columns, with CR LF line ends or terminal control sequences (driver
+    580 underlines the header even into a pipe; they are removed before reading). Truncated or
+    terminal-damaged captures are read as far as they go; what could not be read is explained in
+    RV(topology_warnings), which are also shown as Ansible warnings.
   - Connection types are ranked, closest first, C(X) (self), C(NV#) (NVLink), C(PIX), C(PXB), C(PHB),
     C(NODE), C(SYS). The old name C(SOC) ranks with C(SYS).
   - C(nvidia-smi topo -mp) prints the PCIe-only matrix, which shows no NVLink even where there is some. When

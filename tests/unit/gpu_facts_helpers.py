@@ -23,13 +23,23 @@ HGX_BDFS = [
 ]
 
 
-def make_pci(sysfs: Path, bdf: str, vendor: str, cls: str, device: str = "0x2330", numa: str = "0") -> None:
+# CPU and NUMA affinity of the HGX board's GPUs, as the h100x8_sxm_2numa_noNIC capture's topo -m gives them; the
+# stand-in sysfs (hgx_sysfs) writes the same into local_cpulist, as the kernel would on that board
+HGX_CPUS = ("0-51,104-155", "52-103,156-207")
+
+
+def make_pci(
+    sysfs: Path, bdf: str, vendor: str, cls: str, device: str = "0x2330", numa: str = "0", cpus: str | None = None
+) -> None:
+    """A PCI device under ``<sysfs>/bus/pci/devices/<bdf>``; ``local_cpulist`` only when ``cpus`` is given."""
     path = sysfs / "bus" / "pci" / "devices" / bdf
     path.mkdir(parents=True)
     (path / "vendor").write_text(vendor + "\n")
     (path / "class").write_text(cls + "\n")
     (path / "device").write_text(device + "\n")
     (path / "numa_node").write_text(numa + "\n")
+    if cpus is not None:
+        (path / "local_cpulist").write_text(cpus + "\n")
 
 
 class Commands:

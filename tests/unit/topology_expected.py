@@ -1,4 +1,5 @@
-"""Expected topology of each real capture in ../shared/data/nvidia-smi/topo/, written by hand.
+"""Expected topology of each real capture in ../shared/data/nvidia-smi/topo/ and of the H200's in
+../shared/data/nvidia-smi/h200-driver580/, written by hand; and driver 580's form of a capture.
 
 Every value below was read off the capture text (and SOURCES.md), not produced by the parser. Keys:
 
@@ -323,3 +324,48 @@ CAPTURES: dict[str, dict] = {
         "warnings": [MP_MAYBE],
     },
 }
+
+# One NVIDIA H200, driver 580.159.04 (h200-driver580/SOURCES.md): `nvidia-smi topo -m` into a pipe, the same under
+# `script` (CR LF line ends) and `topo -mp`; each header is underlined (\x1b[4m ... \x1b[0m). One GPU, no NIC,
+# CPU Affinity 0-15, NUMA Affinity 0, GPU NUMA ID N/A. One GPU: no pair to judge, so no `topo -mp` warning.
+H200_ONE_GPU = {
+    "gpu_count": 1,
+    "nics": [],
+    "nvlink_domains": [[0]],
+    "nvlink_all_to_all": True,
+    "numa_groups": [{"numa_node": 0, "gpus": [0]}],
+    "gpus": {
+        0: {
+            "cpu_affinity": "0-15",
+            "numa_node": 0,
+            "numa_affinity": "0",
+            "gpu_numa_id": None,
+            "nvlink_peers": {},
+            "nearest_nics": [],
+            "nearest_nic_link": None,
+        },
+    },
+    "warnings": [],
+}
+H200_CAPTURES: dict[str, dict] = dict.fromkeys(("topo-m.pipe", "topo-m.tty", "topo-mp"), H200_ONE_GPU)
+
+# the folder under ../shared/data/nvidia-smi of every capture above, and every capture's expectations
+FOLDERS = {**dict.fromkeys(CAPTURES, "topo"), **dict.fromkeys(H200_CAPTURES, "h200-driver580")}
+EXPECTED = {**CAPTURES, **H200_CAPTURES}
+
+# Driver 580 underlines the header of `topo -m` and `topo -mp`, from its first label to the end of the line, even
+# into a pipe: "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m" (h200-driver580/topo-m.pipe.txt).
+UNDERLINE, RESET = "\x1b[4m", "\x1b[0m"
+
+
+def driver580_form(text: str) -> str:
+    """``text`` as driver 580 prints it: its header line (the first whose first label is GPU0) underlined from that
+    label to the end of the line, the line end kept. Raises ValueError when there is no such line."""
+    lines = text.splitlines(keepends=True)
+    for number, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        labels = body.lstrip()
+        if labels.startswith("GPU0"):
+            lines[number] = f"{body[: len(body) - len(labels)]}{UNDERLINE}{labels}{RESET}{line[len(body) :]}"
+            return "".join(lines)
+    raise ValueError("no header line whose first label is GPU0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_facts_helpers import HGX_BDFS, make_pci
+from gpu_facts_helpers import HGX_BDFS, HGX_CPUS, make_pci
 
 
 @pytest.fixture
@@ -28,10 +28,11 @@ def xml_capture(capture) -> str:
 
 @pytest.fixture
 def hgx_sysfs(tmp_path) -> Path:
-    """8 H100 SXM (3D controllers) on two sockets, 4 NVSwitches, plus devices that must be ignored."""
+    """8 H100 SXM (3D controllers) on two sockets (GPUs 0-3 on NUMA 0, 4-7 on NUMA 1, with those nodes' CPUs),
+    4 NVSwitches, plus devices that must be ignored."""
     sysfs = tmp_path / "sys"
     for number, bdf in enumerate(HGX_BDFS):
-        make_pci(sysfs, bdf, "0x10de", "0x030200", numa=str(number // 4))
+        make_pci(sysfs, bdf, "0x10de", "0x030200", numa=str(number // 4), cpus=HGX_CPUS[number // 4])
     for bdf in ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"):
         make_pci(sysfs, bdf, "0x10de", "0x068000", device="0x22a3")
     make_pci(sysfs, "0000:18:00.1", "0x10de", "0x040300", device="0x22ba")  # HD audio function

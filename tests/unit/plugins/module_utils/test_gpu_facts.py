@@ -18,7 +18,7 @@ from fake_pynvml import (
     NVMLError_LibRmVersionMismatch,
     make_fake_pynvml,
 )
-from gpu_facts_helpers import Commands, gather, hgx_fake_gpus, no_pynvml
+from gpu_facts_helpers import HGX_CPUS, Commands, gather, hgx_fake_gpus, no_pynvml
 
 # --------------------------------------------------------------------------- backend order
 
@@ -112,9 +112,12 @@ def test_topology_h100x8_sxm_2numa_noNIC(hgx_sysfs, capture):
         "nearest_nic_link": None,
     }
     assert (topo["gpus"][7]["cpu_affinity"], topo["gpus"][7]["numa_node"]) == ("52-103,156-207", 1)
-    # the topology's NUMA nodes agree with sysfs' (hgx_sysfs puts GPUs 0-3 on node 0, 4-7 on node 1)
+    # the topology's NUMA nodes and CPUs agree with sysfs' (hgx_sysfs: GPUs 0-3 on node 0, 4-7 on node 1)
     assert [gpu["numa_node"] for gpu in topo["gpus"]] == [gpu["numa_node"] for gpu in facts["gpus"]]
+    assert [gpu["cpu_affinity"] for gpu in facts["gpus"]] == [HGX_CPUS[0]] * 4 + [HGX_CPUS[1]] * 4
+    assert [gpu["cpu_affinity"] for gpu in topo["gpus"]] == [gpu["cpu_affinity"] for gpu in facts["gpus"]]
     assert not [note for note in facts["notes"] if note.startswith("topology:")]
+    assert facts["topology_error"] is None
     json.dumps(facts)
 
 
@@ -142,7 +145,7 @@ def test_topology_azure_nc48v4_a100_80gb_x2_nv12_cpuaff_0_1_VM_QUIRK(capture):
 def test_topology_not_asked_for_runs_nothing(hgx_sysfs):
     commands = Commands(FM_OK)
     facts, warnings = gather(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
-    assert (facts["count"], facts["topology"], warnings) == (8, None, [])
+    assert (facts["count"], facts["topology"], facts["topology_error"], warnings) == (8, None, None, [])
     assert TOPO not in commands.ran
     assert not [note for note in facts["notes"] if note.startswith("topology:")]
 
@@ -166,20 +169,39 @@ def test_topology_not_read_without_a_driver(hgx_sysfs):
         "topology: not read because source is pci: `nvidia-smi topo -m` needs a working driver"
     )
     assert commands.ran == []
+    # no driver is no topology error: the GPUs' CPU and NUMA affinity come from sysfs instead
+    assert facts["topology_error"] is None
+    assert [gpu["cpu_affinity"] for gpu in facts["gpus"]] == [HGX_CPUS[0]] * 4 + [HGX_CPUS[1]] * 4
 
 
-def test_topology_not_read_for_one_gpu_a100_sxm4_80gb_mig_enabled_1of4gpus(xml_capture):
-    commands = Commands({"nvidia-smi -q -x": (0, xml_capture, ""), "nvidia-smi nvlink -s": (0, "", "")})
+def test_topology_read_for_one_gpu_h200_driver580(capture):
+    """The H200 host of ../shared/data/nvidia-smi/h200-driver580: `-q -x` and `topo -m` as recorded (its header
+    underlined by driver 580). One GPU: no links, but the CPU and NUMA affinity its workspace's cpuset needs."""
+    xml = capture("h200-driver580", "q.xml").read_text()
+    matrix = capture("h200-driver580", "topo-m.pipe.txt").read_text()
+    assert "\x1b[4m" in matrix
+    commands = Commands({"nvidia-smi -q -x": (0, xml, ""), "nvidia-smi nvlink -s": (0, "", ""), TOPO: (0, matrix, "")})
     facts, warnings = _gather_topology(commands)
-    assert (facts["source"], facts["count"], facts["topology"], warnings) == ("nvidia-smi", 1, None, [])
-    assert facts["notes"][-1] == "topology: not read because nvidia-smi lists 1 GPU: a matrix needs two or more"
-    assert commands.ran == ["nvidia-smi -q -x", "nvidia-smi nvlink -s"]
+    assert (facts["source"], facts["count"], facts["driver_version"], warnings) == ("nvidia-smi", 1, "580.159.04", [])
+    assert [(g["index"], g["cpu_affinity"], g["numa_node"]) for g in facts["topology"]["gpus"]] == [(0, "0-15", 0)]
+    assert facts["topology"]["numa_groups"] == [{"numa_node": 0, "gpus": [0]}]
+    assert facts["topology_error"] is None
+    assert not [note for note in facts["notes"] if note.startswith("topology:")]
+    assert commands.ran == ["nvidia-smi -q -x", "nvidia-smi nvlink -s", TOPO]
+
+
+def test_topology_not_read_when_nvml_lists_no_gpu():
+    commands = Commands({})
+    facts, warnings = _gather_topology(commands, nvml=make_fake_pynvml([]))
+    assert (facts["source"], facts["count"], facts["topology"], facts["topology_error"]) == ("nvml", 0, None, None)
+    assert (warnings, commands.ran) == ([], [])
+    assert facts["notes"][-1] == "topology: not read because nvml lists no GPU"
 
 
 def test_topology_not_read_when_nvml_answers_without_nvidia_smi(hgx_sysfs):
     commands = Commands(FM_OK, binaries=("systemctl", "nv-fabricmanager"))
     facts, warnings = _gather_topology(commands, nvml=make_fake_pynvml(hgx_fake_gpus()), sysfs=hgx_sysfs)
-    assert (facts["source"], facts["topology"], warnings) == ("nvml", None, [])
+    assert (facts["source"], facts["topology"], facts["topology_error"], warnings) == ("nvml", None, None, [])
     assert facts["notes"][-1] == "topology: not read because nvidia-smi is not in PATH (NVML answered without it)"
 
 
@@ -193,6 +215,23 @@ def test_topology_command_failure_is_a_warning_not_a_failure(hgx_sysfs):
         "Expected the topology matrix of 8 GPUs; topology is null, check that `nvidia-smi topo -m` works on this host"
     ]
     assert facts["notes"][-1] == "topology: not read because `nvidia-smi topo -m` exited 255"
+    assert facts["topology_error"] == {
+        "command": "nvidia-smi topo -m",
+        "error": "exited 255: Unable to determine the device handle for GPU0000:18:00.0: Unknown Error",
+    }
+
+
+def test_topology_command_failure_without_output_on_one_gpu(capture):
+    """The H200's GPU facts, and a `topo -m` that fails silently: one GPU is read, so its failure is an error too."""
+    xml = capture("h200-driver580", "q.xml").read_text()
+    commands = Commands({"nvidia-smi -q -x": (0, xml, ""), "nvidia-smi nvlink -s": (0, "", ""), TOPO: (9, "", "")})
+    facts, warnings = _gather_topology(commands)
+    assert facts["topology"] is None
+    assert warnings == [
+        "`nvidia-smi topo -m` exited 9: no output. Expected the topology matrix of 1 GPU; topology is null, "
+        "check that `nvidia-smi topo -m` works on this host"
+    ]
+    assert facts["topology_error"] == {"command": "nvidia-smi topo -m", "error": "exited 9: no output"}
 
 
 def test_topology_output_without_matrix_warns_with_raw_output(hgx_sysfs):
@@ -203,6 +242,11 @@ def test_topology_output_without_matrix_warns_with_raw_output(hgx_sysfs):
     assert warnings[0].startswith("no `nvidia-smi topo -m` matrix found")
     assert warnings[0].endswith("Raw output:\nSegmentation fault (core dumped)\n")
     assert facts["notes"][-1] == "topology: not read because `nvidia-smi topo -m` printed no matrix"
+    assert facts["topology_error"] == {
+        "command": "nvidia-smi topo -m",
+        "error": "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, "
+        "got 'Segmentation fault (core dumped)\\n'",
+    }
 
 
 @pytest.mark.parametrize("size", [0, -2])

@@ -63,6 +63,7 @@ def test_nvml_hgx_h100(hgx_sysfs):
         "mig_mode_pending": "Disabled",
         "persistence_mode": True,
         "numa_node": 0,
+        "cpu_affinity": "0-51,104-155",
         "nvlink": 18,
         "fabric": {
             "state": "Completed",

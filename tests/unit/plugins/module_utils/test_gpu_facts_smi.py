@@ -1,6 +1,6 @@
 """gpuops.cluster.gpu_facts_smi: the nvidia-smi parsers on every real capture, and the nvidia-smi backend.
 
-Capture cases are named after their file in ../shared/data/nvidia-smi/{query,mig}; the expected
+Capture cases are named after their file in ../shared/data/nvidia-smi/{query,mig,h200-driver580}; the expected
 values were read off each file by hand (see ../shared/data/nvidia-smi/*/SOURCES.md).
 Fixtures (``capture``, ``xml_capture``) are in conftest.py; the stand-in host in tests/unit/gpu_facts_helpers.py.
 """
@@ -127,6 +127,30 @@ MIG_CASES = {
 }
 
 
+# One NVIDIA H200, driver 580.159.04 (h200-driver580/SOURCES.md): `nvidia-smi -q` and `-q -x`
+H200 = "h200-driver580"
+H200_UUID = "GPU-283a682d-d984-3e2f-10f2-3a540656cc51"
+H200_CASES = {
+    name: {
+        "driver_version": "580.159.04",
+        "cuda_driver_version": "13.0",
+        "attached_gpus": 1,
+        "name": "NVIDIA H200",
+        "bus_ids": ["00000000:00:06.0"],
+        "uuids": [H200_UUID],
+        "memory_total_mib": 143771,
+        "mig_mode": "Disabled",
+        "persistence_mode": True,
+        "fabric": NO_FABRIC,  # Fabric State N/A: a PCIe-attached H200 in a VM
+    }
+    for name in ("q.txt", "q.xml")
+}
+CAPTURE_CASES = [
+    *(pytest.param("query", name, QUERY_CASES[name], id=name.rsplit(".", 1)[0]) for name in sorted(QUERY_CASES)),
+    *(pytest.param(H200, name, H200_CASES[name], id=f"{H200}-{name}") for name in sorted(H200_CASES)),
+]
+
+
 def _parse_capture(path: Path) -> dict:
     text = path.read_text()
     return smi.parse_nvidia_smi_xml(text) if path.suffix == ".xml" else smi.parse_nvidia_smi_q(text)
@@ -139,10 +163,9 @@ def test_every_capture_has_a_case(folder, cases, shared_data):
     assert on_disk == sorted(cases), "a capture without a hand-written case, or a case without its capture"
 
 
-@pytest.mark.parametrize("name", sorted(QUERY_CASES), ids=lambda name: name.rsplit(".", 1)[0])
-def test_query_capture(name, capture):
-    want = QUERY_CASES[name]
-    parsed = _parse_capture(capture("query", name))
+@pytest.mark.parametrize(("folder", "name", "want"), CAPTURE_CASES)
+def test_query_capture(folder, name, want, capture):
+    parsed = _parse_capture(capture(folder, name))
     assert parsed["driver_version"] == want["driver_version"]
     assert parsed["cuda_driver_version"] == want["cuda_driver_version"]
     assert parsed["attached_gpus"] == want["attached_gpus"]
@@ -158,6 +181,7 @@ def test_query_capture(name, capture):
         assert gpu["persistence_mode"] is want["persistence_mode"]
         assert gpu["fabric"] == want["fabric"]
         assert gpu["numa_node"] is None  # neither form carries it: sysfs answers
+        assert gpu["cpu_affinity"] is None  # the same
         assert gpu["nvlink"] is None
 
 
@@ -186,6 +210,142 @@ def test_mig_list_capture(name, capture):
     )
     assert [(d["profile"], d["uuid"]) for d in gpu["mig_devices"]] == MIG_CASES[name]
     assert [d["index"] for d in gpu["mig_devices"]] == list(range(len(MIG_CASES[name])))
+
+
+def test_h200_driver580_list(capture):
+    assert smi.parse_nvidia_smi_list(capture(H200, "L.txt").read_text()) == [
+        {"index": 0, "name": "NVIDIA H200", "uuid": H200_UUID, "mig_devices": []}
+    ]
+
+
+# --------------------------------------------------------------------------- nvidia-smi --query-gpu (CSV)
+
+# the fields h200-driver580/query.csv asked for, in order, with the old name of the clocks field (its header says
+# clocks_event_reasons.active: driver 580 prints the new name whichever was asked for)
+H200_QUERY_FIELDS = [
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "memory.total",
+    "persistence_mode",
+    "ecc.mode.current",
+    "clocks_throttle_reasons.active",
+    "retired_pages.pending",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "pcie.link.gen.current",
+    "pcie.link.width.current",
+]
+H200_QUERY_ROW = {
+    "index": "0",
+    "name": "NVIDIA H200",
+    "uuid": H200_UUID,
+    "pci.bus_id": "00000000:00:06.0",
+    "driver_version": "580.159.04",
+    "memory.total": "143771 MiB",
+    "persistence_mode": "Enabled",
+    "ecc.mode.current": "Enabled",
+    "clocks_event_reasons.active": "0x0000000000000001",  # GPU idle
+    "retired_pages.pending": None,  # [N/A] on Hopper: row remapping replaces page retirement
+    "remapped_rows.pending": "No",
+    "remapped_rows.failure": "No",
+    "pcie.link.gen.current": "5",
+    "pcie.link.width.current": "16",
+}
+
+
+def _h200_query(capture) -> tuple[str, list[str]]:
+    """The capture's header line and its data lines."""
+    header, *rows = capture(H200, "query.csv").read_text().splitlines()
+    assert "clocks_event_reasons.active" in header  # the renamed field, as recorded
+    return header, rows
+
+
+def test_query_csv_h200_driver580_with_header(capture):
+    header, rows = _h200_query(capture)
+    parsed = smi.parse_nvidia_smi_query("\n".join([header, *rows]))
+    assert parsed == [H200_QUERY_ROW]
+    for name in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        assert smi.query_value(parsed[0], name) == "0x0000000000000001", name
+
+
+def test_query_csv_h200_driver580_noheader_with_either_name_asked(capture):
+    """noheader: the names are the ones asked for in --query-gpu; the old and the new name read the same."""
+    _header, rows = _h200_query(capture)
+    text = "\n".join(rows)
+    assert smi.parse_nvidia_smi_query(text, H200_QUERY_FIELDS) == [H200_QUERY_ROW]
+    renamed = [field.replace("clocks_throttle_reasons", "clocks_event_reasons") for field in H200_QUERY_FIELDS]
+    assert renamed != H200_QUERY_FIELDS
+    assert smi.parse_nvidia_smi_query(text, renamed) == [H200_QUERY_ROW]
+
+
+def test_query_csv_older_drivers_header_reads_the_same(capture):
+    """The header of a driver that prints the old name (the capture's header line with the old name put back)."""
+    header, rows = _h200_query(capture)
+    old = header.replace("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+    assert old != header
+    parsed = smi.parse_nvidia_smi_query("\n".join([old, *rows]))
+    assert parsed == [H200_QUERY_ROW]
+    assert smi.query_value(parsed[0], "clocks_throttle_reasons.active") == "0x0000000000000001"
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("clocks_throttle_reasons.active", "clocks_event_reasons.active"),
+        ("clocks_throttle_reasons.hw_slowdown", "clocks_event_reasons.hw_slowdown"),
+        (" clocks_event_reasons.sw_power_cap", "clocks_event_reasons.sw_power_cap"),
+        ("memory.total [MiB]", "memory.total"),
+        ("Index", "index"),
+    ],
+)
+def test_query_field_names(name, key):
+    assert smi.query_field(name) == key
+
+
+def test_query_csv_line_with_other_field_count_fails_with_raw_output():
+    with pytest.raises(GpuFactsParseError, match=r"has 1 values for 2 fields .*Raw output:\nNo devices were found"):
+        smi.parse_nvidia_smi_query("No devices were found\n", ["index", "uuid"])
+    with pytest.raises(GpuFactsParseError, match="no header line"):
+        smi.parse_nvidia_smi_query("")
+
+
+# --------------------------------------------------------------------------- terminal control sequences
+
+
+def _underlined(text: str) -> str:
+    """Every non-blank line of ``text`` wrapped in underline codes, CR LF line ends: what a driver that colours its
+    output on a terminal (driver 580 does it to topo -m's header even into a pipe) would print."""
+    return "".join(
+        f"\x1b[4m{line}\x1b[0m\r\n" if line.strip() and not line.lstrip().startswith("<") else f"{line}\r\n"
+        for line in text.splitlines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "parse"),
+    [
+        ("q.txt", smi.parse_nvidia_smi_q),
+        ("q.xml", smi.parse_nvidia_smi_xml),
+        ("L.txt", smi.parse_nvidia_smi_list),
+        ("query.csv", smi.parse_nvidia_smi_query),
+    ],
+    ids=["q", "q-x", "L", "query-csv"],
+)
+def test_h200_driver580_parsers_strip_terminal_codes(name, parse, capture):
+    """Every nvidia-smi parser reads the H200's outputs the same with control sequences and CR LF added."""
+    text = capture(H200, name).read_text()
+    coloured = _underlined(text) if name != "q.xml" else text.replace("<gpu ", "\x1b[1m<gpu ").replace("\n", "\r\n")
+    assert "\x1b" in coloured
+    assert parse(coloured) == parse(text)
+
+
+def test_nvlink_parsers_strip_terminal_codes():
+    coloured = _underlined(NVLINK_STATUS)
+    assert smi.parse_nvidia_smi_nvlink_status(coloured) == smi.parse_nvidia_smi_nvlink_status(NVLINK_STATUS)
+    assert smi.parse_nvidia_smi_nvlink_errors(coloured) == smi.parse_nvidia_smi_nvlink_errors(NVLINK_STATUS)
 
 
 def test_h100_sxm_80gb_x8_hgx_text_and_xml_forms_agree_on_shape(capture):
@@ -253,7 +413,7 @@ def test_nvlink_status_counts_links_with_bandwidth():
 
 def test_nvidia_smi_backend_on_a100_sxm4_80gb_mig_enabled_1of4gpus(tmp_path, xml_capture):
     sysfs = tmp_path / "sys"
-    make_pci(sysfs, "0000:01:00.0", "0x10de", "0x030200", device="0x20b2", numa="1")
+    make_pci(sysfs, "0000:01:00.0", "0x10de", "0x030200", device="0x20b2", numa="1", cpus="32-63")  # stand-in
     nvlink = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-513536b6-7d19-9063-b049-1e69664bb298)\n\t Link 0: <inactive>\n"
     commands = Commands({"nvidia-smi -q -x": (0, xml_capture, ""), "nvidia-smi nvlink -s": (0, nvlink, "")})
     facts, warnings = gather(commands, sysfs=sysfs)
@@ -275,6 +435,7 @@ def test_nvidia_smi_backend_on_a100_sxm4_80gb_mig_enabled_1of4gpus(tmp_path, xml
         "mig_mode_pending": "Enabled",
         "persistence_mode": False,
         "numa_node": 1,
+        "cpu_affinity": "32-63",
         "nvlink": 0,
         "fabric": NO_FABRIC,
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_sysfs as sysfs_backend
-from gpu_facts_helpers import gather, make_pci
+from gpu_facts_helpers import HGX_CPUS, gather, make_pci
 
 # --------------------------------------------------------------------------- /proc and nv-fabricmanager parsers
 
@@ -54,6 +54,7 @@ def test_pci_backend_hgx_without_driver(hgx_sysfs):
         "00000000:DB:00.0",
     ]
     assert [gpu["numa_node"] for gpu in facts["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [gpu["cpu_affinity"] for gpu in facts["gpus"]] == [HGX_CPUS[0]] * 4 + [HGX_CPUS[1]] * 4  # no driver needed
     assert {gpu["name"] for gpu in facts["gpus"]} == {None}
     assert facts["fabric_manager"]["required"] is True  # NVSwitch on the bus, even without a driver
     assert (facts["fabric_manager"]["nvswitch_count"], facts["fabric_manager"]["state"]) == (4, None)
@@ -95,3 +96,43 @@ def test_no_nvidia_gpu_is_a_normal_answer(tmp_path):
         "service_state": None,
         "version": None,
     }
+
+
+# --------------------------------------------------------------------------- CPU and NUMA affinity (sysfs)
+
+# A stand-in for the H200 host of ../shared/data/nvidia-smi/h200-driver580 before its driver: its one GPU at the bus id
+# its `nvidia-smi -q` shows, with the NUMA node and CPUs its `nvidia-smi topo -m` shows (sysfs itself not captured).
+H200_BDF = "0000:00:06.0"
+
+
+def test_one_gpu_without_driver_has_cpu_and_numa_affinity(tmp_path):
+    """A fresh one-GPU server: no driver, yet the GPU facts carry its NUMA node and CPU list (the plan's cpuset)."""
+    sysfs = tmp_path / "sys"
+    make_pci(sysfs, H200_BDF, "0x10de", "0x030200", device="0x2335", numa="0", cpus="0-15")
+    facts, warnings = gather(sysfs=sysfs)
+    assert (facts["source"], facts["count"], warnings) == ("pci", 1, [])
+    gpu = facts["gpus"][0]
+    assert (gpu["pci_bus_id"], gpu["numa_node"], gpu["cpu_affinity"]) == ("00000000:00:06.0", 0, "0-15")
+
+
+@pytest.mark.parametrize(
+    ("numa", "cpus", "want"),
+    [
+        ("1", "52-103,156-207\n", (1, "52-103,156-207")),
+        ("-1", "0-15", (None, "0-15")),  # no NUMA (a VM): the CPUs still stand
+        ("0", "0-3,4-7,12", (0, "0-7,12")),  # written back in the one CPU-list form (cpu_list.format_cpu_list)
+        ("0", "", (0, None)),  # empty: no CPU is local
+        ("0", "ff", (0, None)),  # a mask (local_cpus), not a list
+        ("0", None, (0, None)),  # no local_cpulist file
+    ],
+    ids=["two-ranges", "no-numa", "normalised", "empty", "mask", "absent"],
+)
+def test_read_affinity(tmp_path, numa, cpus, want):
+    sysfs = tmp_path / "sys"
+    make_pci(sysfs, H200_BDF, "0x10de", "0x030200", numa=numa, cpus=cpus)
+    root = str(sysfs)
+    for bus_id in (H200_BDF, "00000000:00:06.0"):  # sysfs' and nvidia-smi's forms of the address
+        got = (sysfs_backend.read_numa_node(root, bus_id), sysfs_backend.read_cpu_affinity(root, bus_id))
+        assert got == want
+    assert sysfs_backend.read_cpu_affinity(root, "0000:00:07.0") is None
+    assert sysfs_backend.read_cpu_affinity(root, None) is None

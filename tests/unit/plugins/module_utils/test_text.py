@@ -1,8 +1,37 @@
-"""module_utils/text: the one rule for quoting long output in messages."""
+"""module_utils/text: terminal control sequences removed before parsing, and the one rule for quoting long output in
+messages."""
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.text import RAW_LIMIT, cut, cut_line, one_line
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import (
+    RAW_LIMIT,
+    cut,
+    cut_line,
+    one_line,
+    strip_terminal,
+)
+
+# driver 580's `nvidia-smi topo -m` header, byte for byte (../shared/data/nvidia-smi/h200-driver580/topo-m.pipe.txt)
+H200_HEADER = "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (H200_HEADER, "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"),
+        (H200_HEADER.replace("\n", "\r\n"), "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"),  # under `script`
+        ("\x1b[1;38;5;196mNV18\x1b[m X", "NV18 X"),  # SGR with parameters, and a bare reset
+        ("\x1b[?25l\x1b[2KGPU0", "GPU0"),  # private-mode and erase-line CSI
+        ("\x1b]0;title\x07a\x1b]8;;http://x\x1b\\b", "ab"),  # OSC ended by BEL and by ST
+        ("\x1b(B\x1b[mGPU0", "GPU0"),  # `tput sgr0`: a character-set designation, then SGR reset
+        ("a\rb\n", "a\rb\n"),  # a lone CR is not a line end this helper owns
+        (None, ""),
+    ],
+    ids=["h200-header", "h200-header-crlf", "sgr", "private-csi", "osc", "sgr0", "lone-cr", "none"],
+)
+def test_strip_terminal(text, want):
+    assert strip_terminal(text) == want
 
 
 def test_cut_keeps_short_text_and_counts_what_it_drops():

@@ -1,4 +1,8 @@
-"""topology: the `nvidia-smi topo -m` parser on real captures, placements and bad input (the module: ../modules)."""
+"""topology: the `nvidia-smi topo -m` parser on real captures, placements and bad input (the module: ../modules).
+
+Each capture is read twice: as recorded, and in driver 580's form (its header underlined as the H200 capture shows,
+topology_expected.driver580_form); the H200's own captures are recorded in that form already.
+"""
 
 from __future__ import annotations
 
@@ -16,16 +20,41 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.topology import (
 )
 from conftest import shared_path
 from module_helpers import assert_warnings
-from topology_expected import CAPTURES, MP_MAYBE
+from topology_expected import (
+    CAPTURES,
+    EXPECTED,
+    FOLDERS,
+    H200_CAPTURES,
+    MP_MAYBE,
+    RESET,
+    UNDERLINE,
+    driver580_form,
+)
 
-TOPO = ("nvidia-smi", "topo")
 ALL_CAPTURES = sorted(CAPTURES)
+RECORDED, DRIVER580 = "recorded", "driver580"
+# (capture, form): the 13 captures as recorded and in driver 580's form, the H200's as recorded (driver 580's form)
+CAPTURE_FORMS = [
+    *(pytest.param(name, form, id=f"{name}-{form}") for name in ALL_CAPTURES for form in (RECORDED, DRIVER580)),
+    *(pytest.param(name, RECORDED, id=f"h200-driver580-{name}") for name in sorted(H200_CAPTURES)),
+]
 SECONDS_FOR_CAPTURES = 5.0
 SECONDS_FOR_HUGE_INPUT = 10.0
 
 
 def capture(name: str) -> str:
-    return shared_path(*TOPO, f"{name}.txt").read_text(encoding="utf-8")
+    """The capture's bytes as text, line ends as recorded (the H200's terminal capture has CR LF)."""
+    return shared_path("nvidia-smi", FOLDERS[name], f"{name}.txt").read_bytes().decode("utf-8")
+
+
+def capture_in(name: str, form: str) -> str:
+    """The capture as recorded, or in driver 580's form: exactly one underlined header (two escape codes)."""
+    text = capture(name)
+    if form == DRIVER580:
+        assert "\x1b" not in text, f"{name} is recorded without escape codes"
+        text = driver580_form(text)
+    assert text.count("\x1b") == (0 if name in CAPTURES and form == RECORDED else 2)
+    return text
 
 
 # ----------------------------------------------------------------------------------------- real captures
@@ -36,10 +65,10 @@ def test_every_capture_has_expectations(shared_data):
     assert on_disk == set(CAPTURES)
 
 
-@pytest.mark.parametrize("name", ALL_CAPTURES)
-def test_capture(name):
-    expected = CAPTURES[name]
-    result = parse_topology(capture(name))
+@pytest.mark.parametrize(("name", "form"), CAPTURE_FORMS)
+def test_capture(name, form):
+    expected = EXPECTED[name]
+    result = parse_topology(capture_in(name, form))
     assert len(result["gpus"]) == expected["gpu_count"]
     assert [gpu["index"] for gpu in result["gpus"]] == list(range(expected["gpu_count"]))
     assert result["nics"] == expected["nics"]
@@ -53,18 +82,19 @@ def test_capture(name):
     assert_warnings(result["warnings"], expected["warnings"])
 
 
-@pytest.mark.parametrize("name", ALL_CAPTURES)
-def test_capture_result_is_plain_json(name):
+@pytest.mark.parametrize(("name", "form"), CAPTURE_FORMS)
+def test_capture_result_is_plain_json(name, form):
     """What Ansible 2.19 accepts: str keys, real booleans, ints, no tuples or sets."""
-    result = parse_topology(capture(name), 2)
+    result = parse_topology(capture_in(name, form), 2)
     assert json.loads(json.dumps(result)) == result
     assert isinstance(result["nvlink_all_to_all"], bool)
 
 
-@pytest.mark.parametrize("name", ALL_CAPTURES)
-def test_capture_cut_anywhere_never_crashes(name):
-    """Cut each capture at many points (as a terminal or an issue excerpt would): no exception, sane shape."""
-    text = capture(name)
+@pytest.mark.parametrize(("name", "form"), CAPTURE_FORMS)
+def test_capture_cut_anywhere_never_crashes(name, form):
+    """Cut each capture at many points (as a terminal or an issue excerpt would, also inside an escape code): no
+    exception, sane shape."""
+    text = capture_in(name, form)
     for end in range(0, len(text), 23):
         result = parse_topology(text[:end], 2)
         assert set(result) == {
@@ -80,10 +110,38 @@ def test_capture_cut_anywhere_never_crashes(name):
             assert result["warnings"]
 
 
-@pytest.mark.parametrize("name", ALL_CAPTURES)
-def test_capture_with_windows_line_ends_reads_the_same(name):
-    text = capture(name)
+@pytest.mark.parametrize(("name", "form"), CAPTURE_FORMS)
+def test_capture_with_windows_line_ends_reads_the_same(name, form):
+    text = capture_in(name, form).replace("\r\n", "\n")
     assert parse_topology(text.replace("\n", "\r\n")) == parse_topology(text)
+
+
+@pytest.mark.parametrize("name", sorted(H200_CAPTURES))
+def test_driver580_form_is_the_h200_capture(name):
+    """driver580_form puts the codes where driver 580 does: undone by hand on the H200's captures, it gives them
+    back byte for byte (pipe, terminal with CR LF, and -mp)."""
+    text = capture(name)
+    plain = text.replace(UNDERLINE, "").replace(RESET, "")
+    assert plain != text
+    assert driver580_form(plain) == text
+
+
+def test_h200_terminal_and_mp_captures_read_as_the_pipe():
+    """The same host three ways: into a pipe, under `script` (CR LF), and `topo -mp` (one GPU: no NVLink to miss)."""
+    pipe = parse_topology(capture("topo-m.pipe"))
+    assert pipe["gpus"], "the H200 pipe capture reads as a matrix"
+    assert parse_topology(capture("topo-m.tty")) == pipe
+    assert parse_topology(capture("topo-mp")) == pipe
+
+
+@pytest.mark.parametrize("name", ["a10x4_pcie_sys_2nic", "topo-m.pipe"])
+def test_escape_codes_in_cells_and_legend_read_the_same(name):
+    """Codes anywhere (a colour per cell, a bold legend), not only driver 580's header, are removed before reading."""
+    text = capture(name).replace(UNDERLINE, "").replace(RESET, "")
+    coloured = text.replace(" X ", " \x1b[1;31mX\x1b[0m ").replace("Legend:", "\x1b[1mLegend:\x1b[m")
+    assert text.count(" X ") >= 1
+    assert coloured.count("\x1b") == 2 * (text.count(" X ") + text.count("Legend:"))  # every self cell and legend
+    assert parse_topology(coloured, 1) == parse_topology(text, 1)
 
 
 def test_tabs_and_spaces_read_the_same():
@@ -143,9 +201,9 @@ def test_placements_prefer_one_numa_node_even_when_interleaved():
     assert result["numa_groups"] == [{"numa_node": 0, "gpus": [0, 2]}, {"numa_node": 1, "gpus": [1, 3]}]
 
 
-@pytest.mark.parametrize("name", ALL_CAPTURES)
-def test_placements_are_disjoint_full_and_pairwise_nvlinked(name):
-    text = capture(name)
+@pytest.mark.parametrize(("name", "form"), CAPTURE_FORMS)
+def test_placements_are_disjoint_full_and_pairwise_nvlinked(name, form):
+    text = capture_in(name, form)
     for per_job in range(1, 9):
         result = parse_topology(text, per_job)
         peers = {gpu["index"]: gpu["nvlink_peers"] for gpu in result["gpus"]}

@@ -74,6 +74,17 @@ def test_module_runs_nvidia_smi(monkeypatch, check_mode):
     assert kwargs["environ_update"] == {"LC_ALL": "C"}
 
 
+def test_module_reads_driver580_underlined_header_h200(monkeypatch):
+    """What failed on the H200 ("no `nvidia-smi topo -m` matrix found"): driver 580 underlines the header even into
+    a pipe (../shared/data/nvidia-smi/h200-driver580/topo-m.pipe.txt, as recorded)."""
+    text = shared_path("nvidia-smi", "h200-driver580", "topo-m.pipe.txt").read_text(encoding="utf-8")
+    assert "\x1b[4mGPU0" in text
+    outcome = run_module(monkeypatch, {}, command=(0, text, ""))
+    assert not outcome.failed
+    assert [(g["index"], g["cpu_affinity"], g["numa_node"]) for g in outcome.result["gpus"]] == [(0, "0-15", 0)]
+    assert outcome.result["topology_warnings"] == []
+
+
 def test_module_without_nvidia_smi_reports_no_gpus(monkeypatch):
     outcome = run_module(monkeypatch, {}, bin_path=None)
     assert not outcome.failed
