@@ -348,12 +348,25 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
 
 def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     """The member workspaces of a compose host: compose_stack_members where the inventory sets it, else
-    gpuops_members (the role's default), on this host's topology, else the GPUs its facts found."""
+    gpuops_members (the role's default), on this host's topology, else the GPUs its facts found. A GPU's CPU and
+    NUMA affinity (the member's cpuset) come from the topology when it gives them, else from the GPU facts, which
+    read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a one-GPU or driverless host
+    gets cpusets too."""
     members = get_var(hostvars, "compose_stack_members")
     members = members if isinstance(members, list) else get_var(hostvars, "gpuops_members", [])
     if not isinstance(members, list) or not members:
         return {"members": {}, "shared": {}, "problems": [], "warnings": []}
-    layout = topology if (topology or {}).get("gpus") else {"gpus": list(gpu.get("gpus") or [])}
+    layout = {"gpus": list(gpu.get("gpus") or [])}
+    if (topology or {}).get("gpus"):
+        found = {g.get("index"): g for g in layout["gpus"] if isinstance(g, dict)}
+
+        def with_affinity(entry: dict) -> dict:
+            facts = found.get(entry.get("index")) or {}
+            if entry.get("cpu_affinity") or not facts.get("cpu_affinity"):
+                return entry
+            return {**entry, "cpu_affinity": facts["cpu_affinity"], "numa_node": facts.get("numa_node")}
+
+        layout = {**topology, "gpus": [with_affinity(entry) for entry in topology["gpus"]]}
     # Preflight reads no host memory or CPU count: the member's own limits are planned, the default shares are
     # sized by compose_stack from the host's facts (the same function), which also refuses an overcommit.
     return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,

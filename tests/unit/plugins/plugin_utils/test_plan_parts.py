@@ -18,9 +18,11 @@ from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.filter import compose_stack, kube
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, training_jobs
 from fleet_fixture import shared_path
+from gpu_facts_helpers import Commands, make_pci, no_pynvml
 
 REPO = Path(__file__).resolve().parents[4]
 DRIVER = "580.65.06"
@@ -285,6 +287,62 @@ def test_member_workspaces_follow_compose_stack_members_and_say_what_is_wrong():
     assert part["members"] == {}
     assert len(part["problems"]) == 1
     assert "9" in part["problems"][0]
+
+
+# One H200 (../shared/data/nvidia-smi/h200-driver580): its `-q -x` and `topo -m` as recorded, header underlined by
+# driver 580; CPU Affinity 0-15, NUMA 0. One member on its one GPU.
+H200 = ("nvidia-smi", "h200-driver580")
+ONE_MEMBER = [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0]}]
+ALICE_ON_H200 = {"gpus": [0], "cpuset": "0-15", "memory_mb": None, "numa_nodes": [0], "cpus": None,
+                 "shared_gpus": [], "mps": None}
+
+
+def _h200_facts(matrix: str | None, sysfs=None) -> dict:
+    """The GPU facts preflight gathers on the H200 host (topology=true), ``matrix`` its `topo -m` (None: no driver,
+    the PCI bus of ``sysfs`` only)."""
+    outputs = {}
+    if matrix is not None:
+        outputs = {"nvidia-smi -q -x": (0, shared_path(*H200, "q.xml").read_text(), ""),
+                   "nvidia-smi nvlink -s": (0, "", ""), "nvidia-smi topo -m": (0, matrix, "")}
+    commands = Commands(outputs, binaries=("nvidia-smi",) if outputs else ())
+    facts, _warnings = gpu_facts.gather_gpu_facts(nvml_loader=no_pynvml, run=commands.run, which=commands.which,
+                                                  sysfs_root=str(sysfs or "/nonexistent/sys"),
+                                                  proc_root="/nonexistent/proc", topology=True)
+    return facts
+
+
+def _one_member_workspaces(facts: dict) -> dict:
+    hostvars = _inventory("small-team")["gpu01"]
+    hostvars["compose_stack_members"] = ONE_MEMBER
+    return plan.host_part("compose", facts, hostvars, ok=True)["workspaces"]
+
+
+def test_one_gpu_host_h200_driver580_gets_a_cpuset_from_its_topology():
+    facts = _h200_facts(shared_path(*H200, "topo-m.pipe.txt").read_text())
+    assert (facts["count"], facts["topology_error"]) == (1, None)
+    assert facts["gpus"][0]["cpu_affinity"] is None  # no sysfs here: the cpuset can only come from the topology
+    assert _one_member_workspaces(facts) == {"members": {"alice": ALICE_ON_H200}, "shared": {}, "problems": [],
+                                             "warnings": []}
+
+
+def test_one_gpu_host_without_driver_gets_a_cpuset_from_sysfs(tmp_path):
+    """Before the driver (source pci): the GPU's NUMA node and local_cpulist, a stand-in sysfs for the H200 host."""
+    sysfs = tmp_path / "sys"
+    make_pci(sysfs, "0000:00:06.0", "0x10de", "0x030200", device="0x2335", numa="0", cpus="0-15")
+    facts = _h200_facts(None, sysfs)
+    assert (facts["source"], facts["topology"], facts["topology_error"]) == ("pci", None, None)
+    assert _one_member_workspaces(facts)["members"] == {"alice": ALICE_ON_H200}
+
+
+def test_topology_without_cpu_affinity_takes_the_gpu_facts(tmp_path):
+    """A matrix whose CPU Affinity is N/A (as some VMs print): the GPU facts' sysfs affinity fills in."""
+    sysfs = tmp_path / "sys"
+    make_pci(sysfs, "0000:00:06.0", "0x10de", "0x030200", device="0x2335", numa="0", cpus="0-15")
+    matrix = shared_path(*H200, "topo-m.pipe.txt").read_text()
+    assert "\t0-15\t" in matrix
+    facts = _h200_facts(matrix.replace("\t0-15\t", "\tN/A\t"), sysfs)
+    assert facts["topology"]["gpus"][0]["cpu_affinity"] is None
+    assert _one_member_workspaces(facts)["members"] == {"alice": ALICE_ON_H200}
 
 
 def test_a_plan_written_before_these_parts_still_validates():
