@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
+
 OK, BROKEN, UNKNOWN = "ok", "broken", "unknown"
 _NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 
@@ -255,7 +257,7 @@ def workspace_gpus(rc: int | None, output: str, expected: list[str]) -> dict:
     link = "workspace GPUs"
     if rc is None:
         return result(link, UNKNOWN, "the workspace was not probed")
-    seen = [ln.strip() for ln in (output or "").splitlines() if ln.strip()]
+    seen = [ln.strip() for ln in strip_terminal(output).splitlines() if ln.strip()]
     if rc != 0:
         return result(link, UNKNOWN, f"the workspace cannot run nvidia-smi (exit {rc}): {seen[0] if seen else ''}")
     want = [str(x) for x in expected]

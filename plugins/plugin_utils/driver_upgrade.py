@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
 from ansible_collections.gpuops.cluster.plugins.module_utils.versions import compare_versions
 
 # Packages whose version is the driver's (Debian non-free, Ubuntu, NVIDIA's CUDA repository for Debian/Ubuntu and
@@ -42,7 +43,7 @@ def gpu_processes(query_output: str, rc: int | None) -> list[str]:
     process. A failing nvidia-smi (no driver loaded) means no process can be on a GPU."""
     if rc not in (0, None):
         return []
-    return [ln.strip() for ln in (query_output or "").splitlines()
+    return [ln.strip() for ln in strip_terminal(query_output).splitlines()
             if ln.strip() and "No running processes found" not in ln]
 
 

@@ -208,6 +208,10 @@ def test_workspace_gpus():
     assert D.workspace_gpus(9, R.NVIDIA_SMI_NO_DRIVER, uuids)["status"] == D.UNKNOWN
     assert D.workspace_gpus(0, "", uuids)["status"] == D.UNKNOWN
     assert D.workspace_gpus(None, "", uuids)["status"] == D.UNKNOWN
+    # Driver 580 wraps some nvidia-smi text in terminal codes even into a pipe (h200-driver580/SOURCES.md); the
+    # same answer with codes and CR LF line ends is read as the plain one.
+    wrapped = "".join(f"\x1b[4m{uuid}\x1b[0m\r\n" for uuid in uuids)
+    assert D.workspace_gpus(0, wrapped, uuids)["status"] == D.OK
 
 
 def test_docker_runtime():

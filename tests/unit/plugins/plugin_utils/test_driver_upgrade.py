@@ -61,6 +61,8 @@ def test_gpu_processes_refuse_unless_forced():
     assert U.plan(R.DPKG_535_261, "535.261.03", processes=procs)["refuse"] is None, "nothing to move"
     assert U.gpu_processes(R.NVIDIA_SMI_NO_DRIVER, 9) == []
     assert U.gpu_processes("No running processes found\n", 0) == []
+    # Terminal codes and CR LF (driver 580's nvidia-smi, h200-driver580/SOURCES.md) do not reach the entries.
+    assert U.gpu_processes("\x1b[1m" + PROCS.replace("\n", "\r\n") + "\x1b[0m", 0) == procs
 
 
 def test_filter():
