@@ -167,14 +167,33 @@ def test_run_after_the_copy_is_caught_then_rollback_keeps_compose_serving(host) 
     rc, report = _verify(host)
     assert rc == 1
     assert any(d.startswith(f"runs.{changed}.tags.team: source") for d in report["differences"]), report
-    # rollback: the cluster's server stopped (the stand-in's container), then the grow role's mlflow_rollback, as
-    # grow.yml runs it, on a Compose store the apply had left read-only
-    subprocess.run(["docker", "rm", "-f", TARGET], check=True, capture_output=True, timeout=120)
+    # rollback: the grow role's mlflow_rollback, as grow.yml runs it, on a Compose store the apply had left
+    # read-only; its kubectl is the stand-in (files/kubectl-standin), which stops the cluster server's container
+    # when the Deployment is scaled to 0 and records each call with the store's and the server's state
     assert host.run("chmod -R a-w /srv/gpuops/mlflow").rc == 0
+    calls_log = EPHEMERAL / "kubectl-standin.jsonl"
+    calls_log.unlink(missing_ok=True)
+    standin = Path(__file__).resolve().parents[1] / "files" / "kubectl-standin"
+    env = dict(os.environ, PATH=f"{standin}:{os.environ['PATH']}", GROW_STANDIN_LOG=str(calls_log),
+               GROW_STANDIN_STORE=str(EPHEMERAL / "cluster-store"), GROW_STANDIN_CONTAINER=TARGET)
     run = subprocess.run(["ansible-playbook", "-i", str(EPHEMERAL / "inventory"),
                           str(Path(__file__).resolve().parents[1] / "rollback.yml")],
-                         capture_output=True, text=True, check=False, timeout=600)
+                         capture_output=True, text=True, check=False, timeout=600, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    # the order: scaled to 0 while the server ran and the store was whole, its pod waited for until gone with the
+    # store still whole, and only then the store emptied
+    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    kubectl = ["--kubeconfig", "/etc/kubernetes/admin.conf", "-n", "mlflow"]
+    pods = "--selector=app.kubernetes.io/name=mlflow,app.kubernetes.io/managed-by=gpuops"
+    expected = [[*kubectl, "scale", "deployment/mlflow", "--replicas=0"],
+                [*kubectl, "wait", "--for=delete", "pod", pods, "--timeout=300s"]]
+    assert [call["argv"] for call in calls] == expected, calls
+    assert calls[0]["server_running"], f"the rollback itself stopped the server: {calls}"
+    assert calls[0]["store_db"], calls
+    assert calls[1]["store_db"], f"the store was whole until the pod was gone: {calls}"
+    assert not calls[1]["server_running_after"], calls
+    assert subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", TARGET], capture_output=True,
+                          text=True, check=True, timeout=60).stdout.strip() == "false", "left stopped"
     store = "/mnt/mlflow-store"
     assert not host.file(f"{store}/backend/mlflow.db").exists
     assert not host.file(f"{store}/artifacts").exists
