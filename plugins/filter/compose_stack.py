@@ -4,8 +4,8 @@
 
 * ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
 * ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
-* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb, cpus_total, gpus_found)``: GPUs (exclusive or
-  MPS-shared), cpuset, memory and CPU limits per member;
+* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb, cpus_total, gpus_found, mps_context_reserve,
+  mps_min_usable)``: GPUs (exclusive or MPS-shared), cpuset, memory and CPU limits per member;
 * ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
 
 Thin: the logic lives in plugins/plugin_utils/{images,workspaces,alert_rules}.py (controller-only); documentation
@@ -19,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 alert_rules = lazy("alert_rules")
 images = lazy("images")
+mps = lazy("mps")
 workspaces = lazy("workspaces")
 
 
@@ -37,7 +38,8 @@ def image_pinned(ref: object) -> bool:
 
 
 def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0, cpus_total: object = 0,
-                   gpus_found: object = None) -> dict:
+                   gpus_found: object = None, mps_context_reserve: object = None,
+                   mps_min_usable: object = None) -> dict:
     if not isinstance(topology, dict):
         raise AnsibleFilterError(
             "workspace_plan: topology must be the gpu_topology result (a mapping with 'gpus'), "
@@ -52,8 +54,12 @@ def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"workspace_plan: cpus_total {cpus_total!r} is not a number") from exc
     found = list(gpus_found) if isinstance(gpus_found, (list, tuple)) else None
+    try:
+        rule = mps.limits(mps_context_reserve, mps_min_usable)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"workspace_plan: {exc}") from exc
     return workspaces.plan_workspaces(list(members) if isinstance(members, (list, tuple)) else members, topology, pool,
-                                      cpus, found)
+                                      cpus, found, rule)
 
 
 def cap_rule_for(rules: object, maximum: object = "") -> dict:

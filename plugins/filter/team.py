@@ -2,7 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters over the team list (gpuops_teams, gpuops_members):
 
-* ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members)``: everything that stops a run, all at once;
+* ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
+  that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for their defaults);
 * ``gpuops_teams | gpuops.cluster.team_resolved(gpuops_members)``: teams with namespace, group and members filled in.
 
 Thin: the rules live in plugins/plugin_utils/team.py; documentation in the .yml files next to this one.
@@ -13,11 +14,17 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
+mps = lazy("mps")
 team = lazy("team")
 
 
-def team_problems(teams: object, members: object = None) -> list:
-    return team.team_problems(teams, members)
+def team_problems(teams: object, members: object = None, mps_context_reserve: object = None,
+                  mps_min_usable: object = None) -> list:
+    try:
+        rule = mps.limits(mps_context_reserve, mps_min_usable)
+    except ValueError as exc:
+        return [str(exc)]
+    return team.team_problems(teams, members, rule)
 
 
 def team_resolved(teams: object, members: object = None) -> list:

@@ -18,7 +18,9 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   no memory isolation, every replica sees the whole GPU's memory), or gets whole GPUs (neither). See
   ``sharing_problems`` for the rules and their upstream sources; ``pool_sharing`` for what each replica gets.
   The configs are rendered from ``gpuops_plan.gpu_sharing`` (``config["sharing"]``, preflight's), else from
-  ``gpu_sharing.plan_part`` here, the function that made it.
+  ``gpu_sharing.plan_part`` here, the function that made it. A replica's share must leave it memory after the
+  client's CUDA context (``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the gpuops_mps_* variables,
+  None for their defaults; the rule is ``plugin_utils/mps``).
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
 * Every image repository goes through the registry mirror; versions stay the pinned chart's own.
@@ -30,7 +32,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import cuda_compat, versions
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, mps
 
 CONFIGMAP_NAME = "gpuops-device-plugin-config"
 WHOLE_GPU_CONFIG = "whole-gpu"
@@ -123,9 +125,14 @@ def _nvlinked(topology: dict | None) -> bool:
     return any((gpu.get("nvlink_peers") or {}) for gpu in topology.get("gpus") or [])
 
 
-def _pool_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
+def _mps_limits(config: dict) -> mps.Limits:
+    """The MPS cap rule's settings from ``config`` (raises ValueError naming a bad one)."""
+    return mps.limits(config.get("mps_context_reserve"), config.get("mps_min_usable"))
+
+
+def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits) -> list[str]:
     var = f"gpu_operator_pools.{name}"
-    problems = gpu_sharing.sharing_problems(name, pool, nodes)
+    problems = gpu_sharing.sharing_problems(name, pool, nodes, rule)
     replicas = pool.get("time_slicing_replicas")
     profile = pool.get("mig_profile") or ""
     if not profile:
@@ -205,8 +212,12 @@ def problems(config: dict) -> list[str]:
                 f"node {node.get('name')} is in pool {node.get('pool')!r}, which gpu_operator_pools does not define "
                 f"({', '.join(sorted(pools)) or 'none'}); fix: set gpuops_pool to one of them, or add the pool"
             )
+    try:
+        rule = _mps_limits(config)
+    except ValueError as exc:
+        return [*found, str(exc)]
     for name in sorted(pools):
-        found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name]))
+        found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name], rule))
     try:
         mirror_repository("nvcr.io/nvidia", config.get("registry_mirror") or "")
     except ValueError as exc:
@@ -224,11 +235,11 @@ def device_plugin_config(sharing: dict) -> dict[str, str]:
     return data
 
 
-def _planned_sharing(pools: dict, nodes: list[dict], planned: Any) -> tuple[dict, list[str]]:
+def _planned_sharing(pools: dict, nodes: list[dict], planned: Any, rule: mps.Limits) -> tuple[dict, list[str]]:
     """Each pool's sharing: the plan's (``gpuops_plan.gpu_sharing``, made by preflight from the GPU memory it read),
     else, run alone or for a pool the plan lacks, the same function on this run's pools and nodes. A plan entry that
     chose otherwise than the pool's settings now ask is refused: the plan is older than the inventory."""
-    computed = gpu_sharing.plan_part(pools, nodes)
+    computed = gpu_sharing.plan_part(pools, nodes, mps_limits=rule)
     planned = planned if isinstance(planned, dict) else {}
     sharing, found = {}, []
     for name, own in computed.items():
@@ -290,7 +301,7 @@ def plan(config: dict) -> dict[str, Any]:
     pools = config.get("pools") or {}
     nodes = config.get("nodes") or []
     if not found:
-        sharing, found = _planned_sharing(pools, nodes, config.get("sharing"))
+        sharing, found = _planned_sharing(pools, nodes, config.get("sharing"), _mps_limits(config))
     if found:
         return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": [],
                 "sharing": {}, "device_plugin_annotations": {}}

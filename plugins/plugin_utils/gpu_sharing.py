@@ -35,9 +35,11 @@ rules.md sections 2 and 3 quote the README and the config schema at the commit a
 
 Our own rules (docs/security.md): no MPS on the training pool (training jobs take whole GPUs
 and NCCL between them; a share of a GPU is not a training GPU), and a pool that asks for memory isolation
-(``memory_isolation: true``) cannot time-slice. ``mps_memory_per_replica_mib`` states what the pool's workloads
-need per replica; it is refused when a node's GPU memory divided by the replicas is less, or when a node's GPU
-memory is unknown (no preflight facts and no ``gpu_operator_gpu_memory_mib``).
+(``memory_isolation: true``) cannot time-slice. A replica's share is an MPS cap, and the client's CUDA context
+takes ``gpuops_mps_context_reserve`` of it: a share that leaves less than ``gpuops_mps_min_usable`` to allocate is
+refused (``plugin_utils/mps``, the rule compose's caps follow too; ``mps_limits`` here). ``mps_memory_per_replica_mib``
+states what the pool's workloads need to allocate per replica, a higher floor for that pool; it is also refused when
+a node's GPU memory is unknown (no preflight facts and no ``gpu_operator_gpu_memory_mib``).
 
 ``plan_part(pools, nodes)`` is ``gpuops_plan.gpu_sharing``: preflight makes it once (plan.gpu_sharing_part) and
 gpu_operator renders the device-plugin config from it; run alone, gpu_operator calls the same function.
@@ -48,6 +50,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 
 MIN_REPLICAS = 2
 DEFAULT_MPS_REPLICAS = 4        # the inference pool's default (default_pools)
@@ -73,7 +77,7 @@ def _bad_count(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, int) or value < MIN_REPLICAS
 
 
-def _mps_problems(var: str, name: str, pool: dict, nodes: list[dict]) -> list[str]:
+def _mps_problems(var: str, name: str, pool: dict, nodes: list[dict], rule: mps.Limits) -> list[str]:
     replicas = pool["mps_replicas"]
     found = []
     if name == TRAINING_POOL or pool.get("multi_node_training"):
@@ -108,44 +112,51 @@ def _mps_problems(var: str, name: str, pool: dict, nodes: list[dict]) -> list[st
     if not nodes and replicas > MPS_MAX_CLIENTS:
         found.append(f"{var}.mps_replicas is {replicas}: an MPS server takes at most {MPS_MAX_CLIENTS} clients per "
                      f"GPU; fix: set mps_replicas to {MPS_MAX_CLIENTS} or fewer")
-    found.extend(_memory_problems(var, pool, replicas, nodes))
+    found.extend(_memory_problems(var, pool, replicas, nodes, rule))
     return found
 
 
-def _memory_problems(var: str, pool: dict, replicas: int, nodes: list[dict]) -> list[str]:
+def _memory_problems(var: str, pool: dict, replicas: int, nodes: list[dict], rule: mps.Limits) -> list[str]:
+    """Each node whose GPUs' share per replica leaves too little after the CUDA context (``mps.cap_problem``, with
+    the pool's ``mps_memory_per_replica_mib`` as its floor when higher); a need with no GPU memory to check it."""
     need = pool.get("mps_memory_per_replica_mib")
-    if need is None:
-        return []
-    if isinstance(need, bool) or not isinstance(need, int) or need < 1:
+    if need is not None and (isinstance(need, bool) or not isinstance(need, int) or need < 1):
         return [f"{var}.mps_memory_per_replica_mib is {need!r}: expected the MiB each replica's workload needs, a "
                 "whole number >= 1; fix: e.g. 16384, or remove it"]
     found = []
     unknown = sorted(node["name"] for node in nodes if not node.get("gpu_memory_mib"))
-    if unknown:
+    if unknown and need is not None:
         found.append(
             f"{var}.mps_memory_per_replica_mib is {need} but the GPU memory of {', '.join(unknown)} is unknown "
             "(no preflight facts): the share each of the "
             f"{replicas} replicas gets cannot be checked; fix: run preflight, or declare gpu_operator_gpu_memory_mib "
             "(MiB per GPU) in those hosts' host_vars"
         )
+    floor = max(need or 0, rule.min_usable_mib)
     for node in nodes:
         memory = node.get("gpu_memory_mib")
-        if memory and memory // replicas < need:
-            found.append(
-                f"{var}.mps_memory_per_replica_mib is {need} but node {node['name']}'s GPUs have {memory} MiB, "
-                f"{memory // replicas} MiB per replica with mps_replicas {replicas}; fix: lower mps_replicas to "
-                f"{max(memory // need, 1)} or fewer (fewer than 2 means whole GPUs), or lower the need"
-            )
+        if not memory:
+            continue
+        fit = int(memory) // (rule.reserve_mib + floor)
+        fix = (f"lower mps_replicas to {fit} or fewer" if fit >= MIN_REPLICAS else
+               "remove mps_replicas (whole GPUs), or move the node to a pool of larger GPUs")
+        problem = mps.cap_problem(
+            f"{var}: each replica's MPS cap on node {node['name']}'s GPUs ({node.get('gpu_model') or 'model unknown'}, "
+            f"{memory} MiB / mps_replicas {replicas}: the MPS daemon's default pinned device memory limit)",
+            int(memory) // replicas, rule, fix, need, f"{var}.mps_memory_per_replica_mib")
+        if problem:
+            found.append(problem)
     return found
 
 
-def sharing_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
-    """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu_nodes)."""
+def sharing_problems(name: str, pool: dict, nodes: list[dict], mps_limits: mps.Limits | None = None) -> list[str]:
+    """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu_nodes;
+    ``mps_limits``: the MPS cap rule's settings, None for the defaults)."""
     var = f"gpu_operator_pools.{name}"
-    mps, slicing = (pool.get(key) for key in _KEYS)
+    shares, slicing = (pool.get(key) for key in _KEYS)
     found = []
-    if mps is not None and slicing is not None:
-        found.append(f"{var} sets both mps_replicas ({mps!r}) and time_slicing_replicas ({slicing!r}); the device "
+    if shares is not None and slicing is not None:
+        found.append(f"{var} sets both mps_replicas ({shares!r}) and time_slicing_replicas ({slicing!r}); the device "
                      "plugin's MPS and time-slicing are mutually exclusive; fix: keep one (MPS isolates memory)")
     if slicing is not None and pool.get("memory_isolation"):
         found.append(
@@ -158,8 +169,8 @@ def sharing_problems(name: str, pool: dict, nodes: list[dict]) -> list[str]:
             f"{var}.time_slicing_replicas is {slicing!r}: the device plugin needs >= {MIN_REPLICAS} replicas per GPU "
             "(1 is a whole GPU, 0 is none); fix: set 2 or more (inference default 4), or remove it for whole GPUs"
         )
-    if mps is not None:
-        found.extend(_mps_problems(var, name, pool, nodes))
+    if shares is not None:
+        found.extend(_mps_problems(var, name, pool, nodes, mps_limits or mps.limits()))
     return found
 
 
@@ -205,11 +216,13 @@ def _reason(name: str, pool: dict, share: dict, nodes: list[dict], source: str) 
             "MPS control daemon divides each GPU's own memory")
 
 
-def plan_part(pools: dict, nodes: list[dict], source: str = "gpu_operator_pools") -> dict[str, dict]:
+def plan_part(pools: dict, nodes: list[dict], source: str = "gpu_operator_pools",
+              mps_limits: mps.Limits | None = None) -> dict[str, dict]:
     """``gpuops_plan.gpu_sharing``: pool name -> what its GPUs' replicas get (``pool_sharing``), the pool's
     mig_profile, smallest GPU memory and nodes, and the reason. ``nodes``: kube_gpu.gpu_nodes; ``source``: where the
     pools came from (gpu_operator_pools, or its default). A pool whose settings are refused (``sharing_problems``)
-    gets strategy null and its refusals as the reason: gpu_operator refuses it before any change."""
+    gets strategy null and its refusals as the reason: gpu_operator refuses it before any change. ``mps_limits``:
+    see ``sharing_problems``."""
     part = {}
     for name in sorted(pools):
         pool = pools[name] or {}
@@ -217,7 +230,7 @@ def plan_part(pools: dict, nodes: list[dict], source: str = "gpu_operator_pools"
         memory = [int(node["gpu_memory_mib"]) for node in members if node.get("gpu_memory_mib")]
         entry = {"mig_profile": pool.get("mig_profile") or None, "gpu_memory_mib": min(memory) if memory else None,
                  "nodes": [str(node["name"]) for node in members]}
-        problems = sharing_problems(name, pool, members)
+        problems = sharing_problems(name, pool, members, mps_limits)
         if problems:
             entry.update({"strategy": None, "replicas": None, "memory_isolation": None,
                           "memory_per_replica_mib": None, "thread_percentage": None,

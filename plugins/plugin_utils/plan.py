@@ -26,6 +26,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_sharing,
     kube_gpu,
     kube_plan,
+    mps,
     training_jobs,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the rule and its inputs
@@ -176,7 +177,8 @@ SCHEMA: dict[str, Any] = {
                     "memory_per_replica_mib": {
                         **_NULL_INT,
                         "description": "mps: the pool's smallest GPU memory / replicas (the MPS daemon's pinned "
-                        "device memory limit); null when not mps or the GPU memory is unknown.",
+                        "device memory limit; a replica can allocate this minus gpuops_mps_context_reserve, its CUDA "
+                        "context); null when not mps or the GPU memory is unknown.",
                     },
                     "thread_percentage": {**_NULL_INT, "description": "mps: 100 / replicas % of the SMs."},
                     "mig_profile": _NULL_STR,
@@ -263,7 +265,8 @@ SCHEMA: dict[str, Any] = {
                         "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
                         "on compose_stack_members, else gpuops_members, and this host's topology): members "
                         "(name -> gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU shared through MPS and "
-                        "this member's cap of its memory), mps ({gpu, pinned_mem_limit}: the member's "
+                        "this member's cap of its memory, of which it can allocate the cap minus "
+                        "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
                         "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
                         "default shares from the host's memory and CPUs and refuses an overcommit), shared (GPU "
@@ -470,7 +473,8 @@ def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any)
         for host, gpu in gpus.items()
     ]
     try:
-        return gpu_sharing.plan_part(kube_gpu.plain(pools), kube_gpu.gpu_nodes(hosts), source)
+        return gpu_sharing.plan_part(kube_gpu.plain(pools), kube_gpu.gpu_nodes(hosts), source,
+                                     mps.limits_of({name: get_var(hostvars[first], name) for name in mps.VARIABLES}))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 

@@ -14,9 +14,11 @@ make the list usable by all three, checked once by the boilerplate play before a
 * ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
   every compose host, so a GPU listed twice is always an error); on a host whose GPUs are known, each
   index one of them. ``shared_gpus`` (compose, optional): at most one ``{gpu, memory}`` entry, for a member
-  without ``gpus``: that GPU is shared through MPS, each sharer capped at ``memory``; a GPU is either exclusive
-  to one member or shared, never both. This GPU-assignment rule is ``gpu_assignment_problems``, and the member
-  rules are ``member_problems``: preflight (per host) and the compose workspaces call them rather than keep copies;
+  without ``gpus``: that GPU is shared through MPS, each sharer capped at ``memory``, a cap that must leave the
+  sharer memory after its CUDA context (``plugin_utils/mps``: cap minus ``gpuops_mps_context_reserve`` at least
+  ``gpuops_mps_min_usable``); a GPU is either exclusive to one member or shared, never both. This GPU-assignment
+  rule is ``gpu_assignment_problems``, and the member rules are ``member_problems``: preflight (per host) and the
+  compose workspaces call them rather than keep copies;
 * ``memory`` (a Docker size such as 64g) and ``cpus`` (a number > 0), optional: the workspace's limits on
   compose (the defaults and the host-wide checks are ``workspaces.plan_workspaces``);
 * team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
@@ -31,6 +33,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 
 MEMBER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -134,12 +138,14 @@ def _label(member: dict, position: int) -> str:
     return name if isinstance(name, str) else f"#{position}"
 
 
-def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None) -> list[str]:
+def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None,
+                            mps_limits: mps.Limits | None = None) -> list[str]:
     """The GPU-assignment rule, the one copy: the team check, preflight and the compose workspaces call it.
 
     A member's ``gpus`` (when given) is a list of GPU indexes, whole numbers >= 0; each GPU goes to one member
     only; with ``host_gpus`` (the indexes of one host's GPUs; empty or None when unknown), every index is one of
-    them. Members without ``gpus`` and entries that are not mappings are left to ``member_problems``.
+    them. Members without ``gpus`` and entries that are not mappings are left to ``member_problems``. A shared
+    GPU's cap must leave the member memory (``mps.cap_problem`` with ``mps_limits``; None: the defaults).
     """
     problems: list[str] = []
     owner: dict[int, str] = {}
@@ -166,11 +172,12 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
                                 f"Fix: give {label} one of GPUs {listing}")
             else:
                 owner[gpu] = label
-    return problems + _shared_gpu_problems(members, owner, host)
+    return problems + _shared_gpu_problems(members, owner, host, mps_limits or mps.limits())
 
 
-def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int]) -> list[str]:
-    """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or not on this host."""
+def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int], rule: mps.Limits) -> list[str]:
+    """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or not on this host, or a cap that
+    leaves the member too little memory after its CUDA context."""
     problems: list[str] = []
     listing = ", ".join(str(i) for i in host)
     for i, member in enumerate(members if isinstance(members, list) else []):
@@ -189,6 +196,13 @@ def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int]) -
             elif host and gpu not in host:
                 problems.append(f"member {label} shares GPU {gpu}, but this host has GPUs {listing} "
                                 f"(gpuops_members[{i}].shared_gpus). Fix: share one of GPUs {listing}")
+            cap = size_mib(entry.get("memory"))
+            short = cap and mps.cap_problem(
+                f"member {label}'s MPS cap on GPU {gpu} (gpuops_members[{i}].shared_gpus memory "
+                f"{show(entry['memory'])})", cap, rule, f"raise {label}'s memory on GPU {gpu} to "
+                f"{format_mib(rule.min_cap_mib)} or more, or give {label} an exclusive GPU (gpus) instead")
+            if short:
+                problems.append(short)
     return problems
 
 
@@ -248,11 +262,11 @@ def out_of_service_problems(members: Any, out_of_service: Any, host: str = "this
 
 
 def member_problems(members: list, team_names: Iterable[str] | None = None,
-                    host_gpus: Iterable[int] | None = None) -> list[str]:
+                    host_gpus: Iterable[int] | None = None, mps_limits: mps.Limits | None = None) -> list[str]:
     """Everything wrong with the members themselves: keys, names, uids, gids, teams and GPUs.
 
     ``team_names``: the teams a member may name (None: not checked, for a member list given to one role alone);
-    ``host_gpus``: see ``gpu_assignment_problems``.
+    ``host_gpus`` and ``mps_limits``: see ``gpu_assignment_problems``.
     """
     problems: list[str] = []
     names: dict[str, int] = {}
@@ -292,11 +306,12 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
             known = ", ".join(team_names) or "none defined"
             problems.append(f"{where}.team is {show(team)} for {label}; expected one of the gpuops_teams names "
                             f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
-    return problems + gpu_assignment_problems(members, host_gpus)
+    return problems + gpu_assignment_problems(members, host_gpus, mps_limits)
 
 
-def team_problems(teams: Any, members: Any) -> list[str]:
-    """Everything wrong with ``gpuops_teams`` and ``gpuops_members``, all at once ([] when usable)."""
+def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None) -> list[str]:
+    """Everything wrong with ``gpuops_teams`` and ``gpuops_members``, all at once ([] when usable); ``mps_limits``:
+    see ``gpu_assignment_problems``."""
     problems: list[str] = []
     if not isinstance(teams, list) or not teams:
         problems.append(f"gpuops_teams is {show(teams)}; expected a list of at least one team such as "
@@ -309,7 +324,7 @@ def team_problems(teams: Any, members: Any) -> list[str]:
         members = members if isinstance(members, list) else []
     found, team_names = _team_problems(teams)
     problems += found
-    problems += member_problems(members, team_names)
+    problems += member_problems(members, team_names, mps_limits=mps_limits)
     used = {m["team"] for m in members if isinstance(m, dict) and isinstance(m.get("team"), str)}
     if members:
         for name in team_names:

@@ -30,8 +30,11 @@ Rules (also the role's documented behaviour):
   numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit).
 * Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
   ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
-  GPU the GPU's MPS daemon sees); caps that add up past the GPU's memory (``memory_total_mib`` of the topology's
-  or ``gpus_found``'s entry) are a problem; an unknown GPU memory (no driver yet) is a warning.
+  GPU the GPU's MPS daemon sees); a cap is a problem when it leaves the member less than ``gpuops_mps_min_usable``
+  after the client's CUDA context (``gpuops_mps_context_reserve``; the rule is ``plugin_utils/mps``, applied with
+  the member rules, ``mps_limits``); the daemon's default cap is the smallest sharer's, so it passes when they
+  do. Caps that add up past the GPU's memory (``memory_total_mib`` of the topology's or ``gpus_found``'s entry)
+  are a problem; an unknown GPU memory (no driver yet) is a warning.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list, ranges
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.mps import Limits
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import format_mib, member_problems, size_mib
 
 
-def _member_problems(members: list, known: set[int]) -> list[str]:
+def _member_problems(members: list, known: set[int], mps_limits: Limits | None) -> list[str]:
     """The team's member and GPU-assignment rules (plugin_utils/team), and a workspace's own: at least one GPU."""
-    problems = member_problems(members, host_gpus=known)
+    problems = member_problems(members, host_gpus=known, mps_limits=mps_limits)
     for position, member in enumerate(members):
         if isinstance(member, dict) and member.get("gpus", []) == [] and not member.get("shared_gpus"):
             problems.append(f"gpuops_members[{position}].gpus is {member.get('gpus')!r} for "
@@ -173,18 +177,19 @@ def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int
 
 
 def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cpus_total: float = 0,
-                    gpus_found: Any = None) -> dict:
+                    gpus_found: Any = None, mps_limits: Limits | None = None) -> dict:
     """Return ``{"members": {name: {gpus, shared_gpus, mps, cpuset, cpus, memory_mb, numa_nodes}}, "shared":
     {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...]}``.
 
     ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (0: unknown, defaults not set and
-    overcommit not checked); ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``)."""
+    overcommit not checked); ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``); ``mps_limits``:
+    the MPS cap rule's settings (``mps.limits``; None: the defaults)."""
     if not isinstance(members, list):
         return {"members": {}, "shared": {}, "problems": [f"members must be a list, got {type(members).__name__}"],
                 "warnings": []}
     gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
     known = {g["index"] for g in gpus}
-    problems = _member_problems(members, known)
+    problems = _member_problems(members, known, mps_limits)
     if not gpus:
         problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
                         "driver loaded, or pass the host's gpu_topology result as compose_stack_topology")

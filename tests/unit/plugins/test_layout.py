@@ -102,9 +102,13 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 # run (each role's meta/main.yml platforms, which the role's own assert stage reads through the os_refusal filter,
 # and the roles per platform in playbooks/vars/run_roles.yml, which the plays read), so that preflight refuses an OS
 # exactly when a role would (issue 36); metadata only, no role's tasks or variables.
+# And the MPS rule's two defaults: the shared gpuops_* defaults have one home, the _gpuops_vars role's defaults
+# (design.md), and the rule reads gpuops_mps_context_reserve and gpuops_mps_min_usable there where its caller passes
+# none (preflight's per-host check, a role run alone), instead of a second copy of the measured figures (issue 36).
 ALLOWED = {
     "plugins/lookup/monitoring_assets.py": {"*/roles/monitoring_assets/files"},
     "plugins/plugin_utils/os_support.py": {"*/roles", "*/playbooks/vars/run_roles.yml"},
+    "plugins/plugin_utils/mps.py": {"*/roles/_gpuops_vars/defaults/main.yml"},
 }
 
 

@@ -28,7 +28,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "gpuops_multi_node_training": False, "gpuops_registry_mirror": "harbor.lan:5000/proxy",
         "gpuops_cuda_version": "12.4.1", "gpuops_report_dir": "/tmp/reports", "gpuops_pool": "training",
         "gpuops_gpu_topology": {"nvlink_domains": [], "numa_groups": [], "placements": []},
-        "gpuops_kube_skip_api_stages": "a stand-in kubeadm"}
+        "gpuops_kube_skip_api_stages": "a stand-in kubeadm", "gpuops_mps_context_reserve": 576,
+        "gpuops_mps_min_usable": 0}
 
 
 def _options() -> dict:
@@ -58,7 +59,8 @@ def test_every_described_variable_is_accepted_with_a_good_value(tmp_path: Path) 
 def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
     bad = {**TEAM, "gpuops_plattform": "compose", "gpuops_platform": "swarm", "gpuops_gpu_count": "4",
            "gpuops_team_size": -2, "gpuops_multi_node_training": "yes", "gpuops_gpu_topology": [1],
-           "gpuops_registry_mirror": "http://registry.lan", "gpuops_cuda_version": "12", "compose_stack_members": []}
+           "gpuops_registry_mirror": "http://registry.lan", "gpuops_cuda_version": "12", "compose_stack_members": [],
+           "gpuops_mps_context_reserve": "576M"}
     code, out = boilerplate(tmp_path, bad)
     assert code != 0, out[-3000:]
     flat = " ".join(out.split())
@@ -72,6 +74,7 @@ def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
         f'gpuops_registry_mirror is "http://registry.lan" on {HOST}; expected host[:port] of a registry',
         f'gpuops_cuda_version is "12" on {HOST}; expected a CUDA release as major.minor',
         f"compose_stack_members is set on {HOST} to []; it is no longer read. Fix: move it to gpuops_members",
+        f'gpuops_mps_context_reserve is "576M" (str) on {HOST}; expected a non-negative integer.',
     ]
     missing = [fragment for fragment in expected if fragment not in flat]
     assert not missing, f"missing {missing} in:\n{out[-4000:]}"
@@ -84,3 +87,16 @@ def test_the_team_and_its_size_are_checked(tmp_path: Path) -> None:
     flat = " ".join(out.split())
     assert f"the team in group_vars/all/team.yml cannot be used on {HOST}: GPU 3 is given twice" in flat, out[-3000:]
     assert "gpuops_team_size is 2 but gpuops_members lists 3 people" in flat, out[-3000:]
+
+
+def test_a_shared_gpus_cap_is_judged_with_the_mps_settings(tmp_path: Path) -> None:
+    """The team check judges each shared_gpus cap with gpuops_mps_* (the role's defaults where the inventory sets
+    none): 1g leaves less than the least usable memory after the default reserve; with no reserve it passes."""
+    members = [TEAM["gpuops_members"][0], {"name": "bob", "uid": 2002, "team": "research",
+                                            "shared_gpus": [{"gpu": 2, "memory": "1g"}]}]
+    code, out = boilerplate(tmp_path, {**TEAM, "gpuops_members": members})
+    assert code != 0, out[-3000:]
+    flat = " ".join(out.split())
+    assert "member bob's MPS cap on GPU 2 (gpuops_members[1].shared_gpus memory '1g') is 1024 MiB" in flat, out[-3000:]
+    code, out = boilerplate(tmp_path, {**TEAM, "gpuops_members": members, "gpuops_mps_context_reserve": 0})
+    assert code == 0, out[-3000:]

@@ -164,8 +164,11 @@ def test_mps_refused_on_mig_enabled_gpus() -> None:
     ({"inference": {"mps_replicas": 1}, "training": {}},
      "gpu_operator_pools.inference.mps_replicas is 1: the device plugin needs >= 2"),
     ({"inference": {"mps_replicas": 8, "mps_memory_per_replica_mib": 16384}, "training": {}},
-     "gpu_operator_pools.inference.mps_memory_per_replica_mib is 16384 but node gpu-i1's GPUs have 81559 MiB, "
-     "10194 MiB per replica with mps_replicas 8; fix: lower mps_replicas to 4 or fewer"),
+     "gpu_operator_pools.inference: each replica's MPS cap on node gpu-i1's GPUs (NVIDIA H100 80GB HBM3, 81559 MiB "
+     "/ mps_replicas 8: the MPS daemon's default pinned device memory limit) is 10194 MiB, but the client's CUDA "
+     "context takes 576 MiB of every MPS cap (gpuops_mps_context_reserve), which leaves 9618 MiB to allocate; "
+     "expected at least 16384 MiB left (gpu_operator_pools.inference.mps_memory_per_replica_mib), a cap of 16960 MiB "
+     "or more; fix: lower mps_replicas to 4 or fewer"),
     ({"inference": {"time_slicing_replicas": 4, "memory_isolation": True}, "training": {}},
      "gpu_operator_pools.inference.memory_isolation is true but the pool time-slices"),
     ({"inference": {"time_slicing_replicas": 4, "mps_replicas": 4}, "training": {}},
@@ -191,10 +194,12 @@ def test_memory_need_refused_when_the_gpu_memory_is_unknown() -> None:
     # declared in the inventory instead of read by preflight: checked the same way
     node = kube_gpu_nodes([{"inventory_hostname": "gpu-i2", "gpuops_pool": "inference",
                             "gpu_operator_gpu_memory_mib": 24576}])[0]
-    pools["inference"]["mps_memory_per_replica_mib"] = 6144
+    # the need is what a replica can allocate: its share (24576 / 4) less the CUDA context's reserve (576 MiB)
+    pools["inference"]["mps_memory_per_replica_mib"] = 6144 - 576
     assert go.problems(config(pools, [node])) == []
-    pools["inference"]["mps_memory_per_replica_mib"] = 6145
-    assert "24576 MiB, 6144 MiB per replica" in go.problems(config(pools, [node]))[0]
+    pools["inference"]["mps_memory_per_replica_mib"] = 6144 - 576 + 1
+    assert "24576 MiB / mps_replicas 4: the MPS daemon's default pinned device memory limit) is 6144 MiB" in (
+        go.problems(config(pools, [node]))[0])
 
 
 @pytest.mark.parametrize(("model", "limit"), [
