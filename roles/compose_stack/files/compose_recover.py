@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
 """compose_stack's recovery from a run killed during ``docker compose up``; runs on the Compose host.
 
 Run by the rescue of the role's "Run the stack" task, when ``up`` failed. A run killed (SIGKILL to the controller's
