@@ -186,7 +186,8 @@ def judge_nccl(text: str, rc: int | None, expected: dict, probe=None) -> dict:
     parsed = parse_all_reduce(text)
     if rc not in (0, None) or not parsed["rows"]:
         why = container_failure("nccl", {"rc": rc, "out": text}, probe)
-        return row(step, "failed", f"all_reduce_perf did not run ({why})" if why.startswith("exit ")
+        status, _, first_line = why.partition(": ")
+        return row(step, "failed", f"all_reduce_perf did not run ({status}): {first_line}" if why.startswith("exit ")
                    else f"all_reduce_perf did not run: {why}")
     detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "
               f"{expected['peak']:.0f} GB/s; floor {expected['floor']:.1f})")
