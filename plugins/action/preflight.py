@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
@@ -122,6 +123,8 @@ class ActionModule(ActionBase):
                 "name": (task_vars or {}).get("inventory_hostname"),
                 # A topology the inventory declares satisfies the topology rule (plan.host_part uses it).
                 "declared_topology": _TaskVars(task_vars or {}, self._templar).get("gpuops_gpu_topology"),
+                # The MPS cap rule's settings as the inventory gives them (the boilerplate play checked their type).
+                "mps_limits": mps.limits_of(_TaskVars(task_vars or {}, self._templar)),
             },
         )
         result.update(

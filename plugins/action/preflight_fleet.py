@@ -58,6 +58,20 @@ def _with_health(result: dict, assignments: list | None, out_of_service: dict, h
     return {**result, "checks": [*result["checks"], check]}
 
 
+def _with_sharing(result: dict, sharing: dict | None, host: str) -> dict:
+    """The host's checks plus gpu_sharing where the host is in a pool whose sharing is refused (gpu_sharing.plan_part:
+    strategy null, the refusals as its reason): gpu_operator's assert would refuse the pool a stage later, so the
+    verdict refuses the pool's nodes first, with the same words."""
+    refused = [f"pool {name}: {entry['reason']}" for name, entry in sorted((sharing or {}).items())
+               if host in (entry.get("nodes") or []) and entry.get("strategy") is None
+               and str(entry.get("reason") or "").startswith("refused")]
+    if not refused:
+        return result
+    check = {"name": "gpu_sharing", "ok": False, "status": "failed", "msg": "; ".join(refused)}
+    return {**result, "ok": False, "checks": [*result["checks"], check],
+            "failed_checks": [*result["failed_checks"], check["name"]]}
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -119,6 +133,9 @@ class ActionModule(ActionBase):
             now.isoformat(timespec="seconds"),
             run_dir,
         )
+        for host in judged:
+            results[host] = _with_sharing(results[host], plan.get("gpu_sharing"), host)
+            plan["hosts"][host]["ok"] = results[host]["ok"]
         records = {}
         for host, registered in judged.items():
             facts = registered["ansible_facts"]

@@ -373,7 +373,8 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     # Preflight reads no host memory or CPU count: the member's own limits are planned, the default shares are
     # sized by compose_stack from the host's facts (the same function), which also refuses an overcommit.
     return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
-                           gpus_found=gpu.get("gpus"))
+                           gpus_found=gpu.get("gpus"),
+                           mps_limits=mps.limits_of({name: get_var(hostvars, name) for name in mps.VARIABLES}))
 
 
 def host_part(

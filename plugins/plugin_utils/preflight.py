@@ -20,7 +20,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_driver_version,
     version_eq,
 )
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps, os_support
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
 
@@ -219,11 +219,13 @@ def mig(plan: dict[str, Any], gpu: dict[str, Any], topology: dict[str, Any] | No
     return _check("mig", True, f"MIG {where} on a {workload} node: allowed ({why}; no multi-node training)")
 
 
-def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int) -> dict[str, Any]:
-    """The team's GPU-assignment rule (``team.gpu_assignment_problems``) on a host with ``gpu_count`` GPUs."""
+def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int,
+                   mps_limits: mps.Limits | None = None) -> dict[str, Any]:
+    """The team's GPU-assignment rule (``team.gpu_assignment_problems``) on a host with ``gpu_count`` GPUs, with the
+    inventory's MPS cap settings (``mps_limits``; None: their defaults)."""
     if not assignments:
         return _check("gpu_assignment", None, "no per-member GPU assignments to check")
-    problems = gpu_assignment_problems(assignments, range(gpu_count))
+    problems = gpu_assignment_problems(assignments, range(gpu_count), mps_limits)
     if problems:
         return _check("gpu_assignment", False, "; ".join(problems) + ".")
     owned = {g for entry in assignments for g in entry.get("gpus") or []}
@@ -366,7 +368,7 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         )
     )
     checks.append(mig(plan, gpu, topology))
-    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)))
+    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0), facts.get("mps_limits")))
     checks.append(time_slicing(plan.get("time_slicing_replicas")))
     if "free_space" in plan:
         checks.append(free_space(plan.get("free_space"), host.get("free_space")))

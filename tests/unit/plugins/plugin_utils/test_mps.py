@@ -17,7 +17,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.compose_stack import workspace_plan
 from ansible_collections.gpuops.cluster.plugins.filter.team import team_problems as team_problems_filter
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, gpu_sharing, mps, plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, gpu_sharing, mps, plan, preflight
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems, team_problems
 from conftest import shared_path
 
@@ -164,3 +164,15 @@ def test_the_plan_reads_the_settings_from_the_inventory() -> None:
     assert refused["inference"]["strategy"] is None, refused
     hosts["gpu-02"][mps.RESERVE_VAR] = 0
     assert plan.gpu_sharing_part("kubernetes", {"gpu-02": {}}, hosts)["inference"]["strategy"] == "mps"
+
+
+def test_preflight_and_the_plans_workspaces_follow_the_inventory_settings() -> None:
+    """Preflight's gpu_assignment check and the plan's compose workspaces judge a cap with the inventory's settings:
+    a 300 MiB cap is refused by default and passes where the inventory measured no reserve."""
+    assert preflight.gpu_assignment(members("300m"), 2)["ok"] is False
+    assert preflight.gpu_assignment(members("300m"), 2, mps.limits(0, 300))["ok"] is True
+    gpu = {"count": 2, "gpus": TOPOLOGY["gpus"]}
+    host = {"gpuops_members": members("300m")}
+    assert capped(plan.host_part("compose", gpu, host)["workspaces"]["problems"])
+    host.update({mps.RESERVE_VAR: 0, mps.MIN_USABLE_VAR: 300})
+    assert not capped(plan.host_part("compose", gpu, host)["workspaces"]["problems"])
