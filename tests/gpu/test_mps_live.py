@@ -5,9 +5,9 @@ workspace ``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<
 GPU 0 with a private pipe and log directory; client A (cap 0=8G) allocates 2 GiB and holds it; while it runs,
 client B (cap 0=2G) is refused its whole cap, 2 GiB (CUDA_ERROR_OUT_OF_MEMORY: the cap includes the client's own
 CUDA context), then allocates 64 MiB blocks until refused. What B got must be the cap minus the collection's
-context reserve (``gpuops_mps_context_reserve`` in roles/_gpuops_vars/defaults/main.yml, MiB; 576 where that file
-does not set it), to within one block, and less than the cap: more than a block short means the reserve is too small
-for this driver (measure again and set it), as much as the cap means MPS did not cap. The measurement behind the
+context reserve (``gpuops_mps_context_reserve``, MiB, its default as plugin_utils/mps.py reads it from
+roles/_gpuops_vars), to within one block, and less than the cap: more than a block short means the reserve is too
+small for this driver (measure again and set it), as much as the cap means MPS did not cap. The measurement behind the
 reserve is ../shared/data/nvidia-smi/h200-driver580/mps-pinned-mem-limit.txt (issue 36: the old assertion, 512 MiB
 granted under a 1G cap, fails there). Clients call the CUDA driver API through ctypes (libcuda.so.1), so no
 toolkit or compiler is needed.
@@ -27,20 +27,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 
 OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
 BLOCK_MIB = 64  # the measurement's block size
 CAP_B_MIB = 2048
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_RESERVE_MIB = 576  # the measured reserve, where roles/_gpuops_vars does not set one
 
 
 def context_reserve_mib() -> int:
-    """``gpuops_mps_context_reserve`` (MiB) from the shared defaults, else the measured 576."""
-    defaults = ROOT / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
-    found = (yaml.safe_load(defaults.read_text()) or {}) if defaults.exists() else {}
-    return int(found.get("gpuops_mps_context_reserve", DEFAULT_RESERVE_MIB))
+    """``gpuops_mps_context_reserve`` (MiB): the collection's default, the one the cap rule uses."""
+    return mps.limits().reserve_mib
 
 
 CLIENT = r"""
