@@ -263,7 +263,9 @@ SCHEMA: dict[str, Any] = {
                     "workspaces": {
                         "type": ["object", "null"],
                         "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
-                        "on compose_stack_members, else gpuops_members, and this host's topology): members "
+                        "on compose_stack_members, else gpuops_members, and this host's topology; a GPU's CPU and NUMA "
+                        "affinity from the topology, else from sysfs through the GPU facts, so a one-GPU or "
+                        "driverless host has cpusets too): members "
                         "(name -> gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU shared through MPS and "
                         "this member's cap of its memory, of which it can allocate the cap minus "
                         "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
