@@ -1,8 +1,9 @@
 """The commands upgrade_driver.yml and diagnose.yml run to read the installed driver, run here as written in the
-playbooks, with LABELLED stand-ins of dpkg-query and rpm alone on PATH: on a Debian-family host dpkg-query is asked
-and rpm is not; on an RPM host rpm is asked, with the query format whose "name version" lines the parsers read
-(plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print output shaped like the real tools'
-(diagnose_recorded.py); that the real rpm renders the format so is tested nowhere here (no rpm on this machine)."""
+role (roles/upgrade) and the playbook, with LABELLED stand-ins of dpkg-query and rpm alone on PATH: on a
+Debian-family host dpkg-query is asked and rpm is not; on an RPM host rpm is asked, with the query format whose
+"name version" lines the parsers read (plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print
+output shaped like the real tools' (diagnose_recorded.py); that the real rpm renders the format so is tested
+nowhere here (no rpm on this machine)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ RPM_FM_ARGS = ["-qa", "--qf", "%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "nvidia-fa
 
 
 def _upgrade_command() -> str:
-    play = yaml.safe_load((REPO / "playbooks" / "upgrade_driver.yml").read_text())[0]
-    block = next(t for t in play["tasks"] if t.get("name") == "Upgrade this node")["block"]
-    return next(t for t in block if t.get("name") == "Installed driver packages")["ansible.builtin.shell"]["cmd"]
+    tasks = yaml.safe_load((REPO / "roles" / "upgrade" / "tasks" / "plan.yml").read_text())
+    return next(t for t in tasks if t.get("name") == "Installed driver packages")["ansible.builtin.shell"]["cmd"]
 
 
 def _diagnose_commands() -> dict:

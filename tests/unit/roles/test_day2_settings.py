@@ -17,6 +17,13 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def role_tasks(role: str) -> list[str]:
+    """The task files of a role that holds a day-2 playbook's logic, relative to playbooks/."""
+    return [f"../roles/{role}/tasks/{p.name}" for p in sorted((REPO / "roles" / role / "tasks").glob("*.yml"))]
+
+
 # playbook -> (its settings roles, the files it reads settings in, play keywords given with -e only)
 DAY2 = {
     "validate.yml": (["validate"], ["validate.yml", "tasks/validate_report.yml"], {"validate_hosts"}),
@@ -25,13 +32,16 @@ DAY2 = {
                                                        sorted((REPO / "playbooks" / "tasks").glob("burnin_*.yml")))],
                    {"burnin_hosts"}),
     "diagnose.yml": (["diagnose"], ["diagnose.yml", "tasks/diagnose_slowdown.yml"], {"diagnose_hosts"}),
-    "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml"], {"upgrade_hosts", "upgrade_serial"}),
+    "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml", *role_tasks("upgrade")],
+                           {"upgrade_hosts", "upgrade_serial"}),
 }
 
 
 def settings_used(text: str, prefix: str) -> set[str]:
-    """``<prefix>_*`` names a playbook reads (not ``__<prefix>_*`` internals, filters or file names; no comments)."""
-    code = "\n".join(line.split(" # ", 1)[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+    """``<prefix>_*`` names a playbook reads (not ``__<prefix>_*`` internals, filters, file names or tags; no
+    comments)."""
+    code = "\n".join(line.split(" # ", 1)[0] for line in text.splitlines()
+                     if not line.lstrip().startswith(("#", "tags:")))
     return set(re.findall(rf"(?<![\w./]){re.escape(prefix)}_[a-z0-9_]+(?!\w)(?!\.yml)", code))
 
 
@@ -82,5 +92,5 @@ def test_the_checks_find_play_var_settings_and_stray_names() -> None:
         "the play does not list gpuops.cluster.validate in roles: (its defaults would be undefined)"]
     text = ("# validate_in_a_comment\nx: \"{{ validate_timeout }} {{ __validate_rows }}\"\n"
             "y: \"{{ a | gpuops.cluster.validate_rows }}\"  # validate_trailing\nz: tasks/validate_report.yml\n"
-            "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n")
+            "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n  tags: [validate_report]\n")
     assert settings_used(text, "validate") == {"validate_timeout", "validate_pod"}
