@@ -12,13 +12,19 @@ Xid bucket -> severity (NVIDIA's "Resolution Bucket (Immediate Action)"):
 * ``RESTART_APP``, ``CHECK_UVM``, ``UNKNOWN`` (no bucket in the catalog) -> degraded: the GPU itself may be fine;
 * ``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``, ``CONTACT_SUPPORT``, ``CHECK_MECHANICALS``, ``UPDATE_SWFW``,
   ``WORKFLOW_NVLINK_ERR`` -> failed;
-* ``WORKFLOW_XID_45``: NVIDIA's workflow -- with another Xid on the same GPU, ignore it (the other one decides);
+* ``WORKFLOW_XID_45`` (the resolution-buckets sheet also spells it ``Solo: RESTART_FM Not Solo: IGNORE ...``):
+  NVIDIA's workflow -- with another Xid on the same GPU, ignore it (step ``IGNORE``: the other one decides);
   alone, degraded with step ``RESTART_FM``;
 * ``WORKFLOW_XID_48``: failed; step ``DRAIN_AND_RESET`` with Xid 63/64 on the same GPU, else ``RESET_GPU``;
 * ``WORKFLOW_NVLINK5_ERR`` (Xid 144-150): failed when the line says ``Fatal``, degraded when ``Nonfatal``;
-* ``XID_154``: the recovery action it prints decides: ``None`` -> none, ``Drain P2P`` -> degraded,
-  ``Drain and Reset`` / ``GPU Reset Required`` / ``Node Reboot Required`` -> failed, step ``DRAIN_AND_RESET`` /
-  ``RESET_GPU`` / ``RESTART_BM``.
+* ``XID_154``: the recovery action it prints decides: ``None`` -> none (step ``IGNORE``), ``Drain P2P`` ->
+  degraded, ``Drain and Reset`` / ``GPU Reset Required`` / ``Node Reboot Required`` -> failed, step
+  ``DRAIN_AND_RESET`` / ``RESET_GPU`` / ``RESTART_BM``; one it does not print, degraded with no step;
+* ``XID_154_EVAL`` (the sheet's row, no catalog code): with an Xid 154 on the same GPU, that one's judgement; else
+  degraded with step ``RESTART_APP``.
+
+These rules live here only: the controller's health plan (plugin_utils/health.py) calls ``xid_context`` and
+``xid_judgement`` for an Xid whose step no finding names, and ``fatal_sxids`` for an SXid.
 
 A ``fallen_off_bus`` line is failed with Xid 79's bucket ``RESTART_BM``. An SXid is host level (it names an
 NVSwitch): failed when the line says ``Fatal``, degraded when ``Non-fatal`` unless NVSentinel's mapping says
@@ -40,8 +46,9 @@ _RANK = {HEALTHY: 0, DEGRADED: 1, FAILED: 2}
 INVESTIGATE = "INVESTIGATE"  # the collection's action for conditions NVIDIA gives no bucket for: report, do nothing
 
 _DEGRADED_BUCKETS = ("RESTART_APP", "CHECK_UVM", UNKNOWN)
+_SOLO_FM_BUCKETS = ("WORKFLOW_XID_45", "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)")
 _RECOVERY_154 = {
-    "none": (None, None),
+    "none": (None, "IGNORE"),
     "drain p2p": (DEGRADED, "DRAIN_P2P"),
     "drain and reset": (FAILED, "DRAIN_AND_RESET"),
     "gpu reset required": (FAILED, "RESET_GPU"),
@@ -49,6 +56,7 @@ _RECOVERY_154 = {
 }
 _XID_ROW_REMAP = (63, 64)
 _XID_45 = 45
+_XID_154 = 154
 
 
 def worst(verdicts) -> str:
@@ -77,22 +85,49 @@ def _group(events: list) -> list:
     return list(groups.values())
 
 
-def _xid_judgement(event: dict, codes_on_gpu: set, recovery: str | None) -> tuple:
-    """``(severity or None, step)`` of one Xid group (see the module doc)."""
-    bucket = event["immediate_action"]
+def where_of(event: dict):
+    """The GPU an event names, else its PCI address: the key of the Xid rules' "on the same GPU"."""
+    return event["gpu"] if event.get("gpu") is not None else event.get("pci")
+
+
+def xid_context(events: list) -> tuple:
+    """``(codes, recovery)`` per ``where_of``: the Xid codes seen there, and the last recovery action an Xid 154
+    printed there. ``events``: gpu_health's events, or the health plan's items (the same keys)."""
+    codes: dict = {}
+    recovery: dict = {}
+    for event in events:
+        if event.get("kind") == "xid":
+            codes.setdefault(where_of(event), set()).add(event["code"])
+            if event.get("recovery_action") is not None:
+                recovery[where_of(event)] = event["recovery_action"]
+    return codes, recovery
+
+
+def xid_judgement(bucket: str, codes_on_gpu: set, recovery: str | None, fatal: bool | None) -> tuple:
+    """``(severity or None, step)`` of one Xid group (see the module doc): ``codes_on_gpu`` and ``recovery`` are its
+    GPU's entries of ``xid_context``, ``fatal`` what the line says (``Fatal``/``Nonfatal``, else None)."""
     if bucket == "IGNORE":
         return None, None
-    if bucket == "WORKFLOW_XID_45":
-        return (None, None) if codes_on_gpu - {_XID_45} else (DEGRADED, "RESTART_FM")
+    if bucket in _SOLO_FM_BUCKETS:
+        return (None, "IGNORE") if codes_on_gpu - {_XID_45} else (DEGRADED, "RESTART_FM")
     if bucket == "WORKFLOW_XID_48":
         return FAILED, "DRAIN_AND_RESET" if codes_on_gpu & set(_XID_ROW_REMAP) else "RESET_GPU"
     if bucket == "WORKFLOW_NVLINK5_ERR":
-        return (DEGRADED if event["fatal"] is False else FAILED), None
-    if bucket == "XID_154":
+        return (DEGRADED if fatal is False else FAILED), None
+    if bucket == "XID_154" or (bucket == "XID_154_EVAL" and _XID_154 in codes_on_gpu):
         return _RECOVERY_154.get((recovery or "").strip().lower(), (DEGRADED, None))
+    if bucket == "XID_154_EVAL":
+        return DEGRADED, "RESTART_APP"
     if bucket in _DEGRADED_BUCKETS:
         return DEGRADED, None if bucket == UNKNOWN else bucket
     return FAILED, None if bucket.startswith("WORKFLOW_") else bucket
+
+
+def fatal_sxids(events: list) -> set:
+    """``(code, pci)`` of the SXid groups that are fatal: any of their lines says so (a lone continuation line,
+    fatal null, may come first)."""
+    sxids = [event for event in events if event.get("kind") == KIND_SXID]
+    return {(event["code"], event.get("pci")) for event in sxids if event.get("fatal")}
 
 
 def _evidence(first: dict, last: dict, count: int) -> str:
@@ -106,26 +141,18 @@ def _evidence(first: dict, last: dict, count: int) -> str:
 
 def event_findings(events: list) -> list:
     """One finding per group of like events that calls for one (see the module doc)."""
-    codes: dict = {}
-    recovery: dict = {}
-    for event in events:
-        if event["kind"] == "xid":
-            codes.setdefault(event["gpu"] if event["gpu"] is not None else event["pci"], set()).add(event["code"])
-            if event["recovery_action"] is not None:
-                recovery[event["gpu"] if event["gpu"] is not None else event["pci"]] = event["recovery_action"]
-    # an SXid group is fatal when any of its lines says so: a lone continuation line (fatal null) may come first
-    fatal_sxids = {(event["code"], event["pci"]) for event in events if event["kind"] == KIND_SXID and event["fatal"]}
+    codes, recovery = xid_context(events)
+    fatal = fatal_sxids(events)
     found = []
     for first, last, count in _group(events):
-        where = first["gpu"] if first["gpu"] is not None else first["pci"]
+        where = where_of(first)
         action, step = first["immediate_action"], None
         if first["kind"] == KIND_FALLEN_OFF_BUS:
             severity, step = FAILED, action
         elif first["kind"] == KIND_SXID:
-            fatal = (first["code"], first["pci"]) in fatal_sxids
-            severity = FAILED if fatal else None if action == "IGNORE" else DEGRADED
+            severity = FAILED if (first["code"], first["pci"]) in fatal else None if action == "IGNORE" else DEGRADED
         else:
-            severity, step = _xid_judgement(first, codes.get(where, set()), recovery.get(where))
+            severity, step = xid_judgement(action, codes.get(where, set()), recovery.get(where), first["fatal"])
         if severity is not None:
             found.append(finding(first["gpu"], first["kind"], severity, _evidence(first, last, count), action, step))
     return found

@@ -10,15 +10,19 @@ Output: a plan (``build_plan``), whose steps ``health_steps.host_steps`` renders
 The buckets are NVIDIA's "Resolution Bucket (Immediate Action)" names from the Xid catalog
 (../shared/data/xid/resolution-buckets.csv). Each maps to one of ``ACTIONS``, a fixed one or one decided from the
 event and the other events of the same sweep (the ``WORKFLOW_*`` buckets and the "solo / not solo" ones follow
-NVIDIA's described steps). Where gpu_health names the concrete step of a workflow (a finding's ``step``), that step
-is acted on. An SXid's action is NVSentinel's mapping, not NVIDIA's guidance, so it is never carried out: a fatal
-SXid gets the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's suggestion is advice only.
+NVIDIA's described steps). The concrete step of NVIDIA's Xid 45, 48 and 154 workflows is gpu_health's verdict
+(module_utils/gpu_health_verdict.py, the one home of those rules): a finding's ``step``, or, for an Xid no finding
+names a step for, the same rule called here; that step is acted on. An SXid's action is NVSentinel's mapping, not
+NVIDIA's guidance, so it is never carried out: a fatal SXid (any line of its group says so, the verdict's rule) gets
+the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's suggestion is advice only.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_verdict as verdict
 
 # The collection's actions, mildest first; a host gets the strongest of its items.
 #   none          nothing
@@ -44,10 +48,9 @@ def _fixed(action: str, why: str) -> Decision:
     return decide
 
 
-def _others_on(event: dict, others: list, codes: tuple[int, ...] | None = None) -> list:
-    """The other events of the sweep (on the same GPU when the event names one), optionally of ``codes`` only."""
-    same = [o for o in others if o is not event and (event.get("gpu") is None or o.get("gpu") in (None, event["gpu"]))]
-    return [o for o in same if codes is None or (o.get("kind") == "xid" and o.get("code") in codes)]
+def _others_on(event: dict, others: list) -> list:
+    """The other events of the sweep (on the same GPU when the event names one)."""
+    return [o for o in others if o is not event and (event.get("gpu") is None or o.get("gpu") in (None, event["gpu"]))]
 
 
 def _solo(solo: tuple[str, str], not_solo: tuple[str, str]) -> Decision:
@@ -66,34 +69,6 @@ def _repeated(times: int, repeated: tuple[str, str], once: tuple[str, str]) -> D
         return repeated if len(same) >= times else once
 
     return decide
-
-
-def _xid_48(event: dict, others: list) -> tuple[str, str]:
-    if _others_on(event, others, (63, 64)):
-        return "reset_gpu", "WORKFLOW_XID_48 with Xid 63/64: DRAIN_AND_RESET (then run field diagnostics if it repeats)"
-    return "reset_gpu", "WORKFLOW_XID_48 solo: RESET_GPU (investigation: RUN_FIELDDIAG)"
-
-
-_XID154 = (("node reboot", "reboot"), ("drain and reset", "reset_gpu"), ("gpu reset", "reset_gpu"),
-           ("drain p2p", "notify_owner"), ("none", "none"))
-
-
-def _xid_154(event: dict, _others: list) -> tuple[str, str]:
-    """Xid 154 prints the recovery action itself: 'GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
-    Required)'. The last one named wins."""
-    text = f"{event.get('recovery_action') or ''} {event.get('line') or ''}".lower()
-    found = [(text.rfind(needle), action, needle) for needle, action in _XID154 if needle in text]
-    if not found:
-        return "review", "XID_154: the recovery action could not be read from the message"
-    _pos, action, needle = max(found)
-    return action, f"XID_154: the message asks for '{needle}'"
-
-
-def _xid_154_eval(event: dict, others: list) -> tuple[str, str]:
-    with_154 = _others_on(event, others, (154,))
-    if with_154:
-        return _xid_154(with_154[-1], others)[0], "XID_154_EVAL: an Xid 154 came with it; its action is taken"
-    return "notify_owner", "XID_154_EVAL: no Xid 154 with it: RESTART_APP"
 
 
 # Xid 74 (WORKFLOW_NVLINK_ERR): the first of the seven register words, decoded as NVIDIA's sheet says.
@@ -127,10 +102,10 @@ def _xid_74(event: dict, others: list) -> tuple[str, str]:
 
 
 def _nvlink5(event: dict, _others: list) -> tuple[str, str]:
-    """Xid 144-150: '<Xid> <sub component> <fatal|nonfatal> ...'; the full decode (IntrInfo, error status) is the
-    operator's, against NVIDIA's decode table. A fatal one takes the node out, a non-fatal one is reviewed."""
-    fatal = event.get("fatal")
-    if fatal is False or (fatal is None and re.search(r"\bnon-?fatal\b", str(event.get("line") or ""), re.I)):
+    """Xid 144-150: '<Xid> <sub component> <fatal|nonfatal> ...' (gpu_health's ``fatal``); the full decode
+    (IntrInfo, error status) is the operator's, against NVIDIA's decode table. A fatal one takes the node out, a
+    non-fatal one is reviewed."""
+    if event.get("fatal") is False:
         return "review", "WORKFLOW_NVLINK5_ERR non-fatal: decode IntrInfo/error status (NVIDIA's Xid 144-150 table)"
     return "quarantine", "WORKFLOW_NVLINK5_ERR fatal (or not stated): out of service until decoded and resolved"
 
@@ -142,7 +117,13 @@ def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
     return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
 
 
-_SOLO_FM = _solo(("restart_fm", "alone: RESTART_FM"), ("none", "not alone: IGNORE, follow the other Xid"))
+def _no_step(event: dict, _others: list) -> tuple[str, str]:
+    """A workflow bucket whose step gpu_health's verdict does not name (an Xid 154 whose recovery action it could not
+    read, or a bucket given with no Xid)."""
+    return "review", f"{event.get('bucket')}: gpu_health's verdict names no step (for Xid 154: the recovery action " \
+                     "could not be read from the message); an operator reads the line"
+
+
 _SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
 
 # bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus
@@ -172,17 +153,17 @@ BUCKETS: dict[str, Decision] = {
     "IGNORE (sympathetic)": _SYMPATHETIC,
     "SYMPATHETIC_REPORT_SOLO": _SYMPATHETIC,
     "N/A Informational only regarding another Xid": _fixed("none", "informational; the other Xid carries the action"),
-    "WORKFLOW_XID_45": _SOLO_FM,
-    "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _SOLO_FM,
-    "WORKFLOW_XID_48": _xid_48,
+    "WORKFLOW_XID_45": _no_step,
+    "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _no_step,
+    "WORKFLOW_XID_48": _no_step,
     "WORKFLOW_XID_13": _repeated(2, ("review", "WORKFLOW_XID_13 repeated on this GPU: RUN_DCGMEUD, then field diags"),
                                  ("notify_owner", "WORKFLOW_XID_13 solo: CHECK_APP/CUDA")),
     "WORKFLOW_XID_31": _repeated(2, ("review", "WORKFLOW_XID_31 repeated on this GPU: RUN_DCGMEUD, then field diags"),
                                  ("notify_owner", "WORKFLOW_XID_31 solo: CHECK_APP/CUDA")),
     "WORKFLOW_NVLINK_ERR": _xid_74,
     "WORKFLOW_NVLINK5_ERR": _nvlink5,
-    "XID_154": _xid_154,
-    "XID_154_EVAL": _xid_154_eval,
+    "XID_154": _no_step,
+    "XID_154_EVAL": _no_step,
     "CHECK_NVLINK_FAILURE_FLOW": _nvlink_failure,
     "UNKNOWN": _fixed("review", "UNKNOWN: not in NVIDIA's catalog; an operator reads the line"),
     "INVESTIGATE": _fixed("review", "gpu_health: report only (throttling, NVLink counters, persistence)"),
@@ -240,19 +221,30 @@ def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_sou
     return problems
 
 
-def _sxid(item: dict) -> tuple[str, str]:
-    """An SXid: never NVSentinel's action; fatal -> the CONTACT_SUPPORT behaviour, else reviewed."""
+def _sxid(item: dict, others: list) -> tuple[str, str]:
+    """An SXid: never NVSentinel's action; fatal (its group, gpu_health's rule) -> the CONTACT_SUPPORT behaviour, else
+    reviewed."""
     advice = f"NVSentinel suggests {item.get('bucket') or 'nothing'} (advice, not NVIDIA guidance)"
-    if item.get("fatal"):
+    if (item.get("code"), item.get("pci")) in verdict.fatal_sxids([item, *others]):
         return "quarantine", f"SXid {item.get('code')} fatal: CONTACT_SUPPORT behaviour; {advice}"
     return "review", f"SXid {item.get('code')} not fatal: report only; {advice}"
+
+
+def _verdict_step(item: dict, others: list) -> str | None:
+    """The step gpu_health's verdict names for an Xid among the sweep's other events (``verdict.xid_judgement``)."""
+    codes, recovery = verdict.xid_context([item, *others])
+    where = verdict.where_of(item)
+    bucket = item.get("bucket") or "UNKNOWN"
+    return verdict.xid_judgement(bucket, codes.get(where, set()), recovery.get(where), item.get("fatal"))[1]
 
 
 def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str, str]:
     """(action, why) for one event or finding; an override (health_action_overrides) replaces the bucket's action."""
     bucket, step = item.get("bucket"), item.get("step")
+    if step is None and item.get("kind") == "xid":
+        step = _verdict_step(item, others)
     if item.get("kind") == "sxid":
-        action, why = _sxid(item)
+        action, why = _sxid(item, others)
     elif step in STEPS:
         action, why = STEPS[step][0], f"{bucket}: gpu_health's step {STEPS[step][1]}"
     elif step in BUCKETS and step != bucket:

@@ -200,3 +200,13 @@ def test_a_lone_sxid_continuation_first_does_not_hide_a_fatal_header_after_it():
     )
     assert [(item["gpu"], item["severity"], item["action"]) for item in found] == [(None, "failed", "RESET_GPU")]
     assert " x2 " in found[0]["evidence"]
+
+
+def test_the_sheets_other_xid_45_and_154_rows_follow_the_same_workflows():
+    """NVIDIA's resolution-buckets sheet (../shared/data/xid/resolution-buckets.csv) spells Xid 45's workflow a
+    second way and has an XID_154_EVAL row; the health plan asks this module for their steps too."""
+    solo = "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)"
+    assert vd.xid_judgement(solo, {45}, None, None) == ("degraded", "RESTART_FM")
+    assert vd.xid_judgement(solo, {45, 62}, None, None) == (None, "IGNORE")
+    assert vd.xid_judgement("XID_154_EVAL", {119}, None, None) == ("degraded", "RESTART_APP")
+    assert vd.xid_judgement("XID_154_EVAL", {119, 154}, "Node Reboot Required", None) == ("failed", "RESTART_BM")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import parse_events
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from conftest import shared_path
 
@@ -59,6 +60,15 @@ def test_an_sxid_is_never_nvsentinels_action_fatal_gets_contact_support_behaviou
         assert H.decide({**item, "fatal": None}, [])[0] == "review"
 
 
+def test_an_sxid_line_is_as_fatal_as_its_group():
+    """Issue 36's capture shape: a continuation line (no Fatal/Non-fatal word) before its Fatal header; the group is
+    fatal (gpu_health_verdict's rule), so both lines get the CONTACT_SUPPORT behaviour."""
+    lines = ["nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Data {0x00000000, 0x00000000}",
+             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 30 sourcetrack timeout"]
+    items = H.build_plan({"a": sweep(*parse_events(lines))}, {}, 1)["hosts"]["a"]["items"]
+    assert [(i["fatal"], i["action"]) for i in items] == [(None, "quarantine"), (True, "quarantine")]
+
+
 def test_the_step_gpu_health_names_is_acted_on():
     dbe = event(48, "WORKFLOW_XID_48", gpu=2)
     finding = {"gpu": 2, "check": "xid", "severity": "failed", "action": "WORKFLOW_XID_48", "step": "DRAIN_AND_RESET",
@@ -89,7 +99,9 @@ def test_fixed_buckets(bucket, action):
 def test_xid_48_solo_resets_and_with_63_drains_and_resets():
     dbe = {"kind": "xid", "code": 48, "gpu": 0, "bucket": "WORKFLOW_XID_48"}
     remap = {"kind": "xid", "code": 63, "gpu": 0, "bucket": "IGNORE"}
-    assert H.decide(dbe, [dbe]) == ("reset_gpu", "WORKFLOW_XID_48 solo: RESET_GPU (investigation: RUN_FIELDDIAG)")
+    # the step is gpu_health_verdict's rule (module_utils), called here for an event no finding names a step for
+    assert H.decide(dbe, [dbe]) == ("reset_gpu", "WORKFLOW_XID_48: gpu_health's step RESET_GPU: reset the GPU; a "
+                                                 "reboot is not needed")
     action, why = H.decide(dbe, [dbe, remap])
     assert action == "reset_gpu"
     assert "DRAIN_AND_RESET" in why
@@ -122,18 +134,22 @@ def test_xid_74_decodes_the_first_register(regs, action):
     assert H.decide({**xid74, "line": "74"}, [])[0] == "review"  # no register words: an operator decodes
 
 
-def test_xid_154_follows_the_recovery_action_it_prints():
-    line = "NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
-    assert H.decide({"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": line}, [])[0] == "reboot"
-    reset = line.replace("0x2 (Node Reboot Required)", "0x1 (GPU Reset Required)")
-    assert H.decide({"kind": "xid", "code": 154, "gpu": 0, "bucket": "XID_154", "line": reset}, [])[0] == "reset_gpu"
+@pytest.mark.parametrize(("recovery", "action"), [
+    ("Node Reboot Required", "reboot"), ("GPU Reset Required", "reset_gpu"), ("Drain and Reset", "reset_gpu"),
+    ("Drain P2P", "notify_owner"), ("None", "none"), ("PF FLR", "review")])
+def test_xid_154_follows_the_recovery_action_it_prints(recovery, action):
+    """gpu_health reads the recovery action from the line (its parser and verdict); the plan acts on it."""
+    line = f"NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 ({recovery})"
+    plan = H.build_plan({"a": sweep(*parse_events([line]))}, {}, 1)
+    assert [i["action"] for i in plan["hosts"]["a"]["items"]] == [action]
 
 
 def test_nvlink5_fatal_takes_the_node_out_and_nonfatal_is_reviewed():
-    fatal = {"bucket": "WORKFLOW_NVLINK5_ERR", "line": "Xid (PCI:0000:1b:00): 145, RLW_REMAP Fatal XC0 i0 Link 00 "
-             "(0x004500c7 0x00000000 0x0 0x0 0x0 0x0 0x0)"}
-    assert H.decide(fatal, [])[0] == "quarantine"
-    assert H.decide({**fatal, "line": fatal["line"].replace("Fatal", "Nonfatal")}, [])[0] == "review"
+    """gpu_health's parser reads Fatal/Nonfatal from the line; the plan acts on it."""
+    fatal = ("NVRM: Xid (PCI:0000:1b:00): 145, RLW_REMAP Fatal XC0 i0 Link 00 "
+             "(0x004500c7 0x00000000 0x0 0x0 0x0 0x0 0x0)")
+    for line, action in ((fatal, "quarantine"), (fatal.replace("Fatal", "Nonfatal"), "review")):
+        assert H.build_plan({"a": sweep(*parse_events([line]))}, {}, 1)["hosts"]["a"]["action"] == action
 
 
 def test_an_override_replaces_the_buckets_action():
