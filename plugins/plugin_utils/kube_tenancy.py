@@ -26,8 +26,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_netpol
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
 _QUANTITY = re.compile(
     r"^(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
@@ -65,39 +65,22 @@ def quantity_problem(variable: str, value: object, example: str) -> str | None:
             "suffix m, k, M, G, T, Ki, Mi, Gi, Ti); fix: quote it in YAML and use one of those units")
 
 
-def namespace_of(team: dict) -> str:
-    return str(team.get("namespace") or f"team-{team.get('name')}")
-
-
 def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int, pvc_size: Any) -> list[str]:
-    var = f"gpuops_teams[{index}]"
-    name = team.get("name")
+    """What a Kubernetes namespace needs of a team beyond the one team rule (``team.team_problems``, which the
+    boilerplate play and grow run): every quota set, a GPU quota within the cluster, room for the member PVCs."""
+    var = f"gpuops_teams[{index}] ({team.get('name')})"
     found = []
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
-        found.append(f"{var}.name is {name!r}: expected a DNS-1123 label (lower-case letters, digits, '-'); "
-                     "fix: rename the team, e.g. 'vision'")
-    var = f"gpuops_teams[{index}] ({name})"
-    namespace = namespace_of(team)
-    if not _DNS_LABEL.match(namespace):
-        found.append(f"{var}.namespace is {namespace!r}: expected a DNS-1123 label; fix: e.g. 'team-{name}'")
     gpus = team.get("gpu_quota")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        found.append(f"{var}.gpu_quota is {gpus!r}: expected a whole number of GPUs >= 0; fix: e.g. 8")
-    elif cluster_gpus and gpus > cluster_gpus:
+    if gpus is None:
+        found.append(f"{var}.gpu_quota is not set: a namespace's ResourceQuota needs it; fix: e.g. gpu_quota: 8")
+    elif cluster_gpus and isinstance(gpus, int) and gpus > cluster_gpus:
         found.append(f"{var}.gpu_quota is {gpus}, more than the cluster's {cluster_gpus} GPUs; fix: lower it to "
                      f"at most {cluster_gpus}, or add GPU nodes first")
     examples = {"cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti"}
     for key in QUOTA_KEYS:
-        problem = quantity_problem(f"{var}.{key}", team.get(key), examples[key])
-        if problem:
-            found.append(problem)
-    group = team.get("group", name)
-    if not isinstance(group, str) or not group.strip():
-        found.append(f"{var}.group is {group!r}: expected the RBAC group name to bind to 'edit'; fix: set it or "
-                     "leave it out to use the team name")
-    if member_count == 0:
-        found.append(f"{var} has no members in gpuops_members: a namespace nobody uses; fix: add members with "
-                     f"team: {name}, or remove the team")
+        if team.get(key) is None:
+            found.append(f"{var}.{key} is not set: a namespace's ResourceQuota needs it; fix: e.g. "
+                         f"{key}: {examples[key]!r}")
     storage = parse_quantity(team.get("storage_quota"))
     size = parse_quantity(pvc_size)
     if storage is not None and size is not None and member_count * size > storage:
@@ -107,12 +90,11 @@ def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int,
 
 
 def problems(config: dict) -> list[str]:
-    """Every refusal for ``config`` (see ``plan``)."""
+    """Every refusal for ``config`` (see ``plan``) that is the tenancy's own: the team list itself (names, namespaces,
+    quantities, members in teams) is the one team rule's, checked before (``team.team_problems``)."""
     teams = config.get("teams") or []
-    members = config.get("members") or []
+    members = [m for m in config.get("members") or [] if isinstance(m, dict)]
     found = []
-    if not isinstance(teams, list) or not teams:
-        return [f"gpuops_teams is {teams!r}: expected a non-empty list of teams; fix: see docs/kubernetes.md"]
     for key in ("member_pvc_size",):
         problem = quantity_problem(f"kube_tenancy_{key}", config.get(key), "100Gi")
         if problem:
@@ -125,32 +107,14 @@ def problems(config: dict) -> list[str]:
         problem = quantity_problem(f"kube_tenancy_limit_default_request.{key}", value, "500m")
         if problem:
             found.append(problem)
-    names = [team.get("name") for team in teams]
-    by_namespace: dict[str, list[str]] = {}
     for index, team in enumerate(teams):
+        if not isinstance(team, dict):
+            continue
         count = sum(1 for member in members if member.get("team") == team.get("name"))
         found.extend(_team_problems(index, team, int(config.get("cluster_gpus") or 0), count,
                                     config.get("member_pvc_size")))
-        by_namespace.setdefault(namespace_of(team), []).append(str(team.get("name")))
-    for namespace, owners in sorted(by_namespace.items()):
-        if len(owners) > 1:
-            found.append(f"gpuops_teams: teams {', '.join(owners)} share the namespace {namespace!r}; fix: give "
-                         "each team its own namespace (default team-<name>)")
-    found.extend(kube_netpol.problems(config, [str(n) for n in names]))
-    for name in sorted({n for n in names if names.count(n) > 1}, key=str):
-        found.append(f"gpuops_teams: the team name {name!r} appears more than once; fix: merge or rename them")
-    seen: set[str] = set()
-    for index, member in enumerate(members):
-        mname = member.get("name")
-        if not isinstance(mname, str) or not _DNS_LABEL.match(mname):
-            found.append(f"gpuops_members[{index}].name is {mname!r}: expected a DNS-1123 label (it names the "
-                         "member's PVC); fix: lower-case letters, digits and '-'")
-        elif mname in seen:
-            found.append(f"gpuops_members[{index}].name {mname!r} appears more than once; fix: one entry per person")
-        seen.add(str(mname))
-        if member.get("team") not in names:
-            found.append(f"gpuops_members[{index}] ({mname}) has team {member.get('team')!r}, which is not in "
-                         f"gpuops_teams ({', '.join(map(str, names))}); fix: set team to one of them")
+    names = [str(team.get("name")) for team in teams if isinstance(team, dict)]
+    found.extend(kube_netpol.problems(config, names))
     return found
 
 
