@@ -80,7 +80,9 @@ options:
       - Not given, the host's C(gpuops_gpu_count); unset there too, the sum of the GPUs detected across C(gpu_nodes).
     type: int
   topology:
-    description: Also read C(nvidia-smi topo -m) in the same remote call (hosts with a GPU and a driver; one GPU gives its CPU and NUMA affinity).
+    description: >-
+      Also read C(nvidia-smi topo -m) in the same remote call (hosts with a GPU and a driver; one GPU gives its CPU
+      and NUMA affinity).
     type: bool
     default: true
   topology_required:
