@@ -117,13 +117,8 @@ def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
     return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
 
 
-def _no_step(event: dict, _others: list) -> tuple[str, str]:
-    """A workflow bucket whose step gpu_health's verdict does not name (an Xid 154 whose recovery action it could not
-    read, or a bucket given with no Xid)."""
-    return "review", f"{event.get('bucket')}: gpu_health's verdict names no step (for Xid 154: the recovery action " \
-                     "could not be read from the message); an operator reads the line"
-
-
+_NO_STEP = _fixed("review", "gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action "
+                   "could not be read from the message); an operator reads the line")
 _SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
 
 # bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus
@@ -153,17 +148,17 @@ BUCKETS: dict[str, Decision] = {
     "IGNORE (sympathetic)": _SYMPATHETIC,
     "SYMPATHETIC_REPORT_SOLO": _SYMPATHETIC,
     "N/A Informational only regarding another Xid": _fixed("none", "informational; the other Xid carries the action"),
-    "WORKFLOW_XID_45": _no_step,
-    "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _no_step,
-    "WORKFLOW_XID_48": _no_step,
+    "WORKFLOW_XID_45": _NO_STEP,
+    "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _NO_STEP,
+    "WORKFLOW_XID_48": _NO_STEP,
     "WORKFLOW_XID_13": _repeated(2, ("review", "WORKFLOW_XID_13 repeated on this GPU: RUN_DCGMEUD, then field diags"),
                                  ("notify_owner", "WORKFLOW_XID_13 solo: CHECK_APP/CUDA")),
     "WORKFLOW_XID_31": _repeated(2, ("review", "WORKFLOW_XID_31 repeated on this GPU: RUN_DCGMEUD, then field diags"),
                                  ("notify_owner", "WORKFLOW_XID_31 solo: CHECK_APP/CUDA")),
     "WORKFLOW_NVLINK_ERR": _xid_74,
     "WORKFLOW_NVLINK5_ERR": _nvlink5,
-    "XID_154": _no_step,
-    "XID_154_EVAL": _no_step,
+    "XID_154": _NO_STEP,
+    "XID_154_EVAL": _NO_STEP,
     "CHECK_NVLINK_FAILURE_FLOW": _nvlink_failure,
     "UNKNOWN": _fixed("review", "UNKNOWN: not in NVIDIA's catalog; an operator reads the line"),
     "INVESTIGATE": _fixed("review", "gpu_health: report only (throttling, NVLink counters, persistence)"),
