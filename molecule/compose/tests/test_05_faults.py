@@ -22,6 +22,8 @@ predicts no change - is then checked on the node these faults went through. Each
   "/gpuops-alertmanager-1" already in use, then on network gpuops_monitoring): exactly one rerun converges (the
   rescue of "Run the stack" recovers what the killed run left), no network is left twice, and a run and metric
   logged through MLflow's REST API before are still there.
+- what such a kill can leave and `up` cannot get past, made directly (a container with a service's name but not the
+  project's label, a project network no container uses): one run recovers it through the same rescue.
 """
 
 from __future__ import annotations
@@ -318,3 +320,30 @@ def test_sigkill_while_up_creates_the_stack_then_one_rerun_converges_and_mlflow_
     assert {"key": "fault_loss", "value": 0.125, "timestamp": now, "step": 3} in got["data"]["metrics"]
     history = mlflow(host, "GET", f"metrics/get-history?run_id={run_id}&metric_key=fault_loss")["metrics"]
     assert [(point["value"], point["step"]) for point in history] == [(0.125, 3)]
+
+
+def test_a_namesake_container_and_an_unused_project_network_are_recovered_in_one_run(host) -> None:
+    """What a killed `up` can leave and `up` itself cannot get past, made directly (the SIGKILL above leaves it or
+    not, by timing: on its fresh node, issue 36's killed run was still pulling when the next run reached `up`): a
+    container with a service's name but not the project's label - `up` fails on it with issue 36's "Conflict. The
+    container name "/gpuops-alertmanager-1" is already in use" - and a network of the project that no container
+    uses. One run recovers: the rescue of "Run the stack" removes both and runs `up` again."""
+    image = sh(host, "docker inspect --format '{{.Config.Image}}' gpuops-alertmanager-1").strip()
+    stray = "gpuops_left-by-a-killed-run"
+    try:
+        sh(host, "docker rm -f gpuops-alertmanager-1")
+        sh(host, f"docker create --name gpuops-alertmanager-1 {image}")
+        sh(host, f"docker network create --label com.docker.compose.project=gpuops {stray}")
+        rc, out, _seconds = playbook("--tags", "compose_stack_configure")
+    finally:
+        host.run(f"docker network rm {stray}")
+    assert rc == 0, out[-3000:]
+    assert re.search(r" failed=0 .* rescued=1 ", recap(out)), recap(out)
+    assert re.search(r'container name \\?"/gpuops-alertmanager-1\\?" is already in use', out), out[-3000:]
+    assert "Run the stack | again, once recovered" in out
+    label = sh(host, "docker inspect --format '{{index .Config.Labels \"com.docker.compose.project\"}}' "
+                     "gpuops-alertmanager-1").strip()
+    assert label == "gpuops", "the namesake was replaced by the project's own container"
+    assert stray not in sh(host, "docker network ls --format '{{.Name}}'").split(), "the unused network was removed"
+    states = stack_states(host)
+    assert all(state in ("running/healthy", "running/") for state in states.values()), states
