@@ -132,9 +132,9 @@ def test_no_download_is_piped_into_a_shell() -> None:
 NO_LOG_NOT_NEEDED = {
     "roles/kube_join/tasks/join.yml: Join | the token is used once - delete it on the first control plane":
         "passes only the token id, the part before the dot, which is public; the secret half is never used",
-    "playbooks/tasks/burnin_kubernetes.yml: Burn-in | namespace and this run's SSH key (a Secret)":
+    "roles/burnin/tasks/kubernetes.yml: Burn-in | namespace and this run's SSH key (a Secret)":
         "templates only the Secret's name; the key is made by ssh-keygen inside the command and never printed",
-    "playbooks/tasks/burnin_kubernetes.yml: Burn-in | remove the run's SSH key":
+    "roles/burnin/tasks/kubernetes.yml: Burn-in | remove the run's SSH key":
         "templates only the Secret's name, to delete it",
 }
 

@@ -27,9 +27,7 @@ def role_tasks(role: str) -> list[str]:
 # playbook -> (its settings roles, the files it reads settings in, play keywords given with -e only)
 DAY2 = {
     "validate.yml": (["validate"], ["validate.yml", "tasks/validate_report.yml"], {"validate_hosts"}),
-    "burnin.yml": (["burnin", "validate"],
-                   ["burnin.yml", "vars/burnin.yml", *(f"tasks/{p.name}" for p in
-                                                       sorted((REPO / "playbooks" / "tasks").glob("burnin_*.yml")))],
+    "burnin.yml": (["burnin", "validate"], ["burnin.yml", "../roles/burnin/vars/main.yml", *role_tasks("burnin")],
                    {"burnin_hosts"}),
     "diagnose.yml": (["diagnose"], ["diagnose.yml", "tasks/diagnose_slowdown.yml"], {"diagnose_hosts"}),
     "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml", *role_tasks("upgrade")],
@@ -53,6 +51,8 @@ def play_problems(play: dict, roles: list[str], base: Path = REPO / "playbooks")
     problems = [f"play var {name} is a setting: play vars outrank the inventory; make it a default of roles/{roles[0]}"
                 for name in play_vars if not name.startswith("__")]
     listed = [r if isinstance(r, str) else r.get("role", r.get("name")) for r in play.get("roles") or []]
+    listed += [t["ansible.builtin.import_role"]["name"] for t in play.get("pre_tasks") or []
+               if "ansible.builtin.import_role" in t]  # a role imported for its defaults only
     problems += [f"the play does not list gpuops.cluster.{role} in roles: (its defaults would be undefined)"
                  for role in roles if f"gpuops.cluster.{role}" not in listed]
     return problems
@@ -71,6 +71,10 @@ def test_day2_settings_are_role_defaults_not_play_vars(playbook: str) -> None:
         assert used, f"no {role}_* settings found in {files}: the pattern no longer matches"
         missing = sorted(used - set(defaults) - keywords)
         assert not missing, f"{playbook} reads {missing}, which roles/{role}/defaults/main.yml does not define"
+        role_vars = REPO / "roles" / role / "vars" / "main.yml"  # role vars outrank the inventory too
+        settings = [n for n in (yaml.safe_load(role_vars.read_text()) if role_vars.is_file() else None) or {}
+                    if not n.startswith(f"_{role}_")]
+        assert settings == [], f"roles/{role}/vars/main.yml holds {settings}: only derived _{role}_* values go there"
 
 
 def test_the_checks_find_settings_in_vars_files(tmp_path: Path) -> None:
@@ -90,6 +94,9 @@ def test_the_checks_find_play_var_settings_and_stray_names() -> None:
     assert play_problems({}, ["diagnose"]) != []
     assert play_problems({"roles": ["gpuops.cluster.burnin"]}, ["burnin", "validate"]) == [
         "the play does not list gpuops.cluster.validate in roles: (its defaults would be undefined)"]
+    imported = {"pre_tasks": [{"ansible.builtin.import_role": {"name": "gpuops.cluster.validate"}, "when": False}],
+                "roles": ["gpuops.cluster.burnin"]}
+    assert play_problems(imported, ["burnin", "validate"]) == []
     text = ("# validate_in_a_comment\nx: \"{{ validate_timeout }} {{ __validate_rows }}\"\n"
             "y: \"{{ a | gpuops.cluster.validate_rows }}\"  # validate_trailing\nz: tasks/validate_report.yml\n"
             "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n  tags: [validate_report]\n")
