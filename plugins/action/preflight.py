@@ -52,12 +52,14 @@ class ActionModule(ActionBase):
         """The check Ansible's implicit role validation makes (ansible.builtin.validate_argument_spec: the role's
         variables, templated, against its spec), done here so that a play that imports the role with
         ``rolespec_validate: false`` pays one task per host instead of two. Returns a failed result or None, and the
-        role's variables as templated (each once: the options below are read from them, not templated again)."""
+        role's variables as templated (each once) and checked, typed by the spec: the options below are read from
+        them and neither templated nor validated again."""
         options = spec_options(spec_file)
         provided = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
-        errors = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True).error_messages
+        checked = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
+        errors = checked.error_messages
         if not errors:
-            return None, provided
+            return None, {name: checked.validated_parameters[name] for name in provided}
         role_dir = Path(spec_file).parents[1]  # roles/<role>/meta/argument_specs.yml
         return {
             "failed": True,
@@ -72,25 +74,29 @@ class ActionModule(ActionBase):
         del tmp
         # Checked first and kept out of the judged plan: a bad role variable is named as the role's (preflight_*).
         spec_file = self._task.args.pop("role_argument_spec", None)
+        from_role = {}
         if spec_file:
             refused, role_vars = self._role_variables(str(spec_file), task_vars or {})
             if refused:
                 result.update(refused)
                 return result
             # An option the task does not give is the role's variable <role>_<option>, as just templated and checked:
-            # the role's task passes no option, so each variable is templated once per host, not twice.
+            # the role's task passes no option, so each variable is templated and validated once per host, not twice.
             prefix = Path(str(spec_file)).parents[1].name + "_"
             for name, value in role_vars.items():
                 option = name[len(prefix):] if name.startswith(prefix) else None
                 if option in ARGUMENT_SPEC and self._task.args.get(option) is None and value is not None:
-                    self._task.args[option] = value
+                    from_role[option] = value
         # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
         # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
         # The request's keys are the rule's inputs (platform.PLATFORM_INPUTS), each also an option of this action.
         for key, value in inventory_request(_TaskVars(task_vars or {}, self._templar)).items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
+        # The options given (and the inventory's platform inputs) against the action's spec; the role's variables
+        # were checked against the role's spec above and join the plan as checked.
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        plan.update(from_role)
         targets = nfs_targets(plan["nfs_datasets"])
         gather_args = {
             "topology": plan["topology"],

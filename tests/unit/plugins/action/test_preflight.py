@@ -32,12 +32,14 @@ NO_GPU_FACTS = {
 ROLE = Path(__file__).resolve().parents[4] / "roles" / "preflight"
 ROLE_SPEC = ROLE / "meta" / "argument_specs.yml"
 ROLE_DEFAULTS = ROLE / "defaults" / "main.yml"
+SHARED_DEFAULTS = ROLE.parent / "_gpuops_vars" / "defaults" / "main.yml"
 
 
 def _role_vars(host_vars: dict) -> dict:
-    """The host's variables as the role's task sees them: the role's defaults (templates trusted, as read from the
-    role's file), then the host's own. The report folder is given: its default is a lookup, which needs a play."""
-    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    """The host's variables as the role's task sees them: the shared gpuops_* defaults (role _gpuops_vars, which
+    the play imports first), the role's defaults (templates trusted, as read from the role's file), then the host's
+    own. The report folder is given: its default is a lookup, which needs a play."""
+    defaults = {**yaml.safe_load(SHARED_DEFAULTS.read_text()), **yaml.safe_load(ROLE_DEFAULTS.read_text())}
     trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}
     return {**trusted, "preflight_report_dir": "/tmp/reports", **host_vars}
 
@@ -130,6 +132,24 @@ def test_options_not_given_are_the_role_variables_as_checked() -> None:
     assert (plan["workload"], plan["probe_timeout"], plan["free_space"]) == expected
     assert plan["driver_version"] == ""  # the role's default, templated: nvidia_driver_version is not set
     assert "time_slicing_replicas" not in plan or plan["time_slicing_replicas"] is None  # null: not given
+
+
+def test_the_role_variables_are_validated_once_by_the_roles_spec() -> None:
+    """The role's spec checked preflight_*; the action's options spec then sees only the options given and the
+    inventory's platform inputs, never the role's variables a second time."""
+    host = {"preflight_workload": "inference", "preflight_probe_timeout": 5}
+    seen = []
+    validate = ActionModule.validate_argument_spec
+
+    def spy(self, argument_spec=None, **kwargs):
+        seen.append(dict(self._task.args))
+        return validate(self, argument_spec=argument_spec, **kwargs)
+
+    with mock.patch.object(ActionModule, "validate_argument_spec", spy):
+        plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
+    assert (plan["workload"], plan["probe_timeout"]) == ("inference", 5.0)
+    assert len(seen) == 1
+    assert not {"workload", "probe_timeout"} & set(seen[0]), seen[0]
 
 
 def test_a_given_option_wins_over_the_role_variable() -> None:
