@@ -239,6 +239,8 @@ class _ReadOnceHost:
 def platform_request(hostvars: Any) -> dict:
     """One host's inputs of the platform rule, read from its variables."""
     request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
-    if request["team_size"] is None and isinstance(get_var(hostvars, "gpuops_members"), list):
-        request["team_size"] = len(get_var(hostvars, "gpuops_members"))
+    members = get_var(hostvars, "gpuops_members")
+    # The team size is counted from the members; an empty list (the shared default) counts no one.
+    if request["team_size"] is None and isinstance(members, list) and members:
+        request["team_size"] = len(members)
     return request
