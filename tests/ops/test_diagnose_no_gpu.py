@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 PROC_VERSION = Path("/proc/driver/nvidia/version")
 PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a host failed
+ROLE = "gpuops.cluster.diagnose : "  # how the json callback names the role's tasks
 pytestmark = pytest.mark.skipif(
     PROC_VERSION.exists(),
     reason=by_design(
@@ -73,14 +74,14 @@ def test_diagnose_without_job_or_window_reaches_its_verdict(tmp_path):
     results = host_results(json_document(run.stdout))
     assert results, run.stdout[-3000:] + run.stderr[-2000:]
     failed = [(name, result) for name, result in results if result.get("failed")]
-    assert [name for name, _ in failed] == ["Fail the host at its first broken link"], json.dumps(failed)[-3000:]
+    assert [name for name, _ in failed] == [f"{ROLE}Fail the host at its first broken link"], json.dumps(failed)[-3000:]
     assert run.returncode == PLAYBOOK_FAILED, run.stderr[-2000:]
     verdict = failed[0][1]["msg"]
     if shutil.which("nvidia-smi", path=os.environ.get("PATH")) is None:
         assert verdict.startswith("nvidia-smi: nvidia-smi is not installed. Fix: install the driver"), verdict
     else:
         assert verdict.split(":")[0] in ("nvidia-smi", "driver", "GPUs"), verdict
-    walk = dict(results)["Show the walk"]["msg"]
+    walk = dict(results)[f"{ROLE}Show the walk"]["msg"]
     assert "slowdown: skipped: no diagnose_job or diagnose_window given" in walk, walk
     assert f"FIRST BROKEN LINK: {verdict.split('. Fix: ')[0]}" in walk, walk
     assert "(compose, no GPU seen)" in walk, walk

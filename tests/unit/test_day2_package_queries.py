@@ -27,7 +27,7 @@ def _upgrade_command() -> str:
 
 
 def _diagnose_commands() -> dict:
-    return yaml.safe_load((REPO / "playbooks" / "diagnose.yml").read_text())[0]["vars"]["__diagnose_node_commands"]
+    return yaml.safe_load((REPO / "roles" / "diagnose" / "vars" / "main.yml").read_text())["_diagnose_node_commands"]
 
 
 def _run(command: str, tmp_path: Path, tools: dict[str, str], shell: str = "/bin/sh") -> tuple[str, dict]:

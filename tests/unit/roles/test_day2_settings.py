@@ -26,10 +26,12 @@ def role_tasks(role: str) -> list[str]:
 
 # playbook -> (its settings roles, the files it reads settings in, play keywords given with -e only)
 DAY2 = {
-    "validate.yml": (["validate"], ["validate.yml", "tasks/validate_report.yml"], {"validate_hosts"}),
+    "validate.yml": (["validate"], ["validate.yml", *role_tasks("validate"), "../roles/validate/vars/main.yml"],
+                     {"validate_hosts"}),
     "burnin.yml": (["burnin", "validate"], ["burnin.yml", "../roles/burnin/vars/main.yml", *role_tasks("burnin")],
                    {"burnin_hosts"}),
-    "diagnose.yml": (["diagnose"], ["diagnose.yml", "tasks/diagnose_slowdown.yml"], {"diagnose_hosts"}),
+    "diagnose.yml": (["diagnose"], ["diagnose.yml", *role_tasks("diagnose"), "../roles/diagnose/vars/main.yml"],
+                     {"diagnose_hosts"}),
     "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml", *role_tasks("upgrade")],
                            {"upgrade_hosts", "upgrade_serial"}),
 }

@@ -22,6 +22,8 @@ DOCS = REPO / "docs" / "roles"
 # Roles whose first stage, the one every stage tag must run, is not assert.yml, with the reason. Keep this short.
 FIRST_STAGE = {
     "preflight": "gather.yml",  # gather -> evaluate -> report -> assert (refuse): the facts every later stage judges
+    "validate": "gather.yml",  # gather -> report: the steps' outputs the report judges (the settings: argument spec)
+    "diagnose": "gather.yml",  # gather -> walk: the outputs the walk judges (the settings: argument spec)
 }
 
 
