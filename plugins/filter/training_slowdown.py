@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Filters: ``signals | gpuops.cluster.training_slowdown(thresholds=...)`` (the rule), and the two steps of
-playbooks/tasks/diagnose_slowdown.yml around it: ``slowdown_queries`` (which series, which window) and
+roles/diagnose/tasks/slowdown.yml around it: ``slowdown_queries`` (which series, which window) and
 ``slowdown_answer`` (Prometheus's answers -> window means -> causes).
 
 Thin: the rule is plugins/plugin_utils/training_slowdown.py, the Prometheus side plugins/plugin_utils/slowdown_query.py;

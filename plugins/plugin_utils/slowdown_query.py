@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The Prometheus side of "is training slow?" (playbooks/tasks/diagnose_slowdown.yml): which series are the job's,
+"""The Prometheus side of "is training slow?" (roles/diagnose/tasks/slowdown.yml): which series are the job's,
 the range queries, and the window means the rule (training_slowdown.py) reads. Controller-side and pure: the
 playbook sends the queries and hands the JSON answers back here.
 

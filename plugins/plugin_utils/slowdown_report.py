@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """The fleet report's "Is training slow?" section (plugins/plugin_utils/fleet_report.py renders the page): one block
-per answer of diagnose.yml -e diagnose_job=... (playbooks/tasks/diagnose_slowdown.yml). Pure: data in, HTML out,
+per answer of diagnose.yml -e diagnose_job=... (roles/diagnose/tasks/slowdown.yml). Pure: data in, HTML out,
 styled by the page's CSS (badge classes ok / bad / skip)."""
 
 from __future__ import annotations
