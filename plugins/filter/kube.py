@@ -22,13 +22,18 @@ kube_ca = lazy("kube_ca")
 kube_plan = lazy("kube_plan")
 
 
+def _typed(value: object, kind: type) -> object:
+    """A reservation as the function takes it; None (not given) stays None, for kube_node's default."""
+    return None if value is None else kind(value)
+
+
 def kubelet_policy(
     topology: object,
     pool: object,
-    reserved_cpus_per_numa: object = 2,
-    reserved_system_cpus: object = "",
-    reserved_memory_mib: object = 4096,
-    eviction_memory_mib: object = 500,
+    reserved_cpus_per_numa: object = None,
+    reserved_system_cpus: object = None,
+    reserved_memory_mib: object = None,
+    eviction_memory_mib: object = None,
 ) -> dict:
     if topology is not None and not isinstance(topology, dict):
         raise AnsibleFilterError(
@@ -38,10 +43,10 @@ def kubelet_policy(
         return kube_plan.kubelet_policy(
             topology,
             str(pool),
-            int(reserved_cpus_per_numa),
-            str(reserved_system_cpus or ""),
-            int(reserved_memory_mib),
-            int(eviction_memory_mib),
+            _typed(reserved_cpus_per_numa, int),
+            _typed(reserved_system_cpus, str),
+            _typed(reserved_memory_mib, int),
+            _typed(eviction_memory_mib, int),
         )
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"kubelet_policy: {exc}") from exc

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from functools import lru_cache
+from pathlib import Path
 
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
 
 POOLS = ("training", "inference")
@@ -34,6 +37,16 @@ SINGLE_NUMA = "single-numa-node"
 RESTRICTED = "restricted"
 BEST_EFFORT = "best-effort"
 FALLBACK_RESERVED_CPUS = "0-1"
+# The kubelet reservations: kubelet_policy's keyword -> the kube_node variable that sets it. Their defaults have one
+# home, kube_node's defaults (described in its argument spec); a keyword given as None reads its default there.
+RESERVATIONS = {
+    "reserved_cpus_per_numa": "kube_node_reserved_cpus_per_numa",
+    "reserved_system_cpus": "kube_node_reserved_system_cpus",
+    "reserved_memory_mib": "kube_node_reserved_memory_mib",
+    "eviction_memory_mib": "kube_node_eviction_memory_mib",
+}
+# plugins/plugin_utils/ -> the collection root -> the role whose variables the reservations are.
+KUBE_NODE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "kube_node" / "defaults" / "main.yml"
 LABEL_MAX = 63
 
 
@@ -150,15 +163,32 @@ def _reserved_memory(nodes: list[int], total_mib: int) -> list[dict]:
     ]
 
 
+@lru_cache(maxsize=1)
+def reservation_defaults() -> dict:
+    """The reservations' defaults by kubelet_policy keyword, read from kube_node's defaults file."""
+    defaults = yaml.safe_load(KUBE_NODE_DEFAULTS.read_text(encoding="utf-8")) or {}
+    return {keyword: defaults[name] for keyword, name in RESERVATIONS.items()}
+
+
 def kubelet_policy(
     topology: dict | None,
     pool: str,
-    reserved_cpus_per_numa: int = 2,
-    reserved_system_cpus: str = "",
-    reserved_memory_mib: int = 4096,
-    eviction_memory_mib: int = 500,
+    reserved_cpus_per_numa: int | None = None,
+    reserved_system_cpus: str | None = None,
+    reserved_memory_mib: int | None = None,
+    eviction_memory_mib: int | None = None,
 ) -> dict:
-    """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``."""
+    """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; a reservation left None
+    is kube_node's default (``reservation_defaults``)."""
+    defaults = reservation_defaults()
+    if reserved_cpus_per_numa is None:
+        reserved_cpus_per_numa = defaults["reserved_cpus_per_numa"]
+    if reserved_system_cpus is None:
+        reserved_system_cpus = defaults["reserved_system_cpus"]
+    if reserved_memory_mib is None:
+        reserved_memory_mib = defaults["reserved_memory_mib"]
+    if eviction_memory_mib is None:
+        eviction_memory_mib = defaults["eviction_memory_mib"]
     if pool not in POOLS:
         raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
     topology = topology or {}

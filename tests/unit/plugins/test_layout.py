@@ -105,10 +105,13 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 # And the MPS rule's two defaults: the shared gpuops_* defaults have one home, the _gpuops_vars role's defaults
 # (design.md), and the rule reads gpuops_mps_context_reserve and gpuops_mps_min_usable there where its caller passes
 # none (preflight's per-host check, a role run alone), instead of a second copy of the measured figures (issue 36).
+# And the kubelet reservations' defaults: kube_node's defaults are their one home, which kube_plan reads where its
+# caller passes none, instead of a copy in the plan and the filter (issue 37).
 ALLOWED = {
     "plugins/lookup/monitoring_assets.py": {"*/roles/monitoring_assets/files"},
     "plugins/plugin_utils/os_support.py": {"*/roles", "*/playbooks/vars/run_roles.yml"},
     "plugins/plugin_utils/mps.py": {"*/roles/_gpuops_vars/defaults/main.yml"},
+    "plugins/plugin_utils/kube_plan.py": {"*/roles/kube_node/defaults/main.yml"},
 }
 
 
