@@ -22,32 +22,22 @@ bandwidth usage ~2.2 TB/s"). The judge compares that traffic with the model's HB
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-__all__ = ["HBM_PEAK_GBPS", "MEMBW_FLOOR", "TESTCASE", "expected_membw", "judge_membw", "parse_nvbandwidth"]
+import yaml
+
+__all__ = ["GPU_MODELS", "MEMBW_FLOOR", "TESTCASE", "expected_membw", "gpu_model", "judge_membw", "parse_nvbandwidth"]
 
 TESTCASE = "device_local_copy"
 # A GPU whose copy traffic is below this share of its HBM peak fails (a healthy H100 SXM reaches ~0.9:
 # 2 x 1519 GB/s of 3350, fixtures/membw; the CUDA samples' bandwidthTest D2D reaches ~0.74 on A100 40GB).
 MEMBW_FLOOR = 0.7
 
-# (nvidia-smi / NVML name pattern, model, HBM peak GB/s), first match wins. Vendor datasheet figures:
-#   A100: NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/): 40GB PCIe and SXM 1,555 GB/s,
-#         80GB PCIe 1,935 GB/s, 80GB SXM 2,039 GB/s.
-#   H100: NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100/): SXM 3.35 TB/s, PCIe 2 TB/s, NVL 3.9 TB/s.
-#   H200: NVIDIA H200 product page (nvidia.com/en-us/data-center/h200/): SXM and NVL 4.8 TB/s.
-#   B200: NVIDIA HGX B200 / DGX B200 specifications (64 TB/s for 8 GPUs): 8 TB/s per GPU (the driver's bus width
-#         gives 7.67 TB/s, pytorch/ao PR 4002; within the floor either way).
-# Other models (H20, H800, GH200, L40S, ...): no entry - the report says so; set burnin_membw_expected_gbps.
-HBM_PEAK_GBPS: tuple[tuple[str, str, float], ...] = (
-    (r"\bA100\b.*\b40GB\b", "A100 40GB", 1555.0),
-    (r"\bA100\b.*PCI[eE].*\b80GB\b|\bA100\b.*\b80GB\b.*PCI[eE]", "A100 80GB PCIe", 1935.0),
-    (r"\bA100\b.*\b80GB\b", "A100 80GB SXM", 2039.0),
-    (r"\bH100 NVL\b", "H100 NVL", 3900.0),
-    (r"\bH100\b.*PCI[eE]", "H100 PCIe", 2000.0),
-    (r"\bH100\b.*(HBM3|SXM)", "H100 SXM", 3350.0),
-    (r"\bH200\b", "H200", 4800.0),
-    (r"\bB200\b", "B200", 8000.0),
-)
+# The GPU models, one home for the collection (gpu_models.yml: NVML name pattern, HBM peak and its vendor source, the
+# acceptance thresholds of thresholds.py), first match wins. Models not there (H20, H800, GH200, L40S, ...): the
+# report says so; set burnin_membw_expected_gbps.
+GPU_MODELS_FILE = Path(__file__).resolve().with_name("gpu_models.yml")
+GPU_MODELS: dict = yaml.safe_load(GPU_MODELS_FILE.read_text(encoding="utf-8"))
 
 _VERSION = re.compile(r"^nvbandwidth Version:\s*(\S+)")
 _DEVICE = re.compile(r"^Device (\d+): (.+?) \(([0-9A-Fa-f:.]+)\)\s*$")
@@ -59,12 +49,15 @@ _SUM = re.compile(r"^SUM (\S+) (-?\d+(?:\.\d+)?)\s*$")
 _ERROR = re.compile(r"ASSERT|ERROR|[Ee]rror|Invalid value|[Ff]ailed|[Aa]bort")
 
 
+def gpu_model(name: str) -> dict | None:
+    """The row of gpu_models.yml for a GPU by its NVML / nvidia-smi name (first match); None for a model not there."""
+    return next((row for row in GPU_MODELS["models"] if re.search(row["match"], name or "")), None)
+
+
 def expected_membw(name: str) -> dict | None:
     """{"model", "peak_gbps"} of a GPU by its NVML / nvidia-smi name, or None for a model not in the table."""
-    for pattern, model, gbps in HBM_PEAK_GBPS:
-        if re.search(pattern, name or ""):
-            return {"model": model, "peak_gbps": gbps}
-    return None
+    row = gpu_model(name)
+    return {"model": row["model"], "peak_gbps": float(row["hbm_peak_gbps"])} if row else None
 
 
 def parse_nvbandwidth(text: str) -> dict:

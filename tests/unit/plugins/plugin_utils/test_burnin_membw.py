@@ -55,10 +55,11 @@ def test_parse_a_failed_run_keeps_the_assert() -> None:
 
 
 @pytest.mark.parametrize(("name", "model", "peak"), [
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB", 1555.0), ("NVIDIA A100-PCIE-40GB", "A100 40GB", 1555.0),
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM", 1555.0), ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe", 1555.0),
     ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe", 1935.0), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM", 2039.0),
     ("NVIDIA H100 80GB HBM3", "H100 SXM", 3350.0), ("NVIDIA H100 PCIe", "H100 PCIe", 2000.0),
-    ("NVIDIA H100 NVL", "H100 NVL", 3900.0), ("NVIDIA H200", "H200", 4800.0), ("NVIDIA H200 NVL", "H200", 4800.0),
+    ("NVIDIA H100 NVL", "H100 NVL", 3900.0), ("NVIDIA H200", "H200 SXM", 4800.0),
+    ("NVIDIA H200 NVL", "H200 NVL", 4800.0),
     ("NVIDIA B200", "B200", 8000.0),
 ])
 def test_hbm_peak_by_model_name(name: str, model: str, peak: float) -> None:

@@ -1,0 +1,189 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The acceptance thresholds table (issue 38): a host's measured values judged against its GPU model's row of
+gpu_models.yml, each check PASS, WARN, FAIL or UNKNOWN with the threshold, the measured value and the source.
+
+Burn-in, validate and the return-to-service run call, with the outputs their tools printed::
+
+    measured = thresholds.measure(nccl=all_reduce_perf_text, nvbandwidth=nvbandwidth_text,
+                                  health=gpu_health_records, counters={"sram_correctable": ..., ...})
+    verdict = thresholds.judge(gpu_name, measured, overrides=operator_overrides, gpu_count=len(gpus))
+
+``measure`` reads the outputs with the parsers the collection already has (validate.parse_all_reduce for
+nccl-tests, burnin_membw.parse_nvbandwidth for nvbandwidth, gpu_health's records for row remaps and NVLink). A
+check that was not run is absent from ``measured`` and from the verdict; one that ran and printed no result
+fails. A model with no row, or a check its row has no published figure for, is UNKNOWN, never PASS. ``overrides``
+({check: number}) is merged over the row, each overridden figure's source is then the operator.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import (
+    GPU_MODELS,
+    gpu_model,
+    parse_nvbandwidth,
+)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import parse_all_reduce
+
+__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "markdown_table", "measure"]
+
+# Worst first: a verdict is its worst check's status. UNKNOWN is worse than PASS: nothing unjudged passes.
+STATUSES = ("FAIL", "WARN", "UNKNOWN", "PASS")
+# gpuops-run's exit codes (issue 38): 0 pass, 1 warnings (and anything not judged), 2 fail.
+EXIT_CODES = {"PASS": 0, "WARN": 1, "UNKNOWN": 1, "FAIL": 2}
+H2D, D2H, P2P = "host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce"
+
+# check -> (bound: "min" = measured at least the figure, "max" = at most; unit; what is measured)
+CHECKS: dict[str, tuple[str, str, str]] = {
+    "nccl_busbw_gbps": ("min", "GB/s", "NCCL all_reduce_perf bus bandwidth, one node over all its GPUs (the best "
+                                       "size's busbw)"),
+    "host_device_gbps": ("min", "GB/s", f"nvbandwidth host<->device, slowest GPU of {H2D} and {D2H}"),
+    "gpu_gpu_gbps": ("min", "GB/s", f"nvbandwidth GPU<->GPU, slowest pair of {P2P}"),
+    "row_remap_pending": ("max", "GPUs", "GPUs with a row remap pending"),
+    "row_remap_failure": ("max", "GPUs", "GPUs with a row remap failure"),
+    "sram_uncorrectable": ("max", "errors", "uncorrectable SRAM ECC errors, worst GPU"),
+    "sram_correctable": ("max", "errors", "correctable SRAM ECC errors, worst GPU"),
+    "nvlink_inactive": ("max", "links", "inactive NVLink links"),
+    "pcie_replays_per_min": ("max", "per minute", "PCIe replays per minute, worst GPU"),
+}
+
+
+def _worst_of(values: list) -> float | None:
+    found = [float(v) for v in values if v is not None]
+    return min(found) if found else None
+
+
+def _gpu_gpu(values: list) -> float | None:
+    """The slowest pair of an n x n peer matrix, the diagonal (a GPU with itself, N/A or 0.00) left out."""
+    n = math.isqrt(len(values))
+    if n * n != len(values):
+        return _worst_of(values)
+    return _worst_of([v for i, v in enumerate(values) if i // n != i % n])
+
+
+def measure(nccl: str | None = None, nvbandwidth: str | None = None, health: list | None = None,
+            counters: dict | None = None) -> dict:
+    """The measured values of one host: {"values": {check: number}, "errors": {check: why the run gave none}}.
+
+    nccl: all_reduce_perf's output (one node, all its GPUs). nvbandwidth: its output for any of the three testcases
+    of CHECKS. health: gpu_health's GPU records (``state``: row_remap_pending, row_remap_failure, nvlink_links_down).
+    counters: numbers read elsewhere, by check name (SRAM ECC counts, PCIe replays per minute)."""
+    values: dict = {}
+    errors: dict = {}
+    if nccl is not None:
+        parsed = parse_all_reduce(nccl)
+        if not parsed["rows"]:
+            errors["nccl_busbw_gbps"] = "all_reduce_perf printed no result row"
+        elif parsed["wrong"]:
+            errors["nccl_busbw_gbps"] = f"all_reduce_perf counted {parsed['wrong']} wrong results"
+        values["nccl_busbw_gbps"] = parsed["peak_busbw"] if parsed["rows"] else None
+    if nvbandwidth is not None:
+        parsed = parse_nvbandwidth(nvbandwidth)
+        why = (parsed["errors"] or ["no result matrix"])[-1]
+        for check, testcases in (("host_device_gbps", (H2D, D2H)), ("gpu_gpu_gbps", (P2P,))):
+            ran = [t for t in testcases if f"Running {t}." in nvbandwidth or t in parsed["results"]]
+            if not ran:
+                continue
+            matrices = [(parsed["results"].get(t) or {}).get("values") or [] for t in ran]
+            missing = [t for t, m in zip(ran, matrices) if not m]
+            pick = _gpu_gpu if check == "gpu_gpu_gbps" else _worst_of
+            values[check] = _worst_of([pick(m) for m in matrices if m])
+            if missing:
+                errors[check] = f"nvbandwidth printed no {', '.join(missing)} result: {why[:200]}"
+    if health is not None:
+        states = [record.get("state") or {} for record in health]
+        for check in ("row_remap_pending", "row_remap_failure"):
+            seen = [s.get(check) for s in states if s.get(check) is not None]
+            if seen:  # null on every GPU: the driver does not report it, not measured
+                values[check] = sum(1 for flag in seen if flag)
+        down = [s.get("nvlink_links_down") for s in states if s.get("nvlink_links_down") is not None]
+        if down:
+            values["nvlink_inactive"] = sum(len(links) for links in down)
+    for check, value in (counters or {}).items():
+        if check not in CHECKS:
+            raise ValueError(f"counters has {check!r}; allowed: {', '.join(CHECKS)}")
+        values[check] = value
+    return {"values": values, "errors": errors}
+
+
+def _row(gpu_name: str, overrides: dict) -> tuple[str | None, dict]:
+    model = gpu_model(gpu_name)
+    row = {check: dict(entry) for check, entry in ((model or {}).get("acceptance") or {}).items()}
+    for check, value in (overrides or {}).items():
+        if check not in CHECKS:
+            raise ValueError(f"thresholds override {check!r} is not a check; allowed: {', '.join(CHECKS)}")
+        row[check] = {"value": float(value), "source": "operator override"}
+    return (model["model"] if model else None), row
+
+
+def _status(check: str, measured: float, entry: dict) -> str:
+    bound, value = CHECKS[check][0], float(entry["value"])
+    if bound == "min":
+        if measured < value:
+            return "FAIL"
+        return "WARN" if measured < value * (1 + float(entry.get("warn_within") or 0)) else "PASS"
+    if measured <= value:
+        return "PASS"
+    return "WARN" if entry.get("exceed") == "warn" else "FAIL"
+
+
+def _judge_one(check: str, model: str | None, entry: dict | None, measured, error: str | None,
+               gpu_count: int | None) -> dict:
+    source = (entry or {}).get("source")
+    cited = GPU_MODELS["sources"].get(source) or {}
+    out = {"check": check, "status": "UNKNOWN", "threshold": (entry or {}).get("value"), "bound": CHECKS[check][0],
+           "unit": CHECKS[check][1], "measured": measured, "source": source, "url": cited.get("url"),
+           "says": cited.get("says"), "detail": ""}
+    if error:
+        out.update(status="FAIL", detail=error)
+    elif entry is None:
+        out["detail"] = (f"no published figure for {model}" if model
+                         else "GPU model not in the thresholds table (gpu_models.yml)") + "; set an override to judge"
+    elif measured is None:
+        out["detail"] = "the tool ran but reported no value for this check"
+    elif entry.get("gpus") and (gpu_count is None or int(gpu_count) != int(entry["gpus"])):
+        has = "its GPU count was not given" if gpu_count is None else f"this host has {gpu_count}"
+        out["detail"] = f"the figure is for {entry['gpus']} GPUs ({source}); {has}: set an override to judge"
+    else:
+        out["status"] = _status(check, float(measured), entry)
+        word = "at least" if out["bound"] == "min" else "at most"
+        out["detail"] = f"{measured:g} {out['unit']}, {word} {float(entry['value']):g} ({source})"
+    return out
+
+
+def judge(gpu_name: str, measured: dict, overrides: dict | None = None, gpu_count: int | None = None) -> dict:
+    """A host's measured values (``measure``'s answer) against its model's row: {"model", "gpu_name", "status",
+    "exit_code", "checks": [{check, status, threshold, bound, unit, measured, source, url, says, detail}]}.
+    Only the checks measured are judged; with none, the verdict is UNKNOWN."""
+    model, row = _row(gpu_name, overrides or {})
+    values, errors = measured.get("values") or {}, measured.get("errors") or {}
+    checks = [_judge_one(check, model, row.get(check), values.get(check), errors.get(check), gpu_count)
+              for check in CHECKS if check in values or check in errors]
+    status = next((s for s in STATUSES if any(c["status"] == s for c in checks)), "UNKNOWN")
+    return {"model": model, "gpu_name": gpu_name, "status": status, "exit_code": EXIT_CODES[status], "checks": checks}
+
+
+def _cell(check: str, entry: dict | None) -> str:
+    if entry is None:
+        return "—"
+    marks = [f"{entry['gpus']} GPUs"] if entry.get("gpus") else []
+    marks += [f"warn below +{float(entry['warn_within']):.0%}"] if entry.get("warn_within") else []
+    marks += ["warn above"] if entry.get("exceed") == "warn" else []
+    bound = "≥" if CHECKS[check][0] == "min" else "≤"
+    return f"{bound} {entry['value']:g}" + (f" ({', '.join(marks)})" if marks else "") + f" [{entry['source']}]"
+
+
+def markdown_table() -> str:
+    """The table as docs/thresholds.md shows it: one row per model, one column per check, then the sources."""
+    lines = ["| model | " + " | ".join(f"`{c}` ({CHECKS[c][1]})" for c in CHECKS) + " |",
+             "|---" * (len(CHECKS) + 1) + "|"]
+    for model in GPU_MODELS["models"]:
+        acceptance = model.get("acceptance") or {}
+        cells = [_cell(c, acceptance.get(c)) for c in CHECKS]
+        lines.append(f"| {model['model']} | " + " | ".join(cells) + " |")
+    lines += ["", "| source | what it says |", "|---|---|"]
+    for key, source in GPU_MODELS["sources"].items():
+        lines.append(f"| [{key}]({source['url']}) | {' '.join(source['says'].split())} |")
+    return "\n".join(lines) + "\n"
