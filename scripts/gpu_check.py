@@ -492,7 +492,7 @@ def probe_host() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="what")
     probe = sub.add_parser("probe")
     probe.add_argument("--to", type=Path)

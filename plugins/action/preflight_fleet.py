@@ -115,9 +115,9 @@ class ActionModule(ActionBase):
         run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
         # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
         out = with_out_of_service({"hosts": {h: {} for h in judged}}, args["report_dir"])["hosts"]
+        kept = ("checks", "compat", "driver_pin", "driver_judged", "os")
         results = {
-            host: finish(_with_health({k: r["preflight"].get(k) for k in ("checks", "compat", "driver_pin",
-                                                                           "driver_judged", "os")},
+            host: finish(_with_health({k: r["preflight"].get(k) for k in kept},
                                       r["preflight"]["plan"].get("gpu_assignments"), out[host]["out_of_service"], host),
                          fleet["hosts"][host])
             for host, r in judged.items()

@@ -275,9 +275,9 @@ state_source:
   sample: nvml
 read_ok:
   description: >-
-    False when the GPU state could not be read, or a GPU's error counters were left unread (RV(gpus[].unread));
-    a counter the GPU does not support (RV(gpus[].not_supported)) does not count. The host must then not be acted
-    on.
+    False when the GPU state could not be read, or a GPU's error counters were left unread (the C(unread) list of
+    an RV(gpus) entry); a counter the GPU does not support (its C(not_supported) list) does not count. The host
+    must then not be acted on.
   returned: always
   type: bool
   sample: true

@@ -12,8 +12,8 @@ description:
   - An action plugin. It runs M(gpuops.cluster.gpu_facts) on the host B(once), asking in the same call for
     the OS facts (so no C(setup) runs), the free space under O(free_space) paths and one bounded TCP probe per
     NFS server of O(nfs_datasets); then it judges the plan in-process on the controller (no module runs there).
-  - Rules are the OS supported by every role the host runs (each role's C(meta/main.yml) platforms, which its
-    assert stage reads too; here the host layer's roles, and M(gpuops.cluster.preflight_fleet) adds the decided
+  - Rules are the OS supported by every role the host runs (each role's C(meta/main.yml) platforms, which the
+    role's assert stage reads too; here the host layer's roles, and M(gpuops.cluster.preflight_fleet) adds the decided
     platform's), the driver against the requested CUDA (M(gpuops.cluster.cuda_compat); the pin, else the driver
     running on the host), Fabric Manager at exactly the driver version on NVSwitch hosts, a topology read (or
     declared) wherever GPUs are seen, MIG refused on NVLink or multi-node training nodes (requested or already

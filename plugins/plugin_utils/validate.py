@@ -78,7 +78,7 @@ def _because(cause: str, evidence: str, fix: str) -> str:
 def _registry(image: str) -> str:
     """The registry an image reference pulls from (Docker's rule: a first part with a dot or a port, or
     localhost, is a registry; otherwise Docker Hub)."""
-    first, _, rest = image.partition("/")
+    first, _slash, rest = image.partition("/")
     return first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
 
 
@@ -186,7 +186,7 @@ def judge_nccl(text: str, rc: int | None, expected: dict, probe=None) -> dict:
     parsed = parse_all_reduce(text)
     if rc not in (0, None) or not parsed["rows"]:
         why = container_failure("nccl", {"rc": rc, "out": text}, probe)
-        status, _, first_line = why.partition(": ")
+        status, _colon, first_line = why.partition(": ")
         return row(step, "failed", f"all_reduce_perf did not run ({status}): {first_line}" if why.startswith("exit ")
                    else f"all_reduce_perf did not run: {why}")
     detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "

@@ -74,7 +74,8 @@ def test_diagnose_without_job_or_window_reaches_its_verdict(tmp_path):
     results = host_results(json_document(run.stdout))
     assert results, run.stdout[-3000:] + run.stderr[-2000:]
     failed = [(name, result) for name, result in results if result.get("failed")]
-    assert [name for name, _ in failed] == [f"{ROLE}Fail the host at its first broken link"], json.dumps(failed)[-3000:]
+    names = [name for name, _result in failed]
+    assert names == [f"{ROLE}Fail the host at its first broken link"], json.dumps(failed)[-3000:]
     assert run.returncode == PLAYBOOK_FAILED, run.stderr[-2000:]
     verdict = failed[0][1]["msg"]
     if shutil.which("nvidia-smi", path=os.environ.get("PATH")) is None:

@@ -52,7 +52,7 @@ def _widened(policies: list[dict], teams: tuple[str, ...]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def verdict(rendered_objects, tmp_path_factory):
-    objects = [obj for _, obj in rendered_objects]
+    objects = [obj for _path, obj in rendered_objects]
     policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
     assert {p["metadata"]["namespace"] for p in policies} == set(netpol_table.TEAMS.values())
     # the probe carries the labels a tenant's worker gets from training_stack's PyTorchJob template
@@ -92,14 +92,14 @@ def test_tenants_reach_only_dns_mlflow_nfs_and_the_named_endpoints(verdict):
 def test_no_tenant_reaches_another(verdict):
     crossing = [
         (src, dst)
-        for src, dst, _ in verdict.connections["rendered"]
+        for src, dst, _ports in verdict.connections["rendered"]
         if src.split("/")[0] in netpol_table.TEAMS.values()
         and dst.split("/")[0] in netpol_table.TEAMS.values()
         and src.split("/")[0] != dst.split("/")[0]
     ]
     own = [
         (src, dst)
-        for src, dst, _ in verdict.connections["rendered"]
+        for src, dst, _ports in verdict.connections["rendered"]
         if src.startswith("team-vision/") and dst.startswith("team-vision/")
     ]
     assert crossing == []

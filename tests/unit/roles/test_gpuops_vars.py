@@ -92,8 +92,8 @@ def test_the_team_and_its_size_are_checked(tmp_path: Path) -> None:
 def test_a_shared_gpus_cap_is_judged_with_the_mps_settings(tmp_path: Path) -> None:
     """The team check judges each shared_gpus cap with gpuops_mps_* (the role's defaults where the inventory sets
     none): 1g leaves less than the least usable memory after the default reserve; with no reserve it passes."""
-    members = [TEAM["gpuops_members"][0], {"name": "bob", "uid": 2002, "team": "research",
-                                            "shared_gpus": [{"gpu": 2, "memory": "1g"}]}]
+    bob = {"name": "bob", "uid": 2002, "team": "research", "shared_gpus": [{"gpu": 2, "memory": "1g"}]}
+    members = [TEAM["gpuops_members"][0], bob]
     code, out = boilerplate(tmp_path, {**TEAM, "gpuops_members": members})
     assert code != 0, out[-3000:]
     flat = " ".join(out.split())

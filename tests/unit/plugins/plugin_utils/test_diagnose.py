@@ -320,8 +320,8 @@ def test_no_gpu_seen_names_the_driver_when_nvidia_smi_answers_without_one():
     fine = {**NO_GPU_MACHINE, "nvidia_smi": {"rc": 0, "out": (h200 / "L.txt").read_text()},
             "proc_version": {"rc": 0, "out": (h200 / "proc-version.txt").read_text()}}
     out = D.kubernetes_chain(fine, "gpu-01", 0)
-    assert [(w["link"], w["status"]) for w in out["walked"]] == [("nvidia-smi", D.OK), ("driver", D.OK),
-                                                                ("GPUs", D.BROKEN)]
+    walked = [(w["link"], w["status"]) for w in out["walked"]]
+    assert walked == [("nvidia-smi", D.OK), ("driver", D.OK), ("GPUs", D.BROKEN)]
     assert "nvidia-smi is not in PATH" in out["broken"]["evidence"]
 
 

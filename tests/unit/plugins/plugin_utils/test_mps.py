@@ -26,8 +26,8 @@ CAPTURE_LINE = re.compile(r"^cap (\d+)G -> .*allocated MiB (\d+);")
 DEFAULTS = mps.limits()
 SMALLEST = DEFAULTS.min_cap_mib
 TEAMS = [{"name": "research"}]
-TOPOLOGY = {"gpus": [{"index": 0, "cpu_affinity": "0-3", "numa_node": 0}, {"index": 1, "cpu_affinity": "4-7",
-                                                                            "numa_node": 0}]}
+TOPOLOGY = {"gpus": [{"index": 0, "cpu_affinity": "0-3", "numa_node": 0},
+                     {"index": 1, "cpu_affinity": "4-7", "numa_node": 0}]}
 
 
 def sharer(cap: str, name: str = "bob", uid: int = 2002, gpu: int = 1) -> dict:
