@@ -188,6 +188,50 @@ SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "nodes": {
+            "type": "object",
+            "required": ["gpu", "control_planes", "workers"],
+            "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
+            "(grow reads them on compose). gpu_operator, kube_tenancy and training_stack read their GPU nodes here "
+            "(gpu_operator_gpu_nodes, training_stack_gpu_nodes, kube_tenancy_cluster_gpus), as does grow's plan. "
+            "Optional: a plan.json written before it lacks it.",
+            "properties": {
+                "gpu": {
+                    "type": "array",
+                    "description": "Each gpu_nodes host as the Kubernetes add-on roles see it (kube_gpu.gpu_nodes): "
+                    "name, pool (gpuops_pool), gpu_model, gpu_count, socket_ifname (the default-route interface "
+                    "where facts were gathered, else \"\"), topology, gpu_memory_mib (the smallest GPU's), "
+                    "mig_enabled; from the gpu facts preflight read, else the inventory's declarations "
+                    "(gpuops_gpu_topology, gpu_operator_gpu_model, gpu_operator_gpu_count, "
+                    "gpu_operator_gpu_memory_mib).",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "pool", "gpu_count", "topology"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "pool": _NULL_STR,
+                            "gpu_model": _NULL_STR,
+                            "gpu_count": {"type": "integer"},
+                            "socket_ifname": {"type": "string"},
+                            "topology": {"type": ["object", "null"]},
+                            "gpu_memory_mib": _NULL_INT,
+                            "mig_enabled": {"type": "boolean"},
+                        },
+                    },
+                },
+                "control_planes": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "kube_control_plane, in inventory order (empty on a compose site).",
+                },
+                "workers": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The gpu_nodes and kube_nodes hosts outside kube_control_plane: the hosts that "
+                    "join as workers.",
+                },
+            },
+        },
         "hosts": {
             "type": "object",
             "description": "The per-host part, by inventory name (gpu_nodes hosts that preflight judged).",
@@ -458,6 +502,36 @@ _NODE_VARS = ("gpuops_pool", "gpuops_gpu_topology", "gpu_operator_gpu_model", "g
               "gpu_operator_gpu_memory_mib")
 
 
+def _gpu_nodes(gpus: dict[str, dict], hostvars: Any) -> list[dict]:
+    """kube_gpu.gpu_nodes over ``gpus`` (host -> its gpu facts), with each host's declarations (_NODE_VARS) and its
+    default-route interface where facts were gathered."""
+    hosts = []
+    for host, gpu in gpus.items():
+        facts = get_var(hostvars[host], "ansible_facts", {}) or {}
+        route = facts.get("default_ipv4") if hasattr(facts, "get") else None
+        hosts.append({**{name: get_var(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
+                      "ansible_facts": {"gpu": gpu or {}, "default_ipv4": kube_gpu.plain(route or {})}})
+    return kube_gpu.gpu_nodes(hosts)
+
+
+def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
+    """``nodes``: the site's node lists from the inventory's groups. gpu: every gpu_nodes host as the Kubernetes
+    add-on roles see it (kube_gpu.gpu_nodes), its gpu facts from ``gpus`` (host -> the gpu facts preflight read),
+    else its own (gathered in this play), else its declarations; control_planes: kube_control_plane; workers: the
+    gpu_nodes and kube_nodes hosts outside it. ``hostvars``: host -> that host's variables."""
+    first = next(iter(gpus), None)
+    groups = (get_var(hostvars[first], "groups", {}) or {}) if first else {}
+    gpu_hosts = [str(h) for h in groups.get("gpu_nodes") or gpus if str(h) in hostvars]
+    control_planes = [str(h) for h in groups.get("kube_control_plane") or []]
+    workers = [str(h) for h in [*gpu_hosts, *(groups.get("kube_nodes") or [])] if str(h) not in control_planes]
+    found = {h: gpus.get(h) or get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in gpu_hosts}
+    return {
+        "gpu": _gpu_nodes(found, hostvars),
+        "control_planes": control_planes,
+        "workers": list(dict.fromkeys(workers)),
+    }
+
+
 def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any) -> dict | None:
     """``gpu_sharing``: how each Kubernetes pool shares its GPUs (gpu_sharing.plan_part), on the GPU nodes as
     gpu_operator's gpu_operator_gpu_nodes sees them (kube_gpu.gpu_nodes) with ``gpus`` (host -> the gpu facts
@@ -470,13 +544,8 @@ def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any)
     if not hasattr(pools, "items"):
         multi_node = str(get_var(hostvars[first], "gpuops_multi_node_training", False)).lower() in ("true", "yes", "1")
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
-    hosts = [
-        {**{name: get_var(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
-         "ansible_facts": {"gpu": gpu or {}}}
-        for host, gpu in gpus.items()
-    ]
     try:
-        return gpu_sharing.plan_part(kube_gpu.plain(pools), kube_gpu.gpu_nodes(hosts), source,
+        return gpu_sharing.plan_part(kube_gpu.plain(pools), _gpu_nodes(gpus, hostvars), source,
                                      mps.limits_of({name: get_var(hostvars[first], name) for name in mps.VARIABLES}))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
@@ -534,6 +603,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     plan["gpu_sharing"] = gpu_sharing_part(
         fleet.get("platform"), {host: record.get("gpu") or {} for host, record in records.items()}, hostvars
     )
+    plan["nodes"] = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
     return plan
 
 
@@ -555,11 +625,9 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
         for h in hosts
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)
-    plan["gpu_sharing"] = gpu_sharing_part(
-        fleet.get("platform"),
-        {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts},
-        hostvars,
-    )
+    gpus = {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts}
+    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), gpus, hostvars)
+    plan["nodes"] = nodes_part(gpus, hostvars)
     return plan
 
 

@@ -1,0 +1,106 @@
+"""gpuops_plan's node lists (plugin_utils/plan.py nodes_part): GPU nodes, control planes, workers, on the collection's
+own inventories (inventories/cluster, inventories/small-team, read by Ansible's inventory loader) with GPU facts from
+real `nvidia-smi topo -m` captures in ../shared/data.
+
+gpu_operator, kube_tenancy, training_stack and grow's plan read their GPU nodes from ``nodes.gpu``; each entry must be
+what the kube_gpu_nodes filter makes of the host's variables (what those roles' defaults built from hostvars before).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
+from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import kube_gpu_nodes
+from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from fleet_fixture import shared_path
+
+REPO = Path(__file__).resolve().parents[4]
+# the preflight captures stand in for the cluster's three GPU nodes
+CAPTURES = {
+    "gpu-train-01": "dgx-a100_8gpu_10nic_nps4-numa_dgx05",
+    "gpu-train-02": "a100x8_17nic_singleNUMA",
+    "gpu-infer-01": "h100x8_sxm_2numa_noNIC",
+}
+FLEET = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "14 people on 24 GPUs", "gpu_count": 24}
+
+
+def _inventory(name: str) -> dict[str, dict]:
+    """host -> its variables, as the inventory gives them (Ansible's loader; group_vars, host_vars, groups)."""
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / name)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+
+
+def _gpu(name: str) -> dict:
+    topology = parse_topology(shared_path("nvidia-smi", "topo", f"{name}.txt").read_text())
+    return {"count": len(topology["gpus"]), "source": "nvml", "topology": topology}
+
+
+def _valid(built: dict) -> dict:
+    jsonschema.Draft202012Validator(plan.SCHEMA).validate(json.loads(json.dumps(built)))
+    return built
+
+
+def _preflight_plan(hostvars: dict, judged: list[str]) -> dict:
+    records = {host: {"gpu": _gpu(CAPTURES[host]), "result": {"ok": True}, "plan": {"driver_version": "580.65.06"}}
+               for host in judged}
+    return _valid(plan.build_plan(FLEET, records, hostvars, ["kubernetes"], "2026-12-04T00:00:00+00:00", "/r/x"))
+
+
+def test_preflight_plan_lists_the_cluster_nodes_with_the_gpu_facts_it_read():
+    hostvars = _inventory("cluster")
+    nodes = _preflight_plan(hostvars, list(CAPTURES))["nodes"]
+    assert nodes["control_planes"] == ["cp-01"]
+    assert nodes["workers"] == ["gpu-train-01", "gpu-train-02", "gpu-infer-01"]
+    with_facts = [{**hostvars[host], "inventory_hostname": host, "ansible_facts": {"gpu": _gpu(name)}}
+                  for host, name in CAPTURES.items()]
+    assert nodes["gpu"] == kube_gpu_nodes(with_facts)
+    assert [(n["name"], n["pool"], n["gpu_count"]) for n in nodes["gpu"]] == [
+        ("gpu-train-01", "training", 8), ("gpu-train-02", "training", 8), ("gpu-infer-01", "inference", 8)]
+    assert nodes["gpu"][2]["topology"] == _gpu(CAPTURES["gpu-infer-01"])["topology"], "the topology preflight read"
+
+
+def test_a_limited_preflight_still_lists_every_gpu_node():
+    """preflight judged one host (--limit): the others are listed from the inventory's declarations."""
+    hostvars = _inventory("cluster")
+    nodes = _preflight_plan(hostvars, ["gpu-train-02"])["nodes"]
+    assert [n["name"] for n in nodes["gpu"]] == ["gpu-train-01", "gpu-train-02", "gpu-infer-01"]
+    declared = kube_gpu_nodes([{**hostvars["gpu-infer-01"], "inventory_hostname": "gpu-infer-01"}])[0]
+    assert nodes["gpu"][2] == declared
+    assert declared["gpu_memory_mib"] == hostvars["gpu-infer-01"]["gpu_operator_gpu_memory_mib"]
+    assert nodes["gpu"][1]["topology"] == _gpu(CAPTURES["gpu-train-02"])["topology"]
+
+
+def test_inventory_plan_nodes_are_what_the_roles_defaults_built_from_hostvars():
+    """render.yml's plan (no preflight): the same entries the roles' defaults built by walking hostvars."""
+    hostvars = _inventory("cluster")
+    built = _valid(plan.inventory_plan(list(CAPTURES), hostvars))
+    walked = kube_gpu_nodes([{**hostvars[host], "inventory_hostname": host} for host in CAPTURES])
+    assert built["nodes"]["gpu"] == walked
+    assert sum(node["gpu_count"] for node in walked) == FLEET["gpu_count"], "the declared topologies: 8 GPUs each"
+
+
+def test_cpu_workers_and_a_second_control_plane():
+    hostvars = _inventory("cluster")
+    groups = {**hostvars["cp-01"]["groups"], "kube_control_plane": ["cp-01", "gpu-train-02"], "kube_nodes": ["cpu-01"]}
+    hostvars = {host: {**variables, "groups": groups} for host, variables in hostvars.items()}
+    hostvars["cpu-01"] = {"groups": groups, "inventory_hostname": "cpu-01"}
+    nodes = plan.inventory_plan(list(CAPTURES), hostvars)["nodes"]
+    assert nodes["control_planes"] == ["cp-01", "gpu-train-02"]
+    assert nodes["workers"] == ["gpu-train-01", "gpu-infer-01", "cpu-01"]
+    assert [n["name"] for n in nodes["gpu"]] == list(CAPTURES), "a schedulable control plane is still a GPU node"
+
+
+def test_compose_site_lists_its_gpu_host_and_no_control_plane():
+    hostvars = _inventory("small-team")
+    nodes = _valid(plan.inventory_plan(["gpu01"], hostvars))["nodes"]
+    assert nodes["control_planes"] == []
+    assert [n["name"] for n in nodes["gpu"]] == ["gpu01"]
+    assert nodes["gpu"] == kube_gpu_nodes([{**hostvars["gpu01"], "inventory_hostname": "gpu01"}])
