@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_gpu
 from conftest import INVENTORY, load_objects, run_render
 
 
@@ -133,6 +134,17 @@ def _topology(host):
     return yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text())["gpuops_gpu_topology"]
 
 
+def _planned_nodes() -> dict:
+    """The plan's node lists for inventories/cluster (gpuops_plan.nodes, plan.nodes_part): a plan given with -e
+    carries them, as preflight's does; gpu_operator, kube_tenancy and training_stack read their GPU nodes there."""
+    groups = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["k8s_cluster"]["children"]
+    hosts = groups["gpu_nodes"]["hosts"]
+    gpu = [{**variables, **yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text()),
+            "inventory_hostname": host} for host, variables in hosts.items()]
+    return {"gpu": kube_gpu.gpu_nodes(gpu), "control_planes": list(groups["kube_control_plane"]["hosts"]),
+            "workers": list(hosts)}
+
+
 def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
     """gpu facts of this run, else gpuops_plan (preflight of this run), else the inventory; a report an earlier run
     left in gpuops_report_dir is not read (it may describe a host as it was)."""
@@ -144,7 +156,7 @@ def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
     plan = {"gpuops_plan": {
         "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
-        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}}}
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}, "nodes": _planned_nodes()}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
     assert result.returncode == 0, result.stdout[-4000:]
@@ -172,7 +184,8 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-01"), "topology_source": "preflight",
                                    "kubelet_policy": policy}},
         "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],
-                               "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "notes": ["planned"]}}}}}
+                               "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "notes": ["planned"]}}},
+        "nodes": _planned_nodes()}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", json.dumps(plan))
     assert result.returncode == 0, result.stdout[-4000:]
