@@ -57,14 +57,14 @@ author:
 EXAMPLES = r"""
 - name: Write the GPU Operator's objects and Helm values for review
   gpuops.cluster.write_objects:
-    objects: "{{ __gpu_operator_objects }}"
-    files: "{{ __gpu_operator_files }}"
+    objects: "{{ gpu_operator_objects }}"
+    files: "{{ gpu_operator_files }}"
     dest: "{{ render_dir }}/gpu_operator"
   delegate_to: localhost
 
 - name: Write each node's KubeletConfiguration (no metadata.name) as kubeletconfiguration-<host>.yaml
   gpuops.cluster.write_objects:
-    objects: "{{ __kube_node_objects }}"
+    objects: "{{ kube_node_objects }}"
     default_name: "{{ inventory_hostname }}"
     dest: "{{ render_dir }}/kube_node"
   delegate_to: localhost

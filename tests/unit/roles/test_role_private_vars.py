@@ -57,6 +57,20 @@ def test_role_reads_no_other_roles_private_variables(role: str) -> None:
     )
 
 
+# Playbooks that hand a role's product on read only its documented outputs (<role>_objects, <role>_files,
+# compose_stack_review, kube_node_registration, set by the role's render or review entry point) and the plan.
+READS_OUTPUTS_ONLY = ["playbooks/render.yml", "playbooks/tasks/render_addon.yml"]
+
+
+@pytest.mark.parametrize("playbook", READS_OUTPUTS_ONLY)
+def test_render_reads_no_role_private_variables(playbook: str) -> None:
+    text = (REPO / playbook).read_text(encoding="utf-8")
+    assert "include_role" in text, f"{playbook} runs no role any more: the check would prove nothing"
+    assert foreign_private_names(text, "", ROLES) == [], (
+        f"{playbook} reads a role's private results. Fix: read the role's documented output (its render entry "
+        "point's <role>_objects) or the plan")
+
+
 def test_the_check_finds_foreign_names_and_skips_own_and_comments() -> None:
     roles = ["kube_node", "kube_join", "kube_control_plane", "_pinned_packages", "compose_stack"]
     assert foreign_private_names("when: _kube_node_registration is defined", "kube_join", roles)
@@ -70,3 +84,5 @@ def test_the_check_finds_foreign_names_and_skips_own_and_comments() -> None:
     assert not foreign_private_names("{# _kube_node_registration #}{{ kube_node_labels }}", "kube_join", roles)
     assert not foreign_private_names("a: 1  # was _kube_node_registration", "kube_join", roles)
     assert owner("__kube_control_plane_objects", roles) == "kube_control_plane"
+    assert foreign_private_names("objects: \"{{ __kube_cni_objects }}\"", "", [*roles, "kube_cni"])
+    assert not foreign_private_names("objects: \"{{ lookup('vars', role ~ '_objects') }}\"", "", roles)
