@@ -37,13 +37,13 @@ SINGLE_NUMA = "single-numa-node"
 RESTRICTED = "restricted"
 BEST_EFFORT = "best-effort"
 FALLBACK_RESERVED_CPUS = "0-1"
-# The kubelet reservations: kubelet_policy's keyword -> the kube_node variable that sets it. Their defaults have one
-# home, kube_node's defaults (described in its argument spec); a keyword given as None reads its default there.
+# The kubelet reservations: kubelet_policy's keyword -> the kube_node variable that sets it and its type (kube_node's
+# argument spec). Their defaults have one home, kube_node's defaults; a keyword given as None reads its default there.
 RESERVATIONS = {
-    "reserved_cpus_per_numa": "kube_node_reserved_cpus_per_numa",
-    "reserved_system_cpus": "kube_node_reserved_system_cpus",
-    "reserved_memory_mib": "kube_node_reserved_memory_mib",
-    "eviction_memory_mib": "kube_node_eviction_memory_mib",
+    "reserved_cpus_per_numa": ("kube_node_reserved_cpus_per_numa", int),
+    "reserved_system_cpus": ("kube_node_reserved_system_cpus", str),
+    "reserved_memory_mib": ("kube_node_reserved_memory_mib", int),
+    "eviction_memory_mib": ("kube_node_eviction_memory_mib", int),
 }
 # plugins/plugin_utils/ -> the collection root -> the role whose variables the reservations are.
 KUBE_NODE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "kube_node" / "defaults" / "main.yml"
@@ -167,7 +167,7 @@ def _reserved_memory(nodes: list[int], total_mib: int) -> list[dict]:
 def reservation_defaults() -> dict:
     """The reservations' defaults by kubelet_policy keyword, read from kube_node's defaults file."""
     defaults = yaml.safe_load(KUBE_NODE_DEFAULTS.read_text(encoding="utf-8")) or {}
-    return {keyword: defaults[name] for keyword, name in RESERVATIONS.items()}
+    return {keyword: defaults[name] for keyword, (name, _kind) in RESERVATIONS.items()}
 
 
 def kubelet_policy(

@@ -342,19 +342,11 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-# kube_plan.kubelet_policy's keyword -> the kube_node variable that sets it; unset ones keep the function's default.
-_RESERVATIONS = {
-    "reserved_cpus_per_numa": ("kube_node_reserved_cpus_per_numa", int),
-    "reserved_system_cpus": ("kube_node_reserved_system_cpus", str),
-    "reserved_memory_mib": ("kube_node_reserved_memory_mib", int),
-    "eviction_memory_mib": ("kube_node_eviction_memory_mib", int),
-}
-
-
 def _reservations(hostvars: Any) -> dict:
-    """The reservations the inventory sets for this host, typed (kube_node's argument spec types)."""
+    """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
+    argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""
     found = {}
-    for keyword, (name, kind) in _RESERVATIONS.items():
+    for keyword, (name, kind) in kube_plan.RESERVATIONS.items():
         value = get_var(hostvars, name)
         if value is not None:
             found[keyword] = kind(value)

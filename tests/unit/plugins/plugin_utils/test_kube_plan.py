@@ -119,7 +119,7 @@ def test_declared_topology_with_numa_cpus_and_explicit_cpus():
 def test_the_reservation_defaults_are_kube_node_s(tmp_path, monkeypatch):
     """Left unset, a reservation is what kube_node's defaults file says: the function keeps no copy of its own."""
     kube_node = yaml.safe_load(kube_plan.KUBE_NODE_DEFAULTS.read_text())
-    assert kube_plan.reservation_defaults() == {k: kube_node[v] for k, v in kube_plan.RESERVATIONS.items()}
+    assert kube_plan.reservation_defaults() == {k: kube_node[v] for k, (v, _kind) in kube_plan.RESERVATIONS.items()}
     changed = tmp_path / "main.yml"
     changed.write_text(yaml.safe_dump({**kube_node, "kube_node_reserved_memory_mib": 8192,
                                        "kube_node_eviction_memory_mib": 1000}))
