@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, run_render
+from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, load_objects, run_render
 from validator import crd_schemas, problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
@@ -314,6 +314,24 @@ def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, decided):
     assert json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"] is None
     assert (rendered / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8") == (
         decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8")
+
+
+def test_gpu_nodes_register_with_the_plans_node_part(decided):
+    """kube_node registers each GPU node with the plan's labels, annotations and taints (hosts.<host>.node, the GPU
+    Operator's labels joined): the Node objects and the kubelet's --node-labels of kube_join say the same."""
+    plan = json.loads((decided / "plan.json").read_text(encoding="utf-8"))
+    objects = dict(load_objects(decided))
+    assert set(plan["hosts"]) == {"gpu-train-01", "gpu-train-02", "gpu-infer-01"}
+    for host, part in plan["hosts"].items():
+        planned = part["node"]
+        assert planned["labels"]["nvidia.com/device-plugin.config"] == part["pool"], host
+        node = objects[f"kube_join/node-{host}.yaml"]
+        assert node["metadata"]["labels"] == planned["labels"], host
+        assert node["metadata"]["annotations"] == planned["annotations"], host
+        assert node["spec"]["taints"] == planned["taints"], host
+        join = objects[f"kube_join/joinconfiguration-{host}.yaml"]
+        args = {arg["name"]: arg["value"] for arg in join["nodeRegistration"]["kubeletExtraArgs"]}
+        assert dict(label.split("=", 1) for label in args["node-labels"].split(",")) == planned["labels"], host
 
 
 def test_cluster_policy_from_rendered_values_validates(rendered):
