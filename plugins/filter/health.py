@@ -12,6 +12,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 health = lazy("health")
+health_bounds = lazy("health_bounds")
 health_steps = lazy("health_steps")
 
 
@@ -27,16 +28,45 @@ def _count(value):
     return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
 
 
-def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None) -> list:
+def _fraction(value):
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None) -> list:
+    """``bounds``: health_breaker_fraction, _window, _reset, health_escalate_after, _window as the inventory or -e
+    give them (breaker_fraction, breaker_window, breaker_reset, escalate_after, escalate_window)."""
+    bounds = bounds or {}
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
-                                    _flag(apply), plan_source)
+                                    _flag(apply), plan_source) + health_bounds.settings_problems(
+        _fraction(bounds.get("breaker_fraction", 0.5)), bounds.get("breaker_window", 300),
+        _flag(bounds.get("breaker_reset", False)), _count(bounds.get("escalate_after", 1)),
+        bounds.get("escalate_window", 604800))
 
 
-def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False) -> dict:
+def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None) -> dict:
     if not isinstance(sweeps, dict):
         raise AnsibleFilterError("health_plan needs a dict host -> gpu_health result")
+    bounds = dict(bounds or {})
+    for key in ("breaker_window", "escalate_window"):
+        if key in bounds:
+            bounds[key] = health_bounds.seconds(bounds[key])
+    for key, read in (("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", _flag)):
+        if key in bounds:
+            bounds[key] = read(bounds[key])
+    bounds["remediation"] = {h: _flag(v) for h, v in (bounds.get("remediation") or {}).items()}
     return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
-                             bool(_flag(release)))
+                             bool(_flag(release)), bounds or None)
+
+
+def health_nodes(nodes) -> dict:
+    return health_bounds.node_facts(nodes if isinstance(nodes, dict) else {})
+
+
+def health_breaker_state(state, plan=None, now: str = "", by: str = "") -> dict:
+    return health_bounds.breaker_state(state or {}, (plan or {}).get("breaker") or {}, now, by or "unknown")
 
 
 def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,
@@ -83,6 +113,8 @@ class FilterModule:
         return {
             "health_problems": health_problems,
             "health_plan": health_plan,
+            "health_nodes": health_nodes,
+            "health_breaker_state": health_breaker_state,
             "health_steps": health_steps_for,
             "health_next_state": health_next_state,
             "health_audit": health_audit,

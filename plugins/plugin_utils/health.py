@@ -23,6 +23,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_verdict as verdict
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_bounds as bounds_rules
 
 # The collection's actions, mildest first; a host gets the strongest of its items.
 #   none          nothing
@@ -333,14 +334,52 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, releas
             "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
 
 
+def _bound(host: str, hplan: dict, entry: dict, bounds: dict, now: Any) -> None:
+    """Over time (plugin_utils/health_bounds.py): the opt-out, "service required" (held until health_release) and
+    the escalation of a repeated remediation to it; who cordoned the node."""
+    node = (bounds.get("nodes") or {}).get(host)
+    hplan["cordoned_by"] = entry.get("cordoned_by") or ("gpuops" if entry.get("cordoned") else None)
+    if bounds.get("nodes") is not None:
+        hplan["operator_cordon"] = bounds_rules.operator_cordon(node, entry)
+    why = bounds_rules.opted_out(host, (bounds.get("remediation") or {}).get(host, True), node)
+    held = entry.get("service_required")
+    if why and (hplan["status"] == "act" or hplan["gpus_back"]):
+        hplan.update(status="opted_out", gpus_back=[], restart=[], reason=f"{hplan['reason']} ({why})")
+    elif held and not bounds.get("release"):
+        hplan.update(status="service_required", gpus_back=[], restart=[],
+                     reason=f"{hplan['reason']} (held: {held.get('reason')})")
+    elif hplan["status"] == "act" and hplan["action"] in DISRUPTIVE and now is not None:
+        escalate = bounds_rules.escalation(entry, now, int(bounds.get("escalate_after", 1)),
+                                           int(bounds.get("escalate_window", 7 * 86400)))
+        if escalate:
+            every = [str(g) for g in hplan.pop("_gpus", [])]
+            first = next(iter(hplan["gpus_out"].values()), {"event": "repeat", "line": ""})
+            hplan.update(action="quarantine", escalated=escalate, reason=f"{hplan['reason']}; {escalate}",
+                         gpus_out={g: {**first, "action": "quarantine", "why": escalate} for g in every}
+                         or hplan["gpus_out"])
+    hplan.pop("_gpus", None)
+
+
 def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None,
-               release: bool = False) -> dict:
+               release: bool = False, bounds: dict | None = None) -> dict:
     """The fleet's plan: every host's plan, and which hosts act now. At most ``max_unavailable`` nodes are out of
-    service at once (those the state already holds out count); the rest are deferred to a later run."""
+    service at once (those the state already holds out count); the rest are deferred to a later run. ``bounds``
+    (health_bounds.py; none: no bound over time): now, fleet_size, breaker_fraction, breaker_window (s),
+    breaker_reset, escalate_after, escalate_window (s), remediation (host -> health_remediation), nodes (host ->
+    node_facts, Kubernetes)."""
     known = (state or {}).get("hosts") or {}
+    bounds = {**(bounds or {}), "release": release}
+    now = bounds_rules.when(bounds.get("now"))
     hosts = {h: host_plan(s, known.get(h) or {}, overrides, release) for h, s in sorted(sweeps.items())}
+    for host, hplan in hosts.items():
+        hplan["_gpus"] = [g.get("index") for g in (sweeps[host] or {}).get("gpus") or [] if g.get("index") is not None]
+        _bound(host, hplan, known.get(host) or {}, bounds, now)
+        if (state or {}).get("schema", 1) > 1:
+            # the workspaces it stopped start again once every GPU is back: those, never one an operator stopped
+            kept = (known.get(host) or {}).get("stopped_containers") or []
+            hplan["containers"] = list(kept) if hplan["restart"] else []
     already_out = {h for h, entry in known.items() if entry.get("out_of_service") or entry.get("cordoned")}
-    disruptive = sorted((h for h, p in hosts.items() if p["action"] in DISRUPTIVE),
+    disruptive = sorted((h for h, p in hosts.items() if p["action"] in DISRUPTIVE and p["status"] == "act"),
                         key=lambda h: (-RANK[hosts[h]["action"]], h))
     room = max_unavailable - len(already_out - set(disruptive))
     for host in disruptive:
@@ -350,8 +389,20 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
             hosts[host]["status"] = "deferred"
             hosts[host]["reason"] += (f" (deferred: {max_unavailable} node(s) may be out of service at once, "
                                       "health_max_unavailable; a later run takes it)")
+    guard = None
+    if now is not None:
+        guard = bounds_rules.breaker(state, int(bounds.get("fleet_size") or len(sweeps)), now,
+                                     float(bounds.get("breaker_fraction", 0.5)),
+                                     int(bounds.get("breaker_window", 300)), bool(bounds.get("breaker_reset")))
+        # tripped before this run: nothing acts (nor gives back); tripped by this plan: the hosts past the limit wait
+        held = [h for h, p in hosts.items() if p["status"] == "act" or p["gpus_back"]] if guard["tripped"] else [
+            h for h in disruptive if hosts[h]["status"] == "act" and not bounds_rules.admit(guard, h)]
+        for host in held:
+            hosts[host].update(status="held", gpus_back=[], restart=[],
+                               reason=f"{hosts[host]['reason']} (held: {guard['reason']})")
     return {
         "max_unavailable": max_unavailable,
+        "breaker": guard,
         "hosts": hosts,
         "act": [h for h, p in hosts.items() if p["status"] == "act" or p["gpus_back"]],
         "deferred": [h for h, p in hosts.items() if p["status"] == "deferred"],

@@ -13,13 +13,16 @@ import json
 import re
 from typing import Any
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import CORDONED_BY, CORDONED_BY_US
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import HEALTH_STATE
 
 TAINT_KEY = "gpuops.io/unhealthy"
 LABEL_KEY = "gpuops.io/health"
 STATE_FILE = HEALTH_STATE  # under the report dir (gpuops_report_dir), on the controller; plan.py reads it
 AUDIT_FILE = "health/audit.jsonl"
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2  # 2 adds remediations, service_required, cordoned_by, stopped_containers, breaker; 1 reads as 2
+REMEDIATIONS_KEPT = 100  # per host, newest last; far more than any escalation window needs
+HELD = ("deferred", "unreadable", "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -35,7 +38,8 @@ def taint(reason: str) -> dict:
 
 
 def kubectl(verb: str, node: str, reason: str = "", timeout: int = 600) -> list[str]:
-    """The kubectl argv for one node-level call: cordon, uncordon, drain, taint, untaint, label, unlabel."""
+    """The kubectl argv for one node-level call: cordon, uncordon, drain, taint, untaint, label, unlabel, mark (the
+    collection's cordon, gpuops.io/cordoned-by), unmark."""
     t = taint(reason)
     argv = {
         "cordon": ["kubectl", "cordon", node],
@@ -45,6 +49,8 @@ def kubectl(verb: str, node: str, reason: str = "", timeout: int = 600) -> list[
         "untaint": ["kubectl", "taint", "nodes", node, f"{TAINT_KEY}:NoSchedule-"],
         "label": ["kubectl", "label", "nodes", node, f"{LABEL_KEY}={label_value(reason)}", "--overwrite"],
         "unlabel": ["kubectl", "label", "nodes", node, f"{LABEL_KEY}-"],
+        "mark": ["kubectl", "annotate", "nodes", node, f"{CORDONED_BY}={CORDONED_BY_US}", "--overwrite"],
+        "unmark": ["kubectl", "annotate", "nodes", node, f"{CORDONED_BY}-"],
     }
     return argv[verb]
 
@@ -96,8 +102,12 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
                       "message": f"{host} GPU {item['gpu']}: {item['event']}: {item['why']} (to {to})"})
     if hplan.get("status") != "act" or action in ("none", "notify_owner", "review"):
         return steps + _give_back(host, hplan, kube, members)
-    if kube:
-        steps.append({"kind": "kubectl", "argv": kubectl("cordon", host)})
+    ours = kube and not hplan.get("operator_cordon")
+    if ours:
+        steps += [{"kind": "kubectl", "argv": kubectl(verb, host)} for verb in ("cordon", "mark")]
+    elif kube:
+        steps.append({"kind": "notify", "message": f"{host} was cordoned by someone else (no {CORDONED_BY}="
+                      f"{CORDONED_BY_US}): it stays cordoned; health never uncordons it"})
     whole_node = action in ("reboot", "restart_fm")
     stop = holders(members, out) if not whole_node else sorted(m["name"] for m in members or [] if m.get("name"))
     if not kube and stop:
@@ -115,19 +125,31 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         steps.append({"kind": "kubectl", "argv": kubectl("drain", host, timeout=timeout)} if whole_node else
                      {"kind": "drain_gpu_pods", "timeout": timeout})
     if action == "reboot":
-        steps.append({"kind": "reboot", "enabled": bool(settings["reboot"]), "host": host})
+        steps += _reboot(host, hplan, settings)
     elif action == "restart_fm":
         steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
     else:
         for gpu in out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None}):
             reset = ["nvidia-smi", "-r", "-i", str(gpu)]
             steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
+        # reset first; reboot only when the sweep after the reset still finds a GPU taken out bad
+        if settings["reboot"]:
+            steps += [{"kind": "sweep"}, *({**s, "only_if_unhealthy": out} for s in _reboot(host, hplan, settings))]
     if action == "reboot" and not settings["reboot"]:
         return steps
     steps.append({"kind": "sweep"})
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop,
-                  "argv": kubectl("uncordon", host) if kube else None})
+                  "argvs": [kubectl("uncordon", host), kubectl("unmark", host)] if ours else []})
     return steps
+
+
+def _reboot(host: str, hplan: dict, settings: dict) -> list[dict]:
+    """A reboot, its reason first in the host's syslog (logger -t gpuops-health) and so in the audit log."""
+    if not settings["reboot"]:
+        return [{"kind": "reboot", "enabled": False, "host": host}]
+    why = f"gpuops health reboots {host}: {hplan.get('action')}: {hplan.get('reason')}"[:400]
+    return [{"kind": "command", "argv": ["logger", "-t", "gpuops-health", why]},
+            {"kind": "reboot", "enabled": True, "host": host, "reason": why}]
 
 
 def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
@@ -135,8 +157,12 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
         return []
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
     steps = [{"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
+    if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those
+        steps[0]["containers"] = hplan["containers"]
     if kube:
-        steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel", "uncordon")]
+        steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel")]
+        if hplan.get("cordoned_by") == "gpuops":  # an operator's cordon stays
+            steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("uncordon", "unmark")]
     return steps
 
 
@@ -152,13 +178,29 @@ def _record(entry: dict, out: dict, step: dict, now: str) -> None:
             gpu["pending"] = None if gpu.get("pending") in ("reboot", "reset_gpu", "restart_fm") else gpu["pending"]
     if kind == "stop_workspaces" and result == "ok":
         entry["stopped"] = sorted(set(entry.get("stopped") or []) | set(step.get("members") or []))
+        ids = set(entry.get("stopped_containers") or []) | set(step.get("containers") or [])
+        entry["stopped_containers"] = sorted(ids)
     if kind in ("back_if_healthy", "give_back") and result in ("ok", "healthy"):
         for gpu in step.get("gpus") or []:
             out.pop(str(gpu), None)
         entry["stopped"] = sorted(set(entry.get("stopped") or []) - set(step.get("members") or []))
-        entry["cordoned"] = False if kind == "back_if_healthy" else entry.get("cordoned", False)
+        entry["stopped_containers"] = [] if not out else entry.get("stopped_containers") or []
+        if kind == "back_if_healthy" and step.get("argvs"):
+            entry.update(cordoned=False, cordoned_by=None)
     if kind == "kubectl" and result == "ok" and step["argv"][1] in ("cordon", "uncordon"):
         entry["cordoned"] = step["argv"][1] == "cordon"
+        entry["cordoned_by"] = "gpuops" if entry["cordoned"] else None
+
+
+def _remediation(hplan: dict, done: list[dict], now: str) -> dict | None:
+    """The record of this run's remediation (time, action, cause, GPUs; who took it out), when a step that takes
+    the node or GPUs out ran."""
+    takes_out = ("kubectl", "stop_workspaces", "mark_out", "drain_gpu_pods", "command", "reboot")
+    if hplan.get("status") != "act" or not any(s["kind"] in takes_out and s.get("result") == "ok" for s in done):
+        return None
+    return {"time": now, "action": hplan.get("action"), "cause": str(hplan.get("reason") or "")[:500],
+            "gpus": sorted(hplan.get("gpus_out") or {}, key=str), "by": "gpuops",
+            **({"escalated": True} if hplan.get("escalated") else {})}
 
 
 def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: str | None, now: str,
@@ -168,18 +210,27 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
     the host was deferred or unreadable (so its events are planned again); ``release``: the operator's
     health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep)."""
     state = json.loads(json.dumps(state or {}))
-    if hplan.get("status") in ("deferred", "unreadable"):
+    if hplan.get("status") in HELD:
         return state
-    state.setdefault("schema", STATE_SCHEMA)
+    state["schema"] = STATE_SCHEMA
     entry = state.setdefault("hosts", {}).setdefault(host, {})
     before = json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True)
     failed = [s for s in done if s.get("result") == "failed"]
     out = entry.setdefault("out_of_service", {})
     for step in done:
         _record(entry, out, step, now)
-    if not entry.get("stopped"):
-        entry.pop("stopped", None)
+    for key in ("stopped", "stopped_containers", "cordoned_by"):
+        if not entry.get(key):
+            entry.pop(key, None)
+    record = _remediation(hplan, done, now) if done else None
+    if record:
+        entry["remediations"] = [*(entry.get("remediations") or []), record][-REMEDIATIONS_KEPT:]
+        for gpu in out.values():
+            gpu.setdefault("by", "gpuops")
+    if hplan.get("escalated") and record:
+        entry["service_required"] = {"since": now, "reason": hplan["escalated"]}
     if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy
+        entry.pop("service_required", None)
         for gpu in out.values():
             gpu["pending"] = None
     if not failed:
@@ -204,7 +255,8 @@ def audit_records(host: str, done: list[dict], hplan: dict, now: str) -> list[st
             gpu = sorted(step["gpus"], key=int) if isinstance(step["gpus"], (list, dict)) else step["gpus"]
         record = {"time": now, "host": host, "gpu": gpu, "event": step.get("event") or first.get("event"),
                   "action": step.get("action") or hplan.get("action"), "step": step["kind"],
-                  "argv": step.get("argv"), "result": step.get("result"), "detail": step.get("detail", "")}
+                  "argv": step.get("argv"), "result": step.get("result"),
+                  "detail": step.get("detail") or step.get("reason", "")}
         lines.append(json.dumps(record, sort_keys=True))
     return lines
 
@@ -284,5 +336,7 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
     if kind == "back_if_healthy":
         return {"result": "healthy" if healthy else "unhealthy",
                 "detail": "back in service" if healthy else "still unhealthy after the remedy: stays out of service"}
-    detail = " ".join((runs.get("workspaces") or {}).get("stdout_lines") or []) if kind == "stop_workspaces" else ""
-    return {"result": "ok", "detail": detail}
+    if kind == "stop_workspaces":  # the containers it stopped, and only those, start again (state: stopped_containers)
+        ids = list((runs.get("workspaces") or {}).get("stdout_lines") or [])
+        return {"result": "ok", "detail": " ".join(ids), "containers": ids}
+    return {"result": "ok", "detail": ""}

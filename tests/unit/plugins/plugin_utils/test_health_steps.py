@@ -36,37 +36,40 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
     steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT"), "kubernetes", MEMBERS)
     argv = [s["argv"] for s in steps if s["kind"] == "kubectl"]
     assert argv == [["kubectl", "cordon", "node-a"],
+                    ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by=gpuops-health", "--overwrite"],
                     ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy=Xid-61:NoSchedule", "--overwrite"],
                     ["kubectl", "label", "nodes", "node-a", "gpuops.io/health=quarantined", "--overwrite"]]
     taint = next(s["object"] for s in steps if "object" in s)
     assert taint == {"key": "gpuops.io/unhealthy", "value": "Xid-61", "effect": "NoSchedule"}
-    assert kinds(steps) == ["cordon node-a", "mark_out", "taint nodes", "label nodes", "bug_report"]
+    assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "taint nodes", "label nodes", "bug_report"]
     assert next(s for s in steps if s["kind"] == "mark_out")["pending"] == "support"
     assert "reboot" not in kinds(steps)
 
 
 def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
-    assert kinds(steps) == ["cordon node-a", "mark_out", "drain node-a", "reboot", "sweep", "back_if_healthy"]
+    assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot", "sweep",
+                            "back_if_healthy"]
     drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
     assert drain == ["kubectl", "drain", "node-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
-    assert steps[-1]["argv"] == ["kubectl", "uncordon", "node-a"]
+    assert steps[-1]["argvs"] == [["kubectl", "uncordon", "node-a"],
+                                  ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
 
 
 def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
     steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "kubernetes", MEMBERS, {"timeout": 120})
-    assert kinds(steps) == ["cordon node-a", "mark_out", "drain_gpu_pods", "gpu_idle", "command", "sweep",
-                            "back_if_healthy"]
-    assert steps[3] == {"kind": "gpu_idle", "gpu": "2"}
-    assert steps[4]["argv"] == ["nvidia-smi", "-r", "-i", "2"]
+    assert kinds(steps)[:7] == ["cordon node-a", "annotate nodes", "mark_out", "drain_gpu_pods", "gpu_idle", "command",
+                                "sweep"]
+    assert steps[4] == {"kind": "gpu_idle", "gpu": "2"}
+    assert steps[5]["argv"] == ["nvidia-smi", "-r", "-i", "2"]
 
 
 def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)
-    assert kinds(steps) == ["stop_workspaces", "mark_out", "reboot", "sweep", "back_if_healthy"]
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "sweep", "back_if_healthy"]
     assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
     assert steps[1]["gpus"]["0"]["event"] == "Xid 79"
-    assert steps[-1]["argv"] is None
+    assert steps[-1]["argvs"] == []
 
 
 def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
@@ -89,12 +92,14 @@ def test_restart_app_tells_the_owner_and_changes_nothing():
 
 
 def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
-    hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {}}
+    hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {},
+             "cordoned_by": "gpuops"}
     steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
     assert [s.get("argv") for s in steps[1:]] == [
         ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy:NoSchedule-"],
         ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
-        ["kubectl", "uncordon", "node-a"]]
+        ["kubectl", "uncordon", "node-a"],
+        ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
     assert steps[0] == {"kind": "give_back", "gpus": ["1"], "members": ["alice"]}
 
 
