@@ -24,19 +24,32 @@ options:
     required: true
     type: list
     elements: str
+  with_imports:
+    description:
+      - Return, for each name, a dictionary of file name (C(<name>.py)) to text holding the file and every
+        C(plugins/module_utils) file it imports, directly or through another, so that a host can run it from a
+        copy of these files alone (in C(<dir>/ansible_collections/gpuops/cluster/plugins/module_utils/), with
+        C(<dir>) on C(PYTHONPATH)) - for example the scheduled health sweep of C(gpu_health) runs
+        C(gpu_health_metrics.py) this way.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
 - name: The MLflow users script, for a ConfigMap
   ansible.builtin.set_fact:
     users_script: "{{ lookup('gpuops.cluster.shipped_script', 'mlflow_users') }}"
+
+- name: The health sweep script and the module_utils it imports, file name to text
+  ansible.builtin.set_fact:
+    sweep_files: "{{ query('gpuops.cluster.shipped_script', 'gpu_health_metrics', with_imports=true)[0] }}"
 """
 
 RETURN = r"""
 _raw:
-  description: The text of each named file.
+  description: The text of each named file; with O(with_imports), a dictionary of file name to text per name.
   type: list
-  elements: str
+  elements: raw
 """
 
 import re
@@ -48,10 +61,26 @@ from ansible.plugins.lookup import LookupBase
 _MODULE_UTILS = Path(__file__).resolve().parents[1] / "module_utils"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _SCRIPT_ENTRY = 'if __name__ == "__main__":'
+_IMPORT = re.compile(r"ansible_collections\.gpuops\.cluster\.plugins\.module_utils(?:\.(\w+)| import \(?([\w, ]+))")
+
+
+def imports_of(name: str) -> dict:
+    """``{file name: text}`` of ``plugins/module_utils/<name>.py`` and every module_utils file it imports."""
+    found, todo = {}, [name]
+    while todo:
+        current = todo.pop()
+        if f"{current}.py" in found:
+            continue
+        text = (_MODULE_UTILS / f"{current}.py").read_text(encoding="utf-8")
+        found[f"{current}.py"] = text
+        for module, names in _IMPORT.findall(text):
+            todo.extend([module] if module else [part.strip() for part in names.split(",") if part.strip()])
+    return dict(sorted(found.items()))
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
+        with_imports = bool(kwargs.get("with_imports", False))
         found = []
         for term in terms:
             name = str(term)
@@ -64,5 +93,5 @@ class LookupModule(LookupBase):
             if _SCRIPT_ENTRY not in text:
                 raise AnsibleLookupError(f"shipped_script: plugins/module_utils/{name}.py does not run as a script "
                                          f"(no {_SCRIPT_ENTRY!r}); only such files can run outside Ansible")
-            found.append(text)
+            found.append(imports_of(name) if with_imports else text)
         return found
