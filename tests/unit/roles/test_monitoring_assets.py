@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health, gpu_health_metrics
+from conftest import shared_path
 
 ASSETS = Path(__file__).resolve().parents[3] / "roles" / "monitoring_assets" / "files"
 RULE_FILES = sorted((ASSETS / "prometheus" / "rules").glob("*.yml"))
@@ -89,6 +91,18 @@ def load_rules() -> list[dict]:
 
 def recorded_names() -> set[str]:
     return {r["record"] for r in load_rules() if "record" in r}
+
+
+def sweep_metric_names() -> set[str]:
+    """The gpuops_gpu_health_* names the scheduled health sweep writes (gpu_health_metrics), read from what it writes
+    for a real capture: the A100 SXM4 x4 nvidia-smi -q (row remap counters) with a real Xid 79 line."""
+    state = shared_path("nvidia-smi", "query", "a100-sxm4-80gb-x4_nvidia-smi-q.txt").read_text()
+    line = "kernel: NVRM: Xid (PCI:0000:9e:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    result = gpu_health.sweep(lambda argv: (127, "", ""), lambda name: None, kernel_log_text=line, dcgm_level=0,
+                              state_text=state)
+    text = gpu_health_metrics.format_metrics(result, gpu_health_metrics.count_events([], result["events"],
+                                                                                     result["gpus"], 0.0), 0.0)
+    return set(re.findall(r"^# TYPE (\S+) ", text, flags=re.MULTILINE))
 
 
 def dashboard_exprs(dashboard: dict) -> list[str]:
@@ -171,7 +185,7 @@ def test_shipped_dcgm_dashboard_is_upstream_unmodified(shared_data: Path) -> Non
 @pytest.mark.parametrize("rule_file", RULE_FILES, ids=[p.name for p in RULE_FILES])
 def test_rule_metrics_exist(rule_file: Path) -> None:
     collected = csv_fields(COUNTERS, include_commented=False)
-    allowed = collected | recorded_names() | NODE_AND_PROMETHEUS_METRICS
+    allowed = collected | recorded_names() | NODE_AND_PROMETHEUS_METRICS | sweep_metric_names()
     problems = []
     for group in yaml.safe_load(rule_file.read_text())["groups"]:
         for rule in group["rules"]:
