@@ -4,8 +4,8 @@
 
 * ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
 * ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
-* ``members | gpuops.cluster.workspace_plan(topology, memory_pool_mb, cpus_total, gpus_found, mps_context_reserve,
-  mps_min_usable)``: GPUs (exclusive or MPS-shared), cpuset, memory and CPU limits per member;
+* ``workspaces | gpuops.cluster.workspace_shares(memory_pool_mb, cpus_total)``: the plan's member workspaces with
+  the default memory and CPU shares of this host sized (the finishing step; the plan made the rest);
 * ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
 
 Thin: the logic lives in plugins/plugin_utils/{images,workspaces,alert_rules}.py (controller-only); documentation
@@ -19,7 +19,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 alert_rules = lazy("alert_rules")
 images = lazy("images")
-mps = lazy("mps")
 workspaces = lazy("workspaces")
 
 
@@ -37,29 +36,21 @@ def image_pinned(ref: object) -> bool:
         raise AnsibleFilterError(f"image_pinned: {exc}") from exc
 
 
-def workspace_plan(members: object, topology: object, memory_pool_mb: object = 0, cpus_total: object = 0,
-                   gpus_found: object = None, mps_context_reserve: object = None,
-                   mps_min_usable: object = None) -> dict:
-    if not isinstance(topology, dict):
+def workspace_shares(planned: object, memory_pool_mb: object = 0, cpus_total: object = 0) -> dict:
+    if not isinstance(planned, dict):
         raise AnsibleFilterError(
-            "workspace_plan: topology must be the gpu_topology result (a mapping with 'gpus'), "
-            f"got {type(topology).__name__}"
+            "workspace_shares: the input must be the plan's workspaces of one host (gpuops_plan.hosts.<host>"
+            f".workspaces, a mapping with 'members'), got {type(planned).__name__}"
         )
     try:
         pool = int(memory_pool_mb or 0)
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"workspace_plan: memory_pool_mb {memory_pool_mb!r} is not a number") from exc
+        raise AnsibleFilterError(f"workspace_shares: memory_pool_mb {memory_pool_mb!r} is not a number") from exc
     try:
         cpus = float(cpus_total or 0)
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"workspace_plan: cpus_total {cpus_total!r} is not a number") from exc
-    found = list(gpus_found) if isinstance(gpus_found, (list, tuple)) else None
-    try:
-        rule = mps.limits(mps_context_reserve, mps_min_usable)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"workspace_plan: {exc}") from exc
-    return workspaces.plan_workspaces(list(members) if isinstance(members, (list, tuple)) else members, topology, pool,
-                                      cpus, found, rule)
+        raise AnsibleFilterError(f"workspace_shares: cpus_total {cpus_total!r} is not a number") from exc
+    return workspaces.size_workspaces(planned, pool, cpus)
 
 
 def cap_rule_for(rules: object, maximum: object = "") -> dict:
@@ -76,6 +67,6 @@ class FilterModule:
         return {
             "mirror_image": mirror_image,
             "image_pinned": image_pinned,
-            "workspace_plan": workspace_plan,
+            "workspace_shares": workspace_shares,
             "cap_rule_for": cap_rule_for,
         }

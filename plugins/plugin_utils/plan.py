@@ -243,6 +243,12 @@ SCHEMA: dict[str, Any] = {
                     "gpu_count": {**_NULL_INT, "description": "GPUs found (null: not read)."},
                     "gpu_models": {"type": "array", "items": {"type": "string"}},
                     "gpu_source": {**_NULL_STR, "description": "nvml, nvidia-smi, sysfs or inventory."},
+                    "gpus_present": {
+                        "type": ["boolean", "null"],
+                        "description": "Whether the GPU facts found an NVIDIA GPU (null: not read). playbooks/host.yml "
+                        "skips the host layer where false (unless nvidia_driver_load_module: false, an image build). "
+                        "Optional: a plan.json written before it lacks it.",
+                    },
                     "topology": {
                         "type": ["object", "null"],
                         "description": "The GPU topology preflight read (as ansible_facts.gpu.topology), else null.",
@@ -255,17 +261,37 @@ SCHEMA: dict[str, Any] = {
                     "nvlink_domains": {**_INT_LISTS, "description": "GPU indexes joined by NVLink, per domain."},
                     "packages": {
                         "type": "object",
-                        "description": "The driver set this host gets.",
+                        "description": "The driver set this host gets, read by nvidia_driver (Fabric Manager). The "
+                        "keys after driver, fabric_manager and container_toolkit are optional: a plan.json written "
+                        "before them lacks them.",
                         "properties": {
-                            "driver": _NULL_STR,
+                            "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
+                            "driver_source": {
+                                **_NULL_STR,
+                                "description": "nvidia_driver_source as the inventory sets it (nvidia or distro); "
+                                "null: the role's default, nvidia.",
+                            },
                             "fabric_manager": {
                                 **_NULL_STR,
-                                "description": "Exactly the driver pin on NVSwitch hosts, else null.",
+                                "description": "Exactly the driver pin where Fabric Manager is needed, else null.",
                             },
+                            "fabric_manager_needed": {
+                                "type": ["boolean", "null"],
+                                "description": "Whether nvidia_driver installs Fabric Manager: "
+                                "nvidia_driver_fabric_manager when the inventory sets it true or false, else (auto) "
+                                "whether the GPU facts found NVSwitches; null: not known (auto, and the GPU facts were "
+                                "not read), which nvidia_driver refuses.",
+                            },
+                            "fabric_manager_reason": {"type": "string", "description": "Why, in a few words."},
                             "container_toolkit": {
                                 **_NULL_STR,
                                 "description": "This host's nvidia_container_toolkit_version as the inventory pins "
                                 "it; null: the role's default.",
+                            },
+                            "container_toolkit_source": {
+                                **_NULL_STR,
+                                "description": "nvidia_container_toolkit_repo_url as the inventory sets it (a "
+                                "mirror); null: NVIDIA's repository, the role's default.",
                             },
                         },
                     },
@@ -315,15 +341,23 @@ SCHEMA: dict[str, Any] = {
                         "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
                         "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
-                        "default shares from the host's memory and CPUs and refuses an overcommit), shared (GPU "
+                        "default shares from the host's memory and CPUs and refuses an overcommit, its one finishing "
+                        "step, filter workspace_shares), shared (GPU "
                         "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
-                        "smallest cap), problems, warnings. null on "
+                        "smallest cap), problems, warnings, gpu_total (the GPUs the shares divide). compose_stack "
+                        "deploys exactly these workspaces. The topology is compose_stack_topology where the inventory "
+                        "sets it; with neither a topology nor GPU facts (a plan from the inventory alone), GPUs "
+                        "0..gpuops_gpu_count-1 without cpusets. null on "
                         "kubernetes (members get namespaces: team).",
                         "properties": {
                             "members": {"type": "object"},
                             "shared": {"type": "object"},
                             "problems": {"type": "array", "items": {"type": "string"}},
                             "warnings": {"type": "array", "items": {"type": "string"}},
+                            "gpu_total": {
+                                "type": "integer",
+                                "description": "Optional: a plan.json written before it lacks it.",
+                            },
                         },
                     },
                     "out_of_service": {
@@ -389,15 +423,20 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
 
 def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     """The member workspaces of a compose host: compose_stack_members where the inventory sets it, else
-    gpuops_members (the role's default), on this host's topology, else the GPUs its facts found. A GPU's CPU and
-    NUMA affinity (the member's cpuset) come from the topology when it gives them, else from the GPU facts, which
-    read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a one-GPU or driverless host
-    gets cpusets too."""
+    gpuops_members (the role's default), on compose_stack_topology where set, else this host's topology, else the
+    GPUs its facts found, else (a plan from the inventory alone, no facts) GPUs 0..gpuops_gpu_count-1 without CPU
+    affinity. A GPU's CPU and NUMA affinity (the member's cpuset) come from the topology when it gives them, else
+    from the GPU facts, which read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a
+    one-GPU or driverless host gets cpusets too."""
     members = get_var(hostvars, "compose_stack_members")
     members = members if isinstance(members, list) else get_var(hostvars, "gpuops_members", [])
     if not isinstance(members, list) or not members:
-        return {"members": {}, "shared": {}, "problems": [], "warnings": []}
+        return {"members": {}, "shared": {}, "problems": [], "warnings": [], "gpu_total": 0}
+    given = get_var(hostvars, "compose_stack_topology")
+    topology = given if isinstance(given, dict) and given else topology
     layout = {"gpus": list(gpu.get("gpus") or [])}
+    if not gpu and not (topology or {}).get("gpus"):  # the inventory alone (render): its GPU count, no affinity
+        layout = {"gpus": [{"index": index} for index in range(int(get_var(hostvars, "gpuops_gpu_count", 0) or 0))]}
     if (topology or {}).get("gpus"):
         found = {g.get("index"): g for g in layout["gpus"] if isinstance(g, dict)}
 
@@ -409,10 +448,25 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
 
         layout = {**topology, "gpus": [with_affinity(entry) for entry in topology["gpus"]]}
     # Preflight reads no host memory or CPU count: the member's own limits are planned, the default shares are
-    # sized by compose_stack from the host's facts (the same function), which also refuses an overcommit.
+    # sized by compose_stack from the host's facts (workspaces.size_workspaces, the finishing step), which also
+    # refuses an overcommit.
     return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
                            gpus_found=gpu.get("gpus"),
                            mps_limits=mps.limits_of({name: get_var(hostvars, name) for name in mps.VARIABLES}))
+
+
+def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
+    """Whether the host needs Fabric Manager, and why: nvidia_driver_fabric_manager when the inventory sets it true
+    or false, else (auto) whether the GPU facts found NVSwitches; None when they were not read."""
+    wanted = get_var(hostvars, "nvidia_driver_fabric_manager", "auto")
+    if isinstance(wanted, bool):
+        return wanted, f"nvidia_driver_fabric_manager: {str(wanted).lower()}"
+    found = gpu.get("fabric_manager")
+    if not isinstance(found, dict):
+        return None, "the GPU facts were not read, so NVSwitches were not looked for"
+    if found.get("required"):
+        return True, f"{found.get('nvswitch_count', '?')} NVSwitch device(s) found"
+    return False, "no NVSwitch found"
 
 
 def host_part(
@@ -427,14 +481,15 @@ def host_part(
     node's labels and taints, NCCL settings and the member workspaces. The topology is the one preflight read, else
     the inventory's declaration (gpuops_gpu_topology); ``driver`` is the pin preflight judged, else the inventory's
     nvidia_driver_version; ``driver_judged`` the driver preflight judged CUDA against ({version, source}: pin or
-    running, preflight.judged_driver), else None; Fabric Manager is needed where the GPU facts found NVSwitches."""
+    running, preflight.judged_driver), else None; Fabric Manager is needed where nvidia_driver_fabric_manager says
+    so, else where the GPU facts found NVSwitches."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = get_var(hostvars, "gpuops_gpu_topology")
         topology, source = (declared, "inventory (gpuops_gpu_topology)") if isinstance(declared, dict) else (None, None)
     pool = get_var(hostvars, "gpuops_pool") or None
     driver = (driver if driver is not None else str(get_var(hostvars, "nvidia_driver_version", "") or "")) or None
-    fabric_manager = bool((gpu.get("fabric_manager") or {}).get("required"))
+    fabric_manager, fabric_manager_reason = _fabric_manager(gpu, hostvars)
     policy = None
     if platform == "kubernetes" and pool in kube_plan.POOLS:
         try:
@@ -458,10 +513,15 @@ def host_part(
         "topology_source": source,
         "numa_nodes": numa,
         "nvlink_domains": [sorted(int(i) for i in d) for d in (topology or {}).get("nvlink_domains") or []],
+        "gpus_present": gpu["present"] if isinstance(gpu.get("present"), bool) else None,
         "packages": {
             "driver": driver,
+            "driver_source": str(get_var(hostvars, "nvidia_driver_source", "") or "") or None,
             "fabric_manager": driver if fabric_manager else None,
+            "fabric_manager_needed": fabric_manager,
+            "fabric_manager_reason": fabric_manager_reason,
             "container_toolkit": toolkit,
+            "container_toolkit_source": str(get_var(hostvars, "nvidia_container_toolkit_repo_url", "") or "") or None,
         },
         "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,

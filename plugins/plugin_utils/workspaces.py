@@ -2,11 +2,11 @@
 # Apache License 2.0 (see galaxy.yml)
 """Plan member workspaces on one GPU host: exclusive or MPS-shared GPUs, NUMA-local CPUs, memory and CPU limits.
 
-Controller-only (used by the ``workspace_plan`` filter). The CPU-list grammar is
-``module_utils/cpu_list``, shared with the topology parser.
+Controller-only (used by ``plugin_utils/plan``, and by the ``workspace_shares`` filter for the finishing step).
+The CPU-list grammar is ``module_utils/cpu_list``, shared with the topology parser.
 
 Input is the team list (``gpuops_members``, the role parameter ``compose_stack_members``) and the GPU topology as
-``gpuops.cluster.gpu_topology`` returns it (``gpus: [{index, cpu_affinity, numa_node, ...}]``).
+``gpuops.cluster.gpu_facts`` reads it (``gpus: [{index, cpu_affinity, numa_node, ...}]``).
 
 Rules (also the role's documented behaviour):
 
@@ -27,7 +27,9 @@ Rules (also the role's documented behaviour):
   of all the host's GPUs (memory of unassigned GPUs stays free). CPUs (``cpus``, Docker's CPU quota): the
   member's ``cpus`` when given, else ``cpus_total`` in the same proportion (floored to 0.01, at least 0.01).
   Limits that add up past ``memory_pool_mb`` or ``cpus_total`` are a *problem* naming each member and the
-  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit).
+  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit). Preflight plans
+  with neither known (it reads no host memory or CPU count); ``size_workspaces`` is the finishing step that
+  compose_stack runs on the plan's workspaces with the host's, and plans nothing else again.
 * Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
   ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
   GPU the GPU's MPS daemon sees); a cap is a problem when it leaves the member less than ``gpuops_mps_min_usable``
@@ -179,14 +181,15 @@ def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int
 def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cpus_total: float = 0,
                     gpus_found: Any = None, mps_limits: Limits | None = None) -> dict:
     """Return ``{"members": {name: {gpus, shared_gpus, mps, cpuset, cpus, memory_mb, numa_nodes}}, "shared":
-    {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...]}``.
+    {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...], "gpu_total": n}``.
 
     ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (0: unknown, defaults not set and
-    overcommit not checked); ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``); ``mps_limits``:
-    the MPS cap rule's settings (``mps.limits``; None: the defaults)."""
+    overcommit not checked; ``size_workspaces`` sets them later, as compose_stack does on the plan's workspaces);
+    ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``); ``mps_limits``: the MPS cap rule's
+    settings (``mps.limits``; None: the defaults)."""
     if not isinstance(members, list):
         return {"members": {}, "shared": {}, "problems": [f"members must be a list, got {type(members).__name__}"],
-                "warnings": []}
+                "warnings": [], "gpu_total": 0}
     gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
     known = {g["index"] for g in gpus}
     problems = _member_problems(members, known, mps_limits)
@@ -194,7 +197,7 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
         problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
                         "driver loaded, or pass the host's gpu_topology result as compose_stack_topology")
     if problems:
-        return {"members": {}, "shared": {}, "problems": problems, "warnings": []}
+        return {"members": {}, "shared": {}, "problems": problems, "warnings": [], "gpu_total": len(gpus)}
 
     sharers = _shared(members)
     # A shared GPU is held by one pseudo-member in the CPU split; each of its sharers gets that part.
@@ -204,15 +207,11 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
     numa_of = {g["index"]: g.get("numa_node") for g in gpus}
 
     planned: dict[str, dict] = {}
-    total_gpus = len(gpus)
-    memory: dict[str, tuple[float, bool]] = {}
-    quota: dict[str, tuple[float, bool]] = {}
     for member in members:
         name = member["name"]
         exclusive = list(member.get("gpus") or [])
         shared_here = [e["gpu"] for e in member.get("shared_gpus") or []]
         held = exclusive + shared_here
-        share = len(exclusive) + sum(1 / len(sharers[g]) for g in shared_here)
         mine = cpus[name] + [c for g in shared_here for c in cpus[f"shared:{g}"]]
         missing = [g for g in held if g not in pool_of]
         if missing:
@@ -222,16 +221,6 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
         if len({pool_of.get(g) for g in held}) > 1:
             warnings.append(f"member {name}: GPUs {held} sit on different NUMA nodes/CPU sets; "
                             "traffic between them crosses the CPU interconnect")
-        memory_mb = size_mib(member.get("memory"))
-        if memory_mb is None and memory_pool_mb:
-            memory_mb = int(int(memory_pool_mb) * share // total_gpus)
-        cpu_quota = float(member["cpus"]) if member.get("cpus") is not None else None
-        if cpu_quota is None and cpus_total:
-            cpu_quota = max(int(float(cpus_total) * share * 100 / total_gpus) / 100, 0.01)
-        if memory_mb is not None:
-            memory[name] = (memory_mb, member.get("memory") is not None)
-        if cpu_quota is not None:
-            quota[name] = (cpu_quota, member.get("cpus") is not None)
         planned[name] = {
             "gpus": sorted(exclusive),
             "shared_gpus": [{"gpu": g, "memory_mb": sharers[g][name]} for g in shared_here],
@@ -239,14 +228,46 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
             "mps": ({"gpu": shared_here[0], "pinned_mem_limit": f"0={format_mib(sharers[shared_here[0]][name])}"}
                     if shared_here else None),
             "cpuset": format_cpu_list(sorted(set(mine))) if mine and not missing else None,
-            "cpus": cpu_quota,
-            "memory_mb": memory_mb,
+            "cpus": float(member["cpus"]) if member.get("cpus") is not None else None,
+            "memory_mb": size_mib(member.get("memory")),
             "numa_nodes": nodes,
         }
+    shared_plan = _shared_checks(sharers, _gpu_memory(gpus, gpus_found), problems, warnings)
+    return size_workspaces({"members": planned, "shared": shared_plan, "problems": problems, "warnings": warnings,
+                            "gpu_total": len(gpus)}, memory_pool_mb, cpus_total)
+
+
+def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float = 0) -> dict:
+    """The finishing step on a workspace plan (``plan_workspaces``' result, e.g. the plan's
+    ``hosts.<host>.workspaces``, which preflight makes without the host's memory and CPU count): each member's
+    ``memory_mb`` and ``cpus`` left null get the default share of ``memory_pool_mb`` and ``cpus_total`` (the
+    member's GPU share of the host's ``gpu_total`` GPUs), and limits that add up past either are a problem. A
+    limit already set counts as given. Nothing else is planned again: GPUs, cpusets and MPS caps stay the plan's.
+    With problems, members and shared are empty."""
+    problems = list(workspaces.get("problems") or [])
+    warnings = list(workspaces.get("warnings") or [])
+    shared = dict(workspaces.get("shared") or {})
+    total_gpus = int(workspaces.get("gpu_total") or 0)
+    planned: dict[str, dict] = {}
+    memory: dict[str, tuple[float, bool]] = {}
+    quota: dict[str, tuple[float, bool]] = {}
+    for name, entry in (workspaces.get("members") or {}).items():
+        share = len(entry.get("gpus") or []) + sum(
+            1 / len(shared[str(e["gpu"])]["members"]) for e in entry.get("shared_gpus") or [])
+        memory_mb, cpu_quota = entry.get("memory_mb"), entry.get("cpus")
+        given = (memory_mb is not None, cpu_quota is not None)
+        if memory_mb is None and memory_pool_mb and total_gpus:
+            memory_mb = int(int(memory_pool_mb) * share // total_gpus)
+        if cpu_quota is None and cpus_total and total_gpus:
+            cpu_quota = max(int(float(cpus_total) * share * 100 / total_gpus) / 100, 0.01)
+        if memory_mb is not None:
+            memory[name] = (memory_mb, given[0])
+        if cpu_quota is not None:
+            quota[name] = (cpu_quota, given[1])
+        planned[name] = {**entry, "memory_mb": memory_mb, "cpus": cpu_quota}
     problems += _overcommit("memory", memory, int(memory_pool_mb or 0), "MiB",
                             "memory for workspaces (compose_stack_member_memory_pool_mb)")
     problems += _overcommit("cpus", quota, float(cpus_total or 0), "CPUs", "this host's CPUs")
-    shared_plan = _shared_checks(sharers, _gpu_memory(gpus, gpus_found), problems, warnings)
     if problems:
-        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings}
-    return {"members": planned, "shared": shared_plan, "problems": [], "warnings": warnings}
+        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings, "gpu_total": total_gpus}
+    return {"members": planned, "shared": shared, "problems": [], "warnings": warnings, "gpu_total": total_gpus}

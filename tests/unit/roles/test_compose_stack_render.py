@@ -36,6 +36,7 @@ def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) ->
         "compose_stack_service_uid": 10100,
         "compose_stack_service_gid": 10100,
         "compose_stack_member_memory_pool_mb": 819200,
+        "gpuops_platform": "compose",
         **extra,
     }
     vars_file = tmp_path / "vars.json"

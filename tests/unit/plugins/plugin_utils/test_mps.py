@@ -4,8 +4,8 @@ The reserve's default is checked against the real capture it comes from, ../shar
 mps-pinned-mem-limit.txt (one H200, driver 580.159.04, CUDA 13.0; a client allocating 64 MiB blocks until refused
 under CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G, 2G and 8G; SOURCES.md there). The rule's edges (exactly the smallest
 cap passes, one MiB less is refused) are checked on the rule itself and through each caller on both platforms:
-compose members' shared_gpus caps (team, workspaces and the two filters) and a Kubernetes pool's per-replica share
-(gpu_sharing, gpu_operator, the plan).
+compose members' shared_gpus caps (team, the plan's workspaces and the team filter) and a Kubernetes pool's
+per-replica share (gpu_sharing, gpu_operator, the plan).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import re
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.compose_stack import workspace_plan
 from ansible_collections.gpuops.cluster.plugins.filter.team import team_problems as team_problems_filter
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, gpu_sharing, mps, plan, preflight
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems, team_problems
@@ -36,6 +34,17 @@ def sharer(cap: str, name: str = "bob", uid: int = 2002, gpu: int = 1) -> dict:
 
 def members(cap: str) -> list[dict]:
     return [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]}, sharer(cap)]
+
+
+def workspace_plan(team: list[dict], topology: dict, mps_context_reserve: object = None,
+                   mps_min_usable: object = None) -> dict:
+    """The plan's workspaces of one compose host (plan.host_part), which compose_stack deploys, with the inventory's
+    MPS settings where given."""
+    hostvars = {"gpuops_members": team, "compose_stack_topology": topology}
+    for name, value in ((mps.RESERVE_VAR, mps_context_reserve), (mps.MIN_USABLE_VAR, mps_min_usable)):
+        if value is not None:
+            hostvars[name] = value
+    return plan.host_part("compose", {}, hostvars)["workspaces"]
 
 
 def capped(problems: list[str]) -> list[str]:
@@ -86,7 +95,7 @@ def test_bad_settings_are_named(reserve, usable, wanted: str) -> None:
     with pytest.raises(ValueError, match=re.escape(wanted)):
         mps.limits(reserve, usable)
     assert team_problems_filter(TEAMS, members("2g"), reserve, usable)[0].startswith(wanted)
-    with pytest.raises(AnsibleFilterError, match=re.escape(wanted)):
+    with pytest.raises(ValueError, match=re.escape(wanted)):
         workspace_plan(members("2g"), TOPOLOGY, mps_context_reserve=reserve, mps_min_usable=usable)
     pools = {"inference": {"mps_replicas": 4}}
     assert wanted in gpu_operator.problems({"chart_version": "v26.3.2", "pools": pools, "mps_context_reserve": reserve,

@@ -69,8 +69,10 @@ def test_host_part_from_the_hgx_capture(kube_plan):
     hgx = kube_plan["hosts"]["hgx-01"]
     assert hgx["numa_nodes"] == [0, 1]
     assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
-    assert hgx["packages"] == {"driver": PIN, "fabric_manager": PIN, "container_toolkit": None}, (
-        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin in this inventory")
+    assert hgx["packages"] == {"driver": PIN, "driver_source": None, "fabric_manager": PIN,
+                               "fabric_manager_needed": True, "fabric_manager_reason": "? NVSwitch device(s) found",
+                               "container_toolkit": None, "container_toolkit_source": None}, (
+        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin or source in this inventory")
     assert hgx["topology_source"] == "preflight"
     # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
     assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
@@ -92,7 +94,39 @@ def test_no_kubelet_policy_on_compose_or_without_a_pool():
     assert plan.host_part("compose", gpu, {"gpuops_pool": "training"}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
-        "driver": None, "fabric_manager": None, "container_toolkit": None}
+        "driver": None, "driver_source": None, "fabric_manager": None, "fabric_manager_needed": None,
+        "fabric_manager_reason": "the GPU facts were not read, so NVSwitches were not looked for",
+        "container_toolkit": None, "container_toolkit_source": None}
+
+
+# nvidia_driver installs Fabric Manager where the plan says so (packages.fabric_manager_needed): the inventory's
+# nvidia_driver_fabric_manager true or false, else (auto) the NVSwitches the GPU facts found.
+@pytest.mark.parametrize(("setting", "found", "needed", "reason"), [
+    ("auto", {"required": True, "nvswitch_count": 4}, True, "4 NVSwitch device(s) found"),
+    ("auto", {"required": False, "nvswitch_count": 0}, False, "no NVSwitch found"),
+    (None, {"required": True, "nvswitch_count": 6}, True, "6 NVSwitch device(s) found"),
+    ("auto", None, None, "the GPU facts were not read, so NVSwitches were not looked for"),
+    (True, {"required": False, "nvswitch_count": 0}, True, "nvidia_driver_fabric_manager: true"),
+    (False, {"required": True, "nvswitch_count": 4}, False, "nvidia_driver_fabric_manager: false"),
+])
+def test_fabric_manager_is_decided_in_the_plan(setting, found, needed, reason):
+    gpu = {"count": 8, "present": True, **({"fabric_manager": found} if found is not None else {})}
+    hostvars = {"nvidia_driver_version": PIN}
+    if setting is not None:
+        hostvars["nvidia_driver_fabric_manager"] = setting
+    packages = plan.host_part("compose", gpu, hostvars)["packages"]
+    assert (packages["fabric_manager_needed"], packages["fabric_manager_reason"]) == (needed, reason)
+    assert packages["fabric_manager"] == (PIN if needed else None)
+
+
+def test_gpu_presence_and_package_sources_are_in_the_plan():
+    hostvars = {"nvidia_driver_source": "distro", "nvidia_container_toolkit_repo_url": "http://mirror.lan/nct"}
+    part = plan.host_part("compose", {"count": 0, "present": False, "source": "pci"}, hostvars)
+    assert part["gpus_present"] is False, "playbooks/host.yml skips this host"
+    assert (part["packages"]["driver_source"], part["packages"]["container_toolkit_source"]) == (
+        "distro", "http://mirror.lan/nct")
+    assert plan.host_part("compose", {"count": 8, "present": True}, {})["gpus_present"] is True
+    assert plan.host_part("compose", {}, {})["gpus_present"] is None, "not read: not known"
 
 
 def test_inventory_topology_when_preflight_read_none():

@@ -3,8 +3,8 @@ on the collection's own inventories (inventories/cluster, inventories/small-team
 with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
 
 Each part is checked twice against the same literal values: as the plan builds it, and as the role run alone gets it
-from the filter it calls (kube_node: kubelet_policy + kube_node_labels_taints; training_stack: pytorchjob_template;
-compose_stack: workspace_plan), with the role's inputs.
+from the filter it calls (kube_node: kubelet_policy + kube_node_labels_taints; training_stack: pytorchjob_template),
+with the role's inputs; compose_stack reads the plan's workspaces and only sizes the default shares (workspace_shares).
 """
 
 from __future__ import annotations
@@ -91,8 +91,10 @@ def test_pools_and_pins_of_the_cluster_inventory(cluster):
     assert cluster["pins"]["images"] == {}, "inventories/cluster sets no image pin: the roles' defaults are in force"
     assert cluster["pins"]["driver"] == DRIVER
     for host in CAPTURES:
-        assert cluster["hosts"][host]["packages"] == {"driver": DRIVER, "fabric_manager": DRIVER,
-                                                      "container_toolkit": "1.17.8"}
+        assert cluster["hosts"][host]["packages"] == {
+            "driver": DRIVER, "driver_source": None, "fabric_manager": DRIVER, "fabric_manager_needed": True,
+            "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8",
+            "container_toolkit_source": None}
         assert cluster["hosts"][host]["workspaces"] is None, "kubernetes members get namespaces, not workspaces"
 
 
@@ -270,14 +272,20 @@ def _compose_plan(hostvars: dict) -> dict:
 def test_member_workspaces_plan_and_role_alone():
     hostvars = _inventory("small-team")
     built = _compose_plan(hostvars)
-    expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": []}
+    expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": [], "gpu_total": 8}
     assert built["hosts"]["gpu01"]["workspaces"] == expected
     assert built["hosts"]["gpu01"]["node"] is None
     assert built["hosts"]["gpu01"]["kubelet_policy"] is None
     assert built["pools"] == {}, "the small team sets no gpuops_pool"
-    # compose_stack alone: its filter on its default members (gpuops_members) and the same topology
-    alone = compose_stack.workspace_plan(hostvars["gpu01"]["gpuops_members"], _topology("h100x8_sxm_2numa_noNIC"), 0)
-    assert alone["members"] == WORKSPACES
+    # compose_stack's one finishing step on the plan's workspaces: the default shares of this host's memory and CPUs
+    # (its facts), nothing planned again
+    sized = compose_stack.workspace_shares(built["hosts"]["gpu01"]["workspaces"], 819200, 208)
+    assert {name: (ws["memory_mb"], ws["cpus"]) for name, ws in sized["members"].items()} == {
+        "alice": (204800, 52.0), "bob": (204800, 52.0), "carol": (307200, 78.0), "dave": (102400, 26.0)}
+    assert {name: {**ws, "memory_mb": None, "cpus": None} for name, ws in sized["members"].items()} == WORKSPACES
+    too_small = compose_stack.workspace_shares(built["hosts"]["gpu01"]["workspaces"], 819200, 0.02)
+    assert too_small["members"] == {}
+    assert "the workspaces' cpus limits overcommit this host" in too_small["problems"][0]
 
 
 def test_member_workspaces_follow_compose_stack_members_and_say_what_is_wrong():
@@ -322,7 +330,7 @@ def test_one_gpu_host_h200_driver580_gets_a_cpuset_from_its_topology():
     assert (facts["count"], facts["topology_error"]) == (1, None)
     assert facts["gpus"][0]["cpu_affinity"] is None  # no sysfs here: the cpuset can only come from the topology
     assert _one_member_workspaces(facts) == {"members": {"alice": ALICE_ON_H200}, "shared": {}, "problems": [],
-                                             "warnings": []}
+                                             "warnings": [], "gpu_total": 1}
 
 
 def test_one_gpu_host_without_driver_gets_a_cpuset_from_sysfs(tmp_path):
