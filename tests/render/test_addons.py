@@ -357,12 +357,27 @@ def test_rendered_rules_pass_the_promtool_tests(rendered, tmp_path):
              for p in sorted((rendered / "kube_monitoring").glob("prometheusrule-*.yaml"))]
     assert rules
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [g for r in rules for g in r["spec"]["groups"]]}))
-    tests = yaml.safe_load((REPO_ROOT / "tests/promtool/gpu.rules.test.yml").read_text(encoding="utf-8"))
-    tests["rule_files"] = ["rules.yml"]
-    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    test_files = sorted((REPO_ROOT / "tests/promtool").glob("*.rules.test.yml"))
+    assert len(test_files) > 1, test_files
+    for test_file in test_files:
+        tests = yaml.safe_load(test_file.read_text(encoding="utf-8"))
+        tests["rule_files"] = ["rules.yml"]
+        (tmp_path / "test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+        result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120, check=False)
+        assert result.returncode == 0, test_file.name + ": " + result.stdout + result.stderr
+
+
+def test_node_exporter_reads_the_gpu_health_sweeps_textfile_directory(rendered):
+    """kube-prometheus-stack's node-exporter serves the files gpu_health's scheduled sweep writes on each GPU node
+    (the chart mounts the host's root at /host/root), and keeps the chart's own filesystem flags."""
+    values = yaml.safe_load((rendered / "kube_monitoring/helm-values-kube-prometheus-stack.yml").read_text("utf-8"))
+    spec = yaml.safe_load((REPO_ROOT / "roles/gpu_health/meta/argument_specs.yml").read_text(encoding="utf-8"))
+    textfile_dir = spec["argument_specs"]["main"]["options"]["gpu_health_textfile_dir"]["default"]
+    args = values["prometheus-node-exporter"]["extraArgs"]
+    assert f"--collector.textfile.directory=/host/root{textfile_dir}" in args
+    assert [arg.split("=")[0] for arg in args[:2]] == [
+        "--collector.filesystem.mount-points-exclude", "--collector.filesystem.fs-types-exclude"]
 
 
 def test_dashboards_are_the_assets(rendered_objects):
