@@ -148,7 +148,8 @@ def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
 
 def test_the_script_runs_from_a_copy_of_the_shipped_files_alone(tmp_path):
     """The files the role ships (the shipped_script lookup with_imports) are the whole import closure: the script
-    runs from a bare copy of them, with no Ansible importable, on a host with no GPU tool (read_ok false)."""
+    runs from a bare copy of them (the collection is importable from nowhere else), on a host with no GPU tool
+    (read_ok false)."""
     lib = tmp_path / "lib" / "ansible_collections" / "gpuops" / "cluster" / "plugins" / "module_utils"
     lib.mkdir(parents=True)
     for name, text in ShippedScript().run(["gpu_health_metrics"], with_imports=True)[0].items():
@@ -156,12 +157,11 @@ def test_the_script_runs_from_a_copy_of_the_shipped_files_alone(tmp_path):
     textfiles = tmp_path / "textfile"
     textfiles.mkdir()
     state = tmp_path / "sweep.json"
-    argv = [sys.executable, "-I", "-c",
-            f"import sys; sys.path.insert(0, {str(tmp_path / 'lib')!r}); "
-            "from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import main; "
-            f"sys.exit(main(['--state-file', {str(state)!r}, '--textfile-dir', {str(textfiles)!r}]))"]
+    # the command line of the role's service unit (templates/gpuops-gpu-health-sweep.service.j2)
+    argv = [sys.executable, "-m", "ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics",
+            "--state-file", str(state), "--textfile-dir", str(textfiles), "--dcgm-level", "0"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path,
-                          env={"PATH": "/nonexistent", "LC_ALL": "C"})
+                          env={"PATH": "/nonexistent", "LC_ALL": "C", "PYTHONPATH": str(tmp_path / "lib")})
     assert done.returncode == 0, done.stdout + done.stderr
     text = (textfiles / "gpuops_gpu_health.prom").read_text()
     assert "gpuops_gpu_health_read_ok 0" in text
