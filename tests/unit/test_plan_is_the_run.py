@@ -1,0 +1,216 @@
+"""The plan is the run (issue 37): no role or playbook computes again a decision that gpuops_plan holds.
+
+Preflight decides once, into gpuops_plan (plugins/plugin_utils/plan.py, docs/plan.md); roles and playbooks read it.
+This test parses the YAML of roles/ and playbooks/ (comments do not count: only tasks and the strings they
+template) and fails on a decision made again:
+
+* the GPU topology read again (module gpuops.cluster.gpu_topology) outside preflight: the plan holds each host's
+  topology (hosts.<host>.topology) and what derives from it;
+* member workspaces planned again (filter workspace_plan, gone; plugin_utils/workspaces.plan_workspaces) outside
+  plugin_utils/plan.py: the plan holds them (hosts.<host>.workspaces); compose_stack only sizes the default shares
+  (filter workspace_shares, the one finishing step);
+* Fabric Manager decided again from the GPU facts (fabric_manager.required): the plan holds it
+  (hosts.<host>.packages.fabric_manager_needed);
+* GPU presence judged again from the GPU facts in a playbook (gpu.present): the plan holds it
+  (hosts.<host>.gpus_present);
+* node lists built again by walking the inventory's groups through hostvars (groups[...] ... extract hostvars) in a
+  role or playbook: the plan's site part holds them (nodes).
+
+Each rule lists what it still allows, with the reason; an allowance that no longer matches fails too, so the lists
+only shrink.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAN_MODULE = "plugins/plugin_utils/plan.py"
+# Fewer parsed YAML files than this means the scan missed the roles (a moved tree, a broken loader).
+MIN_PARSED_FILES = 200
+# Where a rule looks: task files, defaults, vars, handlers and playbooks; argument specs and other meta/ files only
+# describe the variables (their prose may name a fact the plan reads).
+CODE = re.compile(r"^(playbooks/|roles/[^/]+/(tasks|defaults|vars|handlers|templates)/)")
+
+
+def _yaml_files() -> list[Path]:
+    return sorted(p for top in ("roles", "playbooks") for p in (REPO / top).rglob("*.yml") if p.is_file())
+
+
+def _load(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:  # Jinja-templated YAML (templates/): read as text below
+        return None
+
+
+def _walk(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) of every mapping in ``node``, depth first; list items and strings with key ''."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key), value
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            if not isinstance(item, (dict, list)):
+                yield "", item
+            yield from _walk(item)
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every string a task or variable holds (values, and keys: a `when` list item, a loop, a module argument)."""
+    for key, value in _walk(node):
+        yield key
+        if isinstance(value, str):
+            yield value
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+PARSED = {_rel(p): _load(p) for p in _yaml_files()}
+JINJA = {_rel(p): p.read_text(encoding="utf-8") for top in ("roles", "playbooks")
+         for p in (REPO / top).rglob("*.j2")}
+
+
+def _module_uses(module: str) -> dict[str, int]:
+    """File -> how many tasks call ``module`` (FQCN or short name)."""
+    short = module.rsplit(".", 1)[-1]
+    found: dict[str, int] = {}
+    for path, data in PARSED.items():
+        count = sum(1 for key, value in _walk(data) if key in (module, short) and isinstance(value, (dict, type(None))))
+        if count:
+            found[path] = count
+    return found
+
+
+def _matches(pattern: re.Pattern, scope: re.Pattern) -> set[str]:
+    """Files in ``scope`` (a path pattern) with a string that matches ``pattern``; comments are not strings."""
+    hits = {path for path, data in PARSED.items() if scope.search(path)
+            and any(pattern.search(text) for text in _strings(data))}
+    hits |= {path for path, text in JINJA.items() if scope.search(path)
+             and any(pattern.search(line) for line in text.splitlines() if not line.lstrip().startswith("{#"))}
+    return hits
+
+
+def test_the_scan_reads_the_roles_and_playbooks():
+    """The rules below pass only on a scan that saw the code: enough files, parsed, with tasks in them."""
+    parsed = [path for path, data in PARSED.items() if data is not None]
+    assert len(parsed) > MIN_PARSED_FILES, parsed
+    assert "roles/compose_stack/tasks/assert.yml" in parsed
+    assert _module_uses("ansible.builtin.set_fact")["roles/compose_stack/tasks/assert.yml"] >= 1
+
+
+# --- the topology is read once, by preflight --------------------------------------------------------------------
+
+# file -> why it may still read the topology itself. Empty: diagnose and gpu-check read the gpu facts, not the
+# topology module; add an entry only for a read-only use that reports, never one that decides.
+TOPOLOGY_READS_ALLOWED: dict[str, str] = {}
+
+
+def test_no_topology_read_outside_preflight():
+    assert (REPO / "plugins" / "modules" / "gpu_topology.py").is_file(), "the rule is about a module that exists"
+    uses = {path for path in _module_uses("gpuops.cluster.gpu_topology") if not path.startswith("roles/preflight/")}
+    assert uses <= set(TOPOLOGY_READS_ALLOWED), (
+        f"{sorted(uses - set(TOPOLOGY_READS_ALLOWED))} read the GPU topology again (gpuops.cluster.gpu_topology); "
+        "the plan holds it (gpuops_plan.hosts[<host>].topology). Fix: read the plan, or list a read-only use in "
+        "TOPOLOGY_READS_ALLOWED with the reason")
+    assert not set(TOPOLOGY_READS_ALLOWED) - uses, "an allowance no longer used: remove it"
+
+
+def test_the_module_rule_finds_a_topology_read():
+    sample = yaml.safe_load("- name: read\n  gpuops.cluster.gpu_topology:\n  register: x\n")
+    assert sum(1 for key, _value in _walk(sample) if key == "gpuops.cluster.gpu_topology") == 1
+
+
+# --- workspaces are planned once, in plan.py --------------------------------------------------------------------
+
+def test_no_workspace_plan_outside_the_plan():
+    planner = re.compile(r"\b(workspace_plan|plan_workspaces)\b")
+    yaml_uses = _matches(planner, CODE)
+    assert not yaml_uses, (
+        f"{sorted(yaml_uses)} plan member workspaces again; the plan holds them (gpuops_plan.hosts[<host>].workspaces)."
+        " Fix: read the plan's workspaces; size the default shares with gpuops.cluster.workspace_shares")
+    callers = {_rel(p) for p in (REPO / "plugins").rglob("*.py")
+               if re.search(r"\bplan_workspaces\(", p.read_text(encoding="utf-8"))}
+    assert callers == {PLAN_MODULE, "plugins/plugin_utils/workspaces.py"}, (
+        f"plan_workspaces is called by {sorted(callers)}; expected only {PLAN_MODULE} (and its own module)")
+    assert _matches(re.compile(r"gpuops\.cluster\.workspace_shares"), re.compile(r"^roles/compose_stack/")), (
+        "compose_stack sizes the plan's workspaces (the rule must see its one use)")
+
+
+# --- Fabric Manager and GPU presence are the plan's -------------------------------------------------------------
+
+def test_fabric_manager_is_not_decided_again_from_the_gpu_facts():
+    decides = re.compile(r"fabric_manager\W{1,4}required")
+    found = _matches(decides, CODE)
+    assert not found, (
+        f"{sorted(found)} decide Fabric Manager from the GPU facts again; the plan holds it "
+        "(gpuops_plan.hosts[<host>].packages.fabric_manager_needed). Fix: read the plan")
+    assert decides.search("ansible_facts['gpu']['fabric_manager']['required']"), "the pattern finds the old read"
+
+
+# file -> why it still reads the GPU facts' presence itself.
+GPU_PRESENCE_READS_ALLOWED = {
+    "roles/nvidia_container_toolkit/tasks/assert.yml": "CDI auto needs a GPU with the driver loaded now (present and "
+    "driver_loaded, read after the driver role ran): host state, not a plan decision",
+    "roles/nvidia_container_toolkit/tasks/cdi.yml": "the skip message of that CDI choice shows the facts it read",
+}
+
+
+def test_gpu_presence_is_not_judged_again():
+    presence = re.compile(r"\['gpu'\]\['present'\]|\bgpu\.present\b")
+    found = _matches(presence, CODE)
+    assert found <= set(GPU_PRESENCE_READS_ALLOWED), (
+        f"{sorted(found - set(GPU_PRESENCE_READS_ALLOWED))} judge GPU presence from the GPU facts again; the plan "
+        "holds it (gpuops_plan.hosts[<host>].gpus_present). Fix: read the plan")
+    assert not set(GPU_PRESENCE_READS_ALLOWED) - found, "an allowance no longer used: remove it"
+    host = PARSED["playbooks/host.yml"]
+    assert any("gpus_present" in text for text in _strings(host)), "host.yml skips a GPU-less host by the plan"
+
+
+# --- node lists are the plan's site part ------------------------------------------------------------------------
+
+NODE_LIST_WALK = re.compile(r"groups\[[^\]]+\][^{}]*?map\(\s*'extract'\s*,\s*hostvars")
+
+# file -> why it may still walk the inventory's groups through hostvars. The entry point resolves the plan itself.
+# (gpu_operator, training_stack and kube_tenancy defaults and grow's plan read gpuops_plan.nodes since 642cb78.)
+NODE_LIST_WALKS_ALLOWED = {
+    "playbooks/tasks/plan.yml": "the plan's entry point: it takes a plan another GPU host holds (this run's preflight)",
+    "playbooks/tasks/kube_plan_assert.yml": "an input check (each GPU node's gpuops_pool, each host's "
+    "kube_control_plane_schedulable and ansible_host against the cluster rules), not a node list the run acts on; "
+    "it belongs in preflight's one problems pass (issue 37 part 2)",
+}
+
+
+def test_no_node_list_is_built_from_hostvars():
+    found = _matches(NODE_LIST_WALK, CODE)
+    allowed = set(NODE_LIST_WALKS_ALLOWED)
+    assert found <= allowed, (
+        f"{sorted(found - allowed)} build a node list by walking the inventory through hostvars; the plan holds the "
+        "node lists (gpuops_plan.nodes). Fix: read the plan")
+    stale = sorted(allowed - found)
+    assert not stale, f"{stale} no longer walk hostvars for a node list: remove them from the allowances"
+
+
+def test_no_role_default_reads_other_hosts():
+    """A role's defaults are its settings; what other hosts hold (node lists, their GPUs) is the plan's."""
+    defaults = re.compile(r"^roles/[^/]+/defaults/")
+    assert len([path for path in PARSED if defaults.search(path)]) > MIN_PARSED_FILES // 10, "the scan saw the defaults"
+    found = _matches(re.compile(r"\bhostvars\b"), defaults)
+    assert not found, f"{sorted(found)} read other hosts' variables (hostvars) in a role default. Fix: read gpuops_plan"
+
+
+@pytest.mark.parametrize("text", [
+    "{{ groups['gpu_nodes'] | default([]) | map('extract', hostvars) | gpuops.cluster.kube_gpu_nodes }}",
+    "{{ gpuops_gpu_count | default(groups['gpu_nodes'] | default([]) | map('extract', hostvars)\n | sum) }}",
+])
+def test_the_node_list_rule_finds_a_walk(text: str):
+    assert NODE_LIST_WALK.search(text)
