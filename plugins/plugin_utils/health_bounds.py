@@ -87,9 +87,7 @@ def opted_out(host: str, remediation: Any, node: dict | None) -> str | None:
 
 
 def operator_cordon(node: dict | None, entry: dict) -> bool:
-    """The node is cordoned, and not by the collection (its annotation, or its own record, says so)."""
-    if entry.get("cordoned_by") == "operator":
-        return True
+    """The node is cordoned now, and not by the collection (neither its annotation nor its own record says so)."""
     ours = (node or {}).get("cordoned_by") == CORDONED_BY_US or entry.get("cordoned_by") == "gpuops"
     return bool((node or {}).get("unschedulable")) and not ours
 

@@ -227,6 +227,8 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
         entry["remediations"] = [*(entry.get("remediations") or []), record][-REMEDIATIONS_KEPT:]
         for gpu in out.values():
             gpu.setdefault("by", "gpuops")
+    if record and hplan.get("operator_cordon"):  # who took the node out: someone else's cordon, never undone here
+        entry["cordoned_by"] = "operator"
     if hplan.get("escalated") and record:
         entry["service_required"] = {"since": now, "reason": hplan["escalated"]}
     if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy

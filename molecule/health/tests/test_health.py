@@ -1,9 +1,13 @@
-"""health.yml on two nodes: node A logged Xid 79 (RESTART_BM) on GPU 0, node B nothing (molecule.yml).
+"""health.yml on three nodes: node A logged Xid 79 (RESTART_BM) on GPU 0, node B nothing, node C the same Xid 79
+but opted out (health_remediation false) (molecule.yml).
 
 prepare.yml ran the dry run, converge the apply, idempotence the re-run that changes nothing; these tests read the
 reports, the audit log and the state on the controller, and the stand-in docker's log on each node. The last two
 run the playbook again: an Xid 13 (RESTART_APP) on node B changes nothing on the node, and preflight refuses the
-member given node A's GPU 0, naming the GPU and the event.
+member given node A's GPU 0, naming the GPU and the event. Then, over time (issue 38 §2): node C is reported,
+never acted on; the circuit breaker trips on node B's failure (the second node within the window), holds it on a
+re-run, and acts only after -e health_breaker_reset=true, audited; a repeat on node A is escalated to "service
+required", held on the next run, and health_release gives its GPUs and the workspaces it stopped back.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE", str(EPHEMERAL / "inventory"))
 REPORTS = EPHEMERAL / "reports"
-A, B = "gpuops-health-a", "gpuops-health-b"
+A, B, C = "gpuops-health-a", "gpuops-health-b", "gpuops-health-c"
 XID13 = ("[ 1204.441392] NVRM: Xid (PCI:0000:ad:00): 13, pid=2210, name=python3, Graphics SM Warp Exception on "
          "(GPC 1, TPC 0, SM 0): Out Of Range Address")
 
@@ -110,3 +114,75 @@ def test_preflight_refuses_the_member_given_the_gpu_out_of_service():
     plan = json.loads((REPORTS / "plan.json").read_text())
     assert plan["hosts"][A]["out_of_service"]["0"]["event"] == "Xid 79"
     assert plan["hosts"][B]["out_of_service"] == {}
+
+
+XID79 = "[  981.255810] NVRM: Xid (PCI:0000:ad:00): 79, pid=0, GPU has fallen off the bus.\n"  # node A's, molecule.yml
+QUIET = "[    5.120411] nvidia: loading out-of-tree module taints kernel.\n"
+
+
+def state() -> dict:
+    return json.loads((REPORTS / "health" / "state.json").read_text())
+
+
+def text(kernel_log: str) -> list[str]:
+    return ["-e", json.dumps({"health_kernel_log_text": kernel_log})]
+
+
+def test_node_c_opted_out_is_reported_never_acted_on():
+    applied = next(r for r in runs() if r["apply"])
+    c = applied["plan"]["hosts"][C]
+    assert (c["status"], c["action"]) == ("opted_out", "reboot")
+    assert "health_remediation is false for this host" in c["reason"]
+    assert applied["steps"][C] == []
+    assert docker_log(C) == []
+    assert C not in state()["hosts"]
+    assert [r for r in audit() if r["host"] == C] == []
+
+
+def test_the_breaker_trips_on_the_second_node_within_the_window_and_resets_only_when_asked():
+    bounds = ["-e", "health_apply=true", "-e", "health_max_unavailable=3", "-e", "health_breaker_window=1h"]
+    tripped = playbook("playbooks/health.yml", *bounds, *text(XID79))
+    assert tripped.returncode == 0, tripped.stdout[-3000:]
+    b = runs()[-1]["plan"]["hosts"][B]
+    assert (b["status"], b["action"]) == ("held", "reboot")
+    assert f"circuit breaker: 1 of 3 GPU node(s) ({A})" in b["reason"]
+    assert "circuit breaker TRIPPED" in tripped.stdout
+    assert docker_log(B) == []
+    assert state()["breaker"]["tripped"] is True
+    assert audit()[-1]["step"] == "breaker_tripped"
+    again = playbook("playbooks/health.yml", *bounds, *text(XID79))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][B]["status"] == "held"
+    assert docker_log(B) == []
+    reset = playbook("playbooks/health.yml", *bounds, *text(XID79), "-e", "health_breaker_reset=true")
+    assert reset.returncode == 0, reset.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][B]["status"] == "act"
+    assert docker_log(B) == ["stop ws-alice ws-bob"]
+    breaker = state()["breaker"]
+    assert (breaker["tripped"], len(breaker["resets"])) == (False, 1)
+    assert [r["step"] for r in audit() if r["host"] is None] == ["breaker_tripped", "breaker_reset"]
+
+
+def test_a_repeat_on_a_is_escalated_to_service_required_held_and_released():
+    # gpu_health's text cursor counts lines: the converge's line first, then the repeat (and, next run, one more)
+    repeat = XID79 + XID79.replace("981.255810", "5120.000001")
+    args = ["--limit", A, "-e", "health_apply=true", "-e", "health_breaker_fraction=1"]
+    escalated = playbook("playbooks/health.yml", *args, *text(repeat))
+    assert escalated.returncode == 0, escalated.stdout[-3000:]
+    a = runs()[-1]["plan"]["hosts"][A]
+    assert a["action"] == "quarantine"
+    assert a["escalated"].startswith("service required: remediated 1 time(s)")
+    assert state()["hosts"][A]["service_required"]["reason"] == a["escalated"]
+    assert sorted(state()["hosts"][A]["out_of_service"]) == ["0", "1"]
+    assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-1] == ("bug_report", "ok")
+    held = playbook("playbooks/health.yml", *args, *text(repeat + XID79.replace("981.255810", "6120.000001")))
+    assert held.returncode == 0, held.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][A]["status"] == "service_required"
+    stops = docker_log(A)
+    released = playbook("playbooks/health.yml", *args, "-e", "health_release=true", *text(QUIET))
+    assert released.returncode == 0, released.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][A]["gpus_back"] == ["0", "1"]
+    entry = state()["hosts"][A]
+    assert ("service_required" in entry, entry["out_of_service"]) == (False, {})
+    assert docker_log(A) == [*stops, "start ws-alice ws-bob"]  # the containers it stopped, and only those
+

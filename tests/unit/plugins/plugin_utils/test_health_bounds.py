@@ -160,11 +160,15 @@ def test_an_operators_cordon_is_left_alone_and_the_collections_own_is_undone():
     # the operator's node, given back later: untainted and unlabelled, never uncordoned
     state = applied({}, {"hosts": {"node-b": fleet["hosts"]["node-b"]}}, "2026-12-04T10:00:00Z", "kubernetes",
                     {"back_if_healthy": "unhealthy"})
-    assert "cordoned_by" not in state["hosts"]["node-b"]
+    assert state["hosts"]["node-b"]["cordoned_by"] == "operator"  # who took it out, recorded; never undone here
     back = plan({"node-b": sweep()}, state, "2026-12-04T12:00:00Z", nodes=nodes, release=True)["hosts"]["node-b"]
     argv = [s["argv"] for s in S.host_steps("node-b", back, "kubernetes", MEMBERS) if s["kind"] == "kubectl"]
     assert argv == [["kubectl", "taint", "nodes", "node-b", "gpuops.io/unhealthy:NoSchedule-"],
                     ["kubectl", "label", "nodes", "node-b", "gpuops.io/health-"]]
+    # once the operator has uncordoned it, a new failure is the collection's to cordon (and to undo)
+    nodes["node-b"]["unschedulable"] = False
+    again = plan({"node-b": sweep(79, time="t9")}, state, "2026-12-20T10:00:00Z", nodes=nodes)["hosts"]["node-b"]
+    assert S.host_steps("node-b", again, "kubernetes", MEMBERS)[0]["argv"] == ["kubectl", "cordon", "node-b"]
 
 
 def test_compose_starts_again_only_the_workspaces_it_stopped():
