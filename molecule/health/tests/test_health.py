@@ -186,3 +186,34 @@ def test_a_repeat_on_a_is_escalated_to_service_required_held_and_released():
     assert ("service_required" in entry, entry["out_of_service"]) == (False, {})
     assert docker_log(A) == [*stops, "start ws-alice ws-bob"]  # the containers it stopped, and only those
 
+
+
+NVIDIA_SMI_STANDIN = """#!/bin/sh
+# STAND-IN for nvidia-smi (test_a_reset_is_tried_first): no process on any GPU; every call recorded
+echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log
+"""
+
+
+def test_a_reset_is_tried_first_and_no_reboot_follows_a_healthy_sweep():
+    # Xid 62 (PMU_HALT_ERROR, RESET_GPU in NVIDIA's catalog) on GPU 1 (Bus Id 00000000:AE:00.0 in the capture)
+    xid62 = "[ 7001.100000] NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) 00000000 00000000\n"
+    install = subprocess.run(["docker", "exec", "-i", A, "sh", "-c", "mkdir -p /var/log/gpuops-standin && cat "
+                              ">/usr/local/bin/nvidia-smi && chmod 0755 /usr/local/bin/nvidia-smi"],
+                             input=NVIDIA_SMI_STANDIN, text=True, capture_output=True, check=False)
+    assert install.returncode == 0, install.stderr
+    stops = docker_log(A)
+    result = playbook("playbooks/health.yml", "--limit", A, "-e", "health_apply=true", "-e", "health_reboot=true",
+                      "-e", "health_max_unavailable=3",
+                      "-e", "health_timeout=60", "-e", "health_escalate_after=9", "-e", "health_breaker_fraction=1",
+                      *text(QUIET + xid62))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][A]["action"] == "reset_gpu"
+    steps = [(r["step"], r["result"]) for r in audit() if r["host"] == A][-9:]
+    assert steps == [("stop_workspaces", "ok"), ("mark_out", "ok"), ("gpu_idle", "ok"), ("command", "ok"),
+                     ("sweep", "ok"), ("command", "skipped"), ("reboot", "skipped"), ("sweep", "ok"),
+                     ("back_if_healthy", "healthy")]
+    logged = subprocess.run(["docker", "exec", A, "cat", "/var/log/gpuops-standin/nvidia-smi.log"],
+                            capture_output=True, text=True, check=False).stdout.splitlines()
+    assert logged == ["--query-compute-apps=pid,process_name --format=csv,noheader -i 1", "-r -i 1"]
+    assert docker_log(A) == [*stops, "stop ws-bob", "start ws-bob"]
+    assert state()["hosts"][A]["out_of_service"] == {}
