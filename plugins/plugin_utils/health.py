@@ -118,8 +118,9 @@ def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
     return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
 
 
-_NO_STEP = _fixed("review", "gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action "
-                   "could not be read from the message); an operator reads the line")
+_NO_STEP_WHY = ("gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action could not be "
+                "read from the message); an operator reads the line")
+_NO_STEP = _fixed("review", _NO_STEP_WHY)
 _SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
 
 # bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus

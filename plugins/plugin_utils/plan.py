@@ -376,6 +376,7 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+
 def _reservations(hostvars: Any) -> dict:
     """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
     argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""

@@ -44,7 +44,7 @@ def samples(text: str) -> dict:
         if line.startswith("#"):
             continue
         head, value = line.rsplit(" ", 1)
-        name, _, inner = head.partition("{")
+        name, _brace, inner = head.partition("{")
         labels = frozenset(tuple(pair.split("=", 1)) for pair in inner.rstrip("}").split(",") if pair)
         found[(name, labels)] = float(value)
     return found
