@@ -72,3 +72,26 @@ def test_the_host_engine_is_enabled_and_running_and_the_role_asked_dcgmi(host):
     calls = [json.loads(line)["argv"] for line in host.file(DCGMI_LOG).content_string.splitlines()]
     assert ["discovery", "-l"] in calls, "the verify stage ran dcgmi discovery -l"
     assert "2 GPUs found." in host.check_output("dcgmi discovery -l")
+
+
+def test_the_scheduled_sweep_runs_and_writes_its_metrics_for_node_exporter(host):
+    """gpu_health_sweep_timer_enabled (on by default): the timer is enabled and active; one run of its service
+    writes gpuops_gpu_health.prom (no GPU here: the state is unread, the metrics say so) and keeps its cursor."""
+    timer = host.service("gpuops-gpu-health-sweep.timer")
+    assert timer.is_enabled
+    assert timer.is_running
+    run = host.run("systemctl start gpuops-gpu-health-sweep.service")
+    journal = "journalctl -u gpuops-gpu-health-sweep.service --no-pager | tail -20"
+    assert run.rc == 0, run.stderr + host.check_output(journal)
+    metrics = host.file("/var/lib/node_exporter/textfile_collector/gpuops_gpu_health.prom")
+    assert oct(metrics.mode) == "0o644"
+    text = metrics.content_string
+    for name in ("verdict", "read_ok", "log_read_ok", "last_run_timestamp_seconds"):
+        assert f"# TYPE gpuops_gpu_health_{name} " in text, text
+    # the rename left no temporary file behind
+    assert host.check_output("ls -A /var/lib/node_exporter/textfile_collector") == "gpuops_gpu_health.prom"
+    # no kernel log is readable in this container (log_read_ok 0), so the cursor kept is empty: the next run
+    # reads the whole boot, as the module does without one
+    state = json.loads(host.file("/var/lib/gpuops/gpu_health/sweep.json").content_string)
+    assert set(state) == {"cursor", "events"}, state
+    assert "gpuops_gpu_health_log_read_ok 0" in text, text
