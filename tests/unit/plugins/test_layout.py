@@ -39,10 +39,23 @@ def collection_imports(source: str) -> set[str]:
     return {".".join(name.split(".")[:2]) for name in found}
 
 
+# A role that ships a module_utils file to its hosts as a plain script (the shipped_script lookup, which ships the
+# file and every module_utils file it imports): gpu_health's scheduled sweep runs gpu_health_metrics there.
+SHIPPED_SCRIPT = re.compile(r"""gpuops\.cluster\.shipped_script['"],\s*['"](\w+)['"]""")
+
+
+def shipped_as_scripts(roles: Path) -> set[str]:
+    """Names of the module_utils files a role ships to its hosts through the shipped_script lookup."""
+    return {match.group(1) for path in sorted(roles.rglob("*.yml"))
+            for match in SHIPPED_SCRIPT.finditer(path.read_text(encoding="utf-8"))}
+
+
 def shipped_with_modules(plugins: Path) -> set[str]:
-    """Names of the module_utils files some module imports, directly or through other module_utils files."""
+    """Names of the module_utils files some module imports, directly or through other module_utils files, or that a
+    role ships to its hosts as a script (with what that imports)."""
     todo = [name for module in sorted((plugins / "modules").glob("*.py"))
             for name in collection_imports(module.read_text(encoding="utf-8"))]
+    todo += [f"module_utils.{name}" for name in shipped_as_scripts(plugins.parent / "roles")]
     reached: set[str] = set()
     while todo:
         kind, name = todo.pop().split(".", 1)
