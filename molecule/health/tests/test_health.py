@@ -187,7 +187,6 @@ def test_a_repeat_on_a_is_escalated_to_service_required_held_and_released():
     assert docker_log(A) == [*stops, "start ws-alice ws-bob"]  # the containers it stopped, and only those
 
 
-
 NVIDIA_SMI_STANDIN = """#!/bin/sh
 # STAND-IN for nvidia-smi (test_a_reset_is_tried_first): no process on any GPU; every call recorded
 echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log

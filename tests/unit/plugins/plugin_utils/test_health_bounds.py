@@ -174,8 +174,8 @@ def test_an_operators_cordon_is_left_alone_and_the_collections_own_is_undone():
 def test_compose_starts_again_only_the_workspaces_it_stopped():
     hplan = plan({"node-a": sweep(61, "CONTACT_SUPPORT")}, {}, "2026-12-04T10:00:00Z")["hosts"]["node-a"]
     steps = S.host_steps("node-a", hplan, "compose", MEMBERS)
-    stop = {**steps[0], **S.step_result(steps[0], {"workspaces": {"rc": 0, "stdout_lines": ["3f2a9c"]},
-                                                    "stop": {"rc": 0}})}
+    registered = {"workspaces": {"rc": 0, "stdout_lines": ["3f2a9c"]}, "stop": {"rc": 0}}
+    stop = {**steps[0], **S.step_result(steps[0], registered)}
     assert stop["containers"] == ["3f2a9c"]  # docker ps -q: the running ones; one an operator stopped is not there
     done = [stop, *({**s, "result": "ok"} for s in steps[1:])]
     state = S.next_state({}, "node-a", hplan, done, "c1", "2026-12-04T10:00:00Z")
