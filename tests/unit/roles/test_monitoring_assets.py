@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health, gpu_health_metrics
-from conftest import shared_path
 
 ASSETS = Path(__file__).resolve().parents[3] / "roles" / "monitoring_assets" / "files"
 RULE_FILES = sorted((ASSETS / "prometheus" / "rules").glob("*.yml"))
@@ -96,6 +94,14 @@ def recorded_names() -> set[str]:
 def sweep_metric_names() -> set[str]:
     """The gpuops_gpu_health_* names the scheduled health sweep writes (gpu_health_metrics), read from what it writes
     for a real capture: the A100 SXM4 x4 nvidia-smi -q (row remap counters) with a real Xid 79 line."""
+    # Imported here: the compose scenario's verifier imports this module for its rule and dashboard helpers, where
+    # neither the collection nor tests/unit's conftest (shared_path) is importable.
+    from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 (see above)
+        gpu_health,
+        gpu_health_metrics,
+    )
+    from conftest import shared_path  # noqa: PLC0415 (see above)
+
     state = shared_path("nvidia-smi", "query", "a100-sxm4-80gb-x4_nvidia-smi-q.txt").read_text()
     line = "kernel: NVRM: Xid (PCI:0000:9e:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
     result = gpu_health.sweep(lambda argv: (127, "", ""), lambda name: None, kernel_log_text=line, dcgm_level=0,
