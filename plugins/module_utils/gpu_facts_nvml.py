@@ -53,15 +53,19 @@ class NvmlCalls:
         self.quiet = _nvml_errors(nvml, "NVMLError_NotSupported", "NVMLError_FunctionNotFound")
         self.not_supported = _nvml_errors(nvml, "NVMLError_NotSupported")
 
-    def call(self, label: str, name: str, *args):
+    def call(self, label: str, name: str, *args, unsupported=None):
+        """The value of one NVML call; ``unsupported`` when NVML says the GPU or driver has no such thing
+        (NotSupported, FunctionNotFound); None when it could not be read (other NVML errors, with a warning; a
+        pynvml without the call)."""
         func = getattr(self.nvml, name, None)
         if func is None:
             return None
         try:
             return func(*args)
         except self.nvml.NVMLError as err:
-            if not isinstance(err, self.quiet):
-                self.warnings.append(f"NVML {name} for {label} failed: {err}; the field is reported as null")
+            if isinstance(err, self.quiet):
+                return unsupported
+            self.warnings.append(f"NVML {name} for {label} failed: {err}; the field is reported as null")
             return None
 
     def mig_modes(self, label: str, handle) -> tuple:

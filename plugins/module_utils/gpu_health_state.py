@@ -77,7 +77,7 @@ COUNTERS = (
 )
 # What nvidia-smi prints for a field the GPU does not have, in -q and in the query CSV
 _SMI_NOT_SUPPORTED = ("n/a", "[n/a]", "not supported", "[not supported]")
-_NOT_SUPPORTED = object()  # _nvml_read's answer for NotSupported / FunctionNotFound
+_NOT_SUPPORTED = object()  # NvmlCalls.call's answer here for NotSupported / FunctionNotFound
 
 
 def empty_state() -> dict:
@@ -128,22 +128,6 @@ def _reasons(state: dict, mask: int | None) -> None:
 # --------------------------------------------------------------------------- NVML
 
 
-def _nvml_read(calls, label: str, name: str, *args):
-    """The value of one NVML call; ``_NOT_SUPPORTED`` when NVML says the GPU or driver has no such thing
-    (NotSupported, FunctionNotFound); None when it could not be read (other NVML errors, with a warning; a pynvml
-    without the call)."""
-    func = getattr(calls.nvml, name, None)
-    if func is None:
-        return None
-    try:
-        return func(*args)
-    except calls.nvml.NVMLError as err:
-        if isinstance(err, calls.quiet):
-            return _NOT_SUPPORTED
-        calls.warnings.append(f"NVML {name} for {label} failed: {err}; the field is reported as null")
-        return None
-
-
 def _nvml_links(calls, label: str, handle, state: dict) -> None:
     """Link states and error counters over every NVLink the GPU has (links that do not exist raise)."""
     nvml = calls.nvml
@@ -171,7 +155,7 @@ def nvml_health(calls, label: str, handle) -> dict:
     not_supported: list = []
 
     def read(keys: tuple, name: str, *args):
-        value = _nvml_read(calls, label, name, handle, *args)
+        value = calls.call(label, name, handle, *args, unsupported=_NOT_SUPPORTED)
         if value is _NOT_SUPPORTED:
             not_supported.extend(keys)
             return None
@@ -190,7 +174,7 @@ def nvml_health(calls, label: str, handle) -> dict:
     pending = read(("retired_pages_pending",), "nvmlDeviceGetRetiredPagesPendingStatus")
     if pending is not None:
         state["retired_pages_pending"] = pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    mask = _nvml_read(calls, label, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    mask = calls.call(label, "nvmlDeviceGetCurrentClocksEventReasons", handle, unsupported=_NOT_SUPPORTED)
     if mask is None or mask is _NOT_SUPPORTED:
         mask = read(_REASON_KEYS, "nvmlDeviceGetCurrentClocksThrottleReasons")
     _reasons(state, mask)
