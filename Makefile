@@ -111,11 +111,13 @@ gpu-test: venv
 
 # The acceptance run for one GPU host (scripts/gpu_check.py says what it runs): build/gpu-check/report.{json,md},
 # non-zero on any failure and on a host without a GPU. WHEELS=DIR sets the venv up from that local wheel directory
-# (pip --no-index), for a host without network. record-gpu-check keeps the last report as bench/gpu-check.json, which
+# (pip --no-index; fill it with `python3 scripts/gpu_check.py wheels DIR`), for a host without network; STEP_TIMEOUT=S
+# bounds each command (default 3600 s). record-gpu-check keeps the last report as bench/gpu-check.json, which
 # README.md and docs/testing.md quote (make docs).
 WHEELS ?=
+STEP_TIMEOUT ?=
 gpu-check:
-	@python3 scripts/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS))
+	@python3 scripts/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS)) $(if $(STEP_TIMEOUT),--step-timeout $(STEP_TIMEOUT))
 
 record-gpu-check: venv
 	@$(VENV)/bin/python bench/figures.py record-gpu-check build/gpu-check/report.json

@@ -14,10 +14,12 @@
 The steps:
 
 1. ``setup``: the venv. With ``--wheels DIR`` (make's ``WHEELS=DIR``), from that local wheel directory only, for a
-   host with no network (an air-gapped site does the same): ``pip install --no-index --find-links DIR -r
-   requirements.txt``, then gpuops-run from this checkout (DIR must also hold ``setuptools>=64``, its build backend).
-   Fill DIR on a machine with network, same Python and platform: ``pip download -d DIR -r requirements.txt
-   'setuptools>=64'``. Without ``--wheels``: ``make venv``.
+   host with no network (an air-gapped site does the same): the packages this run needs (``NEEDS``, at
+   requirements.txt's pins, with their dependencies) by ``pip install --no-index --find-links DIR``, then gpuops-run
+   from this checkout (setuptools, its build backend, comes from DIR too). Fill DIR on a machine with network:
+   ``python3 scripts/gpu_check.py wheels DIR [--python-version 3.12]`` (pip download for x86-64 Linux, binary
+   wheels only). Where the host's Python has no ensurepip, the venv is made without pip and filled by the host
+   Python's own pip (``pip --python``). Without ``--wheels``: ``make venv``, the whole requirements.txt.
 2. ``probe``: ``gpu_check.py probe`` in the venv; where ``nvidia-smi -L`` lists no GPU, the reason is recorded and
    every step marked GPU below is skipped with it.
 3. ``tests/gpu``: pytest, each skip with its reason (JUnit), outputs kept under DIR/live (``GPUOPS_LIVE_OUT``).
@@ -59,7 +61,12 @@ PLAYBOOKS = (
     ("health.yml dry run", "playbooks/health.yml", ("-e", "health_apply=false")),
 )
 HOST_KEYS = ("gpu_model", "gpu_count", "driver_version", "cuda_version", "nvml_version", "source", "no_gpu", "no_nvml")
-TIMEOUT = 3600  # any one step
+TIMEOUT = 3600  # any one step, unless --step-timeout says otherwise
+# What this run imports, of requirements.txt (versions from there): the controller (ansible-core; no step uses a
+# collection of the `ansible` package), gpuops-run (ansible-runner, rich), NVML's binding and pytest. The linters,
+# Molecule and the 54 MB `ansible` package are not needed on a GPU host.
+NEEDS = ("ansible-core", "ansible-runner", "jinja2", "nvidia-ml-py", "pytest", "pyyaml", "rich")
+BUILD_BACKEND = "setuptools>=64"  # builds gpuops-run from this checkout (pyproject.toml)
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
 
@@ -203,7 +210,9 @@ def _last_line(path: Path) -> str:
 
 
 def run_commands(name: str, commands: list, out: Path, env: dict, *, gpu: bool) -> dict:
-    """Run ``commands`` (argv lists) in order into one log, stopping at the first that fails."""
+    """Run ``commands`` (argv lists) in order into one log, stopping at the first that fails; each command may take
+    ``env["GPU_CHECK_STEP_TIMEOUT"]`` seconds (--step-timeout), else TIMEOUT."""
+    timeout = int(env.get("GPU_CHECK_STEP_TIMEOUT") or TIMEOUT)
     log = out / "logs" / f"{name.replace('/', '_').replace(' ', '_')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     started, rc = time.monotonic(), 0
@@ -218,11 +227,11 @@ def run_commands(name: str, commands: list, out: Path, env: dict, *, gpu: bool) 
                     env=env,
                     stdout=handle,
                     stderr=subprocess.STDOUT,
-                    timeout=TIMEOUT,
+                    timeout=timeout,
                     check=False,
                 ).returncode
             except subprocess.TimeoutExpired:
-                handle.write(f"gpu-check: timed out after {TIMEOUT} s\n")
+                handle.write(f"gpu-check: timed out after {timeout} s\n")
                 rc = 124
             except OSError as err:
                 handle.write(f"gpu-check: cannot run {argv[0]}: {err}\n")
@@ -234,13 +243,47 @@ def run_commands(name: str, commands: list, out: Path, env: dict, *, gpu: bool) 
     return step_record(name, OK if rc == 0 else FAILED, rc, seconds, detail, gpu=gpu, log=str(log.relative_to(out)))
 
 
-def setup_commands(wheels: Path | None) -> list:
-    pip = [VENV / "bin" / "pip", "install", "-q", "--disable-pip-version-check"]
+def pins(names: tuple = NEEDS, requirements: Path = REPO / "requirements.txt") -> list[str]:
+    """requirements.txt's ``name==version`` line for each of ``names`` (one source for the versions)."""
+    lines = {}
+    for line in requirements.read_text().splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if "==" in spec:
+            lines[spec.split("==", 1)[0].split("[", 1)[0].strip().lower()] = spec
+    missing = [name for name in names if name not in lines]
+    if missing:
+        raise SystemExit(f"gpu-check: {', '.join(missing)} not pinned in {requirements}")
+    return [lines[name] for name in names]
+
+
+def setup_commands(wheels: Path | None, *, ensurepip: bool = True) -> list:
+    """The set-up's commands: ``make venv``; or, with ``wheels``, a venv filled from that directory only. Without
+    ensurepip in the host's Python the venv is made ``--without-pip`` and the host's pip installs into it."""
     if wheels is None:
         return [["make", "--no-print-directory", "venv"]]
-    commands = [] if (VENV / "bin" / "python").exists() else [[sys.executable, "-m", "venv", VENV]]
-    offline = ["--no-index", "--find-links", wheels]
-    return [*commands, [*pip, *offline, "-r", "requirements.txt"], [*pip, *offline, "--no-deps", "."]]
+    commands = []
+    if not (VENV / "bin" / "python").exists():
+        commands.append([sys.executable, "-m", "venv", *([] if ensurepip else ["--without-pip"]), VENV])
+    pip = [VENV / "bin" / "pip"] if ensurepip else [sys.executable, "-m", "pip", "--python", VENV / "bin" / "python"]
+    install = [*pip, "install", "-q", "--disable-pip-version-check", "--no-index", "--find-links", wheels]
+    return [*commands, [*install, *pins(), BUILD_BACKEND], [*install, "--no-deps", "."]]
+
+
+def has_ensurepip() -> bool:
+    try:
+        import ensurepip  # noqa: F401, PLC0415 -- Debian splits it into python3-venv; some images drop it
+    except ImportError:
+        return False
+    return True
+
+
+def download_wheels(directory: Path, python_version: str) -> int:
+    """Fill ``directory`` with the set-up's wheels for an x86-64 Linux host running ``python_version``."""
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in (17, 28, 34)] + ["manylinux2014_x86_64"]
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(directory)]
+    argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", python_version]
+    argv += [arg for platform in platforms for arg in ("--platform", platform)]
+    return subprocess.run([*argv, *pins(), BUILD_BACKEND], check=False).returncode
 
 
 def probe_step(out: Path, env: dict) -> tuple[dict, dict]:
@@ -404,7 +447,8 @@ def commit() -> str | None:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        return None
+        # a copy of the checkout without .git (shipped to an air-gapped host): the commit it was taken from, if told
+        return os.environ.get("GPUOPS_COMMIT") or None
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
@@ -416,13 +460,15 @@ def gpu_steps(host: dict, out: Path, env: dict) -> list:
     return [*(module_step(name, host, out, env, hosts) for name in MODULES), *playbook_steps(out, env, hosts)]
 
 
-def run(wheels: Path | None, out: Path) -> dict:
+def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict:
     started = time.time()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     env = environment()
-    steps = [run_commands("setup", setup_commands(wheels), out, env, gpu=False)]
+    if step_timeout:
+        env["GPU_CHECK_STEP_TIMEOUT"] = str(step_timeout)
+    steps = [run_commands("setup", setup_commands(wheels, ensurepip=has_ensurepip()), out, env, gpu=False)]
     if steps[0]["status"] == FAILED:
         host = {"no_gpu": None}
         reason = f"the set-up failed ({steps[0]['detail']})"
@@ -496,9 +542,15 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="what")
     probe = sub.add_parser("probe")
     probe.add_argument("--to", type=Path)
+    wheels = sub.add_parser("wheels", help="download the --wheels set-up's wheels into DIR (needs network)")
+    wheels.add_argument("dir", type=Path)
+    wheels.add_argument("--python-version", default=f"{sys.version_info[0]}.{sys.version_info[1]}")
     parser.add_argument("--wheels", type=Path, help="a local wheel directory: set-up with pip --no-index")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--step-timeout", type=int, help=f"seconds any one command may take (default {TIMEOUT})")
     args = parser.parse_args(argv)
+    if args.what == "wheels":
+        return download_wheels(args.dir, args.python_version)
     if args.what == "probe":
         host = probe_host()
         text = json.dumps(host, indent=2)
@@ -509,11 +561,11 @@ def main(argv: list[str]) -> int:
     if args.wheels is not None and not args.wheels.is_dir():
         print(
             f"gpu-check: WHEELS={args.wheels} is not a directory. Fix: fill one on a machine with network "
-            "(pip download -d DIR -r requirements.txt 'setuptools>=64'), copy it here, give its path",
+            "(python3 scripts/gpu_check.py wheels DIR), copy it here, give its path",
             file=sys.stderr,
         )
         return 2
-    report = run(args.wheels.resolve() if args.wheels else None, args.out.resolve())
+    report = run(args.wheels.resolve() if args.wheels else None, args.out.resolve(), args.step_timeout)
     json_path, md_path = write_report(report, args.out)
     print(markdown(report))
     print(f"gpu-check: {'PASSED' if report['passed'] else 'FAILED'}: {report['why']}; report {json_path}, {md_path}")

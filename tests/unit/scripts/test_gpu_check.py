@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import figures
+import pytest
 from ci_skips import skip_by_design
 
 REPO = Path(__file__).resolve().parents[3]
@@ -129,13 +130,39 @@ def test_a_command_that_fails_is_recorded_with_its_exit_code_and_last_line(tmp_p
 def test_wheels_set_up_installs_with_no_index_from_the_directory():
     commands = gc.setup_commands(Path("/srv/wheels"))
     installs = [argv for argv in commands if "install" in argv]
-    assert [argv[-1] for argv in installs] == ["requirements.txt", "."]
+    assert [argv[-1] for argv in installs] == [gc.BUILD_BACKEND, "."]
     for argv in installs:
         assert argv[argv.index("--no-index") + 1 : argv.index("--no-index") + 3] == [
             "--find-links",
             Path("/srv/wheels"),
         ]
+    assert "ansible-core==2.19.14" in installs[0]
+    assert "--no-deps" in installs[1]
     assert gc.setup_commands(None) == [["make", "--no-print-directory", "venv"]]
+
+
+def test_the_wheels_set_up_takes_requirements_txt_pins_of_what_the_run_needs_only(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "# pins\nansible==12.3.0\nansible-core==2.19.14  # the controller\nmolecule-plugins[docker]==1\n"
+    )
+    assert gc.pins(("ansible-core", "molecule-plugins"), requirements) == [
+        "ansible-core==2.19.14",
+        "molecule-plugins[docker]==1",
+    ]
+    with pytest.raises(SystemExit, match="pytest not pinned"):
+        gc.pins(("pytest",), requirements)
+    needed = gc.pins()  # the real requirements.txt pins every package the run needs, and not `ansible`
+    assert len(needed) == len(gc.NEEDS)
+    assert not any(pin.startswith("ansible==") for pin in needed)
+
+
+def test_without_ensurepip_the_venv_is_made_without_pip_and_filled_by_the_hosts_pip(monkeypatch, tmp_path):
+    monkeypatch.setattr(gc, "VENV", tmp_path / "venv")
+    commands = gc.setup_commands(Path("/srv/wheels"), ensurepip=False)
+    assert commands[0][1:] == ["-m", "venv", "--without-pip", tmp_path / "venv"]
+    for argv in commands[1:]:
+        assert argv[:5] == [sys.executable, "-m", "pip", "--python", tmp_path / "venv" / "bin" / "python"]
 
 
 def test_make_gpu_check_on_this_machine_without_a_gpu_runs_end_to_end_and_exits_non_zero(tmp_path):
