@@ -437,6 +437,10 @@ def playbook_steps(out: Path, env: dict, hosts: Path) -> list:
 
 
 def commit() -> str | None:
+    """HEAD (``-dirty`` with uncommitted changes); GPUOPS_COMMIT instead where set: a copy of the checkout shipped to an
+    air-gapped host may carry no .git, or a stale one."""
+    if os.environ.get("GPUOPS_COMMIT"):
+        return os.environ["GPUOPS_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
@@ -447,8 +451,7 @@ def commit() -> str | None:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        # a copy of the checkout without .git (shipped to an air-gapped host): the commit it was taken from, if told
-        return os.environ.get("GPUOPS_COMMIT") or None
+        return None
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
