@@ -26,7 +26,7 @@ The steps:
    Skipped as a whole when no test passed or failed.
 4. GPU: ``gpu_facts`` (with topology and OS facts, as preflight asks), ``gpu_topology``, ``gpu_health`` and
    ``cuda_compat`` (the probe's driver against its CUDA version) on localhost, each one ``ansible`` ad-hoc call with
-   the json callback; the results under DIR/modules/.
+   the result ansible-core prints; the results under DIR/modules/.
 5. GPU: ``playbooks/preflight.yml``, then ``playbooks/health.yml`` as a dry run (read-only: no ``health_apply``), on
    a generated inventory, DIR/inventory/hosts.yml: localhost in gpu_nodes, local connection, the venv's Python,
    ``gpuops_platform: compose``; reports under DIR/reports.
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -355,13 +356,20 @@ def module_args(name: str, host: dict) -> str:
     return ""
 
 
+MINIMAL = re.compile(r"^localhost \| [A-Z!]+ => ", re.MULTILINE)
+
+
 def module_result(text: str) -> dict | None:
-    """The one host's result in the json callback's document (ansible.cfg's other callbacks print around it)."""
-    try:
-        document, _end = json.JSONDecoder().raw_decode(text[text.index("{") :])
-        return document["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    """The one host's result as ad-hoc ``ansible`` prints it (the builtin minimal callback: ``localhost | SUCCESS =>``
+    and the result as JSON); ansible-core alone has no json callback (it is ansible.posix's)."""
+    found = MINIMAL.search(text)
+    if not found:
         return None
+    try:
+        result, _end = json.JSONDecoder().raw_decode(text[found.end() :])
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def module_problems(name: str, result: dict, host: dict) -> list:
@@ -400,10 +408,9 @@ def module_summary(name: str, result: dict) -> str:
 
 
 def module_step(name: str, host: dict, out: Path, env: dict, hosts: Path) -> dict:
-    json_env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
     argv = [VENV / "bin" / "ansible", "localhost", "-i", hosts, "-m", f"gpuops.cluster.{name}"]
     args = module_args(name, host)
-    step = run_commands(f"module {name}", [[*argv, *(["-a", args] if args else [])]], out, json_env, gpu=True)
+    step = run_commands(f"module {name}", [[*argv, *(["-a", args] if args else [])]], out, env, gpu=True)
     result = module_result((out / step["log"]).read_text(errors="replace"))
     if result is None:
         step.update(status=FAILED, detail=f"{step['detail']}; no module result in the output")

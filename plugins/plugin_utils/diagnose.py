@@ -301,13 +301,13 @@ def toolkit_cdi(ctk_version: str, cdi_list: str, gpus: int) -> dict:
 
 
 def walk(results: list[dict]) -> dict:
-    """The chain in order, up to and including the first broken link."""
-    walked = []
-    for link in results:
-        walked.append(link)
+    """The chain in order, up to and including the first broken link (``walked``), and the links below it
+    (``below``): read from the same outputs, they say whether the node under a broken upper link is sound (a host
+    without the toolkit whose driver is fine, or one whose driver is broken too)."""
+    for index, link in enumerate(results):
         if link["status"] == BROKEN:
-            return {"broken": link, "walked": walked}
-    return {"broken": None, "walked": walked}
+            return {"broken": link, "walked": results[: index + 1], "below": results[index + 1 :]}
+    return {"broken": None, "walked": list(results), "below": []}
 
 
 def _out(outputs: dict, name: str) -> str:

@@ -6,7 +6,8 @@ images reachable, or overridden with -e through GPUOPS_VALIDATE_EXTRA, a JSON di
 nccl-tests runs too and its row must be ok with a measured bus bandwidth, with one GPU it is skipped saying so.
 On a GPU host without Docker, validate must name that as the cause ("Docker ... not installed"); the test checks
 that, then skips the CUDA-container checks with that reason. diagnose must find no broken node link (nvidia-smi,
-driver, Fabric Manager). Skipped, with the reason, where no NVIDIA kernel module is loaded.
+driver, Fabric Manager), whether the walk stops above them (they are then listed below the first broken link) or
+not. Skipped, with the reason, where no NVIDIA kernel module is loaded.
 """
 
 from __future__ import annotations

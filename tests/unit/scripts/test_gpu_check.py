@@ -235,8 +235,20 @@ def test_each_modules_answer_is_judged_against_the_gpus_nvidia_smi_lists():
     ]
 
 
-def test_the_module_result_is_read_from_the_json_callback_among_other_callbacks_output():
-    document = {"plays": [{"tasks": [{"hosts": {"localhost": {"compatible": True}}}]}]}
-    text = f"Friday 04 December 2026 (0:00:00.1)\n{json.dumps(document, indent=4)}\n\nTASKS RECAP ***\n{{not json\n"
-    assert gc.module_result(text) == {"compatible": True}
-    assert gc.module_result("no json here") is None
+def test_a_module_step_runs_ad_hoc_ansible_and_reads_the_result_it_prints(tmp_path):
+    """cuda_compat needs no GPU: the step's real ``ansible`` call, with ansible-core's own output (no json callback:
+    that is ansible.posix's, absent on a GPU host set up from NEEDS), read back into a judged result."""
+    host = {"driver_version": "580.159.04", "cuda_version": "13.0", "gpu_model": "NVIDIA H200", "gpu_count": 1}
+    step = gc.module_step("cuda_compat", host, tmp_path, gc.environment(), gc.inventory(tmp_path))
+    assert step["status"] == "ok", (tmp_path / step["log"]).read_text()
+    assert step["detail"].startswith("compatible True (native")
+    result = json.loads((tmp_path / "modules" / "cuda_compat.json").read_text())
+    assert result["min_driver"] == "580.65.06"
+
+
+def test_the_module_result_is_read_after_warnings_and_a_failure_is_read_too():
+    text = '[WARNING]: a warning {not json}\nlocalhost | FAILED! => {\n    "msg": "no GPU",\n    "failed": true\n}\n'
+    assert gc.module_result(text) == {"msg": "no GPU", "failed": True}
+    assert gc.module_problems("gpu_health", gc.module_result(text), {}) == ["failed: no GPU"]
+    assert gc.module_result("no result here") is None
+    assert gc.module_result("localhost | SUCCESS => not json") is None

@@ -245,6 +245,8 @@ def test_walk_stops_at_the_first_broken_link():
     assert out["broken"]["link"] == "nvidia-smi"
     assert [w["link"] for w in out["walked"]][-1] == "nvidia-smi"
     assert len(out["walked"]) == len(chain) - 1, "the driver link after the broken one is not walked"
+    # the driver below it is read too, and is broken as well (upgraded, not rebooted): shown, not the first
+    assert [(w["link"], w["status"]) for w in out["below"]] == [("driver", D.BROKEN)]
     assert D.walk([D.pod_phase(pod("Running"))])["broken"] is None
 
 
