@@ -160,13 +160,8 @@ class LazyIndex:
     def provides(self):
         """virtual name -> [(provider, provider version, provided version or '')], built on first use."""
         if self._provides is None:
-            self._provides = {}
-            for name, chunks in self._raw.items():
-                if any("\nProvides:" in chunk for chunk in chunks):
-                    for stanza in self.get(name, []):
-                        for group in parse_depends(stanza.get("Provides", "")):
-                            for virtual, _op, provided in group:
-                                self._provides.setdefault(virtual, []).append((name, stanza["Version"], provided))
+            names = [name for name, chunks in self._raw.items() if any("\nProvides:" in chunk for chunk in chunks)]
+            self._provides = _provides((name, self.get(name, [])) for name in names)
         return self._provides
 
 
@@ -247,8 +242,13 @@ def provides_index(index):
     """virtual name -> [(provider, provider version, provided version or '')]"""
     if isinstance(index, LazyIndex):
         return index.provides()
+    return _provides(index.items())
+
+
+def _provides(offers):
+    """(name, stanzas) pairs -> virtual name -> [(provider, provider version, provided version or '')]"""
     out = {}
-    for name, stanzas in index.items():
+    for name, stanzas in offers:
         for stanza in stanzas:
             for group in parse_depends(stanza.get("Provides", "")):
                 for virtual, _op, provided in group:
@@ -407,13 +407,52 @@ def _place(dep, index, resolved, rules, requested, installed, parent_version):
     return None, True
 
 
-def downgrades(resolved, installed):
-    """Packages whose resolved version is older than the installed one: {package: (installed, resolved)}."""
+def downgrades(resolved, installed, cmp=compare_versions):
+    """Packages whose resolved version is older than the installed one: {package: (installed, resolved)}.
+    ``cmp`` orders two versions (Debian's by default; the dnf module passes rpm's)."""
     return {
         name: (installed[name], version)
         for name, version in resolved.items()
-        if name in installed and compare_versions(version, installed[name]) < 0
+        if name in installed and cmp(version, installed[name]) < 0
     }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What both modules (apt: pinned_packages, dnf: pinned_packages_dnf) report and refuse alike.
+
+
+def downgrade_refusal(down, variable, show=str):
+    """The refusal of a set that downgrades installed packages ({package: (installed, resolved)}), or "" when
+    it downgrades none. ``show`` writes one version."""
+    if not down:
+        return ""
+    moves = ", ".join(f"{name} {show(old)} -> {show(new)}" for name, (old, new) in sorted(down.items()))
+    return (
+        f"the set would downgrade {moves}; set {variable}=true to allow it, or pin versions at least as new as the "
+        "installed ones"
+    )
+
+
+def standing(resolved, installed):
+    """Where each closure member ({package: version}) stands on the host ({package: installed version}): its
+    installed version, the members installed at another version (moving), and the members an install has to
+    install (missing)."""
+    return {
+        "installed": {name: installed[name] for name in resolved if name in installed},
+        "moving": sorted(
+            name for name, version in resolved.items() if name in installed and installed[name] != version
+        ),
+        "missing": sorted(name for name, version in resolved.items() if installed.get(name) != version),
+    }
+
+
+def holds_bytes(path, data):
+    """The file at ``path`` holds exactly ``data`` (False when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read() == data
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ description:
   - Pure logic lives in C(plugins/module_utils/pinned_packages.py).
 author:
   - gpuops.cluster maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.cluster.pinned_packages
+  - gpuops.cluster.read_only
 options:
   repo_url:
     description: Repository to probe in a scratch directory (needs O(key_url), O(key_fingerprint), O(suites)).
@@ -71,49 +74,14 @@ options:
   lists_dir:
     description: apt lists directory of a scratch C(apt-get update) that saw only the repository to pin.
     type: path
-  versions:
-    description:
-      - Package -> version. A bare upstream version (V(570.86.15)) matches any Debian revision of it (the newest is
-        taken); a version with a revision or an epoch (V(1.31.2-1.1)) must match exactly.
-    type: dict
-    default: {}
   installed_only:
     description: Resolve O(versions) against the installed packages only and report RV(complete); never fail.
     type: bool
     default: false
-  verify:
-    description: Package -> exact version that must be installed (and held with O(hold)); see RV(wrong).
-    type: dict
-  hold:
-    description: With O(verify), every package must be held.
-    type: bool
-    default: true
-  follow:
-    description:
-      - Which dependencies make up the closure - V(all) (a dedicated repository) or V(exact) (only C(= version) ones).
-    type: str
-    choices: [all, exact]
-    default: all
   status_file:
     description: dpkg status file read for installed versions and holds.
     type: path
     default: /var/lib/dpkg/status
-  allow_downgrade:
-    description: Accept a set that moves an installed package to an older version.
-    type: bool
-    default: false
-  downgrade_variable:
-    description: The variable that allows a downgrade, named in the refusal of one.
-    type: str
-    default: pinned_packages_allow_downgrade
-  label:
-    description: Prefix of every failure message (which package set, which repository).
-    type: str
-    default: ""
-  fix:
-    description: Appended to a refusal of the version set (what to change).
-    type: str
-    default: ""
   timeout:
     description: Seconds to wait for O(key_url) (the index download follows apt's own timeouts).
     type: int
@@ -133,13 +101,6 @@ options:
       - deb822 sources file of O(repo_url), signed-by O(keyring) only; RV(sources_content) and RV(sources_current)
         as for O(pin_file).
     type: path
-attributes:
-  check_mode:
-    support: full
-    description: Reads and reports only; the same in check mode.
-  diff_mode:
-    support: none
-    description: No diff is shown.
 """
 
 EXAMPLES = r"""
@@ -316,11 +277,7 @@ def probe_repository(module, scratch, label, result):
     with open(os.path.join(scratch, "key.gpg"), "wb") as handle:
         handle.write(binary)
     if p["keyring"]:
-        try:
-            with open(p["keyring"], "rb") as handle:
-                result["keyring_current"] = handle.read() == binary
-        except OSError:
-            result["keyring_current"] = False
+        result["keyring_current"] = pp.holds_bytes(p["keyring"], binary)
     options = f"signed-by={scratch}/key.gpg" + (f" arch={','.join(p['architectures'])}" if p["architectures"] else "")
     with open(os.path.join(scratch, "sources.list"), "w", encoding="utf-8") as handle:
         for suite in p["suites"]:
@@ -368,13 +325,9 @@ def resolve_lists(module, lists_dir, status, label, result):
     errors = list(out["errors"])
     if not files:
         errors.insert(0, f"no Packages index in {lists_dir}")
-    down = pp.downgrades(out["resolved"], installed)
-    if down and not p["allow_downgrade"]:
-        errors.append(
-            "the set would downgrade "
-            + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in sorted(down.items()))
-            + f"; set {p['downgrade_variable']}: true to allow it"
-        )
+    if not p["allow_downgrade"]:
+        errors.append(pp.downgrade_refusal(pp.downgrades(out["resolved"], installed), p["downgrade_variable"]))
+    errors = [error for error in errors if error]
     if errors:
         fix = (" Fix: " + p["fix"]) if p["fix"] else ""
         module.fail_json(msg=label + "; ".join(errors) + "." + fix, errors=errors, **result)
@@ -385,9 +338,7 @@ def describe(out, installed, status, result):
     resolved = out["resolved"]
     held = set(pp.held_packages(status))
     result.update({k: out[k] for k in ("resolved", "requested", "closure_reasons")})
-    result["installed"] = {n: installed[n] for n in resolved if n in installed}
-    result["moving"] = sorted(n for n, v in resolved.items() if n in installed and installed[n] != v)
-    result["missing"] = sorted(n for n, v in resolved.items() if installed.get(n) != v)
+    result.update(pp.standing(resolved, installed))
     result["held"] = sorted(n for n in resolved if n in held)
 
 
@@ -414,11 +365,9 @@ def file_current(path, content):
     """The file holds exactly ``content``, owned by root:root, mode 0644 (what the caller would write)."""
     try:
         info = os.stat(path)
-        with open(path, "rb") as handle:
-            held = handle.read()
     except OSError:
         return False
-    return (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (0, 0, 0o644) and held == content.encode()
+    return (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (0, 0, 0o644) and pp.holds_bytes(path, content.encode())
 
 
 def apt_files(module, result):

@@ -26,6 +26,9 @@ description:
     versionlock plugin included; nothing is downloaded or installed).
 author:
   - gpuops.cluster maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.cluster.pinned_packages
+  - gpuops.cluster.read_only
 options:
   repo_url:
     description: Repository to read into O(scratch) (needs O(key_file) and O(scratch)).
@@ -39,54 +42,12 @@ options:
   scratch:
     description: Scratch directory for dnf's cache of O(repo_url) (the caller removes it).
     type: path
-  versions:
-    description:
-      - Package -> version. A bare version (V(1.0)) matches any release of it (the newest is taken); V(1.0-1) must
-        match version and release, V(2:1.0-1) the epoch too; V("") takes the installed version if offered, else the
-        newest.
-    type: dict
-    default: {}
-  follow:
-    description: Which requirements make up the closure - V(all) or V(exact) (only C(= version) ones).
-    type: str
-    choices: [all, exact]
-    default: all
-  allow_downgrade:
-    description: Accept a set that moves an installed package to an older version.
-    type: bool
-    default: false
-  downgrade_variable:
-    description: The variable that allows a downgrade, named in the refusal of one.
-    type: str
-    default: pinned_packages_allow_downgrade
-  verify:
-    description: Package -> exact version (V-R or E:V-R) that must be installed (and locked with O(hold)).
-    type: dict
-  hold:
-    description: With O(verify), every package must be version-locked at its pin.
-    type: bool
-    default: true
   versionlock_conf:
     description: The versionlock plugin's configuration (its C(locklist) names the list file).
     type: path
     default: /etc/dnf/plugins/versionlock.conf
-  label:
-    description: Prefix of every failure message (which package set, which repository).
-    type: str
-    default: ""
-  fix:
-    description: Appended to a refusal of the version set (what to change).
-    type: str
-    default: ""
 requirements:
   - python3-dnf (dnf 4) on the host
-attributes:
-  check_mode:
-    support: full
-    description: Reads and reports only; the same in check mode.
-  diff_mode:
-    support: none
-    description: No diff is shown.
 """
 
 EXAMPLES = r"""
@@ -187,6 +148,7 @@ import configparser
 import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages as pp
 from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages_dnf as ppd
 
 try:
@@ -300,28 +262,22 @@ def probe(module, p, result):
         reasons[name] = "requested"
     if not problems:
         problems += _closure(available, resolved, reasons, installed_all, p["follow"], cmp)
+    if not (problems or p["allow_downgrade"]):
+        down = pp.downgrades(resolved, installed_all, cmp)
+        problems.append(pp.downgrade_refusal(down, p["downgrade_variable"], ppd.evr_string))
+    problems = [problem for problem in problems if problem]
     result["requested"] = {name: ppd.evr_string(resolved[name]) for name in p["versions"] if name in resolved}
     if problems:
         fix = f" Fix: {p['fix']}" if p["fix"] else ""
         module.fail_json(msg=f"{p['label']}{'; '.join(problems)}.{fix}", **result)
-    installed = {name: installed_all[name] for name in resolved if name in installed_all}
-    downgrades = [f"{name} {ppd.evr_string(installed[name])} -> {ppd.evr_string(evr)}"
-                  for name, evr in resolved.items() if name in installed and cmp(installed[name], evr) > 0]
-    if downgrades and not p["allow_downgrade"]:
-        module.fail_json(
-            msg=f"{p['label']}this set would downgrade {', '.join(downgrades)}. Fix: set "
-            f"{p['downgrade_variable']}=true to allow it, or pin versions at least as new as the installed ones.",
-            **result)
     locks, result["versionlock"] = _locklist(p["versionlock_conf"])
     locked, stale = ppd.lock_state(resolved, ppd.read_locklist(locks))
-    missing = sorted(name for name, evr in resolved.items() if installed.get(name) != evr)
+    result.update(pp.standing({name: ppd.evr_string(evr) for name, evr in resolved.items()},
+                              {name: ppd.evr_string(evr) for name, evr in installed_all.items()}))
     result.update(
         resolved={name: ppd.evr_string(evr) for name, evr in resolved.items()},
         closure_reasons=reasons,
-        installed={name: ppd.evr_string(evr) for name, evr in installed.items()},
-        moving=sorted(name for name in resolved if name in installed and installed[name] != resolved[name]),
-        missing=missing,
-        install_specs=[ppd.nevr(name, resolved[name]) for name in missing],
+        install_specs=[ppd.nevr(name, resolved[name]) for name in result["missing"]],
         locked=locked,
         stale_locks=stale,
         lock_entries={name: ppd.lock_entry(name, evr) for name, evr in resolved.items()},
@@ -434,12 +390,7 @@ def main():
     result = {"changed": False}
     if p["key_file"] and p["key_path"]:
         with open(p["key_file"], "rb") as handle:
-            key = handle.read()
-        try:
-            with open(p["key_path"], "rb") as handle:
-                result["keyring_current"] = handle.read() == key
-        except OSError:
-            result["keyring_current"] = False
+            result["keyring_current"] = pp.holds_bytes(p["key_path"], handle.read())
     if p["verify"] is not None:
         verify(module, p, result)
     elif p["versions"]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages as pp
+from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages_dnf as ppd
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = Path(__file__).resolve().parents[4]
@@ -162,6 +163,23 @@ def test_virtual_dependency_follows_the_provider_at_the_same_version(debian_inde
 
 def test_downgrade_is_reported():
     assert pp.downgrades({"a": "1.0-1", "b": "2.0-1"}, {"a": "1.1-1", "b": "2.0-1"}) == {"a": ("1.1-1", "1.0-1")}
+
+
+def test_downgrade_refusal_names_each_move_and_the_variable_in_either_version_form():
+    assert pp.downgrade_refusal({}, "x_allow") == ""
+    down = pp.downgrades({"b": "1:1.0-1", "a": "1.0-1"}, {"a": "1.1-1", "b": "1:1.0-2"})
+    assert pp.downgrade_refusal(down, "x_allow") == (
+        "the set would downgrade a 1.1-1 -> 1.0-1, b 1:1.0-2 -> 1:1.0-1; set x_allow=true to allow it, or pin "
+        "versions at least as new as the installed ones"
+    )
+    # dnf: EVR tuples, rpm's order injected (here: tuple order, which agrees for these), shown as V-R / E:V-R.
+    rpm_down = pp.downgrades({"a": ("0", "1.0", "1")}, {"a": ("2", "0.9", "1")}, lambda x, y: (x > y) - (x < y))
+    assert pp.downgrade_refusal(rpm_down, "v", ppd.evr_string).startswith("the set would downgrade a 2:0.9-1 -> 1.0-1;")
+
+
+def test_standing_says_what_is_installed_what_moves_and_what_is_missing():
+    state = pp.standing({"a": "1-1", "b": "2-1", "c": "3-1"}, {"a": "1-1", "b": "1-1", "z": "9-1"})
+    assert state == {"installed": {"a": "1-1", "b": "1-1"}, "moving": ["b"], "missing": ["b", "c"]}
 
 
 # --- the NVIDIA repository structure the stand-in mirror copies -----------------------------------------

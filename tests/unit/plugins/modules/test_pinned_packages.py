@@ -85,6 +85,27 @@ def test_lists_dir_reports_missing_members_and_refuses_a_version_not_offered(sta
     assert "535.261.03-1" in result["msg"]
 
 
+def test_lists_dir_refuses_a_downgrade_naming_its_variable_unless_allowed(status, tmp_path, capsys):
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    index = (FIXTURES / "debian12-nvidia-535.Packages").read_text()
+    (lists / "mirror_dists_bookworm_non-free_Packages").write_text(index)
+    # The host has the newer driver of that index installed: its own stanza, marked installed as dpkg writes it.
+    newer = next(s for s in index.split("\n\n") if s.startswith("Package: nvidia-driver\n") and "535.309.01" in s)
+    status.write_text(status.read_text().rstrip("\n") + "\n\n" + newer.strip("\n") + "\nStatus: install ok installed\n")
+    args = {"lists_dir": str(lists), "versions": {"nvidia-driver": "535.261.03"}, "status_file": str(status),
+            "downgrade_variable": "driver_allow_downgrade", "label": "probe", "fix": "pin a newer driver"}
+    code, result = run_main(module, args, capsys)
+    assert code == 1
+    assert result["msg"] == (
+        "probe: the set would downgrade nvidia-driver 535.309.01-0+deb12u1 -> 535.261.03-1; set "
+        "driver_allow_downgrade=true to allow it, or pin versions at least as new as the installed ones. Fix: pin a "
+        "newer driver"
+    )
+    code, result = run_main(module, {**args, "allow_downgrade": True}, capsys)
+    assert (code, result["moving"]) == (0, ["nvidia-driver"])
+
+
 def test_the_lazy_index_resolves_like_the_full_one():
     text = (FIXTURES / "debian12-nvidia-535.Packages").read_text()
     full = pp.build_index(pp.parse_stanzas(text))
