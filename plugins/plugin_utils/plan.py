@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
@@ -54,16 +54,78 @@ _NCCL = {
         "notes": {"type": "array", "items": {"type": "string"}},
     },
 }
+
+
+class Setting(NamedTuple):
+    """A role setting the plan reads: who documents it, the plan keys it decides, and what the plan does with it."""
+
+    owner: str  # the role whose meta/argument_specs.yml describes it, or the playbook (*.yml) that reads it
+    keys: tuple[str, ...]  # the plan keys (SCHEMA) it decides
+    use: str
+
+
+_WORKSPACES = ("hosts.<name>.workspaces",)
+_IMAGES = ("pins.images",)
+# The role settings the plan reads: the only place this module names one (docs/plan.md lists them, generated from
+# this map). Functions read them through _setting; an unset one reads as None (a gpuops_* one as its shared default,
+# platform.get_var), and the reader then leaves the decision to the owner's default. The kubelet reservations are
+# named by kube_plan.RESERVATIONS and the MPS cap settings by mps.VARIABLES, the modules whose rules they feed.
+ROLE_SETTINGS: dict[str, Setting] = {
+    "gpuops_members": Setting("_gpuops_vars", ("team.members", *_WORKSPACES),
+                              "who gets which GPUs; the workspaces' members where compose_stack_members is unset"),
+    "gpuops_teams": Setting("_gpuops_vars", ("team.namespaces",), "each team's namespace (team.namespace_of)"),
+    "gpuops_pool": Setting("_gpuops_vars", ("hosts.<name>.pool", "hosts.<name>.kubelet_policy", "hosts.<name>.node",
+                                            "pools", "nodes.gpu"),
+                           "the host's pool: its kubelet policy, labels and taints, and which pool's NCCL it joins"),
+    "gpuops_gpu_topology": Setting("_gpuops_vars", ("hosts.<name>.topology", "nodes.gpu"),
+                                   "the topology where preflight read none"),
+    "gpuops_gpu_count": Setting("_gpuops_vars", _WORKSPACES,
+                                "GPUs 0..n-1 for the workspaces of a plan from the inventory alone (no GPU facts)"),
+    "gpuops_multi_node_training": Setting("_gpuops_vars", ("gpu_sharing",),
+                                          "gpu_operator_pools' default where unset (gpu_sharing.default_pools)"),
+    "gpuops_cuda_version": Setting("_gpuops_vars", ("pins.cuda",), "the CUDA version, where preflight judged none"),
+    "gpuops_registry_mirror": Setting("_gpuops_vars", ("pins.registry_mirror",), "the mirror images come from"),
+    **{name: Setting("_gpuops_vars", (*_WORKSPACES, "gpu_sharing"), "the MPS cap rule (mps.limits_of)")
+       for name in mps.VARIABLES},
+    "nvidia_driver_version": Setting("nvidia_driver", ("pins.driver", "hosts.<name>.packages"),
+                                     "the driver pin, where preflight judged none"),
+    "nvidia_driver_source": Setting("nvidia_driver", ("hosts.<name>.packages",), "where the driver comes from"),
+    "nvidia_driver_fabric_manager": Setting("nvidia_driver", ("hosts.<name>.packages",),
+                                            "true or false: Fabric Manager needed or not; else (auto) where the GPU "
+                                            "facts found NVSwitches"),
+    "nvidia_container_toolkit_version": Setting("nvidia_container_toolkit",
+                                                ("pins.container_toolkit", "hosts.<name>.packages"),
+                                                "the toolkit pin, where the inventory sets one"),
+    "nvidia_container_toolkit_repo_url": Setting("nvidia_container_toolkit", ("hosts.<name>.packages",),
+                                                 "where the toolkit comes from"),
+    **{name: Setting("kube_node", ("hosts.<name>.kubelet_policy",), "a kubelet reservation (kube_plan.kubelet_policy)")
+       for name, _kind in kube_plan.RESERVATIONS.values()},
+    "kube_control_plane_schedulable": Setting("kube_control_plane", ("hosts.<name>.node",),
+                                              "whether a control plane keeps its NoSchedule taint"),
+    "kube_addons_gpu_operator": Setting("playbooks/kubernetes.yml", ("hosts.<name>.node", "gpu_sharing"),
+                                        "the GPU Operator's labels and GPU sharing, where the add-on is on"),
+    "gpu_operator_pools": Setting("gpu_operator", ("hosts.<name>.node", "gpu_sharing"),
+                                  "each pool's GPU sharing and node labels (gpu_operator.node_labels)"),
+    "gpu_operator_gpu_model": Setting("gpu_operator", ("nodes.gpu",), "the GPU model where no GPU facts were read"),
+    "gpu_operator_gpu_count": Setting("gpu_operator", ("nodes.gpu",), "the GPU count where no GPU facts were read"),
+    "gpu_operator_gpu_memory_mib": Setting("gpu_operator", ("nodes.gpu", "gpu_sharing"),
+                                           "the GPU memory where no GPU facts were read"),
+    "compose_stack_members": Setting("compose_stack", _WORKSPACES, "the workspaces' members, where set"),
+    "compose_stack_topology": Setting("compose_stack", _WORKSPACES, "the topology the workspaces are planned on"),
+    "training_stack_socket_ifname": Setting("training_stack", ("hosts.<name>.nccl", "pools"),
+                                            "NCCL_SOCKET_IFNAME, else the default-route interface"),
+    "validate_cuda_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
+    "validate_cuda_check_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
+    "validate_nccl_build_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
+    "training_image_base": Setting("training_image", _IMAGES, "reported where the inventory pins it"),
+    "compose_stack_member_image": Setting("compose_stack", _IMAGES, "reported where the inventory pins it"),
+    "training_stack_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
+    "training_stack_mlflow_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
+}
 # Image pins reported in pins.images when the inventory sets them (validate, the training image, the job templates).
-IMAGE_PINS = (
-    "validate_cuda_image",
-    "validate_cuda_check_image",
-    "validate_nccl_build_image",
-    "training_image_base",
-    "compose_stack_member_image",
-    "training_stack_image",
-    "training_stack_mlflow_image",
-)
+IMAGE_PINS = tuple(name for name, setting in ROLE_SETTINGS.items() if setting.keys == _IMAGES)
+# A GPU node's inventory declarations that kube_gpu.gpu_nodes reads where the gpu facts are silent.
+_NODE_VARS = tuple(name for name, setting in ROLE_SETTINGS.items() if "nodes.gpu" in setting.keys)
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -377,12 +439,25 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+def _setting(hostvars: Any, name: str) -> Any:
+    """One host's value of a role setting the plan reads (ROLE_SETTINGS names it; KeyError otherwise), None when
+    unset (a gpuops_* one: its shared default)."""
+    if name not in ROLE_SETTINGS:
+        raise KeyError(f"{name} is not in plan.ROLE_SETTINGS: add it there (owner, plan keys, use) before reading it")
+    return get_var(hostvars, name)
+
+
+def _mps_limits(hostvars: Any) -> mps.Limits:
+    """The MPS cap rule with this host's settings (mps.VARIABLES)."""
+    return mps.limits_of({name: _setting(hostvars, name) for name in mps.VARIABLES})
+
+
 def _reservations(hostvars: Any) -> dict:
     """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
     argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""
     found = {}
     for keyword, (name, kind) in kube_plan.RESERVATIONS.items():
-        value = get_var(hostvars, name)
+        value = _setting(hostvars, name)
         if value is not None:
             found[keyword] = kind(value)
     return found
@@ -414,10 +489,10 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
         return None
     groups = get_var(hostvars, "group_names", []) or []
     node = kube_plan.node_registration(
-        policy, str(pool), "kube_control_plane" in groups, bool(get_var(hostvars, "kube_control_plane_schedulable"))
+        policy, str(pool), "kube_control_plane" in groups, bool(_setting(hostvars, "kube_control_plane_schedulable"))
     )
-    if get_var(hostvars, "kube_addons_gpu_operator", False) is True:
-        pools = get_var(hostvars, "gpu_operator_pools", {}) or {}
+    if _setting(hostvars, "kube_addons_gpu_operator") is True:
+        pools = _setting(hostvars, "gpu_operator_pools") or {}
         node["labels"].update(gpu_operator.node_labels(dict(pools), [{"name": "", "pool": pool}])[""])
     return node
 
@@ -429,15 +504,15 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     affinity. A GPU's CPU and NUMA affinity (the member's cpuset) come from the topology when it gives them, else
     from the GPU facts, which read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a
     one-GPU or driverless host gets cpusets too."""
-    members = get_var(hostvars, "compose_stack_members")
-    members = members if isinstance(members, list) else get_var(hostvars, "gpuops_members", [])
+    members = _setting(hostvars, "compose_stack_members")
+    members = members if isinstance(members, list) else _setting(hostvars, "gpuops_members")
     if not isinstance(members, list) or not members:
         return {"members": {}, "shared": {}, "problems": [], "warnings": [], "gpu_total": 0}
-    given = get_var(hostvars, "compose_stack_topology")
+    given = _setting(hostvars, "compose_stack_topology")
     topology = given if isinstance(given, dict) and given else topology
     layout = {"gpus": list(gpu.get("gpus") or [])}
     if not gpu and not (topology or {}).get("gpus"):  # the inventory alone (render): its GPU count, no affinity
-        layout = {"gpus": [{"index": index} for index in range(int(get_var(hostvars, "gpuops_gpu_count", 0) or 0))]}
+        layout = {"gpus": [{"index": index} for index in range(int(_setting(hostvars, "gpuops_gpu_count") or 0))]}
     if (topology or {}).get("gpus"):
         found = {g.get("index"): g for g in layout["gpus"] if isinstance(g, dict)}
 
@@ -453,13 +528,13 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
     # refuses an overcommit.
     return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
                            gpus_found=gpu.get("gpus"),
-                           mps_limits=mps.limits_of({name: get_var(hostvars, name) for name in mps.VARIABLES}))
+                           mps_limits=_mps_limits(hostvars))
 
 
 def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
     """Whether the host needs Fabric Manager, and why: nvidia_driver_fabric_manager when the inventory sets it true
     or false, else (auto) whether the GPU facts found NVSwitches; None when they were not read."""
-    wanted = get_var(hostvars, "nvidia_driver_fabric_manager", "auto")
+    wanted = _setting(hostvars, "nvidia_driver_fabric_manager")
     if isinstance(wanted, bool):
         return wanted, f"nvidia_driver_fabric_manager: {str(wanted).lower()}"
     found = gpu.get("fabric_manager")
@@ -486,10 +561,10 @@ def host_part(
     so, else where the GPU facts found NVSwitches."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
-        declared = get_var(hostvars, "gpuops_gpu_topology")
+        declared = _setting(hostvars, "gpuops_gpu_topology")
         topology, source = (declared, "inventory (gpuops_gpu_topology)") if isinstance(declared, dict) else (None, None)
-    pool = get_var(hostvars, "gpuops_pool") or None
-    driver = (driver if driver is not None else str(get_var(hostvars, "nvidia_driver_version", "") or "")) or None
+    pool = _setting(hostvars, "gpuops_pool") or None
+    driver = (driver if driver is not None else str(_setting(hostvars, "nvidia_driver_version") or "")) or None
     fabric_manager, fabric_manager_reason = _fabric_manager(gpu, hostvars)
     policy = None
     if platform == "kubernetes" and pool in kube_plan.POOLS:
@@ -502,9 +577,9 @@ def host_part(
         | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
     )
     ifname = training_jobs.pick_socket_ifname(
-        str(get_var(hostvars, "training_stack_socket_ifname", "") or ""), [_default_ifname(hostvars)]
+        str(_setting(hostvars, "training_stack_socket_ifname") or ""), [_default_ifname(hostvars)]
     )
-    toolkit = str(get_var(hostvars, "nvidia_container_toolkit_version", "") or "") or None
+    toolkit = str(_setting(hostvars, "nvidia_container_toolkit_version") or "") or None
     return {
         "ok": ok,
         "gpu_count": gpu.get("count"),
@@ -517,12 +592,12 @@ def host_part(
         "gpus_present": gpu["present"] if isinstance(gpu.get("present"), bool) else None,
         "packages": {
             "driver": driver,
-            "driver_source": str(get_var(hostvars, "nvidia_driver_source", "") or "") or None,
+            "driver_source": str(_setting(hostvars, "nvidia_driver_source") or "") or None,
             "fabric_manager": driver if fabric_manager else None,
             "fabric_manager_needed": fabric_manager,
             "fabric_manager_reason": fabric_manager_reason,
             "container_toolkit": toolkit,
-            "container_toolkit_source": str(get_var(hostvars, "nvidia_container_toolkit_repo_url", "") or "") or None,
+            "container_toolkit_source": str(_setting(hostvars, "nvidia_container_toolkit_repo_url") or "") or None,
         },
         "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,
@@ -542,17 +617,12 @@ def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
         if part.get("pool"):
             hosts_of.setdefault(str(part["pool"]), []).append(host)
     first = next(iter(parts), None)
-    explicit = str(get_var(hostvars[first], "training_stack_socket_ifname", "") or "") if first else ""
+    explicit = str(_setting(hostvars[first], "training_stack_socket_ifname") or "") if first else ""
     ifname = training_jobs.pick_socket_ifname(explicit, [_default_ifname(hostvars[h]) for h in parts])
     return {
         pool: {"hosts": hosts, "nccl": training_jobs.nccl_env([parts[h]["topology"] for h in hosts], ifname)}
         for pool, hosts in hosts_of.items()
     }
-
-
-# A GPU node's inventory declarations that kube_gpu.gpu_nodes reads where the gpu facts are silent.
-_NODE_VARS = ("gpuops_pool", "gpuops_gpu_topology", "gpu_operator_gpu_model", "gpu_operator_gpu_count",
-              "gpu_operator_gpu_memory_mib")
 
 
 def _gpu_nodes(gpus: dict[str, dict], hostvars: Any) -> list[dict]:
@@ -562,7 +632,7 @@ def _gpu_nodes(gpus: dict[str, dict], hostvars: Any) -> list[dict]:
     for host, gpu in gpus.items():
         facts = get_var(hostvars[host], "ansible_facts", {}) or {}
         route = facts.get("default_ipv4") if hasattr(facts, "get") else None
-        hosts.append({**{name: get_var(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
+        hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
                       "ansible_facts": {"gpu": gpu or {}, "default_ipv4": kube_gpu.plain(route or {})}})
     return kube_gpu.gpu_nodes(hosts)
 
@@ -591,15 +661,15 @@ def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any)
     preflight read) as their facts. The pools are gpu_operator_pools as the inventory sets it, else the role's
     default (gpu_sharing.default_pools). None unless the platform is kubernetes with kube_addons_gpu_operator."""
     first = next(iter(gpus), None)
-    if platform != "kubernetes" or first is None or get_var(hostvars[first], "kube_addons_gpu_operator") is not True:
+    if platform != "kubernetes" or first is None or _setting(hostvars[first], "kube_addons_gpu_operator") is not True:
         return None
-    pools, source = get_var(hostvars[first], "gpu_operator_pools"), "gpu_operator_pools"
+    pools, source = _setting(hostvars[first], "gpu_operator_pools"), "gpu_operator_pools"
     if not hasattr(pools, "items"):
-        multi_node = str(get_var(hostvars[first], "gpuops_multi_node_training", False)).lower() in ("true", "yes", "1")
+        multi_node = str(_setting(hostvars[first], "gpuops_multi_node_training")).lower() in ("true", "yes", "1")
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
     try:
         return gpu_sharing.plan_part(kube_gpu.plain(pools), _gpu_nodes(gpus, hostvars), source,
-                                     mps.limits_of({name: get_var(hostvars[first], name) for name in mps.VARIABLES}))
+                                     _mps_limits(hostvars[first]))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 
@@ -607,8 +677,8 @@ def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any)
 def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | None = None) -> dict:
     """The fleet part; ``pins``: the driver and CUDA versions preflight judged, else the inventory's."""
     pins = pins or {
-        "driver": get_var(anyvars, "nvidia_driver_version", ""),
-        "cuda": get_var(anyvars, "gpuops_cuda_version", ""),
+        "driver": _setting(anyvars, "nvidia_driver_version"),
+        "cuda": _setting(anyvars, "gpuops_cuda_version"),
     }
     return {
         "schema_version": SCHEMA_VERSION,
@@ -620,13 +690,13 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
             "gpu_count": fleet.get("gpu_count"),
             "with_play": list(with_play),
         },
-        "team": _team(get_var(anyvars, "gpuops_members", []), get_var(anyvars, "gpuops_teams", [])),
+        "team": _team(_setting(anyvars, "gpuops_members"), _setting(anyvars, "gpuops_teams")),
         "pins": {
             "driver": str(pins.get("driver") or "") or None,
             "cuda": str(pins.get("cuda") or "") or None,
-            "registry_mirror": str(get_var(anyvars, "gpuops_registry_mirror", "") or "") or None,
-            "container_toolkit": str(get_var(anyvars, "nvidia_container_toolkit_version", "") or "") or None,
-            "images": {name: str(get_var(anyvars, name)) for name in IMAGE_PINS if get_var(anyvars, name)},
+            "registry_mirror": str(_setting(anyvars, "gpuops_registry_mirror") or "") or None,
+            "container_toolkit": str(_setting(anyvars, "nvidia_container_toolkit_version") or "") or None,
+            "images": {name: str(_setting(anyvars, name)) for name in IMAGE_PINS if _setting(anyvars, name)},
         },
     }
 
@@ -686,7 +756,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
 
 def with_out_of_service(plan: dict, report_dir: str) -> dict:
     """The plan with each host's GPUs out of service, as health.yml left them in <report_dir>/health/state.json
-    (``hosts.<host>.out_of_service``); a missing or unreadable file leaves every host with none."""
+    (``hosts.<name>.out_of_service``); a missing or unreadable file leaves every host with none."""
     path = os.path.join(report_dir, HEALTH_STATE)
     try:
         with open(path, encoding="utf-8") as handle:
