@@ -19,6 +19,8 @@ description:
     round trip to the host.
 author:
   - gpuops.cluster maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.cluster.read_only
 options:
   checks:
     description: The requests, each named; the names key RV(answers).
@@ -53,16 +55,6 @@ options:
     description: Seconds to wait for each answer.
     type: int
     default: 10
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing to show, it changes nothing.
-  idempotent:
-    support: full
-    description: Never changes anything.
 seealso:
   - module: ansible.builtin.uri
 """

@@ -20,6 +20,8 @@ description:
     for the moment between the two.
 author:
   - gpuops.cluster maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.cluster.read_only
 options:
   paths:
     description: The lock files to watch. A missing file is not held.
@@ -42,16 +44,6 @@ options:
     description: The caller's variable that sets O(timeout); the failure message names it in its fix.
     type: str
     default: timeout
-attributes:
-  check_mode:
-    support: full
-    description: Reads only, so it runs (and waits) in check mode as well.
-  diff_mode:
-    support: none
-    description: Nothing to show, it changes nothing.
-  idempotent:
-    support: full
-    description: Never changes anything.
 seealso:
   - module: ansible.builtin.apt
 """

@@ -127,17 +127,10 @@ attributes:
   action:
     support: full
     description: The judgement runs in the action plugin, on the controller.
-  check_mode:
-    support: full
-    description: Only reads; behaves the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes the host.
 author:
   - gpuops.cluster maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.cluster.read_only
 seealso:
   - module: gpuops.cluster.gpu_facts
   - module: gpuops.cluster.preflight_fleet
