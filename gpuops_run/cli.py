@@ -1,7 +1,8 @@
 """gpuops-run: run a gpuops.cluster playbook through ansible-runner, with live progress, summary.json,
 junit.xml and the runner's own artifacts.
 
-Exit codes: 0 all ok; 2 a host failed; 3 hosts unreachable (none failed); 4 usage or inventory error.
+Exit codes: 0 all ok; 1 the run's verdict is WARN or UNKNOWN (burnin: a check warned, or could not be judged);
+2 a host failed, or the verdict is FAIL; 3 hosts unreachable (none failed); 4 usage or inventory error.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuops-run",
         description="Run a gpuops.cluster playbook with live progress; write summary.json and junit.xml.",
-        epilog="exit codes: 0 ok, 2 a host failed, 3 hosts unreachable only, 4 usage or inventory error")
+        epilog="exit codes: 0 ok (burnin: every check PASS), 1 burnin: a check WARN or UNKNOWN, 2 a host failed "
+               "(burnin: a check FAIL), 3 hosts unreachable only, 4 usage or inventory error")
     parser.add_argument("playbook", help=f"one of {', '.join(PLAYBOOKS)}, or a playbook file")
     parser.add_argument("-i", "--inventory", required=True, help="inventory file, directory or host list")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], help="as ansible-playbook -e (repeatable)")
@@ -174,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         why = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else f"runner status {result.status}")
         print(f"gpuops-run: ERROR: the run did not start: {why.strip()}", file=sys.stderr)
+    if summary["verdict"]:
+        print(f"gpuops-run: verdict {summary['verdict'].get('verdict')} ({summary['verdict'].get('report')})")
     print(f"gpuops-run: exit {code}; summary.json, junit.xml and the runner's artifacts in {artifacts}")
     return code
 

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 
 EXIT_OK = 0
+EXIT_WARN = 1  # not set here: a run's own verdict carries it (below)
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 3
 EXIT_USAGE = 4
@@ -197,6 +198,7 @@ def summarise(events, rc: int | None = None, status: str | None = None) -> dict:
         "seconds": _seconds(fold.first, fold.last),
         "hosts": dict(sorted(hosts.items())),
         "plays": plays,
+        "verdict": ((fold.stats or {}).get("artifact_data") or {}).get("gpuops_verdict"),
     }
 
 
@@ -212,7 +214,11 @@ def _fold(events) -> RunFold:
 
 
 def exit_code(summary: dict) -> int:
-    """0 all ok; 2 any host failed; 3 hosts unreachable and none failed; 4 the run never got to a recap."""
+    """0 all ok; 2 any host failed; 3 hosts unreachable and none failed; 4 the run never got to a recap.
+
+    A run that judges (burnin.yml) gives its verdict through ``set_stats`` (``gpuops_verdict``: verdict, exit_code,
+    the one mapping being plugins/plugin_utils/thresholds.py's EXIT_CODES: 0 PASS, 1 WARN or UNKNOWN, 2 FAIL);
+    a run that finished without a failed task exits with that code."""
     hosts = summary["hosts"].values()
     if any(h["failed"] for h in hosts):
         return EXIT_FAILED
@@ -220,7 +226,8 @@ def exit_code(summary: dict) -> int:
         return EXIT_UNREACHABLE
     if not summary.get("recap_seen") or (summary.get("rc") not in (0, None)):
         return EXIT_USAGE if not summary["hosts"] else EXIT_FAILED
-    return EXIT_OK
+    verdict = summary.get("verdict") or {}
+    return int(verdict["exit_code"]) if "exit_code" in verdict else EXIT_OK
 
 
 def junit_xml(summary: dict, suite: str = "gpuops-run") -> str:

@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """burnin.yml's filters: burnin_schedule, burnin_node, burnin_membw, burnin_report, burnin_markdown, burnin_launch,
-burnin_pair_env, burnin_objects.
+burnin_pair_env, burnin_objects, burnin_tools.
 
 Thin: the judgements are in plugins/plugin_utils/burnin.py (burnin_membw.py for the memory bandwidth), the launch
 in plugins/plugin_utils/burnin_jobs.py;
@@ -16,6 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 burnin_jobs = lazy("burnin_jobs")
 burnin = lazy("burnin")
 _burnin_membw = lazy("burnin_membw")
+_thresholds = lazy("thresholds")
 
 
 def _dict(value, what: str) -> dict:
@@ -30,15 +31,34 @@ def burnin_schedule(nodes) -> list:
     return burnin.pair_schedule([str(n) for n in nodes])
 
 
-def burnin_node(result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4,
-                health=None, membw=None) -> dict:
-    """A registered single-node run judged against what the node's NVLink or PCIe should give."""
+def _text(result) -> str | None:
+    """A registered command's output, or None where it did not run."""
+    if not isinstance(result, dict) or result.get("skipped") or "rc" not in result:
+        return None
+    return "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+
+
+def burnin_node(  # noqa: PLR0913 -- the filter's options, as Jinja passes them by name
+    result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4, health=None, membw=None, *,
+    gpu_name: str = "", nvbandwidth=None, thresholds=None,
+) -> dict:
+    """A registered single-node run judged against what the node's NVLink or PCIe should give, and the node's
+    measurements (that run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
-    text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+    text = _text(result)
     expected = burnin.expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
                                      int(pcie_gen))
-    return burnin.judge_node(str(node), text, None if result.get("skipped") else result.get("rc"), expected,
-                             health if isinstance(health, dict) else None, membw if isinstance(membw, dict) else None)
+    health = health if isinstance(health, dict) else None
+    try:
+        measured = _thresholds.measure(nccl=text, nvbandwidth=_text(nvbandwidth),
+                                       health=(health or {}).get("gpus") if health and "gpus" in health else None)
+        judged = _thresholds.judge(str(gpu_name), measured, overrides=_dict(thresholds or {}, "burnin_thresholds"),
+                                   gpu_count=int(gpu_count))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"burnin_thresholds: {exc}") from exc
+    return burnin.judge_node(str(node), text or "", None if text is None else result.get("rc"), expected, health,
+                             membw if isinstance(membw, dict) else None, judged,
+                             str(result.get("skip_reason") or "") if text is None else "")
 
 
 def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_gbps: float = 0,
@@ -99,6 +119,13 @@ def burnin_objects(nodes, pairs=None, config=None) -> list:
     return burnin_jobs.objects(nodes, list(pairs or []), _dict(config, "burnin_objects' config"))
 
 
+def burnin_tools(probe, config=None, gpus: int = 0, platform: str = "compose") -> dict:
+    """The tools probe's output -> what the node runs its single-node checks with, and what burn-in builds."""
+    if not isinstance(probe, str):
+        raise AnsibleFilterError(f"burnin_tools needs the probe's stdout, got {type(probe).__name__}")
+    return burnin_jobs.tools(probe, _dict(config, "burnin_tools' config"), int(gpus), str(platform))
+
+
 class FilterModule:
     """gpuops.cluster burn-in filters."""
 
@@ -106,4 +133,4 @@ class FilterModule:
         return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_membw": burnin_membw,
                 "burnin_report": burnin_report,
                 "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch, "burnin_pair_env": burnin_pair_env,
-                "burnin_objects": burnin_objects}
+                "burnin_objects": burnin_objects, "burnin_tools": burnin_tools}

@@ -10,6 +10,10 @@
 * ``judge_fleet``: slow nodes, suspect links, NCCL on TCP sockets on an RDMA fabric, and the ranking of nodes
   and pairs with measured and expected GB/s.
 
+Every check of the report (``judge_fleet``'s ``checks``: per node the health sweep, the single-node run against
+its path, the memory bandwidth and the thresholds table's checks; per pair its run) is PASS, WARN, FAIL or UNKNOWN
+(thresholds.py), and the report's ``verdict`` is the worst of them with gpuops-run's ``exit_code``.
+
 A node is **slow** when every pair that contains it (two at least) is below the expectation while some pair is
 not; a **suspect link** is a slow pair that no slow node explains. When every pair is slow, no node is blamed:
 the fabric, or the expectation, is wrong.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import re
 from statistics import median
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
     expected_busbw,
     judge_nccl,
@@ -82,11 +87,13 @@ def transport(text: str) -> dict:
 
 
 def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None,
-               membw: dict | None = None) -> dict:
+               membw: dict | None = None, judged: dict | None = None, skipped: str = "") -> dict:
     """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), its
     gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings) and its
-    memory-bandwidth result (burnin_membw.judge_membw; ``failed`` fails the node, ``skipped`` says why)."""
-    row = judge_nccl(text, rc, expected)
+    memory-bandwidth result (burnin_membw.judge_membw; ``failed`` fails the node, ``skipped`` says why).
+    judged: thresholds.judge's verdict of the node's measurements (kept as ``thresholds``). skipped: why the
+    single-node run did not run (one GPU, no nccl-tests): its row is then ``skipped``, never ok or failed."""
+    row = {"status": "skipped", "detail": skipped} if skipped else judge_nccl(text, rc, expected)
     parsed = parse_all_reduce(text)
     verdict = str((health or {}).get("verdict") or "not run")
     status, detail = row["status"], row["detail"]
@@ -97,9 +104,10 @@ def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dic
     membw = membw or {"status": "not run", "detail": "memory bandwidth not tested"}
     if membw.get("status") == "failed":
         status, detail = "failed", f"memory bandwidth: {membw.get('detail')}; {detail}"
-    return {"node": node, "status": status, "measured": parsed["peak_busbw"], "expected": expected["peak"],
+    measured = None if skipped else parsed["peak_busbw"]
+    return {"node": node, "status": status, "measured": measured, "expected": expected["peak"],
             "floor": expected["floor"], "path": expected["path"], "detail": detail, "health": verdict,
-            "transport": transport(text), "membw": membw}
+            "transport": transport(text), "membw": membw, "thresholds": judged}
 
 
 def pair_schedule(nodes: list[str]) -> list[list[str]]:
@@ -222,14 +230,39 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
     node_rows.sort(key=lambda r: (r["status"] == "ok", r["pair_mean"] if r["pair_mean"] is not None else -1,
                                   r["node"]))
     rows.sort(key=lambda r: (r["status"] == "ok", r["measured"] if r["measured"] is not None else -1, r["pair"]))
-    ok = not (slow_nodes or bad or failed_singles)
+    checks = _checks(singles, rows)
+    findings += [f"{c['node']} {c['check']} {c['status']}: {c['detail']}" for c in checks
+                 if c["status"] in ("FAIL", "WARN") and c["check"] in thresholds.CHECKS]
+    verdict = thresholds.worst(c["status"] for c in checks)
+    ok = not (slow_nodes or bad or failed_singles) and verdict != "FAIL"
     if not rows and not singles:
         findings.append("no node with GPUs: nothing was burnt in")
     status = ("ok" if ok else "failed") if rows or singles else "skipped"
-    return {"status": status, "expected_gbps": expected, "expected_source": source,
+    return {"status": status, "verdict": verdict, "exit_code": thresholds.EXIT_CODES[verdict], "checks": checks,
+            "expected_gbps": expected, "expected_source": source,
             "floor_share": floor_share, "slow_nodes": slow_nodes, "suspect_links": suspect, "tcp_fallback": tcp,
             "findings": findings,
             "nodes": node_rows, "pairs": rows, "singles": singles}
+
+
+def _checks(singles: list[dict], pairs: list[dict]) -> list[dict]:
+    """Every check of the run as {node, check, status: PASS | WARN | FAIL | UNKNOWN, detail}: per node the health
+    sweep, the single-node run against its NVLink or PCIe path, the memory bandwidth and the thresholds table's
+    checks; per pair (node "a-b") its run."""
+    out = []
+    for single in singles:
+        membw = single.get("membw") or {}
+        out += [{"node": single["node"], "check": "health", "status": thresholds.status_of(single.get("health")),
+                 "detail": f"gpu_health {single.get('health')}"},
+                {"node": single["node"], "check": "single_node_busbw",
+                 "status": thresholds.status_of(single["status"]), "detail": single["detail"]},
+                {"node": single["node"], "check": "memory_bandwidth",
+                 "status": thresholds.status_of(membw.get("status")), "detail": membw.get("detail") or ""}]
+        out += [{"node": single["node"], "check": c["check"], "status": c["status"], "detail": c["detail"]}
+                for c in (single.get("thresholds") or {}).get("checks") or []]
+    out += [{"node": "-".join(p["pair"]), "check": "pair_busbw", "status": thresholds.status_of(p["status"]),
+             "detail": p["detail"] or _gbps(p)} for p in pairs]
+    return out
 
 
 def _gbps(row: dict) -> str:

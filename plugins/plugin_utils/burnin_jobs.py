@@ -139,3 +139,103 @@ def objects(nodes: list[dict], pairs: list[list[str]], config: dict) -> list[dic
         gpus = min(int(by_name[p].get("gpus") or 0) for p in pair) or 1
         out.append(pair_pytorchjob(pair, gpus, [by_name[p].get("topology") for p in pair], config))
     return out
+
+
+# The host's own tools (issue 38): nccl-tests (MPI=0, the single-node run) and nvbandwidth, built from their pinned
+# source releases where the host lacks them, into <tools_dir>/<tool>-<version>-cuda<X.Y>[-nccl<X.Y.Z>]-sm<archs>/,
+# whose stamp file makes a later burn-in use the build instead of building again.
+_VERSION_IN_URL = re.compile(r"v?([0-9]+(?:[.][0-9]+)+)[.](?:tar[.]gz|tgz|tar|zip)$")
+_WHEEL_VERSION = re.compile(r"-([0-9]+(?:[.][0-9]+)+)-py3")
+STAMP = ".gpuops-built"
+
+
+def _probe(text: str) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, _eq, v in (ln.partition("=") for ln in (text or "").splitlines()) if _eq}
+
+
+def _version(url: str, pattern: re.Pattern) -> str:
+    found = pattern.search(str(url).rsplit("/", 1)[-1])
+    return found.group(1) if found else "unknown"
+
+
+def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
+    """What this host runs the single-node checks with, and what burn-in builds for it.
+
+    probe: the tools probe's ``key=value`` lines (roles/burnin/tasks/tools.yml): arch (uname -m), cuda (the
+    CUDA home whose bin/nvcc runs, "" for none), cuda_release (nvcc's), caps (nvidia-smi's compute_cap per
+    GPU), nvbandwidth and all_reduce_perf (where found, "" for none), nccl_version (of config's nccl_home),
+    built (the stamps in tools_dir: those builds are done and left out of ``build``).
+    config: _burnin_config (tools_build, tools_dir, nccl_home, nccl_tests_url, nvbandwidth_url, nccl_wheel_url,
+    nccl_wheels by architecture, ...). nccl-tests is needed on Compose with two GPUs or more (Kubernetes runs it
+    in a Job of burnin_image).
+
+    Returns {cuda, archs, gencode, nccl_home, nvbandwidth, all_reduce_perf, env, build: [{tool, version, dir,
+    stamp, binary, url, checksum, argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} | None, problems}."""
+    found = _probe(probe)
+    cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
+    archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
+    tools_dir = str(config["tools_dir"]).rstrip("/")
+    arch = found.get("arch", "")
+    wheel = ({"url": str(config["nccl_wheel_url"]), "checksum": str(config.get("nccl_wheel_checksum") or "")}
+             if config.get("nccl_wheel_url") else (config.get("nccl_wheels") or {}).get(arch))
+    wheel_version = _version(wheel["url"], _WHEEL_VERSION) if wheel else "unknown"
+    nccl_home = str(config.get("nccl_home") or f"{tools_dir}/nccl-{wheel_version}/nvidia/nccl")
+    nccl_version = found.get("nccl_version") if config.get("nccl_home") else wheel_version
+    sm = "sm" + "-".join(archs)
+    needs = []
+    if not found.get("nvbandwidth"):
+        needs.append("nvbandwidth")
+    if platform == "compose" and int(gpus) >= 2 and not found.get("all_reduce_perf"):  # noqa: PLR2004
+        needs.append("nccl-tests")
+    out: dict[str, Any] = {"cuda": cuda, "cuda_release": release, "archs": archs, "nccl_home": nccl_home,
+                           "gencode": " ".join(f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs),
+                           "nvbandwidth": found.get("nvbandwidth", ""), "env": {}, "build": [], "nccl_wheel": None,
+                           "all_reduce_perf": found.get("all_reduce_perf", ""), "problems": []}
+    if not needs or not config.get("tools_build"):
+        return out
+    missing = []
+    if not (cuda and release):
+        where = config.get("cuda_home") or "/usr/local/cuda, /usr/local/cuda-*"
+        missing.append(f"no CUDA toolkit (bin/nvcc) at {where}")
+    if not archs:
+        read = found.get("caps", "")
+        missing.append(f"no compute capability from nvidia-smi --query-gpu=compute_cap (read: '{read}')")
+    if "nccl-tests" in needs and not config.get("nccl_home") and not wheel:
+        missing.append(f"no NCCL: burnin_nccl_home is unset and no wheel is pinned for the architecture '{arch}' "
+                       "(set burnin_nccl_home, or burnin_nccl_wheel_url with burnin_nccl_wheel_checksum)")
+    if missing:
+        out["problems"].append(
+            f"burn-in builds {' and '.join(needs)} on this host (not found in PATH) but finds {'; '.join(missing)}. "
+            "Fix: install the CUDA toolkit (NVIDIA's cuda-toolkit-<X>-<Y> package) or set burnin_cuda_home to it; or "
+            "install the tools yourself (all_reduce_perf in PATH, burnin_nvbandwidth); or set burnin_tools_build: "
+            "false to burn in without them (their checks are then UNKNOWN)")
+        return out
+    if "nvbandwidth" in needs:
+        version = _version(config["nvbandwidth_url"], _VERSION_IN_URL)
+        folder = f"{tools_dir}/nvbandwidth-{version}-cuda{release}-{sm}"
+        out["nvbandwidth"] = f"{folder}/build/nvbandwidth"
+        out["build"].append({
+            "tool": "nvbandwidth", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
+            "binary": out["nvbandwidth"], "url": str(config["nvbandwidth_url"]),
+            "checksum": str(config.get("nvbandwidth_checksum") or ""),
+            "argv": [["cmake", "-S", folder, "-B", f"{folder}/build", f"-DCMAKE_CUDA_COMPILER={cuda}/bin/nvcc",
+                      f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"],
+                     ["make", "-C", f"{folder}/build", "-j"]]})
+    if "nccl-tests" in needs:
+        version = _version(config["nccl_tests_url"], _VERSION_IN_URL)
+        folder = f"{tools_dir}/nccl-tests-{version}-cuda{release}-nccl{nccl_version or 'unknown'}-{sm}"
+        out["all_reduce_perf"] = f"{folder}/build/all_reduce_perf"
+        out["env"] = {"LD_LIBRARY_PATH": f"{nccl_home}/lib:{cuda}/lib64"}
+        out["build"].append({
+            "tool": "nccl-tests", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
+            "binary": out["all_reduce_perf"], "url": str(config["nccl_tests_url"]),
+            "checksum": str(config.get("nccl_tests_checksum") or ""),
+            "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",
+                      f"NVCC_GENCODE={out['gencode']}"]]})
+        if not config.get("nccl_home"):
+            out["nccl_wheel"] = dict(wheel, dir=f"{tools_dir}/nccl-{wheel_version}", version=wheel_version)
+    built = set(found.get("built", "").split())
+    out["build"] = [b for b in out["build"] if b["stamp"] not in built]
+    if not any(b["tool"] == "nccl-tests" for b in out["build"]):
+        out["nccl_wheel"] = None
+    return out

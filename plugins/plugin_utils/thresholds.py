@@ -27,12 +27,16 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import parse_all_reduce
 
-__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "markdown_table", "measure"]
+__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "markdown_table", "measure", "status_of", "worst"]
 
 # Worst first: a verdict is its worst check's status. UNKNOWN is worse than PASS: nothing unjudged passes.
 STATUSES = ("FAIL", "WARN", "UNKNOWN", "PASS")
 # gpuops-run's exit codes (issue 38): 0 pass, 1 warnings (and anything not judged), 2 fail.
 EXIT_CODES = {"PASS": 0, "WARN": 1, "UNKNOWN": 1, "FAIL": 2}
+# The words of the judgements older than this table (burn-in's nccl, memory bandwidth and pairs; gpu_health's
+# verdict) in its statuses; any other word ("skipped", "not run", "unjudged") is UNKNOWN.
+_WORDS = {"ok": "PASS", "healthy": "PASS", "degraded": "WARN", "failed": "FAIL", "slow": "FAIL",
+          "tcp_fallback": "FAIL"}
 H2D, D2H, P2P = "host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce"
 
 # check -> (bound: "min" = measured at least the figure, "max" = at most; unit; what is measured)
@@ -48,6 +52,17 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "nvlink_inactive": ("max", "links", "inactive NVLink links"),
     "pcie_replays_per_min": ("max", "per minute", "PCIe replays per minute, worst GPU"),
 }
+
+
+def status_of(word: str) -> str:
+    """An older judgement's word (ok, failed, slow, healthy, degraded, skipped, ...) as PASS, WARN, FAIL or UNKNOWN."""
+    return _WORDS.get(str(word), "UNKNOWN")
+
+
+def worst(statuses) -> str:
+    """The worst of some statuses (STATUSES order); UNKNOWN when there are none: nothing judged does not pass."""
+    found = set(statuses)
+    return next((s for s in STATUSES if s in found), "UNKNOWN")
 
 
 def _worst_of(values: list) -> float | None:
@@ -161,7 +176,7 @@ def judge(gpu_name: str, measured: dict, overrides: dict | None = None, gpu_coun
     values, errors = measured.get("values") or {}, measured.get("errors") or {}
     checks = [_judge_one(check, model, row.get(check), values.get(check), errors.get(check), gpu_count)
               for check in CHECKS if check in values or check in errors]
-    status = next((s for s in STATUSES if any(c["status"] == s for c in checks)), "UNKNOWN")
+    status = worst(c["status"] for c in checks)
     return {"model": model, "gpu_name": gpu_name, "status": status, "exit_code": EXIT_CODES[status], "checks": checks}
 
 
