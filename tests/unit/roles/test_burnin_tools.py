@@ -106,7 +106,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "vars": variables}
 
 
-def run(site: dict, name: str, **overrides) -> dict:
+def run(site: dict, name: str, *options: str, **overrides) -> dict:
     """One ansible-playbook run of the tools stage: {stats, results (task name -> result), log (stand-in argv)}."""
     root = site["root"]
     log = root / f"{name}.log"
@@ -115,8 +115,8 @@ def run(site: dict, name: str, **overrides) -> dict:
     extra.write_text(json.dumps(site["vars"] | overrides))
     env = playbook_env(REPO, cache="memory", callback="ansible.posix.json",
                        extra={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}", "STANDIN_LOG": str(log)})
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK), "-e", f"@{extra}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK), "-e", f"@{extra}", *options]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
     document = json_document(proc.stdout)
     assert document.get("stats"), proc.stdout[-3000:] + proc.stderr[-2000:]
     # By task name, without the "<role> : " the callback may put first.
@@ -177,4 +177,14 @@ def test_no_nvcc_is_refused_before_anything_is_fetched(site: dict) -> None:
            f"(bin/nvcc) at {empty}" in message
     assert "set burnin_cuda_home" in message
     assert "burnin_tools_build: false" in message
+    assert not cache.exists()
+
+
+def test_check_mode_says_what_it_would_build_and_builds_nothing(site: dict) -> None:
+    cache = site["root"] / "cache-check"
+    checked = run(site, "check", "--check", burnin_tools_dir=str(cache))
+    assert (checked["stats"]["failures"], checked["stats"]["changed"]) == (0, 0)
+    message = checked["results"]["Burn-in | tools - what a run would build (check mode builds nothing)"]["msg"]
+    assert message == (f"would build {cache}/nvbandwidth-0.8-cuda13.0-sm90, "
+                       f"{cache}/nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90")
     assert not cache.exists()
