@@ -28,8 +28,11 @@ from ansible_env import json_document, playbook_env
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "burnin_tools.yml"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-MIRRORS = {"nccl-tests": (Path("/work/.mirror/NVIDIA+nccl-tests/repo"), "v2.19.6"),
-           "nvbandwidth": (Path("/work/.mirror/NVIDIA+nvbandwidth/repo"), "v0.8")}
+# Local mirrors of the GitHub repositories (bare git directories), beside the checkout as ../shared/data is, or
+# where GPUOPS_SOURCE_MIRRORS says (a worktree elsewhere).
+MIRROR = Path(os.environ.get("GPUOPS_SOURCE_MIRRORS", REPO.parent / ".mirror"))
+MIRRORS = {"nccl-tests": (MIRROR / "NVIDIA+nccl-tests" / "repo", "v2.19.6"),
+           "nvbandwidth": (MIRROR / "NVIDIA+nvbandwidth" / "repo", "v0.8")}
 GENCODE = "-gencode=arch=compute_90,code=sm_90"
 PLAN = "Burn-in | tools - what this node runs, and what to build"
 
