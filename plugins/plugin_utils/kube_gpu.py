@@ -55,7 +55,7 @@ def gpu_nodes(hosts: Any) -> list[dict]:
         names = [g.get("name") for g in gpu.get("gpus") or [] if g.get("name")]
         nodes.append({
             "name": str(host.get("inventory_hostname")),
-            "pool": host.get("gpuops_pool"),
+            "pool": host.get("gpuops_pool") or None,  # unset or "" (its shared default): no pool
             "gpu_model": names[0] if names else host.get("gpu_operator_gpu_model"),
             "gpu_count": _gpu_count(gpu, topology) or int(host.get("gpu_operator_gpu_count") or 0),
             "socket_ifname": str(((facts.get("default_ipv4") or {}).get("interface")) or ""),

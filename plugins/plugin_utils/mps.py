@@ -23,17 +23,13 @@ defaults have one home, that role's ``defaults/main.yml``, which ``limits`` read
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import shared_defaults
 
 RESERVE_VAR = "gpuops_mps_context_reserve"
 MIN_USABLE_VAR = "gpuops_mps_min_usable"
 VARIABLES = (RESERVE_VAR, MIN_USABLE_VAR)
-# plugins/plugin_utils/ -> the collection root -> the internal role that holds the gpuops_* defaults.
-DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
 
 
 @dataclass(frozen=True)
@@ -49,21 +45,16 @@ class Limits:
         return self.reserve_mib + self.min_usable_mib
 
 
-@lru_cache(maxsize=1)
-def _defaults() -> dict:
-    return yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8")) or {}
-
-
 def _mib(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} is {value!r}; expected MiB as a whole number >= 0, unquoted. Fix: e.g. {name}: "
-                         f"{_defaults()[name]}, or leave it out for the default")
+                         f"{shared_defaults()[name]}, or leave it out for the default")
     return value
 
 
 def limits(reserve_mib: Any = None, min_usable_mib: Any = None) -> Limits:
     """The rule's settings: the inventory's values when given (not None), else the _gpuops_vars role's defaults."""
-    defaults = _defaults()
+    defaults = shared_defaults()
     reserve = defaults[RESERVE_VAR] if reserve_mib is None else reserve_mib
     usable = defaults[MIN_USABLE_VAR] if min_usable_mib is None else min_usable_mib
     return Limits(_mib(RESERVE_VAR, reserve), _mib(MIN_USABLE_VAR, usable))

@@ -7,12 +7,17 @@
 - anything in between -> kubernetes only when multi-node training is frequent, else compose
 
 Pure functions, no Ansible imports. Wrong types raise TypeError, out-of-range values ValueError; both say what
-was found and what is expected.
+was found and what is expected. ``get_var`` reads a host's variable for every plugin_utils module; a ``gpuops_*``
+variable the inventory leaves unset reads as its default from the one home of those defaults (``shared_defaults``).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 COMPOSE = "compose"
 KUBERNETES = "kubernetes"
@@ -145,22 +150,33 @@ def decide_fleet(requests: dict, detected: dict) -> dict:
     return {**result, "platform": platform, "source": first["source"], "reason": first["reason"]}
 
 
-# Inputs of the platform rule, per host, with their defaults: name in the rule -> (inventory variable, default).
+# Inputs of the platform rule, per host: name in the rule -> inventory variable (unset: its shared default, if any).
 # The one mapping: the preflight action reads a host's inputs with platform_request() from its task variables,
 # plan.inventory_plan from hostvars, and the filter gpuops.cluster.platform_request exposes it. Here, beside the
 # rule, because preflight's per-host action imports it on every host: this module is cheap to import, plan.py is not
 # (docs/performance.md, "Filter lookup").
 _PLATFORM_INPUTS = {
-    "platform": ("gpuops_platform", "auto"),
-    "team_size": ("gpuops_team_size", None),
-    "gpu_count": ("gpuops_gpu_count", None),
-    "multi_node_training": ("gpuops_multi_node_training", False),
+    "platform": "gpuops_platform",
+    "team_size": "gpuops_team_size",
+    "gpu_count": "gpuops_gpu_count",
+    "multi_node_training": "gpuops_multi_node_training",
 }
 PLATFORM_INPUTS = tuple(_PLATFORM_INPUTS)  # the rule's input names, for code that reads them from a plan
+# plugins/plugin_utils/ -> the collection root -> the internal role whose defaults are every gpuops_* default.
+SHARED_DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
+
+
+@lru_cache(maxsize=1)
+def shared_defaults() -> dict:
+    """Every gpuops_* default, read once from its one home (the file plays import as role _gpuops_vars)."""
+    return yaml.safe_load(SHARED_DEFAULTS_FILE.read_text(encoding="utf-8")) or {}
 
 
 def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
-    """A variable of one host; an undefined or untemplatable one reads as the default."""
+    """A variable of one host; an undefined or untemplatable one reads as the default, which is, when none is given,
+    the variable's shared default (role defaults never reach hostvars, so a gpuops_* default is read here)."""
+    if default is None:
+        default = shared_defaults().get(name)
     try:
         value = hostvars.get(name, default) if hasattr(hostvars, "get") else default
     except Exception:  # Ansible raises on a variable that cannot be templated
@@ -238,7 +254,7 @@ class _ReadOnceHost:
 
 def platform_request(hostvars: Any) -> dict:
     """One host's inputs of the platform rule, read from its variables."""
-    request = {key: get_var(hostvars, name, default) for key, (name, default) in _PLATFORM_INPUTS.items()}
+    request = {key: get_var(hostvars, name) for key, name in _PLATFORM_INPUTS.items()}
     members = get_var(hostvars, "gpuops_members")
     # The team size is counted from the members; an empty list (the shared default) counts no one.
     if request["team_size"] is None and isinstance(members, list) and members:

@@ -15,7 +15,14 @@ import re
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.filter.team import team_problems as team_problems_filter
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator, gpu_sharing, mps, plan, preflight
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
+    gpu_operator,
+    gpu_sharing,
+    mps,
+    plan,
+    platform,
+    preflight,
+)
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems, team_problems
 from conftest import shared_path
 
@@ -52,8 +59,8 @@ def capped(problems: list[str]) -> list[str]:
 
 
 def test_the_defaults_are_the_gpuops_vars_roles() -> None:
-    defaults = yaml.safe_load(mps.DEFAULTS_FILE.read_text())
-    assert mps.DEFAULTS_FILE.parts[-4:] == ("roles", "_gpuops_vars", "defaults", "main.yml")
+    defaults = yaml.safe_load(platform.SHARED_DEFAULTS_FILE.read_text())
+    assert platform.SHARED_DEFAULTS_FILE.parts[-4:] == ("roles", "_gpuops_vars", "defaults", "main.yml")
     assert (DEFAULTS.reserve_mib, DEFAULTS.min_usable_mib) == (defaults[mps.RESERVE_VAR], defaults[mps.MIN_USABLE_VAR])
 
 
