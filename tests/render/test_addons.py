@@ -93,14 +93,16 @@ def test_every_tenant_namespace_is_fenced(rendered_objects):
 
 
 def test_no_pod_template_runs_privileged(rendered_objects):
-    """Security (issue 13): only the GPU Operator's own operands run privileged, and those come from its chart."""
+    """Security (issue 13): only the GPU Operator's own operands run privileged, and those come from its chart; and
+    kube_monitoring's GPU health sweep, which reads every GPU and the kernel log as dcgm-exporter does (issue 38; why:
+    tests/render/test_gpu_health_sweep.py::test_security_context)."""
     privileged = []
     for _, obj in rendered_objects:
         for spec in pod_specs(obj):
             for container in spec.get("initContainers", []) + spec.get("containers", []):
                 if (container.get("securityContext") or {}).get("privileged"):
                     privileged.append(f"{obj['kind']}/{obj['metadata']['name']}/{container['name']}")
-    assert privileged == []
+    assert privileged == ["DaemonSet/gpuops-gpu-health-sweep/sweep"]
 
 
 def test_training_templates(rendered_objects):
