@@ -18,12 +18,12 @@ plan = lazy("plan")
 platform = lazy("platform")
 
 
-def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None) -> dict:
+def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None, platform: Any = None) -> dict:
     if not isinstance(gpu_hosts, list):
         raise AnsibleFilterError(f"inventory_plan: expected the list of gpu_nodes hosts, got {gpu_hosts!r}")
     try:
         with_play = None if with_play is None else list(with_play)
-        return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, with_play)
+        return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, with_play, platform or None)
     except (TypeError, ValueError, KeyError) as exc:
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 

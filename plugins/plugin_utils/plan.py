@@ -150,7 +150,12 @@ SCHEMA: dict[str, Any] = {
             "description": "The one platform of the site (rule: plugin_utils platform.decide_fleet).",
             "properties": {
                 "name": {"enum": [*PLATFORMS, None], "description": "compose or kubernetes; null when undecided."},
-                "source": {"type": "string", "description": "auto (the rule), override (gpuops_platform) or error."},
+                "source": {
+                    "type": "string",
+                    "description": "auto (the rule), override (gpuops_platform), play (a plan from the inventory "
+                    "alone for the platform its play is for, the rule undecided: render.yml's Kubernetes plays) or "
+                    "error.",
+                },
                 "reason": {"type": "string", "description": "One sentence: why this platform, or why none."},
                 "ok": {"type": "boolean", "description": "false when no platform could be decided."},
                 "gpu_count": {**_NULL_INT, "description": "The GPUs the decision counted (sum over gpu_nodes)."},
@@ -730,9 +735,11 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     return plan
 
 
-def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None) -> dict:
+def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None,
+                   platform: str | None = None) -> dict:
     """The plan from the inventory alone (no preflight on record): the same platform rule, on the GPU counts the
-    hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count."""
+    hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count. ``platform``: the platform the play
+    is for (render.yml's Kubernetes plays), planned where the rule leaves the platform undecided (source: play)."""
     hosts = [h for h in gpu_hosts if h in hostvars]
     detected = {}
     for host in hosts:
@@ -740,6 +747,9 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
         detected[host] = None if count is None else int(count)
     fleet = decide_fleet({h: platform_request(hostvars[h]) for h in hosts}, detected) if hosts else {
         "ok": False, "platform": None, "source": "error", "reason": "no host in gpu_nodes", "gpu_count": None}
+    if platform in PLATFORMS and not fleet.get("ok"):
+        fleet = {**fleet, "ok": True, "platform": platform, "source": "play",
+                 "reason": f"{platform}: the platform this play is for (undecided by the rule: {fleet.get('reason')})"}
     plan = _fleet_part(fleet, list(PLATFORMS) if with_play is None else with_play, hostvars[hosts[0]] if hosts else {})
     plan.update(source="inventory", created=None, report_dir=None)
     plan["hosts"] = {

@@ -311,9 +311,12 @@ def test_device_plugin_config_is_the_plans_gpu_sharing(decided):
 
 
 def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, decided):
-    """The session render's plan has no gpu_sharing (platform undecided), so gpu_operator computed the part itself
-    with the same function: the device-plugin ConfigMap is the same, byte for byte."""
-    assert json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"] is None
+    """The session render's platform is undecided by the rule (no GPU count), and render.yml plans it for the
+    Kubernetes path it renders (platform.source play), with the same gpu_sharing part as the decided plan: the
+    device-plugin ConfigMap is the same, byte for byte."""
+    plan = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))
+    assert (plan["platform"]["name"], plan["platform"]["source"]) == ("kubernetes", "play")
+    assert plan["gpu_sharing"] == json.loads((decided / "plan.json").read_text(encoding="utf-8"))["gpu_sharing"]
     assert (rendered / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8") == (
         decided / DEVICE_PLUGIN_CONFIG).read_text(encoding="utf-8")
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_gpu
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_gpu, kube_plan
 from conftest import INVENTORY, load_objects, run_render
 
 
@@ -145,31 +145,30 @@ def _planned_nodes() -> dict:
             "workers": list(hosts)}
 
 
-def test_topology_from_this_runs_plan_never_from_an_old_report(tmp_path):
-    """gpu facts of this run, else gpuops_plan (preflight of this run), else the inventory; a report an earlier run
-    left in gpuops_report_dir is not read (it may describe a host as it was)."""
+def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
+    """kube_node derives nothing: a GPU node whose plan part holds no kubelet policy and registration (here a plan
+    given on the command line with a topology only, as an old report could) is refused, naming the host and the
+    fix, before any object is written; nothing is taken from a report an earlier run left."""
     reports = tmp_path / "reports" / "20200101T000000"
     reports.mkdir(parents=True)
-    # An old report giving gpu-train-02 gpu-train-01's topology (restricted): ignored.
     (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
-    # This run's plan giving gpu-train-01 gpu-train-02's topology (single-numa-node): used over the inventory.
     plan = {"gpuops_plan": {
         "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
-        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02")}}, "nodes": _planned_nodes()}}
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training"}},
+        "nodes": _planned_nodes()}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
-    assert result.returncode == 0, result.stdout[-4000:]
-    configs = _by(load_objects(out), "kube_node", "KubeletConfiguration")
-    assert configs["gpu-train-02"]["topologyManagerPolicy"] == "single-numa-node"
-    assert configs["gpu-train-01"]["topologyManagerPolicy"] == "single-numa-node"
-    assert configs["gpu-train-01"]["memoryManagerPolicy"] == "Static"
+    assert result.returncode != 0
+    for host in ("gpu-train-01", "gpu-train-02", "gpu-infer-01"):
+        assert f"kube_node on {host}: the plan (preflight) holds no kubelet policy and registration" in result.stdout
+    assert "Fix: set gpuops_pool" in result.stdout
+    assert not list(out.glob("kube_node/*gpu-*")), "a GPU node's KubeletConfiguration written without its plan part"
 
 
 def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
-    """With a plan that holds them, kube_node renders the plan's kubelet policy (and registers the node by it) and
-    training_stack's job template takes the plan's pool NCCL settings; a host or pool the plan lacks is derived
-    by the same functions, as before."""
+    """With a plan that holds them, kube_node renders the plan's kubelet policy and registers the node by the plan's
+    node part, and training_stack's job template takes the plan's pool NCCL settings."""
     # gpu-train-01's declared topology gives restricted; the plan says single-numa-node with its own reservations.
     policy = {
         "topology_manager_policy": "single-numa-node", "topology_manager_scope": "pod", "cpu_manager_policy": "static",
@@ -178,11 +177,15 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "eviction_memory": "500Mi", "nvlink_domains_label": "0-3_4-7", "placements": "[]",
         "reason": "this test's plan",
     }
+    hosts = {}
+    for host, pool in (("gpu-train-01", "training"), ("gpu-train-02", "training"), ("gpu-infer-01", "inference")):
+        planned = policy if host == "gpu-train-01" else kube_plan.kubelet_policy(_topology(host), pool)
+        hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
+                       "kubelet_policy": planned, "node": kube_plan.node_registration(planned, pool)}
     plan = {"gpuops_plan": {
         "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
-        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-01"), "topology_source": "preflight",
-                                   "kubelet_policy": policy}},
+        "hosts": hosts,
         "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],
                                "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "notes": ["planned"]}}},
         "nodes": _planned_nodes()}}
@@ -193,8 +196,10 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
     configs = _by(objects, "kube_node", "KubeletConfiguration")
     assert configs["gpu-train-01"]["topologyManagerPolicy"] == "single-numa-node"
     assert configs["gpu-train-01"]["reservedSystemCPUs"] == "0-3,52-55"
-    assert configs["gpu-train-02"]["reservedSystemCPUs"] == "0-1", "not in the plan: derived from its topology"
+    planned = hosts["gpu-train-02"]["kubelet_policy"]
+    assert configs["gpu-train-02"]["reservedSystemCPUs"] == planned["reserved_system_cpus"]
     labels = _by(objects, "kube_join", "Node")["gpu-train-01"]["metadata"]["labels"]
+    assert labels == hosts["gpu-train-01"]["node"]["labels"]
     assert labels["gpuops.io/nvlink-domains"] == "0-3_4-7"
     assert labels["gpuops.io/topology-policy"] == "single-numa-node"
     job = next(obj for path, obj in objects if path.startswith("training_stack/") and obj["kind"] == "PyTorchJob")
