@@ -13,6 +13,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 health = lazy("health")
 health_bounds = lazy("health_bounds")
+health_return = lazy("health_return")
 health_steps = lazy("health_steps")
 
 
@@ -35,15 +36,18 @@ def _fraction(value):
         return value
 
 
-def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None) -> list:
+def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None,
+                    return_dcgm_level=2, return_thresholds=None) -> list:
     """``bounds``: health_breaker_fraction, _window, _reset, health_escalate_after, _window as the inventory or -e
     give them (breaker_fraction, breaker_window, breaker_reset, escalate_after, escalate_window)."""
     bounds = bounds or {}
+    validation = health_return.settings_problems(_count(return_dcgm_level),
+                                                 {} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
                                     _flag(apply), plan_source) + health_bounds.settings_problems(
         _fraction(bounds.get("breaker_fraction", 0.5)), bounds.get("breaker_window", 300),
         _flag(bounds.get("breaker_reset", False)), _count(bounds.get("escalate_after", 1)),
-        bounds.get("escalate_window", 604800))
+        bounds.get("escalate_window", 604800)) + validation
 
 
 def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None) -> dict:
@@ -102,6 +106,15 @@ def health_healthy_again(sweep, gpus=None) -> bool:
     return health_steps.healthy_again(sweep or {}, list(gpus or []))
 
 
+def health_validation(sweep, gpus=None, dcgm_level=2, nccl=None, nvbandwidth=None, overrides=None) -> dict:
+    return health_return.validation(sweep or {}, list(gpus or []), int(_count(dcgm_level)), nccl, nvbandwidth,
+                                    overrides or {})
+
+
+def health_validation_runs(paths, gpu_count=0) -> list:
+    return health_return.bench_runs(paths if isinstance(paths, dict) else {}, int(_count(gpu_count) or 0))
+
+
 def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict:
     return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
 
@@ -122,4 +135,6 @@ class FilterModule:
             "health_fleet_entry": health_fleet_entry,
             "health_healthy_again": health_healthy_again,
             "health_step_result": health_step_result,
+            "health_validation": health_validation,
+            "health_validation_runs": health_validation_runs,
         }

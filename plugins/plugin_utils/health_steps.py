@@ -137,7 +137,8 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
             steps += [{"kind": "sweep"}, *({**s, "only_if_unhealthy": out} for s in _reboot(host, hplan, settings))]
     if action == "reboot" and not settings["reboot"]:
         return steps
-    steps.append({"kind": "sweep"})
+    # back in service only through the validation run (health_return.py): gpu_health, DCGM diag, thresholds
+    steps.append({"kind": "validate", "gpus": out})
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop,
                   "argvs": [kubectl("uncordon", host), kubectl("unmark", host)] if ours else []})
     return steps
@@ -156,9 +157,10 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
     if not hplan.get("gpus_back"):
         return []
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
-    steps = [{"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
+    steps = [{"kind": "validate", "gpus": hplan["gpus_back"]},
+             {"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
     if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those
-        steps[0]["containers"] = hplan["containers"]
+        steps[1]["containers"] = hplan["containers"]
     if kube:
         steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel")]
         if hplan.get("cordoned_by") == "gpuops":  # an operator's cordon stays
@@ -173,7 +175,10 @@ def _record(entry: dict, out: dict, step: dict, now: str) -> None:
     if kind == "mark_out" and result == "ok":
         for gpu, why in step["gpus"].items():
             out[gpu] = {**why, "since": now, "pending": step["pending"]}
-    if kind in ("reboot", "command") and result == "ok":
+    if kind == "validate" and result in ("ok", "failed") and step.get("validation"):
+        entry["validation"] = {"time": now, **{k: step["validation"][k] for k in ("ok", "failed", "checks")}}
+    remedy = kind == "reboot" or (kind == "command" and step["argv"][0] != "logger")  # the reason logged is none
+    if remedy and result == "ok":
         for gpu in out.values():
             gpu["pending"] = None if gpu.get("pending") in ("reboot", "reset_gpu", "restart_fm") else gpu["pending"]
     if kind == "stop_workspaces" and result == "ok":
@@ -231,7 +236,7 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
         entry["cordoned_by"] = "operator"
     if hplan.get("escalated") and record:
         entry["service_required"] = {"since": now, "reason": hplan["escalated"]}
-    if release:  # the operator serviced the node (health_release); its GPUs go back once a sweep finds them healthy
+    if release and not failed:  # serviced (health_release) and validated: its GPUs go back
         entry.pop("service_required", None)
         for gpu in out.values():
             gpu["pending"] = None
@@ -325,6 +330,13 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
     elif kind == "reboot" and not step.get("enabled", True):
         found = {"result": "skipped", "detail": f"health_reboot is false: reboot {step.get('host') or 'the node'} by "
                  "hand, then gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}
+    elif kind == "reboot" and (runs.get("reboot") or {}).get("msg") and not runs["reboot"].get("skipped"):
+        # ansible.builtin.reboot's result says why it failed only in msg (failed_when: false clears ``failed``)
+        found = {"result": "failed", "detail": f"the reboot did not complete: {str(runs['reboot']['msg'])[:300]}"}
+    elif kind == "validate":
+        run = runs.get("validation") or {}
+        found = {"result": "ok" if run.get("ok") else "failed", "detail": run.get("summary") or
+                 "the validation did not run", "validation": run}
     elif kind == "sweep":
         sweep = runs.get("resweep") or {}
         found = ({"result": "ok", "detail": f"verdict {sweep.get('verdict')}"} if sweep.get("read_ok") else

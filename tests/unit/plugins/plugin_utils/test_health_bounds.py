@@ -182,8 +182,9 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
     assert state["hosts"]["node-a"]["stopped_containers"] == ["3f2a9c"]
     back = plan({"node-a": sweep()}, state, "2026-12-05T10:00:00Z", release=True)["hosts"]["node-a"]
     give = S.host_steps("node-a", back, "compose", MEMBERS)
-    assert give == [{"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]}]
-    after = S.next_state(state, "node-a", back, [{**give[0], "result": "ok"}], None, "t")["hosts"]["node-a"]
+    assert give == [{"kind": "validate", "gpus": ["0"]},
+                    {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]}]
+    after = S.next_state(state, "node-a", back, [{**s, "result": "ok"} for s in give], None, "t")["hosts"]["node-a"]
     assert "stopped_containers" not in after
 
 
@@ -192,7 +193,7 @@ def test_a_reset_is_tried_before_a_reboot_and_the_reboot_reason_goes_to_the_host
     steps = S.host_steps("node-a", hplan, "compose", MEMBERS)
     assert [(s["kind"], s.get("only_if_unhealthy")) for s in steps] == [
         ("stop_workspaces", None), ("mark_out", None), ("gpu_idle", None), ("command", None), ("sweep", None),
-        ("command", ["1"]), ("reboot", ["1"]), ("sweep", None), ("back_if_healthy", None)]
+        ("command", ["1"]), ("reboot", ["1"]), ("validate", None), ("back_if_healthy", None)]
     assert steps[3]["argv"] == ["nvidia-smi", "-r", "-i", "1"]
     logger = steps[5]["argv"]
     assert logger[:3] == ["logger", "-t", "gpuops-health"]

@@ -48,8 +48,8 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
 
 def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
-    assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot", "sweep",
-                            "back_if_healthy"]
+    assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot",
+                            "validate", "back_if_healthy"]
     drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
     assert drain == ["kubectl", "drain", "node-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
     assert steps[-1]["argvs"] == [["kubectl", "uncordon", "node-a"],
@@ -66,7 +66,7 @@ def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
 
 def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)
-    assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "sweep", "back_if_healthy"]
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "validate", "back_if_healthy"]
     assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
     assert steps[1]["gpus"]["0"]["event"] == "Xid 79"
     assert steps[-1]["argvs"] == []
@@ -95,12 +95,12 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
     hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {},
              "cordoned_by": "gpuops"}
     steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
-    assert [s.get("argv") for s in steps[1:]] == [
+    assert [s.get("argv") for s in steps[2:]] == [
         ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy:NoSchedule-"],
         ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
         ["kubectl", "uncordon", "node-a"],
         ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
-    assert steps[0] == {"kind": "give_back", "gpus": ["1"], "members": ["alice"]}
+    assert steps[:2] == [{"kind": "validate", "gpus": ["1"]}, {"kind": "give_back", "gpus": ["1"], "members": ["alice"]}]
 
 
 @pytest.mark.parametrize("reason", ["Xid 79", "row_remap_failure: remapping failed on bank 3", "x" * 80, "--", "é"])
@@ -147,7 +147,8 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
     assert back["hosts"]["node-a"]["gpus_back"] == ["0"]
     assert entry["stopped"] == ["alice", "bob", "carol"]  # the reboot stopped every workspace of the node
     give = [{**s, "result": "ok"} for s in S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS)]
-    assert give[0]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
+    assert give[0] == {"kind": "validate", "gpus": ["0"], "result": "ok"}  # back only through a validation run
+    assert give[1]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
     after = S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"]
     assert after["out_of_service"] == {}
     assert "stopped" not in after

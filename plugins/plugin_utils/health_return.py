@@ -1,0 +1,144 @@
+# Copyright: gpuops.cluster contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Return to service (issue 38 §3): the validation run a node or GPU passes before health.yml gives it back,
+whether through health_release or after its reset or reboot. Pure, controller-side; roles/health/tasks/step.yml
+runs the step ``validate`` (plugins/plugin_utils/health_steps.py) and hands what ran to ``validation``.
+
+The run, on the node:
+  gpu_health    the sweep reads the node, no GPU has failed and every GPU going back is healthy;
+  dcgm_diag     ``dcgmi diag -r <health_return_dcgm_level> -j`` (the same gpu_health call) where DCGM is installed;
+                where dcgmi is not, NOT_RUN says so: it is never counted as passed;
+  thresholds    where all_reduce_perf and nvbandwidth are on the node, the single-node burn-in checks, and the
+                sweep's row remaps and inactive NVLinks, judged by thresholds.judge against the model's row.
+Any FAIL keeps the node out; the summary names the check. WARN, UNKNOWN (no published figure) and NOT_RUN are
+reported, never called PASS, and do not hold the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
+
+# gpu_health_dcgm.run_dcgm's reason when dcgmi is absent (tests/unit: the two are held together)
+DCGM_ABSENT = "dcgmi is not installed"
+NOT_RUN = "NOT_RUN"
+# the single-node tools the validation runs where they are on the node's PATH, and their arguments (Azure's NHC
+# checks: all_reduce_perf up to 16G over every GPU of the node; nvbandwidth's three copy-engine testcases)
+ALL_REDUCE_ARGS = ["-b", "8G", "-e", "16G", "-f", "2", "-g"]
+NVBANDWIDTH_ARGS = ["-t", thresholds.H2D, thresholds.D2H, thresholds.P2P]
+
+
+def settings_problems(level: Any, overrides: Any) -> list[str]:
+    """What is wrong with health_return_dcgm_level and health_return_thresholds."""
+    problems = []
+    if isinstance(level, bool) or level not in (0, 1, 2, 3):
+        problems.append(f"health_return_dcgm_level is {level!r}; expected 0 (no DCGM diag), 1, 2 or 3 (dcgmi diag -r "
+                        "<level>; 2 takes about 2 minutes, 3 about 15). Fix: e.g. health_return_dcgm_level: 2")
+    if not isinstance(overrides, dict):
+        problems.append(f"health_return_thresholds is {overrides!r}; expected a mapping check -> number. Fix: e.g. "
+                        "{nccl_busbw_gbps: 150}, or leave it out")
+        return problems
+    for check, value in overrides.items():
+        if check not in thresholds.CHECKS:
+            problems.append(f"health_return_thresholds names {check!r}, which is no check; expected one of "
+                            f"{', '.join(thresholds.CHECKS)} (docs/thresholds.md). Fix: spell it as the table does")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"health_return_thresholds[{check!r}] is {value!r}; expected a number "
+                            f"({thresholds.CHECKS[check][1]}). Fix: e.g. {check}: 0")
+    return problems
+
+
+def bench_runs(paths: Any, gpu_count: int) -> list[dict]:
+    """The benchmarks to run, [{tool, argv}]: each tool found on the node (``paths``: tool -> ``command -v``'s
+    answer, empty where absent), over all ``gpu_count`` GPUs; none on a node with no GPU read."""
+    found = {tool: str(path or "").strip() for tool, path in (paths or {}).items()}
+    runs = []
+    if found.get("all_reduce_perf") and gpu_count > 0:
+        runs.append({"tool": "all_reduce_perf", "argv": [found["all_reduce_perf"], *ALL_REDUCE_ARGS, str(gpu_count)]})
+    if found.get("nvbandwidth") and gpu_count > 0:
+        runs.append({"tool": "nvbandwidth", "argv": [found["nvbandwidth"], *NVBANDWIDTH_ARGS]})
+    return runs
+
+
+def _check(name: str, status: str, detail: str, **extra: Any) -> dict:
+    return {"check": name, "status": status, "detail": detail, **extra}
+
+
+def _gpu_health(sweep: dict, gpus: list[str]) -> dict:
+    """Read, no GPU failed, each GPU going back healthy; DCGM's own findings are the dcgm_diag check's."""
+    if not sweep.get("read_ok"):
+        why = str(sweep.get("msg") or "read_ok false").strip()[:300]
+        return _check("gpu_health", "FAIL", f"the sweep could not read the GPUs ({why})")
+    known = {str(g.get("index")) for g in sweep.get("gpus") or []}
+    missing = [g for g in gpus if g not in known]
+    blocking = [f for f in sweep.get("findings") or [] if f.get("check") != "dcgm_diag" and (
+        f.get("severity") == "failed" or (f.get("gpu") is not None and str(f.get("gpu")) in gpus))]
+    if missing or blocking:
+        said = [f"GPU {g} not found" for g in missing]
+        said += [f"GPU {f.get('gpu')}: {f.get('check')} {f.get('severity')} ({str(f.get('evidence'))[:160]})"
+                 for f in blocking]
+        return _check("gpu_health", "FAIL", "; ".join(said))
+    back = f"GPU(s) {', '.join(gpus)} healthy" if gpus else "no GPU failed"
+    return _check("gpu_health", "PASS", f"{back}, verdict {sweep.get('verdict')}")
+
+
+def _dcgm(sweep: dict, level: int) -> dict:
+    """The DCGM diag at ``level``: FAIL on any failed test, WARN on a warning, NOT_RUN where dcgmi is absent."""
+    dcgm = sweep.get("dcgm") or {}
+    if level == 0:
+        return _check("dcgm_diag", NOT_RUN, "health_return_dcgm_level is 0: no DCGM diag asked for")
+    if not dcgm.get("ran"):
+        reason = str(dcgm.get("reason") or "no result")
+        if reason.startswith(DCGM_ABSENT):
+            return _check("dcgm_diag", NOT_RUN, f"dcgmi is not installed on this node: DCGM diag level {level} was "
+                          "not run (not counted as passed)")
+        return _check("dcgm_diag", "FAIL", f"DCGM diag level {level} gave no result: {reason[:300]}")
+    results = dcgm.get("results") or []
+    worst = [r for r in results if r.get("status") == "fail"] or [r for r in results if r.get("status") == "warn"]
+    if not worst:
+        return _check("dcgm_diag", "PASS", f"DCGM {dcgm.get('version')} diag level {level}: {len(results)} results, "
+                      "none failed")
+    status = "FAIL" if worst[0]["status"] == "fail" else "WARN"
+    said = "; ".join(f"{r.get('test')} on GPU(s) {','.join(str(g) for g in r.get('gpus') or []) or '?'}"
+                     + (f" ({'; '.join(r.get('warnings') or [])[:160]})" if r.get("warnings") else "") for r in worst)
+    return _check("dcgm_diag", status, f"DCGM diag level {level} {status}: {said}")
+
+
+def _output(run: Any) -> str | None:
+    """A benchmark's output, None where it did not run (tool absent: the task was skipped)."""
+    if not isinstance(run, dict) or run.get("skipped") or "rc" not in run:
+        return None
+    return str(run.get("stdout") or "")
+
+
+def _thresholds(sweep: dict, nccl: Any, nvbandwidth: Any, overrides: dict) -> dict:
+    gpus = [g for g in sweep.get("gpus") or [] if isinstance(g, dict)]
+    texts = {"all_reduce_perf": _output(nccl), "nvbandwidth": _output(nvbandwidth)}
+    measured = thresholds.measure(nccl=texts["all_reduce_perf"], nvbandwidth=texts["nvbandwidth"], health=gpus)
+    name = next((g.get("name") for g in gpus if g.get("name")), "unknown GPU")
+    verdict = thresholds.judge(name, measured, overrides=overrides, gpu_count=len(gpus))
+    absent = [tool for tool, text in texts.items() if text is None]
+    said = [f"{c['check']} {c['status']}: {c['detail']}" for c in verdict["checks"]]
+    said += [f"{', '.join(absent)} not on the node: not run"] if absent else []
+    return _check("thresholds", verdict["status"], f"{verdict['model'] or name}: " + "; ".join(said),
+                  checks=verdict["checks"])
+
+
+def validation(sweep: Any, gpus: Any = None, dcgm_level: int = 2, nccl: Any = None, nvbandwidth: Any = None,
+               overrides: dict | None = None) -> dict:
+    """The validation of one node: {ok, checks: [{check, status, detail}], failed: [check], summary}.
+
+    ``sweep``: the gpu_health result run with dcgm_level; ``gpus``: the GPU indexes going back; ``nccl`` and
+    ``nvbandwidth``: the registered results of all_reduce_perf and nvbandwidth (skipped where absent)."""
+    sweep = sweep if isinstance(sweep, dict) else {}
+    back = [str(g) for g in gpus or []]
+    checks = [_gpu_health(sweep, back), _dcgm(sweep, int(dcgm_level))]
+    checks.append(_thresholds(sweep, nccl, nvbandwidth, overrides or {}) if sweep.get("read_ok") else
+                  _check("thresholds", NOT_RUN, "the sweep could not read the GPUs: nothing to judge"))
+    failed = [c["check"] for c in checks if c["status"] == "FAIL"]
+    said = "; ".join(f"{c['check']} {c['status']}" + ("" if c["status"] == "PASS" else f" ({c['detail'][:300]})")
+                     for c in checks if c["check"] in failed or not failed)
+    summary = (f"validation failed at {', '.join(failed)}: {said}; it stays out of service" if failed else
+               f"validation: no check failed ({said})")
+    return {"ok": not failed, "checks": checks, "failed": failed, "summary": summary}
