@@ -7,7 +7,11 @@ run the playbook again: an Xid 13 (RESTART_APP) on node B changes nothing on the
 member given node A's GPU 0, naming the GPU and the event. Then, over time (issue 38 §2): node C is reported,
 never acted on; the circuit breaker trips on node B's failure (the second node within the window), holds it on a
 re-run, and acts only after -e health_breaker_reset=true, audited; a repeat on node A is escalated to "service
-required", held on the next run, and health_release gives its GPUs and the workspaces it stopped back.
+required" and held on the next run. Back in service only through a validation run (issue 38 §3): health_release is
+refused on a failing DCGM diag and accepted on a passing one (a stand-in dcgmi printing DCGM's real JSON). A reset
+is tried before a reboot, and the workspace an operator stopped is neither stopped nor started; on Kubernetes an
+operator's cordon is never undone (the stand-in kubectl's argv); the reboot reason reaches the node's journal.
+Every stand-in (docker, nvidia-smi, dcgmi, kubectl, shutdown) is labelled and records the argv it is given.
 """
 
 from __future__ import annotations
@@ -178,13 +182,75 @@ def test_a_repeat_on_a_is_escalated_to_service_required_held_and_released():
     held = playbook("playbooks/health.yml", *args, *text(repeat + XID79.replace("981.255810", "6120.000001")))
     assert held.returncode == 0, held.stdout[-3000:]
     assert runs()[-1]["plan"]["hosts"][A]["status"] == "service_required"
+
+
+def node_file(node: str, path: str) -> list[str]:
+    out = subprocess.run(["docker", "exec", node, "cat", path], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()
+
+
+def install(node: str, files: dict[str, str]) -> None:
+    """Write each stand-in (mode 0755) or data file on the node."""
+    for path, content in files.items():
+        mode = "0755" if content.startswith("#!") else "0644"
+        done = subprocess.run(["docker", "exec", "-i", node, "sh", "-c", f"mkdir -p /var/log/gpuops-standin "
+                               f"{Path(path).parent} && rm -f {path} && cat >{path} && chmod {mode} {path}"],
+                              input=content, text=True, capture_output=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+
+DCGMI_STANDIN = """#!/bin/sh
+# STAND-IN for dcgmi (molecule/health): records its argv; prints the `dcgmi diag -j` JSON the test wrote (NVIDIA
+# DCGM's real output, trimmed to this node's 2 GPUs) and exits as dcgmi does, non-zero when a test failed
+echo "$*" >>/var/log/gpuops-standin/dcgmi.log
+cat /etc/gpuops-standin/dcgmi-diag.json
+exit "$(cat /etc/gpuops-standin/dcgmi-rc)"
+"""
+
+
+def dcgm_diag(fail_gpu: int | None = None) -> str:
+    """`dcgmi diag -j` as DCGM 3.1.0 printed it on 8 GPUs (the real output NVIDIA's DCGM repository quotes in its
+    JsonResult test: tests/unit/plugins/module_utils/fixtures/dcgmi-diag-r1-j_dcgm-3.1.0_8gpu-pass.txt), kept to
+    GPUs 0 and 1; ``fail_gpu``: that GPU's software test FAILs with a warning, as DCGM writes one."""
+    text = (PROJECT / "tests/unit/plugins/module_utils/fixtures/dcgmi-diag-r1-j_dcgm-3.1.0_8gpu-pass.txt").read_text()
+    document = json.loads(text[text.index("{"):])
+    for category in document["DCGM GPU Diagnostic"]["test_categories"]:
+        for test in [t for t in category["tests"] if t]:
+            for result in test["results"]:
+                result["gpu_ids"] = ",".join(g for g in str(result["gpu_ids"]).split(",") if g in ("0", "1"))
+            test["results"] = [r for r in test["results"] if r["gpu_ids"]]
+            if fail_gpu is not None and test["name"] == "software":
+                test["results"][fail_gpu].update(status="FAIL", warnings=[f"GPU {fail_gpu}: software test failed"])
+    return json.dumps(document, indent=1)
+
+
+def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_passing_one():
+    args = ["--limit", A, "-e", "health_apply=true", "-e", "health_breaker_fraction=1", "-e", "health_release=true",
+            *text(QUIET)]
+    install(A, {"/usr/local/bin/dcgmi": DCGMI_STANDIN, "/etc/gpuops-standin/dcgmi-diag.json": dcgm_diag(fail_gpu=1),
+                "/etc/gpuops-standin/dcgmi-rc": "226\n"})
     stops = docker_log(A)
-    released = playbook("playbooks/health.yml", *args, "-e", "health_release=true", *text(QUIET))
-    assert released.returncode == 0, released.stdout[-3000:]
+    refused = playbook("playbooks/health.yml", *args)
+    assert refused.returncode != 0
+    assert (f"health stopped on {A} at step validate: validation failed at dcgm_diag: dcgm_diag FAIL (DCGM diag "
+            "level 2 FAIL: software on GPU(s) 1 (GPU 1: software test failed))") in refused.stdout
+    entry = state()["hosts"][A]
+    assert (sorted(entry["out_of_service"]), "service_required" in entry) == (["0", "1"], True)
+    assert (entry["validation"]["ok"], entry["validation"]["failed"]) == (False, ["dcgm_diag"])
+    assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-1] == ("validate", "failed")
+    report = json.loads((sorted(REPORTS.glob("*/health.json"))[-1].parent / f"validation-{A}.json").read_text())
+    assert [c["status"] for c in report[0]["checks"]] == ["PASS", "FAIL", "UNKNOWN"]  # gpu_health, DCGM, H100 NVL
+    assert docker_log(A) == stops  # nothing given back
+    assert node_file(A, "/var/log/gpuops-standin/dcgmi.log") == ["diag -r 2 -j"]  # health_return_dcgm_level 2
+    install(A, {"/etc/gpuops-standin/dcgmi-diag.json": dcgm_diag(), "/etc/gpuops-standin/dcgmi-rc": "0\n"})
+    accepted = playbook("playbooks/health.yml", *args)
+    assert accepted.returncode == 0, accepted.stdout[-3000:]
     assert runs()[-1]["plan"]["hosts"][A]["gpus_back"] == ["0", "1"]
     entry = state()["hosts"][A]
-    assert ("service_required" in entry, entry["out_of_service"]) == (False, {})
+    assert ("service_required" in entry, entry["out_of_service"], entry["validation"]["ok"]) == (False, {}, True)
+    assert [c["status"] for c in entry["validation"]["checks"]] == ["PASS", "PASS", "UNKNOWN"]
     assert docker_log(A) == [*stops, "start ws-alice ws-bob"]  # the containers it stopped, and only those
+    assert node_file(A, "/var/log/gpuops-standin/dcgmi.log") == ["diag -r 2 -j"] * 2
 
 
 NVIDIA_SMI_STANDIN = """#!/bin/sh
@@ -193,26 +259,103 @@ echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log
 """
 
 
-def test_a_reset_is_tried_first_and_no_reboot_follows_a_healthy_sweep():
-    # Xid 62 (PMU_HALT_ERROR, RESET_GPU in NVIDIA's catalog) on GPU 1 (Bus Id 00000000:AE:00.0 in the capture)
-    xid62 = "[ 7001.100000] NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) 00000000 00000000\n"
-    install = subprocess.run(["docker", "exec", "-i", A, "sh", "-c", "mkdir -p /var/log/gpuops-standin && cat "
-                              ">/usr/local/bin/nvidia-smi && chmod 0755 /usr/local/bin/nvidia-smi"],
-                             input=NVIDIA_SMI_STANDIN, text=True, capture_output=True, check=False)
-    assert install.returncode == 0, install.stderr
+# Xid 62 (PMU_HALT_ERROR, RESET_GPU in NVIDIA's catalog) on GPU 0 and GPU 1 (Bus Id 00000000:AD:00.0 and AE:00.0)
+XID62 = ("[ 7001.100000] NVRM: Xid (PCI:0000:ad:00): 62, pid=0, 0000(0000) 00000000 00000000\n"
+         "[ 7001.100001] NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) 00000000 00000000\n")
+
+
+def test_a_reset_is_tried_first_no_reboot_follows_a_healthy_sweep_and_an_operators_stopped_workspace_stays():
+    install(A, {"/usr/local/bin/nvidia-smi": NVIDIA_SMI_STANDIN, "/etc/gpuops-standin/stopped": "alice\n"})
     stops = docker_log(A)
     result = playbook("playbooks/health.yml", "--limit", A, "-e", "health_apply=true", "-e", "health_reboot=true",
                       "-e", "health_max_unavailable=3",
                       "-e", "health_timeout=60", "-e", "health_escalate_after=9", "-e", "health_breaker_fraction=1",
-                      *text(QUIET + xid62))
+                      *text(QUIET + XID62))
     assert result.returncode == 0, result.stdout[-3000:]
     assert runs()[-1]["plan"]["hosts"][A]["action"] == "reset_gpu"
-    steps = [(r["step"], r["result"]) for r in audit() if r["host"] == A][-9:]
+    steps = [(r["step"], r["result"]) for r in audit() if r["host"] == A][-11:]
     assert steps == [("stop_workspaces", "ok"), ("mark_out", "ok"), ("gpu_idle", "ok"), ("command", "ok"),
-                     ("sweep", "ok"), ("command", "skipped"), ("reboot", "skipped"), ("sweep", "ok"),
-                     ("back_if_healthy", "healthy")]
-    logged = subprocess.run(["docker", "exec", A, "cat", "/var/log/gpuops-standin/nvidia-smi.log"],
-                            capture_output=True, text=True, check=False).stdout.splitlines()
-    assert logged == ["--query-compute-apps=pid,process_name --format=csv,noheader -i 1", "-r -i 1"]
+                     ("gpu_idle", "ok"), ("command", "ok"), ("sweep", "ok"), ("command", "skipped"),
+                     ("reboot", "skipped"), ("validate", "ok"), ("back_if_healthy", "healthy")]
+    assert node_file(A, "/var/log/gpuops-standin/nvidia-smi.log") == [
+        "--query-compute-apps=pid,process_name --format=csv,noheader -i 0", "-r -i 0",
+        "--query-compute-apps=pid,process_name --format=csv,noheader -i 1", "-r -i 1"]
+    # both GPUs' workspaces were to stop; alice's was stopped by an operator: neither stopped nor started here
     assert docker_log(A) == [*stops, "stop ws-bob", "start ws-bob"]
     assert state()["hosts"][A]["out_of_service"] == {}
+    assert node_file(A, "/var/log/gpuops-standin/dcgmi.log")[-1] == "diag -r 2 -j"  # validated before it went back
+
+
+KUBECTL_STANDIN = """#!/bin/sh
+# STAND-IN for kubectl (molecule/health): no API server here. Records every argv; answers `get nodes` and `get pods`
+# with the JSON the test wrote (the shape kubectl prints: a List of Node / Pod objects) and succeeds otherwise
+echo "$*" >>/var/log/gpuops-standin/kubectl.log
+case "$*" in
+  "get nodes -o json") cat /etc/gpuops-standin/nodes.json ;;
+  "get pods -A "*) cat /etc/gpuops-standin/pods.json ;;
+  "delete pod "*) echo "pod \\"$5\\" deleted" ;;
+esac
+"""
+
+
+def kube_list(*items: dict) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(items)})
+
+
+def test_an_operators_cordon_is_left_alone_on_kubernetes():
+    # node A cordoned by an operator: spec.unschedulable and the taint `kubectl cordon` sets, no gpuops.io/cordoned-by
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": A, "labels": {"kubernetes.io/hostname": A, "nvidia.com/gpu.present": "true"},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": {"unschedulable": True, "taints": [{"key": "node.kubernetes.io/unschedulable",
+                                                        "effect": "NoSchedule", "timeAdded": "2026-12-04T09:00:00Z"}]}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "team-a"},
+           "spec": {"nodeName": A, "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+           "status": {"phase": "Running"}}
+    install(A, {"/usr/local/bin/kubectl": KUBECTL_STANDIN, "/etc/gpuops-standin/nodes.json": kube_list(node),
+                "/etc/gpuops-standin/pods.json": kube_list(pod)})
+    xid62 = "[ 8001.100000] NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) 00000000 00000000\n"
+    result = playbook("playbooks/health.yml", "--limit", A, "-e", "health_apply=true",
+                      "-e", "health_platform=kubernetes", "-e", "health_max_unavailable=3",
+                      "-e", "health_escalate_after=9", "-e", "health_breaker_fraction=1", *text(QUIET + XID62 + xid62))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert runs()[-1]["plan"]["hosts"][A]["operator_cordon"] is True
+    assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-7:] == [
+        ("notify", "ok"), ("mark_out", "ok"), ("drain_gpu_pods", "ok"), ("gpu_idle", "ok"), ("command", "ok"),
+        ("validate", "ok"), ("back_if_healthy", "healthy")]
+    # GPU 1 went back into service, and the node was never cordoned, marked nor uncordoned by health
+    assert node_file(A, "/var/log/gpuops-standin/kubectl.log") == [
+        "get nodes -o json", f"get pods -A --field-selector spec.nodeName={A} -o json",
+        "delete pod -n team-a train-0 --wait=true --timeout=600s"]
+    entry = state()["hosts"][A]
+    assert (entry["out_of_service"], entry["cordoned_by"]) == ({}, "operator")
+
+
+SHUTDOWN_STANDIN = """#!/bin/sh
+# STAND-IN for shutdown (molecule/health): a container is not rebooted; records the argv ansible.builtin.reboot gives
+echo "$*" >>/var/log/gpuops-standin/shutdown.log
+"""
+
+
+def test_the_reboot_reason_is_in_the_nodes_journal_before_the_reboot():
+    """Node B: Xid 79 (RESTART_BM) with health_reboot true. The reason goes to the journal (logger -t gpuops-health,
+    read back with journalctl: systemd-journald runs in the node), then ansible.builtin.reboot calls shutdown (a
+    stand-in: a container cannot reboot), and waits for a new boot id that a container never gets: the reboot step
+    fails, and the GPU still waits for its reboot."""
+    install(B, {"/usr/sbin/shutdown": SHUTDOWN_STANDIN})
+    xid79 = XID79.replace("981.255810", "9120.000001")
+    result = playbook("playbooks/health.yml", "--limit", B, "-e", "health_apply=true", "-e", "health_reboot=true",
+                      "-e", "health_timeout=5", "-e", "health_max_unavailable=3", "-e", "health_escalate_after=9",
+                      "-e", "health_breaker_fraction=1", *text(QUIET * 4 + xid79))
+    assert result.returncode != 0
+    assert f"health stopped on {B} at step reboot" in result.stdout
+    why = f"gpuops health reboots {B}: reboot: Xid 79 on GPU 0: RESTART_BM: restart the bare-metal node"
+    journal = subprocess.run(["docker", "exec", B, "journalctl", "-t", "gpuops-health", "-o", "cat", "--no-pager"],
+                             capture_output=True, text=True, check=False)
+    assert journal.stdout.splitlines() == [why], journal.stderr
+    logger = [r for r in audit() if r["host"] == B][-2:]
+    assert [(r["step"], r["argv"], r["result"]) for r in logger] == [
+        ("command", ["logger", "-t", "gpuops-health", why], "ok"), ("reboot", None, "failed")]
+    assert node_file(B, "/var/log/gpuops-standin/shutdown.log") == [f"-r 0 {why}"]
+    assert state()["hosts"][B]["out_of_service"]["0"]["pending"] == "reboot"
