@@ -1,0 +1,147 @@
+"""One home for the gpuops_* defaults (issue 37 §3): roles/_gpuops_vars/defaults/main.yml, as kubespray_defaults.
+
+Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
+variable. This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default
+written in a comment is a second home in words) and fails, naming file:line, on
+
+* an inline Jinja default of a gpuops_* variable (``gpuops_x | default(...)``) outside roles/_gpuops_vars;
+* a Python read of a gpuops_* variable with its own default (``get_var(hostvars, "gpuops_x", ...)``,
+  ``vars.get("gpuops_x", ...)``): plugin_utils' ``get_var`` reads the shared default itself;
+* a play of playbooks/ that runs a role or a task file without importing _gpuops_vars.
+
+The allowances name paths other helpers of issue 37 are changing now, each with why; one that no longer matches
+fails too, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import platform
+
+REPO = Path(__file__).resolve().parents[2]
+HOME = "roles/_gpuops_vars/"
+TOPS = ("roles", "playbooks", "plugins", "molecule")
+SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
+# Fewer scanned files than this means the scan missed the tree (a moved folder, a broken glob).
+MIN_SCANNED_FILES = 400
+MIN_PLAYS = 20  # the same for the plays of playbooks/
+JINJA_DEFAULT = re.compile(r"gpuops_(\w+)\s*\|\s*default\(")
+PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
+# Run-scoped facts, not inventory variables: set by a play, and absent means something, so there is no default to
+# give a home to.
+RUN_FACTS = {
+    # playbooks/check_inputs.yml sets it once every role's inputs passed on the host; absent (a role run alone),
+    # the role checks its inputs itself. The guards go with the second tier of checks (issue 37 §2), not here.
+    "inputs_checked",
+}
+# Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
+ALLOWED = {
+    # helper D: burn-in's images and tools (roles/burnin/**).
+    "roles/burnin/vars/main.yml": "helper D (burnin)",
+}
+# Plays that run a role or a task file and need no gpuops_* variable: the reason.
+PLAYS_WITHOUT_IMPORT = {
+    "playbooks/demo_node.yml": "starts the demo node's container on the controller (tasks/node_container.yml)",
+}
+
+
+def _files() -> list[Path]:
+    return sorted(p for top in TOPS for p in (REPO / top).rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+
+
+def inline_defaults(path: str, text: str) -> list[str]:
+    """``path:line: text`` of each default of a gpuops_* variable written in ``text`` (run-scoped facts left out)."""
+    pattern = PYTHON_DEFAULT if path.endswith(".py") else JINJA_DEFAULT
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if any(match.group(1) not in RUN_FACTS for match in pattern.finditer(line)):
+            found.append(f"{path}:{number}: {line.strip()}")
+    return found
+
+
+def _all_inline_defaults() -> dict[str, list[str]]:
+    files = _files()
+    assert len(files) >= MIN_SCANNED_FILES, f"only {len(files)} files under {TOPS}: the scan missed the tree"
+    by_path = {}
+    for path in files:
+        relative = str(path.relative_to(REPO))
+        if relative.startswith(HOME):
+            continue
+        found = inline_defaults(relative, path.read_text(encoding="utf-8"))
+        if found:
+            by_path[relative] = found
+    return by_path
+
+
+def test_no_gpuops_default_outside_its_home() -> None:
+    found = [hit for path, hits in _all_inline_defaults().items() if path not in ALLOWED for hit in hits]
+    assert not found, (
+        "a gpuops_* variable defaulted outside roles/_gpuops_vars (its one home: give the default there, in "
+        "defaults/main.yml and meta/argument_specs.yml, and import the role in the play):\n" + "\n".join(found)
+    )
+
+
+def test_each_allowance_still_matches() -> None:
+    found = _all_inline_defaults()
+    stale = sorted(path for path in ALLOWED if path not in found)
+    assert not stale, f"no inline gpuops_* default left in {stale}: remove them from ALLOWED"
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "expected"),
+    [
+        ("roles/r/defaults/main.yml", "r_x: \"{{ gpuops_registry_mirror | default('') }}\"", 1),
+        ("roles/r/templates/t.j2", "image: {{ i | mirror_image(gpuops_registry_mirror|default('', true)) }}", 1),
+        ("roles/r/tasks/assert.yml", "when: role_name not in (gpuops_inputs_checked | default([]))", 0),
+        ("roles/r/defaults/main.yml", 'r_x: "{{ gpuops_registry_mirror }}"', 0),
+        ("plugins/plugin_utils/p.py", 'multi = get_var(hostvars[first], "gpuops_multi_node_training", False)', 1),
+        ("plugins/plugin_utils/p.py", "chosen = variables.get('gpuops_report_dir', 'reports')", 1),
+        ("plugins/plugin_utils/p.py", 'pool = get_var(hostvars, "gpuops_pool") or None', 0),
+        ("plugins/plugin_utils/p.py", 'chosen = variables.get("gpuops_report_dir")', 0),
+    ],
+)
+def test_the_scan_finds_a_default_in_each_form(path: str, text: str, expected: int) -> None:
+    assert len(inline_defaults(path, text)) == expected, text
+
+
+def _runs_something(play: dict) -> bool:
+    text = repr(play)
+    return bool(play.get("roles")) or any(word in text for word in ("_role", "import_tasks", "include_tasks"))
+
+
+def test_every_play_that_runs_roles_imports_the_shared_defaults() -> None:
+    plays = []
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        relative = str(path.relative_to(REPO))
+        for play in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+            if "hosts" in play and _runs_something(play) and relative not in PLAYS_WITHOUT_IMPORT:
+                plays.append((relative, play))
+    assert len(plays) >= MIN_PLAYS, f"only {len(plays)} plays found under playbooks/: the scan missed them"
+    missing = [f"{path}: {play.get('name')}" for path, play in plays if "gpuops.cluster._gpuops_vars" not in repr(play)]
+    assert not missing, (
+        "plays without the _gpuops_vars import (pre_tasks: ansible.builtin.import_role name: "
+        "gpuops.cluster._gpuops_vars, rolespec_validate: false):\n" + "\n".join(missing)
+    )
+
+
+def test_python_reads_the_shared_defaults_from_their_home() -> None:
+    defaults = yaml.safe_load((REPO / HOME / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    assert platform.SHARED_DEFAULTS_FILE == REPO / HOME / "defaults" / "main.yml"
+    assert platform.shared_defaults() == defaults
+    assert all(name.startswith("gpuops_") for name in defaults), sorted(defaults)
+    # Unset, each variable reads as its home's default; set, as the host's value; a variable without a default there
+    # (computed when unset, such as gpuops_team_size) reads as None, and a caller's own default still wins.
+    assert {name: platform.get_var({}, name) for name in defaults} == defaults
+    assert platform.get_var({"gpuops_platform": "compose"}, "gpuops_platform") == "compose"
+    assert platform.get_var({}, "gpuops_team_size") is None
+    assert platform.get_var({}, "nvidia_driver_version", "") == ""
+    assert platform.platform_request({}) == {
+        "platform": defaults["gpuops_platform"],
+        "team_size": None,
+        "gpu_count": None,
+        "multi_node_training": defaults["gpuops_multi_node_training"],
+    }
