@@ -123,7 +123,7 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 ALLOWED = {
     "plugins/lookup/monitoring_assets.py": {"*/roles/monitoring_assets/files"},
     "plugins/plugin_utils/os_support.py": {"*/roles", "*/playbooks/vars/run_roles.yml"},
-    "plugins/plugin_utils/mps.py": {"*/roles/_gpuops_vars/defaults/main.yml"},
+    "plugins/plugin_utils/platform.py": {"*/roles/_gpuops_vars/defaults/main.yml"},  # get_var's gpuops_* defaults
     "plugins/plugin_utils/kube_plan.py": {"*/roles/kube_node/defaults/main.yml"},
 }
 
