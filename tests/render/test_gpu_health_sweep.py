@@ -217,7 +217,7 @@ def test_a_namespace_of_its_own_that_no_tenant_admits(rendered_objects, daemonse
     assert namespace != "monitoring"
     admitted = [
         selector["namespaceSelector"]
-        for _, o in rendered_objects
+        for _path, o in rendered_objects
         if o["kind"] == "NetworkPolicy"
         for rule in o["spec"].get("ingress", [])
         for selector in rule.get("from", [])

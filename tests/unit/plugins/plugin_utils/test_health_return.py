@@ -209,7 +209,7 @@ def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required(
 
 
 def test_a_passing_validation_on_release_gives_the_gpus_back():
-    state, _ = quarantined_state()
+    state, _audit = quarantined_state()
     back = released(state)["hosts"]["node-a"]
     steps = S.host_steps("node-a", back, "compose", [])
     check = R.validation(sweep(dcgmi(0, dcgm_output())), steps[0]["gpus"], 2)

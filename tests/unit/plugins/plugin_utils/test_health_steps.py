@@ -100,7 +100,10 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
         ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
         ["kubectl", "uncordon", "node-a"],
         ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
-    assert steps[:2] == [{"kind": "validate", "gpus": ["1"]}, {"kind": "give_back", "gpus": ["1"], "members": ["alice"]}]
+    assert steps[:2] == [
+        {"kind": "validate", "gpus": ["1"]},
+        {"kind": "give_back", "gpus": ["1"], "members": ["alice"]},
+    ]
 
 
 @pytest.mark.parametrize("reason", ["Xid 79", "row_remap_failure: remapping failed on bank 3", "x" * 80, "--", "é"])
