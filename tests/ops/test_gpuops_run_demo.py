@@ -174,7 +174,8 @@ def test_installed_console_script_and_an_installed_collection(tmp_path):
     assert script.exists(), "make venv installs the console script"
     helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False, env=env())
     assert helped.returncode == 0
-    assert "exit codes: 0 ok, 2 a host failed, 3 hosts unreachable only, 4 usage or inventory error" in " ".join(
+    assert ("exit codes: 0 ok (burnin: every check PASS), 1 burnin: a check WARN or UNKNOWN, 2 a host failed "
+            "(burnin: a check FAIL), 3 hosts unreachable only, 4 usage or inventory error") in " ".join(
         helped.stdout.split())
     build = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path",
                             str(tmp_path), str(ROOT)], capture_output=True, text=True, check=False, env=env())
