@@ -19,7 +19,7 @@ PLAN_PY = REPO / "plugins" / "plugin_utils" / "plan.py"
 # Ansible's own variables (and the gpu facts' key) that plan.py reads with get_var: not role settings.
 ANSIBLE_NAMES = {"ansible_facts", "group_names", "groups", "gpu"}
 # Owners' specs that do not describe a setting yet; each entry must still be missing (the list only shrinks).
-UNDOCUMENTED = {"gpu_operator_gpu_count": "read by kube_gpu.gpu_nodes; roles/gpu_operator's spec names only the model"}
+UNDOCUMENTED: dict[str, str] = {}
 
 
 def _calls(name: str) -> list[ast.Call]:
