@@ -119,13 +119,19 @@ def _runtimes(probe) -> tuple[str, str]:
 
 
 def container_failure(step: str, value, probe) -> str:
-    """Why the container step ``step`` (a key of IMAGE_VARS) failed, with the fix: Docker not installed or not
-    running (the probe), the image not on the host and its registry not reachable, the NVIDIA runtime not
-    configured (the run's own error, docker info's runtimes); else its exit status and first error line."""
+    """Why the container step ``step`` failed: its named cause, else its exit status and first error line."""
+    rc, text = _out(value)
+    return named_cause(step, value, probe) or f"exit {rc}: {_why(text)}"
+
+
+def named_cause(step: str, value, probe) -> str | None:
+    """The named cause of the failed container step ``step``, with the fix: Docker not installed or not running (the
+    probe), the image not on the host and its registry not reachable, the NVIDIA runtime not configured (the run's
+    own error, docker info's runtimes); None when it is none of these."""
     down = docker_down(probe)
     if down:
         return down
-    rc, text = _out(value)
+    _rc, text = _out(value)
     missing = _MISSING_IMAGE.search(text)
     if missing and any(sign in text for sign in _UNREACHABLE):
         image, registry = missing.group(1), _registry(missing.group(1))
@@ -137,7 +143,7 @@ def container_failure(step: str, value, probe) -> str:
     if _NO_GPU_DRIVER in text:
         evidence, fix = _runtimes(probe)
         return _because(NO_NVIDIA_RUNTIME, f"docker cannot give the container a GPU ({_why(text)}); {evidence}", fix)
-    return f"exit {rc}: {_why(text)}"
+    return None
 
 
 def parse_all_reduce(text: str) -> dict:
@@ -185,10 +191,9 @@ def judge_nccl(text: str, rc: int | None, expected: dict, probe=None) -> dict:
     step = COMPOSE_STEPS[2]
     parsed = parse_all_reduce(text)
     if rc not in (0, None) or not parsed["rows"]:
-        why = container_failure("nccl", {"rc": rc, "out": text}, probe)
-        status, _colon, first_line = why.partition(": ")
-        return row(step, "failed", f"all_reduce_perf did not run ({status}): {first_line}" if why.startswith("exit ")
-                   else f"all_reduce_perf did not run: {why}")
+        cause = named_cause("nccl", {"rc": rc, "out": text}, probe)
+        return row(step, "failed", f"all_reduce_perf did not run: {cause}" if cause
+                   else f"all_reduce_perf did not run (exit {rc}): {_why(text)}")
     detail = (f"peak busbw {parsed['peak_busbw']:.1f} GB/s over {expected['path']} (should give about "
               f"{expected['peak']:.0f} GB/s; floor {expected['floor']:.1f})")
     if parsed["wrong"]:
