@@ -15,7 +15,15 @@ collector:
   ``gpuops_gpu_health_event_last_seen_timestamp_seconds`` with the same labels: when a run last read one;
 * the error counters of the GPUs' state (``row_remap_failure``, ``row_remap_pending``, uncorrectable ECC,
   pending retired pages), where the GPU has them;
-* ``gpuops_gpu_health_read_ok``, ``gpuops_gpu_health_log_read_ok`` and ``gpuops_gpu_health_last_run_timestamp_seconds``.
+* ``gpuops_gpu_health_read_ok``, ``gpuops_gpu_health_log_read_ok`` and ``gpuops_gpu_health_last_run_timestamp_seconds``;
+* ``gpuops_gpu_health_held_since_timestamp_seconds{gpu,uuid,code,action}``: a held finding (below) and since when.
+
+A kernel-log event is read once, by the run after it, but what it says about the GPU lasts: a finding from an event
+(Xid, SXid, fallen off the bus) is held in the state file, with its cause, and counts in every later run's verdicts
+and findings until a clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload
+(the GPU's uncorrectable ECC count since the driver loaded went down), or ``--clear`` (health_release, a passed
+return-to-service validation, a reset health.yml did). A finding whose bucket, in NVIDIA's catalog, needs nothing of
+the GPU (``SELF_CLEARING``: restart the application, ignore) is not held: its condition ends by itself.
 
 ``action`` is NVIDIA's bucket from the Xid catalog (``IGNORE``, ``RESET_GPU``, ``RESTART_BM``, ...), as the
 gpu_health module returns it. Nothing on the host changes but the two files this script owns.
@@ -42,6 +50,15 @@ STATE_COUNTERS = (
 )
 EVENT_LABELS = ("kind", "gpu", "uuid", "code", "action")
 TEXTFILE_NAME = "gpuops_gpu_health.prom"
+# The findings a kernel-log event makes (gpu_health_verdict.event_findings): the ones a run holds
+EVENT_CHECKS = ("xid", "sxid", "fallen_off_bus")
+# Buckets (a finding's step, else its action) whose condition ends by itself, in NVIDIA's resolution buckets
+# (../shared/data/xid/resolution-buckets.csv): RESTART_APP ("RESET_GPU or RESTART_BM is not deemed necessary"),
+# IGNORE, CHECK_UVM ("If UVM/vGPU is being utilized, RESET_GPU; otherwise IGNORE": no vGPU on these hosts)
+SELF_CLEARING = ("RESTART_APP", "IGNORE", "CHECK_UVM")
+CLEAR_ALL = "all"
+_HELD_KEY = ("uuid", "gpu", "check", "action", "step")
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's, in a container too (not namespaced)
 
 
 def _label_value(value) -> str:
@@ -76,9 +93,78 @@ def count_events(seen: list, events: list, gpus: list, now: float) -> list:
     return sorted(tally.values(), key=lambda entry: tuple(str(entry[name]) for name in EVENT_LABELS))
 
 
-def format_metrics(result: dict, seen: list, now: float) -> str:
-    """Prometheus text exposition of one sweep (``result``, as gpu_health's ``sweep`` returns it) and the event
-    tallies (``seen``, from ``count_events``), at ``now`` (seconds since the epoch)."""
+def _held_entry(item: dict, record: dict | None, boot_id: str | None, now: float) -> dict:
+    state = (record or {}).get("state") or {}
+    return {"uuid": (record or {}).get("uuid"), "gpu": item["gpu"], "check": item["check"],
+            "severity": item["severity"], "action": item["action"], "step": item["step"],
+            "evidence": item["evidence"], "since": now, "boot_id": boot_id,
+            "ecc_volatile": state.get("ecc_uncorrectable_volatile")}
+
+
+def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear) -> str | None:
+    """Why a held finding ends now, or None: ``clear`` names its GPU (or ``all``), the host rebooted, or the GPU's
+    uncorrectable ECC count since the driver loaded went down (a GPU reset or a driver reload)."""
+    if CLEAR_ALL in clear or (entry["uuid"] is not None and entry["uuid"] in clear):
+        return "cleared (--clear)"
+    if entry["boot_id"] is not None and boot_id is not None and entry["boot_id"] != boot_id:
+        return f"reboot (boot id {entry['boot_id']} -> {boot_id})"
+    volatile = ((record or {}).get("state") or {}).get("ecc_uncorrectable_volatile")
+    if entry.get("ecc_volatile") is not None and volatile is not None and volatile < entry["ecc_volatile"]:
+        return (f"GPU reset or driver reload (uncorrectable ECC since the driver loaded {entry['ecc_volatile']} -> "
+                f"{volatile})")
+    return None
+
+
+def hold(held: list, result: dict, boot_id: str | None, now: float, clear=()) -> tuple:
+    """``(held, cleared)`` after one run: the findings held before (``held``, as the last run returned them) that
+    no clearing event ended (``cleared``: each with ``why`` and ``at``), then this run's event findings whose bucket
+    is not ``SELF_CLEARING``, added or refreshed (a held one keeps its ``since``). ``result``: gpu_health's
+    ``sweep``; ``boot_id``: the kernel's boot id now; ``clear``: GPU UUIDs, or ``all``, to release."""
+    records = {gpu["index"]: gpu for gpu in result["gpus"]}
+    by_uuid = {gpu.get("uuid"): gpu for gpu in result["gpus"] if gpu.get("uuid")}
+    kept, cleared = {}, []
+    for entry in held:
+        why = _why_cleared(entry, by_uuid.get(entry["uuid"]), boot_id, set(clear))
+        if why is None:
+            kept[tuple(entry[key] for key in _HELD_KEY)] = dict(entry)
+        else:
+            cleared.append({**entry, "why": why, "at": now})
+    for item in result["findings"]:
+        if item["check"] not in EVENT_CHECKS or (item["step"] or item["action"]) in SELF_CLEARING:
+            continue
+        entry = _held_entry(item, records.get(item["gpu"]), boot_id, now)
+        key = tuple(entry[name] for name in _HELD_KEY)
+        if key in kept:
+            entry["since"] = kept[key]["since"]
+        kept[key] = entry
+    return sorted(kept.values(), key=lambda entry: tuple(str(entry[key]) for key in _HELD_KEY)), cleared
+
+
+def with_held(result: dict, held: list) -> dict:
+    """``result`` as the metrics show it: each held finding among the findings (``held: true``) and in its GPU's
+    verdict and the host's; a held GPU the driver no longer lists keeps its last index and verdict."""
+    listed = {gpu.get("uuid") for gpu in result["gpus"]}
+    findings = [*result["findings"], *({**entry, "held": True} for entry in held)]
+    gpus = []
+    for gpu in result["gpus"]:
+        own = [entry["severity"] for entry in held if entry["uuid"] is not None and entry["uuid"] == gpu.get("uuid")]
+        gpus.append({**gpu, "verdict": max([gpu["verdict"], *own], key=VERDICT_VALUE.__getitem__)})
+    for entry in held:
+        if entry["uuid"] is not None and entry["uuid"] not in listed:
+            gone = next((gpu for gpu in gpus if gpu.get("uuid") == entry["uuid"]), None)
+            if gone is None:
+                gpus.append({"index": entry["gpu"], "uuid": entry["uuid"], "verdict": entry["severity"], "state": {}})
+            else:
+                gone["verdict"] = max(gone["verdict"], entry["severity"], key=VERDICT_VALUE.__getitem__)
+    verdict = max([result["verdict"], *(entry["severity"] for entry in held)], key=VERDICT_VALUE.__getitem__)
+    return {**result, "gpus": gpus, "findings": findings, "verdict": verdict}
+
+
+def format_metrics(result: dict, seen: list, now: float, held: tuple | list = ()) -> str:
+    """Prometheus text exposition of one sweep (``result``, as gpu_health's ``sweep`` returns it), the event
+    tallies (``seen``, from ``count_events``) and the held findings (``held``, from ``hold``), at ``now``
+    (seconds since the epoch)."""
+    result = with_held(result, held)
     gpus = result["gpus"]
     uuid_of = {gpu["index"]: gpu.get("uuid") for gpu in gpus}
     lines = _family("verdict", "gauge", "Host verdict of the last sweep: 0 healthy, 1 degraded, 2 failed.",
@@ -102,6 +188,11 @@ def format_metrics(result: dict, seen: list, now: float) -> str:
         lines += _family(name, "gauge", help_text, [
             _sample(name, {"gpu": gpu["index"], "uuid": gpu.get("uuid")}, int(gpu["state"][name]))
             for gpu in gpus if (gpu.get("state") or {}).get(name) is not None])
+    lines += _family("held_since_timestamp_seconds", "gauge",
+                     "A finding from a kernel-log event, held until a reboot, a GPU reset or a release: since when.",
+                     [_sample("held_since_timestamp_seconds", {"gpu": entry["gpu"], "uuid": entry["uuid"],
+                                                               "code": entry["check"], "action": entry["action"]},
+                              round(entry["since"], 3)) for entry in held])
     lines += _family("read_ok", "gauge", "1 when the last sweep could read the GPUs' state.",
                      [_sample("read_ok", {}, int(result["read_ok"]))])
     lines += _family("log_read_ok", "gauge", "1 when the last sweep could read the kernel log.",
@@ -131,8 +222,17 @@ def _load_state(path: str) -> dict:
         with open(path, encoding="utf-8") as stream:
             state = json.load(stream)
     except FileNotFoundError:
-        return {"cursor": None, "events": []}
-    return {"cursor": state.get("cursor"), "events": state.get("events", [])}
+        return {"cursor": None, "events": [], "held": []}
+    return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", [])}
+
+
+def _boot_id(path: str) -> str | None:
+    """The kernel's boot id, None where it cannot be read (no held finding then ends by a reboot)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return stream.read().strip() or None
+    except OSError:
+        return None
 
 
 def _run(argv):
@@ -148,16 +248,27 @@ def main(argv=None) -> int:
     parser.add_argument("--textfile-dir", required=True, help="node-exporter's textfile collector directory")
     parser.add_argument("--dcgm-level", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--expected-gpus", type=int, default=None)
+    parser.add_argument("--clear", action="append", default=[], metavar="UUID",
+                        help=f"release the held findings of this GPU ({CLEAR_ALL!r}: of every GPU); repeatable")
+    parser.add_argument("--boot-id-file", default=BOOT_ID_PATH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     state = _load_state(args.state_file)
     result = sweep(_run, shutil.which, since_cursor=state["cursor"], expected_gpus=args.expected_gpus,
-                   dcgm_level=args.dcgm_level)
+                   dcgm_level=args.dcgm_level, boot_id_path=args.boot_id_file)
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
-    write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now))
-    write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen}, indent=1) + "\n")
-    sys.stdout.write(f"gpu_health sweep: verdict {result['verdict']}, {len(result['events'])} new event(s), "
-                     f"{len(result['findings'])} finding(s)\n")
+    held, cleared = hold(state["held"], result, _boot_id(args.boot_id_file), now, args.clear)
+    write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now, held))
+    write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held},
+                                             indent=1) + "\n")
+    sys.stdout.write(f"gpu_health sweep: verdict {with_held(result, held)['verdict']}, {len(result['events'])} new "
+                     f"event(s), {len(result['findings'])} finding(s)\n")
+    for entry in held:
+        sys.stdout.write(f"gpu_health held: GPU {entry['gpu']} ({entry['uuid']}) {entry['severity']}, "
+                         f"{entry['check']} {entry['action']}, since {entry['since']:.0f}: {entry['evidence']}\n")
+    for entry in cleared:
+        sys.stdout.write(f"gpu_health released: GPU {entry['gpu']} ({entry['uuid']}) {entry['check']} "
+                         f"{entry['action']}, held since {entry['since']:.0f}: {entry['why']}\n")
     return 0
 
 

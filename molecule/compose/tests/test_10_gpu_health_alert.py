@@ -49,6 +49,10 @@ SERVICE = "gpuops-gpu-health-sweep.service"
 TIMER = "gpuops-gpu-health-sweep.timer"
 STATE = "/var/lib/gpuops/gpu_health/sweep.json"
 TEXTFILE = "/var/lib/node_exporter/textfile_collector/gpuops_gpu_health.prom"
+# One sweep that also releases held findings: the service's environment and command, read from its unit (role
+# gpu_health's templates/gpuops-gpu-health-sweep.service.j2); the test adds --clear
+UNIT = f"/etc/systemd/system/{SERVICE}"
+RELEASE = f"env $(sed -n 's/^Environment=//p' {UNIT}) $(sed -n 's/^ExecStart=//p' {UNIT})"
 EVENT = f'gpuops_gpu_health_events_total{{kind="xid",gpu="{GPU}",uuid="{UUID}",code="79",action="RESTART_BM"}}'
 EXPECTED = {  # alert name -> the labels it must carry (besides instance, job, Hostname)
     "GpuHealthXid": {
@@ -152,10 +156,19 @@ def test_an_injected_xid_79_reaches_prometheus_and_alertmanager_with_gpu_uuid_an
             assert labels.items() <= received[name].items(), (name, received[name])
             assert received[name]["job"] == "node-exporter", received[name]
 
-        # The next run reads from the cursor: no new event, the tally kept (the Xid alert lasts an hour after it).
+        # The next run reads from the cursor: no new event, the tally kept (the Xid alert lasts an hour after it),
+        # and the GPU still failed: the sweep holds the Xid 79 finding until a reboot, a GPU reset or a release.
         said = record["next_run"] = sweep_once(host)
-        assert ", 0 new event(s)," in said, said
-        assert f"{EVENT} 1\n" in host.file(TEXTFILE).content_string
+        assert said.startswith("gpu_health sweep: verdict failed, 0 new event(s),"), said
+        text = host.file(TEXTFILE).content_string
+        assert f"{EVENT} 1\n" in text
+        assert f'gpuops_gpu_health_gpu_verdict{{gpu="{GPU}",uuid="{UUID}"}} 2\n' in text, text
+        assert [entry["uuid"] for entry in json.loads(host.file(STATE).content_string)["held"]] == [UUID]
+        # Released as health.yml releases a GPU: the sweep's own command line with --clear.
+        said = record["release"] = sh(host, f"{RELEASE} --clear {UUID}")
+        assert f"gpu_health released: GPU {GPU} ({UUID}) xid RESTART_BM" in said, said
+        assert json.loads(host.file(STATE).content_string)["held"] == []
     finally:
         RECORD.write_text(json.dumps(record, indent=1) + "\n")
+        host.run(f"{RELEASE} --clear all")
         host.run(f"rm -f {STANDIN_BIN} {KERN_LOG}; rm -rf {os.path.dirname(STANDIN_CAPTURE)}; systemctl start {TIMER}")

@@ -13,13 +13,18 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.lookup.shipped_script import LookupModule as ShippedScript
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health, gpu_health_metrics
 from conftest import shared_path
 from gpu_facts_helpers import Commands
-from kernel_log_samples import DEVELOPMENT
+from kernel_log_samples import DEVELOPMENT, GPUD_46
+
+REPO = Path(__file__).resolve().parents[4]
+RULES = REPO / "roles" / "monitoring_assets" / "files" / "prometheus" / "rules" / "gpu_health.rules.yml"
 
 A100 = ("nvidia-smi", "query", "a100-sxm4-80gb-x4_nvidia-smi-q.txt")
 H200 = ("nvidia-smi", "h200-driver580", "q.txt")
@@ -166,3 +171,163 @@ def test_the_script_runs_from_a_copy_of_the_shipped_files_alone(tmp_path):
     text = (textfiles / "gpuops_gpu_health.prom").read_text()
     assert "gpuops_gpu_health_read_ok 0" in text
     assert "cursor" in json.loads(state.read_text())
+
+
+# Held findings: real lines of tests/unit/kernel_log_samples.py (leptonai/gpud PR 46, GPUD_46), re-addressed from
+# their card (PCI 0000:cb:00) to the A100 capture's healthy GPU at 0000:68:00 -- the only change -- so that the
+# events land on a GPU the capture lists: Xid 109 (CTX SWITCH TIMEOUT, bucket RESET_GPU: failed) and Xid 13
+# (Graphics SM Warp Exception, RESTART_APP: degraded, and over with the application).
+XID109_68 = (
+    "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:68:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, "
+    "errorString CTX SWITCH TIMEOUT, Info 0x58005"
+)
+XID13_68 = (
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:68:00): 13, pid='<unknown>', name=<unknown>, Graphics SM "
+    "Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
+)
+assert GPUD_46.endswith("/pull/46")
+BOOT, NEXT_BOOT = "2b2c5c1e-5f7a-4d6b-9d3e-3f1c2f0a7b11", "8f0d9a44-1c3e-4b7f-a2d6-6b5e0c9d1f22"
+SWEEPS = 6  # one sweep a minute: the event, then five sweeps that read nothing new
+
+
+def run_sweeps(logs: list, boots: list, clears: list | None = None) -> list:
+    """The scheduled sweep's runs on the A100 capture, one a minute, each with its kernel-log text, boot id and
+    --clear values, the state (events, held) carried between runs through JSON as the state file does. Returns
+    each run's ``(metrics text, held, cleared)``."""
+    state = shared_path(*A100).read_text()
+    seen, held, runs = [], [], []
+    for minute, (log, boot) in enumerate(zip(logs, boots)):
+        now = FIRST_RUN + 60 * minute
+        result = sweep(state, log)
+        seen = gpu_health_metrics.count_events(seen, result["events"], result["gpus"], now)
+        held, cleared = gpu_health_metrics.hold(held, result, boot, now, (clears or [()] * len(logs))[minute])
+        runs.append((gpu_health_metrics.format_metrics(result, seen, now, held), held, cleared))
+        seen, held = json.loads(json.dumps(seen)), json.loads(json.dumps(held))
+    return runs
+
+
+def gpu_68(text: str) -> tuple:
+    """``(gpu label, uuid)`` of the A100 capture's GPU at 0000:68:00."""
+    result = sweep(shared_path(*A100).read_text(), "")
+    gpu = next(gpu for gpu in result["gpus"] if gpu["pci"] == "00000000:68:00.0")
+    assert f'uuid="{gpu["uuid"]}"' in text
+    return str(gpu["index"]), gpu["uuid"]
+
+
+def test_a_reset_gpu_xid_keeps_its_gpu_failed_with_its_cause_over_later_sweeps_until_a_reboot(promtool):
+    runs = run_sweeps([XID109_68, *[""] * (SWEEPS - 1), ""], [BOOT] * SWEEPS + [NEXT_BOOT])
+    gpu, uuid = gpu_68(runs[0][0])
+    finding = ("gpuops_gpu_health_finding", labels(gpu=gpu, uuid=uuid, code="xid", action="RESET_GPU"))
+    held_since = ("gpuops_gpu_health_held_since_timestamp_seconds",
+                  labels(gpu=gpu, uuid=uuid, code="xid", action="RESET_GPU"))
+    for text, held, cleared in runs[:SWEEPS]:
+        check_metrics(promtool, text)
+        got = samples(text)
+        assert got[("gpuops_gpu_health_gpu_verdict", labels(gpu=gpu, uuid=uuid))] == FAILED
+        assert got[("gpuops_gpu_health_verdict", frozenset())] == FAILED
+        assert got[finding] == 1
+        assert got[held_since] == FIRST_RUN  # held since the sweep that read the line, not refreshed
+        assert [(entry["uuid"], entry["action"], entry["step"]) for entry in held] == [(uuid, "RESET_GPU", "RESET_GPU")]
+        assert "Xid 109" in held[0]["evidence"]
+        assert "CTX SWITCH TIMEOUT" in held[0]["evidence"]
+        assert cleared == []
+    text, held, cleared = runs[SWEEPS]
+    got = samples(text)
+    assert got[("gpuops_gpu_health_gpu_verdict", labels(gpu=gpu, uuid=uuid))] == 0
+    assert finding not in got
+    assert held_since not in got
+    assert held == []
+    assert [(entry["uuid"], entry["why"]) for entry in cleared] == [(uuid, f"reboot (boot id {BOOT} -> {NEXT_BOOT})")]
+
+
+def test_the_alert_stays_firing_over_the_sweeps_the_finding_is_held_and_ends_with_the_reboot(promtool, tmp_path):
+    """promtool test rules on the series the sweeps above write: GpuHealthGpuFailed fires at every sweep while the
+    finding is held (one sweep a minute) and resolves at the first sweep after the reboot."""
+    runs = run_sweeps([XID109_68, *[""] * (SWEEPS - 1), "", ""], [BOOT] * SWEEPS + [NEXT_BOOT] * 2)
+    gpu, uuid = gpu_68(runs[0][0])
+    key = ("gpuops_gpu_health_gpu_verdict", labels(gpu=gpu, uuid=uuid))
+    values = [int(samples(text)[key]) for text, _held, _cleared in runs]
+    assert values == [FAILED] * SWEEPS + [0, 0]
+    series = f'gpuops_gpu_health_gpu_verdict{{gpu="{gpu}", uuid="{uuid}", instance="red:9100"}}'
+    alert_labels = {"gpu": gpu, "uuid": uuid, "instance": "red:9100"}
+    rule = next(rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+                if rule.get("alert") == "GpuHealthGpuFailed")
+    annotations = {name: " ".join(text.split()) for name, text in rule["annotations"].items()}
+    for name, value in alert_labels.items():
+        annotations = {key: text.replace(f"{{{{ $labels.{name} }}}}", value) for key, text in annotations.items()}
+    firing = [{"exp_labels": {"severity": "critical", **alert_labels}, "exp_annotations": annotations}]
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": series, "values": " ".join(map(str, values))}],
+        "alert_rule_test": [{"eval_time": f"{minute}m", "alertname": "GpuHealthGpuFailed",
+                             "exp_alerts": firing if value == FAILED else []}
+                            for minute, value in enumerate(values)],
+    }]}
+    path = tmp_path / "held.test.yml"
+    path.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_restart_app_xid_is_not_held_its_condition_ends_with_the_application():
+    runs = run_sweeps([XID13_68, ""], [BOOT, BOOT])
+    gpu, uuid = gpu_68(runs[0][0])
+    key = ("gpuops_gpu_health_gpu_verdict", labels(gpu=gpu, uuid=uuid))
+    assert [samples(text)[key] for text, _held, _cleared in runs] == [DEGRADED, 0]
+    assert [held for _text, held, _cleared in runs] == [[], []]
+
+
+@pytest.mark.parametrize("clear", ["uuid", gpu_health_metrics.CLEAR_ALL])
+def test_a_release_clears_the_held_finding_and_a_new_event_after_it_is_held_again(clear):
+    uuid = gpu_68(run_sweeps([""], [BOOT])[0][0])[1]
+    name = uuid if clear == "uuid" else clear
+    runs = run_sweeps([XID109_68, "", "", XID109_68], [BOOT] * 4, [(), (), (name,), ()])
+    assert [len(held) for _text, held, _cleared in runs] == [1, 1, 0, 1]
+    assert [entry["why"] for entry in runs[2][2]] == ["cleared (--clear)"]
+    assert runs[3][1][0]["since"] == FIRST_RUN + 3 * 60  # held anew, from the new event
+
+
+def test_a_gpu_reset_ends_the_held_finding_its_uncorrectable_ecc_since_the_driver_loaded_went_down():
+    """The GPU's volatile uncorrectable ECC count (gpu_health_state: since the driver loaded) was 2 when the finding
+    was held; the capture, read after, shows 0: the GPU was reset (or the driver reloaded)."""
+    first = run_sweeps([XID109_68], [BOOT])[0][1]
+    first[0]["ecc_volatile"] = 2
+    result = sweep(shared_path(*A100).read_text(), "")
+    held, cleared = gpu_health_metrics.hold(first, result, BOOT, NEXT_RUN)
+    assert held == []
+    assert [entry["why"] for entry in cleared] == [
+        "GPU reset or driver reload (uncorrectable ECC since the driver loaded 2 -> 0)"]
+
+
+def test_a_held_gpu_the_driver_no_longer_lists_keeps_its_failed_verdict(promtool):
+    """Xid 79 (RESTART_BM) on the A100 capture's GPU 9E, then a sweep on the H200 capture, which lists another
+    GPU: the held GPU keeps its last index and its failed verdict; the host is failed."""
+    first = sweep(shared_path(*A100).read_text(), XID79_9E)
+    held, _cleared = gpu_health_metrics.hold([], first, BOOT, FIRST_RUN)
+    sick = next(gpu for gpu in first["gpus"] if gpu["pci"] == "00000000:9E:00.0")
+    second = sweep(shared_path(*H200).read_text(), "")
+    held, cleared = gpu_health_metrics.hold(held, second, BOOT, NEXT_RUN)
+    text = gpu_health_metrics.format_metrics(second, [], NEXT_RUN, held)
+    check_metrics(promtool, text)
+    got = samples(text)
+    assert cleared == []
+    assert got[("gpuops_gpu_health_gpu_verdict", labels(gpu=sick["index"], uuid=sick["uuid"]))] == FAILED
+    assert got[("gpuops_gpu_health_verdict", frozenset())] == FAILED
+
+
+def test_the_script_holds_a_finding_across_runs_and_a_reboot_releases_it(tmp_path):
+    """main() with the state file of a run that held an Xid 109 finding: the next run, on a host with no GPU tool,
+    keeps it (verdict failed, the finding exported); with another boot id the run after releases it."""
+    state, boot, textfiles = tmp_path / "sweep.json", tmp_path / "boot_id", tmp_path / "textfile"
+    textfiles.mkdir()
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    state.write_text(json.dumps({"cursor": None, "events": [], "held": held}))
+    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(boot)]
+    for boot_id, kept in ((BOOT, 1), (NEXT_BOOT, 0)):
+        boot.write_text(boot_id + "\n")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PATH", "/nonexistent")
+            assert gpu_health_metrics.main(argv) == 0
+        text = (textfiles / "gpuops_gpu_health.prom").read_text()
+        assert len(json.loads(state.read_text())["held"]) == kept
+        assert (f'gpuops_gpu_health_verdict {FAILED}' in text.splitlines()) == bool(kept)
