@@ -91,22 +91,16 @@ def table(title: str, header: list[str], rows: list[list[str]], note: str = "") 
     TABLES.append({"title": title, "header": header, "rows": cells, "note": note})
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     print(f"\n{title}")
-    print(
-        "  "
-        + "  ".join(
-            str(cell).rjust(width) if i else str(cell).ljust(width)
-            for i, (cell, width) in enumerate(zip(header, widths))
-        )
-    )
-    print("  " + "  ".join("-" * width for width in widths))
-    for row in rows:
+    for index, line in enumerate([header, *rows]):
         print(
             "  "
             + "  ".join(
                 str(cell).rjust(width) if i else str(cell).ljust(width)
-                for i, (cell, width) in enumerate(zip(row, widths))
+                for i, (cell, width) in enumerate(zip(line, widths))
             )
         )
+        if index == 0:  # under the header
+            print("  " + "  ".join("-" * width for width in widths))
     if note:
         print(f"  {note}")
 
