@@ -171,6 +171,26 @@ def _links_down(record: dict) -> list:
     return down if down and (state["nvlink_links_active"] or in_fabric) else []
 
 
+# The state flags that are a finding as they are: check (the state key), severity, evidence, action.
+_FLAG_FINDINGS = (
+    ("row_remap_failure", FAILED, "Remapped Rows: Remapping Failure Occurred = Yes", "CONTACT_SUPPORT"),
+    ("row_remap_pending", DEGRADED, "Remapped Rows: Pending = Yes (applied at the next GPU reset)", "RESET_GPU"),
+    (
+        "retired_pages_pending",
+        DEGRADED,
+        "Retired Pages: pending retirement (applied at the next GPU reset)",
+        "RESET_GPU",
+    ),
+    ("throttle_thermal", DEGRADED, "clocks slowed for temperature (HW or SW thermal slowdown active)", INVESTIGATE),
+    (
+        "throttle_power",
+        DEGRADED,
+        "clocks slowed by the HW power brake (the board or system signalled a power problem)",
+        INVESTIGATE,
+    ),
+)
+
+
 def state_findings(record: dict) -> list:
     """Findings of one GPU's state:
 
@@ -199,52 +219,11 @@ def state_findings(record: dict) -> list:
                 "RESET_GPU",
             )
         )
-    if state["row_remap_failure"]:
-        found.append(
-            finding(
-                gpu, "row_remap_failure", FAILED, "Remapped Rows: Remapping Failure Occurred = Yes", "CONTACT_SUPPORT"
-            )
-        )
-    if state["row_remap_pending"]:
-        found.append(
-            finding(
-                gpu,
-                "row_remap_pending",
-                DEGRADED,
-                "Remapped Rows: Pending = Yes (applied at the next GPU reset)",
-                "RESET_GPU",
-            )
-        )
-    if state["retired_pages_pending"]:
-        found.append(
-            finding(
-                gpu,
-                "retired_pages_pending",
-                DEGRADED,
-                "Retired Pages: pending retirement (applied at the next GPU reset)",
-                "RESET_GPU",
-            )
-        )
-    if state["throttle_thermal"]:
-        found.append(
-            finding(
-                gpu,
-                "throttle_thermal",
-                DEGRADED,
-                "clocks slowed for temperature (HW or SW thermal slowdown active)",
-                INVESTIGATE,
-            )
-        )
-    if state["throttle_power"]:
-        found.append(
-            finding(
-                gpu,
-                "throttle_power",
-                DEGRADED,
-                "clocks slowed by the HW power brake (the board or system signalled a power problem)",
-                INVESTIGATE,
-            )
-        )
+    found.extend(
+        finding(gpu, check, severity, evidence, action)
+        for check, severity, evidence, action in _FLAG_FINDINGS
+        if state[check]
+    )
     if state["throttle_hw_slowdown"] and not state["throttle_thermal"] and not state["throttle_power"]:
         found.append(finding(gpu, "throttle_hw_slowdown", DEGRADED, "HW slowdown active", INVESTIGATE))
     counters = {key: state[key] for key in ("nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors")}
