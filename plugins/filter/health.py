@@ -115,6 +115,14 @@ def health_validation_runs(paths, gpu_count=0) -> list:
     return health_return.bench_runs(paths if isinstance(paths, dict) else {}, int(_count(gpu_count) or 0))
 
 
+def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=1, expected_gpus=None, replay=False,
+                        path="") -> dict:
+    settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": int(_count(dcgm_level)),
+                "expected_gpus": None if expected_gpus in (None, "") else int(_count(expected_gpus)),
+                "replay": bool(_flag(replay)), "path": path}
+    return health.sweep_record(read or {}, settings)
+
+
 def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict:
     return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
 
@@ -135,6 +143,7 @@ class FilterModule:
             "health_fleet_entry": health_fleet_entry,
             "health_healthy_again": health_healthy_again,
             "health_step_result": health_step_result,
+            "health_sweep_record": health_sweep_record,
             "health_validation": health_validation,
             "health_validation_runs": health_validation_runs,
         }

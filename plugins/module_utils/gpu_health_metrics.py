@@ -26,7 +26,9 @@ return-to-service validation, a reset health.yml did). A finding whose bucket, i
 the GPU (``SELF_CLEARING``: restart the application, ignore) is not held: its condition ends by itself.
 
 ``action`` is NVIDIA's bucket from the Xid catalog (``IGNORE``, ``RESET_GPU``, ``RESTART_BM``, ...), as the
-gpu_health module returns it. Nothing on the host changes but the two files this script owns.
+gpu_health module returns it. Nothing on the host changes but the three files this script owns: the metrics, the
+state file and, beside it, ``result.json`` (module_utils/gpu_health_result.py): the last result as gpu_health returns
+it, with every event of this boot, which health.yml reads instead of sweeping again (``health_sweep_results: last``).
 """
 
 from __future__ import annotations
@@ -242,6 +244,7 @@ def _run(argv):
 
 def main(argv=None) -> int:
     from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import write_result  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description="One gpu_health sweep since the kept cursor, as Prometheus metrics.")
     parser.add_argument("--state-file", required=True, help="JSON file that keeps the cursor and event tallies")
@@ -257,10 +260,14 @@ def main(argv=None) -> int:
                    dcgm_level=args.dcgm_level, boot_id_path=args.boot_id_file)
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
-    held, cleared = hold(state["held"], result, _boot_id(args.boot_id_file), now, args.clear)
+    boot_id = _boot_id(args.boot_id_file)
+    held, cleared = hold(state["held"], result, boot_id, now, args.clear)
     write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now, held))
     write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held},
                                              indent=1) + "\n")
+    # the last result as gpu_health returns it (no held finding), for health.yml (health_sweep_results: last)
+    write_result(args.state_file, result, now, boot_id, state["cursor"],
+                 {"dcgm_level": args.dcgm_level, "expected_gpus": args.expected_gpus}, write_atomic)
     sys.stdout.write(f"gpu_health sweep: verdict {with_held(result, held)['verdict']}, {len(result['events'])} new "
                      f"event(s), {len(result['findings'])} finding(s)\n")
     for entry in held:

@@ -19,10 +19,12 @@ the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's sug
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_verdict as verdict
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import RESULT_SCHEMA
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_bounds as bounds_rules
 
 # The collection's actions, mildest first; a host gets the strongest of its items.
@@ -409,3 +411,63 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
         "deferred": [h for h, p in hosts.items() if p["status"] == "deferred"],
         "unreadable": [h for h, p in hosts.items() if p["status"] == "unreadable"],
     }
+
+
+def _stale_why(record: dict, age: float, settings: dict) -> str | None:
+    """Why the sweep's last result cannot stand for a new gpu_health call with these settings, or None."""
+    max_age, wanted = int(settings.get("max_age") or 0), settings.get("expected_gpus")
+    result = record.get("result") or {}
+    if age < 0 or age > max_age:
+        return (f"the sweep's last result is {age:.0f} s old, over health_sweep_max_age ({max_age} s): is its timer "
+                "running (systemctl status gpuops-gpu-health-sweep.timer; on Kubernetes the gpu-health-sweep "
+                "DaemonSet's pod)? Swept again")
+    if not record.get("events_complete"):
+        return ("the sweep's record of this boot's events is incomplete (it started from a cursor, or kept only "
+                "the latest events): swept again from this host's cursor")
+    if not result.get("read_ok"):
+        return "the sweep could not read the GPUs' state (read_ok false): swept again"
+    level, asked = int(record.get("dcgm_level") or 0), int(settings.get("dcgm_level") or 0)
+    if level < asked:
+        return (f"the sweep ran DCGM diag at level {level}, health_dcgm_level asks for {asked}: swept again (set "
+                "health_dcgm_level to the sweep's level, gpu_health_sweep_dcgm_level, to read its results)")
+    checked = record.get("expected_gpus")
+    if wanted is not None and checked != wanted and len(result.get("gpus") or []) < int(wanted):
+        return (f"the sweep lists {len(result.get('gpus') or [])} GPU(s) and did not check for the {wanted} the "
+                "plan expects: swept again, for the missing-GPU check")
+    return None
+
+
+def sweep_record(read: Any, settings: dict) -> dict:
+    """Whether a host's sweep is the scheduled sweep's last result (``health_sweep_results: last``) or a new
+    gpu_health call, and why. ``read``: the registered read of the record on the host (``rc``, ``stdout``: the
+    host's clock in seconds, then the record, module_utils/gpu_health_result.py); ``settings``: mode
+    (health_sweep_results), max_age (health_sweep_max_age), dcgm_level (health_dcgm_level), expected_gpus (the
+    plan's), replay (health_kernel_log_text or health_state_text is given), path (the record's). Returns
+    ``{source: sweep | gpu_health, why, age, sweep}``: ``sweep`` is the record's gpu_health result, whose events
+    are the whole boot's (the health state's handled keys say which were acted on), when ``source`` is sweep."""
+    def again(why: str, age: float | None = None) -> dict:
+        return {"source": "gpu_health", "why": why, "age": age, "sweep": None}
+
+    if settings.get("mode") != "last":
+        return again("health_sweep_results is fresh: gpu_health swept this host")
+    if settings.get("replay"):
+        return again("health_kernel_log_text or health_state_text is given: gpu_health swept that text")
+    read = read if isinstance(read, dict) else {}
+    clock, _newline, text = str(read.get("stdout") or "").partition("\n")
+    if read.get("rc") != 0 or not text.strip():
+        return again(f"no sweep result at {settings.get('path')} on this host (is the scheduled sweep installed? "
+                     "gpu_health_sweep_timer_enabled, or kube_monitoring's gpu-health-sweep DaemonSet): swept again")
+    try:
+        record, now = json.loads(text), float(clock)
+    except ValueError as err:
+        return again(f"the sweep result at {settings.get('path')} cannot be read ({err}): swept again")
+    if not isinstance(record, dict) or record.get("schema") != RESULT_SCHEMA:
+        return again(f"the sweep result at {settings.get('path')} is not schema {RESULT_SCHEMA} (a sweep of "
+                     "another collection version?): swept again")
+    age = round(now - float(record.get("time") or 0), 1)
+    why = _stale_why(record, age, settings)
+    if why:
+        return again(why, age)
+    return {"source": "sweep", "age": age, "sweep": record["result"],
+            "why": f"the scheduled sweep's last result, {age:.0f} s old (health_sweep_max_age "
+                   f"{int(settings.get('max_age') or 0)} s), with every event it read in this boot"}
