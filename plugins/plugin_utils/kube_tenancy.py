@@ -1,6 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Kubernetes tenancy from the one team list (``gpuops_teams`` + ``gpuops_members``): pure builders.
+"""Kubernetes tenancy from the one team list (``gpuops_teams`` + ``gpuops_members``) in the namespaces the plan
+decided (``gpuops_plan.team.namespaces``, made with ``team.namespace_of``): pure builders.
 
 ``plan(config)`` returns ``{"problems": [...], "objects": [...]}``. Per team, in its own namespace:
 
@@ -26,7 +27,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_netpol
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 
 # Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
 _QUANTITY = re.compile(
@@ -107,9 +107,14 @@ def problems(config: dict) -> list[str]:
         problem = quantity_problem(f"kube_tenancy_limit_default_request.{key}", value, "500m")
         if problem:
             found.append(problem)
+    namespaces = config.get("namespaces") or {}
     for index, team in enumerate(teams):
         if not isinstance(team, dict):
             continue
+        if team.get("name") not in namespaces:
+            found.append(f"gpuops_teams[{index}] ({team.get('name')}) has no namespace in the plan "
+                         f"(gpuops_plan.team.namespaces holds {sorted(namespaces)}): the plan was made from another "
+                         "team list; fix: run playbooks/preflight.yml (or site.yml) again, so the plan is this one's")
         count = sum(1 for member in members if member.get("team") == team.get("name"))
         found.extend(_team_problems(index, team, int(config.get("cluster_gpus") or 0), count,
                                     config.get("member_pvc_size")))
@@ -128,7 +133,7 @@ def _meta(name: str, namespace: str | None, team: str) -> dict:
 def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
     """The objects of one team's namespace."""
     name = str(team["name"])
-    ns = namespace_of(team)
+    ns = str(config["namespaces"][name])
     team_members = [m for m in members if m.get("team") == name]
     pvc_count = len(team_members) + int(config.get("extra_pvcs") or 0)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns, None, name)}
@@ -173,9 +178,10 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
 def plan(config: dict) -> dict[str, Any]:
     """Problems and, when there are none, every tenancy object for ``config``.
 
-    config: teams, members, cluster_gpus (0 = unknown, not checked), member_pvc_size, extra_pvcs,
-    limit_default, limit_default_request, monitoring_namespace, default_storage_class, mlflow_namespace
-    ("" = no MLflow allow), nfs_servers, egress_endpoints.
+    config: teams, members, namespaces (team name -> its namespace: the plan's team.namespaces), cluster_gpus
+    (0 = unknown, not checked), member_pvc_size, extra_pvcs, limit_default, limit_default_request,
+    monitoring_namespace, default_storage_class, mlflow_namespace ("" = no MLflow allow), nfs_servers,
+    egress_endpoints.
     """
     found = problems(config)
     if found:

@@ -8,6 +8,7 @@ import shutil
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_gpu, kube_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan as plan_py
 from conftest import INVENTORY, load_objects, run_render
 
 
@@ -145,6 +146,15 @@ def _planned_nodes() -> dict:
             "workers": list(hosts)}
 
 
+def _planned_team_and_pins() -> dict:
+    """The plan's team and pins for inventories/cluster (plan._team; pins.registry_mirror): a plan given with -e
+    carries them, as preflight's does; kube_tenancy reads its namespaces and the image roles the mirror there."""
+    team = yaml.safe_load((INVENTORY / "group_vars" / "all" / "team.yml").read_text())
+    platform = yaml.safe_load((INVENTORY / "group_vars" / "all" / "platform.yml").read_text())
+    return {"team": plan_py._team(team["gpuops_members"], team["gpuops_teams"]),
+            "pins": {"registry_mirror": platform["gpuops_registry_mirror"]}}
+
+
 def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
     """kube_node derives nothing: a GPU node whose plan part holds no kubelet policy and registration (here a plan
     given on the command line with a topology only, as an old report could) is refused, naming the host and the
@@ -153,7 +163,7 @@ def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
     reports.mkdir(parents=True)
     (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
     plan = {"gpuops_plan": {
-        "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
+        "schema_version": 1, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
         "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training"}},
         "nodes": _planned_nodes()}}
@@ -183,7 +193,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
                        "kubelet_policy": planned, "node": kube_plan.node_registration(planned, pool)}
     plan = {"gpuops_plan": {
-        "schema_version": 1, "source": "preflight", "team": {"members": {}, "namespaces": {}}, "pins": {},
+        "schema_version": 1, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
         "hosts": hosts,
         "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],

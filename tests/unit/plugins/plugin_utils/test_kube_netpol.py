@@ -14,6 +14,7 @@ from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_tenancy as kt
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 from nca import analyze, tenant_probes
 from netpol_table import POLICIES, TEAMS
 
@@ -22,7 +23,8 @@ DEFAULTS = yaml.safe_load((REPO / "roles/kube_tenancy/defaults/main.yml").read_t
 
 
 def cluster_config() -> dict:
-    """kube_tenancy's config as the role builds it for inventories/cluster (inventory over the role's defaults)."""
+    """kube_tenancy's config as the role builds it for inventories/cluster (inventory over the role's defaults; the
+    namespaces as the plan decides them, team.namespace_of)."""
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / "cluster")])
     hostvars = VariableManager(loader=loader, inventory=manager).get_vars(host=manager.get_host("cp-01"),
@@ -32,6 +34,7 @@ def cluster_config() -> dict:
         return hostvars.get(f"kube_tenancy_{name}", DEFAULTS[f"kube_tenancy_{name}"])
 
     return {"teams": hostvars["gpuops_teams"], "members": hostvars["gpuops_members"], "cluster_gpus": 24,
+            "namespaces": {t["name"]: namespace_of(t) for t in hostvars["gpuops_teams"]},
             **{key: var(key) for key in ("member_pvc_size", "extra_pvcs", "limit_default", "limit_default_request",
                                          "monitoring_namespace", "default_storage_class", "mlflow_namespace",
                                          "nfs_servers", "egress_endpoints")}}

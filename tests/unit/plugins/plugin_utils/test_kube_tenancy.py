@@ -6,10 +6,12 @@ from decimal import Decimal
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_tenancy as kt
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 
 
 def config(**extra: object) -> dict:
-    base = {
+    """The role's config; namespaces, unless given, as the plan decides them from these teams (team.namespace_of)."""
+    base: dict = {
         "teams": [
             {"name": "vision", "gpu_quota": 8, "cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti",
              "storage_class": "local-nvme", "group": "vision-team"},
@@ -30,6 +32,7 @@ def config(**extra: object) -> dict:
         "default_storage_class": "",
     }
     base.update(extra)
+    base.setdefault("namespaces", {t["name"]: namespace_of(t) for t in base["teams"]})
     return base
 
 
@@ -110,6 +113,23 @@ def test_the_team_rule_is_not_repeated_here(key: str, value: object) -> None:
     assert kt.problems(config(teams=teams)) == []
     members = [*config()["members"], {"name": "alice", "uid": 2009, "team": "robotics"}]
     assert kt.problems(config(members=members)) == []
+
+
+def test_the_namespaces_are_the_plans() -> None:
+    """Each team's objects go to the namespace gpuops_plan.team.namespaces names, not one worked out again."""
+    result = kt.plan(config(namespaces={"vision": "cv-lab", "nlp": "nlp-lab"}))
+    assert result["problems"] == []
+    assert {o["metadata"]["name"] for o in result["objects"] if o["kind"] == "Namespace"} == {"cv-lab", "nlp-lab"}
+    assert by_kind(result["objects"], "team-vision") == {}
+
+
+def test_a_team_the_plan_does_not_hold_is_refused() -> None:
+    """A plan made from another team list (an old plan.json): refused, naming the team and the fix."""
+    problem = one_problem(namespaces={"vision": "team-vision"})
+    assert problem.startswith("gpuops_teams[1] (nlp) has no namespace in the plan (gpuops_plan.team.namespaces "
+                              "holds ['vision'])"), problem
+    assert "run playbooks/preflight.yml" in problem
+    assert kt.plan(config(namespaces={"vision": "team-vision"}))["objects"] == []
 
 
 def test_gpu_quota_above_cluster() -> None:
