@@ -158,6 +158,14 @@ def _version(url: str, pattern: re.Pattern) -> str:
     return found.group(1) if found else "unknown"
 
 
+def _pin(config: dict, tool: str, version: str) -> dict:
+    """The pinned release ({tag, commit, tar_sha256}: config's source_pins) that a source fetched without a checksum
+    is checked against before it is unpacked; {} where the source has a checksum or the release is not pinned."""
+    if config.get(f"{tool.replace('-', '_')}_checksum"):
+        return {}
+    return dict(((config.get("source_pins") or {}).get(tool) or {}).get(version) or {})
+
+
 def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     """What this host runs the single-node checks with, and what burn-in builds for it.
 
@@ -166,11 +174,12 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     GPU), nvbandwidth and all_reduce_perf (where found, "" for none), nccl_version (of config's nccl_home),
     built (the stamps in tools_dir: those builds are done and left out of ``build``).
     config: _burnin_config (tools_build, tools_dir, nccl_home, nccl_tests_url, nvbandwidth_url, nccl_wheel_url,
-    nccl_wheels by architecture, ...). nccl-tests is needed on Compose with two GPUs or more (Kubernetes runs it
-    in a Job of burnin_image).
+    nccl_wheels by architecture, source_pins by tool and version, ...). nccl-tests is needed on Compose with two
+    GPUs or more (Kubernetes runs it in a Job of burnin_image).
 
     Returns {cuda, archs, gencode, nccl_home, nvbandwidth, all_reduce_perf, env, build: [{tool, version, dir,
-    stamp, binary, url, checksum, argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} | None, problems}."""
+    stamp, binary, url, checksum, pin (_pin's), argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} | None,
+    problems}."""
     found = _probe(probe)
     cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
     archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
@@ -217,7 +226,7 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
         out["build"].append({
             "tool": "nvbandwidth", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
             "binary": out["nvbandwidth"], "url": str(config["nvbandwidth_url"]),
-            "checksum": str(config.get("nvbandwidth_checksum") or ""),
+            "checksum": str(config.get("nvbandwidth_checksum") or ""), "pin": _pin(config, "nvbandwidth", version),
             "argv": [["cmake", "-S", folder, "-B", f"{folder}/build", f"-DCMAKE_CUDA_COMPILER={cuda}/bin/nvcc",
                       f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"],
                      ["make", "-C", f"{folder}/build", "-j"]]})
@@ -229,7 +238,7 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
         out["build"].append({
             "tool": "nccl-tests", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
             "binary": out["all_reduce_perf"], "url": str(config["nccl_tests_url"]),
-            "checksum": str(config.get("nccl_tests_checksum") or ""),
+            "checksum": str(config.get("nccl_tests_checksum") or ""), "pin": _pin(config, "nccl-tests", version),
             "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",
                       f"NVCC_GENCODE={out['gencode']}"]]})
         if not config.get("nccl_home"):

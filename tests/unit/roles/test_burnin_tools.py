@@ -11,10 +11,16 @@ CUDA toolkit): ``nvidia-smi`` (the compute_cap query's answer for two H200s, 9.0
 without a real nvcc: it records its argv and writes a Makefile that makes ``nvbandwidth``), and the NCCL wheel
 (nvidia-nccl-cu13's layout: nvidia/nccl/include/nccl.h with NCCL 2.28.9's version defines, lib/libnccl.so.2).
 Every stand-in records its argv: those are what our code controls.
+
+The default sources (NVIDIA's GitHub archives, fetched without a checksum) are checked against the pins of the role's
+vars (_burnin_config.source_pins: the sha256 of the tar inside the .tar.gz) before anything of them is unpacked:
+the pins are the tags of the local mirrors, and the same tar gzipped as GitHub does has the sha256 Spack records for
+GitHub's archive (SPACK below); a file served under a pinned release's name that is another release is refused.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -26,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,6 +49,18 @@ MIRRORS = {
 # layout: nccl-tests' make variables and output, nvbandwidth's CMake project. The real sources add what only they
 # prove: nccl-tests' own Makefile compiling every collective for sm_90 against the wheel's NCCL.
 REAL_SOURCES = all(mirror.is_dir() for mirror, _tag in MIRRORS.values())
+PINS = yaml.safe_load((REPO / "roles" / "burnin" / "vars" / "main.yml").read_text())["_burnin_config"]["source_pins"]
+# The sha256 of GitHub's archive (https://github.com/NVIDIA/<tool>/archive/[refs/tags/]<tag>.tar.gz) as Spack records
+# it, by tool and tag: github.com/spack/spack-packages, repos/spack_repo/builtin/packages/nvbandwidth/package.py at
+# 7084fd29926ed9c985d00fdabdf83a72a28758f5 (v0.8, the release pinned here) and .../nccl_tests/package.py at
+# d9bc1530527a714b4146dfe5849bbda448d8bcdf (2.17.6, 2.16.3, 2.13.6: Spack records no 2.19.6; they show that the same
+# recipe - git archive of the tag, gzip -n - is GitHub's archive of this repository too).
+SPACK = {
+    ("nvbandwidth", "v0.8"): "b3622945eb7fce2b4e1aea7d13de04f415f4d998db602893201a904320cf2d39",
+    ("nccl-tests", "v2.17.6"): "38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0",
+    ("nccl-tests", "v2.16.3"): "ec373552e216c0df03414718bd588585a1719971b20a5939a2f9488c8ce767eb",
+    ("nccl-tests", "v2.13.6"): "52b472a58a4918d3221a9b8c4bd9335382643d7e241983918b64692d685cc3d1",
+}
 NCCL_TESTS_MAKEFILE = """# STAND-IN for nccl-tests 2.19.6's Makefile (no local mirror of NVIDIA/nccl-tests):
 # the variables burn-in passes (MPI, CUDA_HOME, NCCL_HOME, NVCC_GENCODE), nvcc from CUDA_HOME, and the binary
 # build/all_reduce_perf.
@@ -268,3 +287,124 @@ def test_check_mode_says_what_it_would_build_and_builds_nothing(site: dict) -> N
         f"would build {cache}/nvbandwidth-0.8-cuda13.0-sm90, {cache}/nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90"
     )
     assert not cache.exists()
+
+
+CHECKED = "Burn-in | tools - each release is the pinned one, before anything of it is unpacked or built"
+
+
+def _needs_mirrors() -> None:
+    if not REAL_SOURCES:
+        pytest.skip(f"no local mirrors of NVIDIA/nccl-tests and NVIDIA/nvbandwidth in {MIRROR} (GPUOPS_SOURCE_MIRRORS)")
+
+
+def _tar(tool: str, tag: str, version: str = "") -> bytes:
+    """git archive --format=tar of a tag of the local mirror, with GitHub's prefix <tool>-<version>/."""
+    prefix = f"--prefix={tool}-{version or tag.removeprefix('v')}/"
+    return subprocess.run(
+        ["git", "--git-dir", str(MIRRORS[tool][0]), "archive", "--format=tar", prefix, tag],
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+def test_every_default_source_is_a_pinned_release() -> None:
+    defaults = yaml.safe_load((REPO / "roles" / "burnin" / "defaults" / "main.yml").read_text())
+    urls = {"nccl-tests": defaults["burnin_nccl_tests_url"], "nvbandwidth": defaults["burnin_nvbandwidth_url"]}
+    assert set(PINS) == set(urls)
+    for tool, url in urls.items():
+        version = url.rsplit("/v", 1)[1].removesuffix(".tar.gz")
+        github = f"https://github.com/NVIDIA/{tool}/archive/refs/tags/{PINS[tool][version]['tag']}.tar.gz"
+        assert (defaults[f"burnin_{tool.replace('-', '_')}_checksum"], url) == ("", github)
+
+
+@pytest.mark.parametrize(("tool", "version"), [(tool, version) for tool in sorted(PINS) for version in PINS[tool]])
+def test_each_pin_is_the_tag_of_the_local_mirror(tool: str, version: str) -> None:
+    _needs_mirrors()
+    pin = PINS[tool][version]
+    tar = _tar(tool, pin["tag"], version)
+    assert hashlib.sha256(tar).hexdigest() == pin["tar_sha256"]
+    git = ["git", "--git-dir", str(MIRRORS[tool][0])]
+    commit = subprocess.run([*git, "rev-parse", f"{pin['tag']}^{{commit}}"], capture_output=True, text=True, check=True)
+    in_tar = subprocess.run([*git, "get-tar-commit-id"], input=tar, capture_output=True, check=True)
+    assert (commit.stdout.strip(), in_tar.stdout.decode().strip()) == (pin["commit"], pin["commit"])
+
+
+@pytest.mark.parametrize(("tool", "tag"), list(SPACK))
+def test_the_tar_gzipped_as_github_does_is_githubs_archive(tool: str, tag: str) -> None:
+    _needs_mirrors()
+    gzipped = subprocess.run(["gzip", "-n"], input=_tar(tool, tag), capture_output=True, check=True).stdout
+    assert hashlib.sha256(gzipped).hexdigest() == SPACK[(tool, tag)]
+
+
+def test_the_default_sources_are_checked_against_their_pins_then_built(site: dict) -> None:
+    _needs_mirrors()
+    cache = site["root"] / "cache-pinned"
+    pinned = run(
+        site, "pinned", burnin_tools_dir=str(cache), burnin_nccl_tests_checksum="", burnin_nvbandwidth_checksum=""
+    )
+    assert (pinned["stats"]["failures"], pinned["stats"]["changed"] > 0) == (0, True), pinned["results"]
+    checked = pinned["results"][
+        "Burn-in | tools - the sha256 of the tar in each release fetched without a checksum (its pin's)"
+    ]["results"]
+    assert [(r["item"]["tool"], r["stdout"][:64]) for r in checked] == [
+        ("nvbandwidth", PINS["nvbandwidth"]["0.8"]["tar_sha256"]),
+        ("nccl-tests", PINS["nccl-tests"]["2.19.6"]["tar_sha256"]),
+    ]
+    # The files are git's own gzip of the tar, not GitHub's gzip -n: the pin is of what is inside.
+    nvbandwidth = Path(pinned["results"][PLAN]["ansible_facts"]["__burnin_tools"]["build"][0]["dir"] + ".tar.gz")
+    assert _sha256(nvbandwidth) != "sha256:" + SPACK[("nvbandwidth", "v0.8")]
+    assert (cache / "nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90" / "build" / "all_reduce_perf").is_file()
+
+
+def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpacked(site: dict) -> None:
+    root = site["root"]
+    cache = root / "cache-tampered"
+    (root / "tampered").mkdir()
+    # LABELLED, made here: nccl-tests 2.19.5's release (git archive of its tag from the local mirror) under 2.19.6's
+    # name and folder, as a proxy or a poisoned cache could serve it (without the mirrors: the stand-in release);
+    # and nvbandwidth's file under the name of a release no pin covers (0.7).
+    tampered = root / "tampered" / "nccl-tests-v2.19.6.tar.gz"
+    if REAL_SOURCES:
+        tampered.write_bytes(
+            subprocess.run(
+                ["gzip", "-n"], input=_tar("nccl-tests", "v2.19.5", "2.19.6"), capture_output=True, check=True
+            ).stdout
+        )
+    else:
+        tampered.write_bytes(Path(site["vars"]["burnin_nccl_tests_url"][len("file://") :]).read_bytes())
+    unpinned = root / "tampered" / "nvbandwidth-v0.7.tar.gz"
+    unpinned.write_bytes(Path(site["vars"]["burnin_nvbandwidth_url"][len("file://") :]).read_bytes())
+    found = hashlib.sha256(gzip.decompress(tampered.read_bytes())).hexdigest()
+
+    refused = run(
+        site,
+        "tampered",
+        burnin_tools_dir=str(cache),
+        burnin_nccl_tests_url=tampered.as_uri(),
+        burnin_nccl_tests_checksum="",
+        burnin_nvbandwidth_url=unpinned.as_uri(),
+        burnin_nvbandwidth_checksum="",
+    )
+    assert refused["stats"]["failures"] == 1, refused["results"]
+    nvbandwidth_msg, nccl_tests_msg = [r["msg"] for r in refused["results"][CHECKED]["results"]]
+    nvbandwidth_dir, nccl_tests_dir = (
+        cache / "nvbandwidth-0.7-cuda13.0-sm90",
+        cache / "nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90",
+    )
+    pin = PINS["nccl-tests"]["2.19.6"]
+    assert nccl_tests_msg.startswith(
+        f"localhost: nccl-tests 2.19.6 from {tampered.as_uri()} is not the release burn-in pins: the sha256 of its tar "
+        f"(gzip -dc {nccl_tests_dir}.tar.gz | sha256sum) is {found}; pinned: {pin['tar_sha256']}, the tar of git "
+        "archive --format=tar --prefix=nccl-tests-2.19.6/ v2.19.6 of github.com/NVIDIA/nccl-tests "
+        f"(commit {pin['commit']}). The file was removed and nothing of it was built."
+    ), nccl_tests_msg
+    assert nvbandwidth_msg.startswith(
+        f"localhost: nvbandwidth 0.7 from {unpinned.as_uri()} is not the release burn-in pins: it has no checksum, and "
+        "burn-in pins no nvbandwidth 0.7 (it pins 0.8). The file was removed"
+    ), nvbandwidth_msg
+    assert "set burnin_nvbandwidth_checksum to sha256:<hex> of a copy you trust (sha256sum)" in nvbandwidth_msg
+    # Removed, so a later run fetches again; nothing unpacked, nothing built.
+    assert not nccl_tests_dir.with_name(nccl_tests_dir.name + ".tar.gz").exists()
+    assert not nvbandwidth_dir.with_name(nvbandwidth_dir.name + ".tar.gz").exists()
+    assert (list(nccl_tests_dir.iterdir()), list(nvbandwidth_dir.iterdir())) == ([], [])
+    assert not any(line.startswith(("cmake", "nvcc -o", "nvcc -c")) for line in refused["log"]), refused["log"]

@@ -145,3 +145,13 @@ def test_no_nvcc_no_compute_capability_or_no_wheel_is_a_problem_naming_the_fix()
     assert "burnin_tools_build: false" in problem
     off = J.tools(bare, CONFIG | {"tools_build": False}, gpus=8, platform="compose")
     assert (off["problems"], off["build"], off["nvbandwidth"], off["all_reduce_perf"]) == ([], [], "", "")
+
+
+def test_a_source_without_a_checksum_carries_its_pin_and_one_with_a_checksum_none() -> None:
+    pins = {"nccl-tests": {"2.19.6": {"tag": "v2.19.6", "commit": "a0b82b22", "tar_sha256": "a82a2923"}},
+            "nvbandwidth": {"0.8": {"tag": "v0.8", "commit": "66746a3b", "tar_sha256": "8880af55"}}}
+    plan = J.tools(PROBE, CONFIG | {"source_pins": pins}, gpus=8, platform="compose")
+    assert [b["pin"] for b in plan["build"]] == [pins["nvbandwidth"]["0.8"], pins["nccl-tests"]["2.19.6"]]
+    mirrored = CONFIG | {"source_pins": pins, "nccl_tests_checksum": "sha256:0b1d",
+                         "nvbandwidth_url": "https://mirror.example/nvbandwidth-v0.7.tar.gz"}
+    assert [b["pin"] for b in J.tools(PROBE, mirrored, gpus=8, platform="compose")["build"]] == [{}, {}]
