@@ -359,3 +359,83 @@ def test_the_reboot_reason_is_in_the_nodes_journal_before_the_reboot():
         ("command", ["logger", "-t", "gpuops-health", why], "ok"), ("reboot", None, "failed")]
     assert node_file(B, "/var/log/gpuops-standin/shutdown.log") == [f"-r 0 {why}"]
     assert state()["hosts"][B]["out_of_service"]["0"]["pending"] == "reboot"
+
+
+# health_sweep_results last (issue 38 §1): node B's scheduled sweep ran - the collection's own gpu_health_metrics,
+# from the files the role ships, in the node, with the service unit's arguments - and read Xid 62 on GPU 1; node C
+# has no sweep result. Both nodes' nvidia-smi is a labelled stand-in that prints the real `nvidia-smi -q` capture
+# (molecule.yml's health_state_text) and records every call; the sweep's journalctl stand-in prints the Xid line.
+NVIDIA_SMI_CAPTURE = """#!/bin/sh
+# STAND-IN for nvidia-smi (test_health_takes_the_sweeps_last_result): `-q` prints the real capture of a 2x H100 NVL
+# host; no NVLink answer; every call recorded
+echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log
+[ "$1" = -q ] && exec cat /etc/gpuops-standin/nvidia-smi-q.txt
+exit 6
+"""
+JOURNALCTL_KERNEL = """#!/bin/sh
+# STAND-IN for `journalctl -k` on the sweep's PATH only (a container has no kernel journal of its own): prints the
+# kernel-log file the test wrote, then a cursor, as journalctl --show-cursor does; records every call
+echo "$*" >>/var/log/gpuops-standin/journalctl.log
+case "$*" in *--after-cursor*) ;; *) cat /etc/gpuops-standin/kernel.log ;; esac
+echo "-- cursor: s=gpuops-standin;i=1"
+"""
+SWEEP_LIB = "/usr/local/lib/gpuops/gpu_health"  # roles/gpu_health/vars/main.yml _gpu_health_sweep_lib
+SWEEP_STATE = "/var/lib/gpuops/gpu_health/sweep.json"  # _gpu_health_sweep_state; result.json beside it
+
+
+def scheduled_sweep(node: str) -> None:
+    """One run of the scheduled sweep on the node, as its service unit runs it
+    (roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2), from a copy of the collection's module_utils."""
+    code = f"{SWEEP_LIB}/ansible_collections/gpuops/cluster/plugins"
+    for argv in (["docker", "exec", node, "mkdir", "-p", code, "/var/lib/gpuops/gpu_health", "/tmp/textfile"],
+                 ["docker", "cp", str(PROJECT / "plugins" / "module_utils"), f"{node}:{code}/"]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    run = subprocess.run(
+        ["docker", "exec", "-e", f"PYTHONPATH={SWEEP_LIB}", "-e", "LC_ALL=C",
+         "-e", "PATH=/etc/gpuops-standin/sweep-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+         node, "python3", "-m", "ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics",
+         "--state-file", SWEEP_STATE, "--textfile-dir", "/tmp/textfile", "--dcgm-level", "0", "--expected-gpus", "2"],
+        capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 new event(s)" in run.stdout, run.stdout
+
+
+def test_health_takes_the_sweeps_last_result_instead_of_sweeping_again():
+    capture = (PROJECT / "../shared/data/nvidia-smi/query/h100-nvl-x2_nvidia-smi-q.txt").read_text()
+    xid62 = "2026-12-04T21:00:00+0000 gpuops-health-b kernel: NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) " \
+            "00000000 00000000\n"
+    for node in (B, C):
+        install(node, {"/usr/local/bin/nvidia-smi": NVIDIA_SMI_CAPTURE,
+                       "/etc/gpuops-standin/nvidia-smi-q.txt": capture})
+    install(B, {"/etc/gpuops-standin/sweep-bin/journalctl": JOURNALCTL_KERNEL,
+                "/etc/gpuops-standin/kernel.log": xid62})
+    scheduled_sweep(B)
+    calls = {node: node_file(node, "/var/log/gpuops-standin/nvidia-smi.log") for node in (B, C)}
+    assert calls[B] == ["-q", "nvlink -s", "nvlink -e"]  # the sweep's, in the node
+    last = ["--limit", f"{B},{C}", "-e", "health_sweep_results=last", "-e", "health_kernel_log_text=",
+            "-e", "health_state_text="]
+    result = playbook("playbooks/health.yml", *last)
+    assert result.returncode == 0, result.stdout[-3000:]
+    report = runs()[-1]
+    assert report["sweeps"][B]["source"] == "sweep", report["sweeps"]
+    assert report["sweeps"][B]["why"].startswith("the scheduled sweep's last result")
+    assert (report["sweeps"][C]["source"], report["sweeps"][C]["why"]) == (
+        "gpu_health", "no sweep result at /var/lib/gpuops/gpu_health/result.json on this host (is the scheduled "
+        "sweep installed? gpu_health_sweep_timer_enabled, or kube_monitoring's gpu-health-sweep DaemonSet): "
+        "swept again")
+    # the commands run: gpu_health did not call nvidia-smi on B; on C it did
+    assert node_file(B, "/var/log/gpuops-standin/nvidia-smi.log") == calls[B]
+    assert node_file(C, "/var/log/gpuops-standin/nvidia-smi.log") == [*calls[C], "-q", "nvlink -s", "nvlink -e"]
+    events = [i for i in report["plan"]["hosts"][B]["items"] if i["source"] == "event"]
+    assert [(i["event"], i["gpu"], i["bucket"], i["action"], i["new"]) for i in events] == [
+        ("Xid 62", 1, "RESET_GPU", "reset_gpu", True)]
+    assert f"| {B} |" in (sorted(REPORTS.glob("*/health.md"))[-1]).read_text()
+    assert "read from the scheduled sweep" in (sorted(REPORTS.glob("*/health.md"))[-1]).read_text()
+    # past health_sweep_max_age the node is swept again, and the report says so
+    stale = playbook("playbooks/health.yml", *last, "-e", "health_sweep_max_age=1")
+    assert stale.returncode == 0, stale.stdout[-3000:]
+    why = runs()[-1]["sweeps"][B]
+    assert why["source"] == "gpu_health"
+    assert "over health_sweep_max_age (1 s)" in why["why"], why
+    assert node_file(B, "/var/log/gpuops-standin/nvidia-smi.log") == [*calls[B], "-q", "nvlink -s", "nvlink -e"]
