@@ -10,7 +10,9 @@ kubernetes baseline's group_vars), for the refusals that are about the layout (t
 Each case runs the plays site.yml runs before the host layer (until_host_layer.yml: boilerplate,
 preflight, the input checks), or with ``playbook: health`` the day-2 playbook playbooks/health.yml on the compose
 baseline (its own baseline: a dry run, which changes nothing on the host), or with ``playbook: grow``
-playbooks/grow.yml on the compose baseline (its own baseline: the plan built and checked), and must:
+playbooks/grow.yml on the compose baseline (its own baseline: the plan built and checked), or with
+``playbook: burnin`` playbooks/burnin.yml on the compose baseline (its own baseline: the settings checked, then a
+burn-in of a node without GPUs, which runs nothing on it), and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
@@ -61,10 +63,10 @@ JOBS = int(os.environ.get("GPUOPS_BAD_INPUT_JOBS", "6"))
 ANSIBLE_TMP = "/root/.ansible"
 INVENTORIES = {"compose": HERE / "inventory", "kubernetes": HERE / "inventory-kubernetes"}
 PLAYBOOKS = {"until_host_layer": HERE / "until_host_layer.yml", "health": REPO / "playbooks" / "health.yml",
-             "grow": REPO / "playbooks" / "grow.yml"}
+             "grow": REPO / "playbooks" / "grow.yml", "burnin": REPO / "playbooks" / "burnin.yml"}
 # baseline name -> (inventory, playbook): the accepted runs the cases vary
 BASELINES = {"compose": ("compose", "until_host_layer"), "kubernetes": ("kubernetes", "until_host_layer"),
-             "health": ("compose", "health"), "grow": ("compose", "grow")}
+             "health": ("compose", "health"), "grow": ("compose", "grow"), "burnin": ("compose", "burnin")}
 MIN_CASES = 30
 
 
@@ -307,8 +309,8 @@ def test_nothing_is_left_once_every_case_has_ended(matrix) -> None:
 def _baseline_of(data: dict) -> str:
     """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars; a health.yml
     case varies the health.yml dry run, a grow.yml case the grow.yml plan check (no flag: the plan is built and
-    checked on the controller, nothing written)."""
-    if data.get("playbook") in ("health", "grow"):
+    checked on the controller, nothing written), a burnin.yml case the burn-in of the node without GPUs."""
+    if data.get("playbook") in ("health", "grow", "burnin"):
         return data["playbook"]
     return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
 
