@@ -11,8 +11,9 @@ Each case runs the plays site.yml runs before the host layer (until_host_layer.y
 preflight, the input checks), or with ``playbook: health`` the day-2 playbook playbooks/health.yml on the compose
 baseline (its own baseline: a dry run, which changes nothing on the host), or with ``playbook: grow``
 playbooks/grow.yml on the compose baseline (its own baseline: the plan built and checked), or with
-``playbook: burnin`` playbooks/burnin.yml on the compose baseline (its own baseline: the settings checked, then a
-burn-in of a node without GPUs, which runs nothing on it), and must:
+``playbook: burnin`` playbooks/burnin.yml on the compose baseline (its own baseline: the settings checked, then the
+burn-in of a node without GPUs - gpu_facts reads it, nothing else runs there, the report is written on the
+controller), and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
@@ -309,7 +310,8 @@ def test_nothing_is_left_once_every_case_has_ended(matrix) -> None:
 def _baseline_of(data: dict) -> str:
     """The baseline a case varies: a case's own layout runs with the kubernetes baseline's group_vars; a health.yml
     case varies the health.yml dry run, a grow.yml case the grow.yml plan check (no flag: the plan is built and
-    checked on the controller, nothing written), a burnin.yml case the burn-in of the node without GPUs."""
+    checked on the controller, nothing written), a burnin.yml case the burn-in of the node without GPUs (read by
+    gpu_facts only)."""
     if data.get("playbook") in ("health", "grow", "burnin"):
         return data["playbook"]
     return "kubernetes" if "hosts" in data else data.get("inventory", "compose")
