@@ -24,6 +24,7 @@ DOC = REPO / "docs" / "architecture.md"
 VARIABLES = ("gpuops_platform", "nvidia_driver_version", "gpuops_members", "gpuops_teams", "gpuops_registry_mirror")
 SECTION = "## Where does X live"
 COLUMNS = 4  # behaviour and the three hops
+MIN_ROLE_FILES = 200  # fewer role files than this: the scan of roles/ missed the tree
 FILE_SPAN = re.compile(r"^[\w.-]+(/[\w.<>-]+)+\.(py|yml|yaml|j2)$")
 IDENT = re.compile(r"^[A-Za-z_]\w*$")
 SPAN = re.compile(r"`([^`]+)`")
@@ -73,11 +74,16 @@ def _reads_key(text: str, key: tuple[str, ...]) -> bool:
     return re.search(pattern, text) is not None
 
 
+def _uncommented(text: str) -> str:
+    """``text`` without comments (YAML/Jinja line comments and {# #} blocks)."""
+    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
 @cache
 def _code(path: Path) -> str:
-    """The file without comments (YAML/Jinja line comments and {# #} blocks)."""
-    text = re.sub(r"\{#.*?#\}", "", path.read_text(encoding="utf-8"), flags=re.S)
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    """The file without comments."""
+    return _uncommented(path.read_text(encoding="utf-8"))
 
 
 def _function_reads(path: Path, function: str, variable: str) -> str | None:
@@ -244,7 +250,7 @@ def _mutated(old: str, new: str) -> str:
         # a plan key the plan does not have
         ("→ `gpuops_plan.pins.registry_mirror`", "→ `gpuops_plan.pins.mirror`", "not in plan.SCHEMA"),
         # a role alias whose default is not the variable
-        ("reads `kube_tenancy_teams`", "reads `kube_tenancy_members`", "kube_tenancy_members's default"),
+        ("and `kube_tenancy_teams` (the", "and `kube_tenancy_members` (the", "kube_tenancy_members's default"),
         # a further hop in column 3
         ("(Fabric Manager or not);", "(Fabric Manager or not) → `roles/nvidia_driver/tasks/pinned.yml`;", "→"),
     ],
@@ -252,6 +258,43 @@ def _mutated(old: str, new: str) -> str:
 def test_a_wrong_row_is_found(old, new, expected):
     problems = check(_mutated(old, new))
     assert any(expected in p for p in problems), problems
+
+
+def inventory_readers(variable: str, texts: dict[str, str]) -> list[str]:
+    """The files of ``texts`` (path -> text) whose code reads ``variable`` itself: roles take what the plan decided
+    from it (the row's column 3), so only the plan reads it. Its home's defaults (roles/_gpuops_vars) and the argument
+    specs' prose are left out; the specs' defaults are the defaults files'."""
+    return sorted(
+        path
+        for path, text in texts.items()
+        if not path.startswith("roles/_gpuops_vars/")
+        and "/meta/" not in path
+        and re.search(rf"\b{variable}\b", text)
+    )
+
+
+def _role_code() -> dict[str, str]:
+    files = [p for p in (REPO / "roles").rglob("*") if p.is_file() and p.suffix in {".yml", ".yaml", ".j2"}]
+    assert len(files) >= MIN_ROLE_FILES, f"only {len(files)} role files: the scan missed roles/"
+    return {str(p.relative_to(REPO)): _code(p) for p in files}
+
+
+def test_only_the_plan_reads_the_registry_mirror():
+    """gpuops_registry_mirror: inventory -> plan (pins.registry_mirror) -> every role that pulls an image."""
+    assert inventory_readers("gpuops_registry_mirror", _role_code()) == []
+
+
+def test_a_role_reading_the_mirror_itself_is_found():
+    texts = {
+        "roles/r/vars/main.yml": '_r_image: "{{ r_image | gpuops.cluster.mirror_image(gpuops_registry_mirror) }}"',
+        "roles/r/templates/t.j2": "{# gpuops_registry_mirror #}\n"
+        "{{ i | mirror_image(gpuops_plan.pins.registry_mirror) }}",
+        "roles/r/defaults/main.yml": "# r_mirror: the plan's, not gpuops_registry_mirror\nr_x: 1",
+        "roles/_gpuops_vars/defaults/main.yml": 'gpuops_registry_mirror: ""',
+        "roles/r/meta/argument_specs.yml": "description: rewritten to C(gpuops_registry_mirror)",
+    }
+    code = {path: _uncommented(text) for path, text in texts.items()}
+    assert inventory_readers("gpuops_registry_mirror", code) == ["roles/r/vars/main.yml"]
 
 
 def test_a_missing_row_is_found():
