@@ -15,7 +15,9 @@ Every stand-in records its argv: those are what our code controls.
 The default sources (NVIDIA's GitHub archives, fetched without a checksum) are checked against the pins of the role's
 vars (_burnin_config.source_pins: the sha256 of the tar inside the .tar.gz) before anything of them is unpacked:
 the pins are the tags of the local mirrors, and the same tar gzipped as GitHub does has the sha256 Spack records for
-GitHub's archive (SPACK below); a file served under a pinned release's name that is another release is refused.
+GitHub's archive (SPACK below); a file served under a pinned release's name that is another release is refused. The
+same for the nccl-tests release the pairs' image on Compose builds (compose_node.yml, validate_nccl_tests_url; docker
+a stand-in that records its argv).
 """
 
 from __future__ import annotations
@@ -289,7 +291,7 @@ def test_check_mode_says_what_it_would_build_and_builds_nothing(site: dict) -> N
     assert not cache.exists()
 
 
-CHECKED = "Burn-in | tools - each release is the pinned one, before anything of it is unpacked or built"
+CHECKED = "Burn-in | each release is the pinned one, before anything of it is unpacked or built"
 
 
 def _needs_mirrors() -> None:
@@ -315,6 +317,12 @@ def test_every_default_source_is_a_pinned_release() -> None:
         version = url.rsplit("/v", 1)[1].removesuffix(".tar.gz")
         github = f"https://github.com/NVIDIA/{tool}/archive/refs/tags/{PINS[tool][version]['tag']}.tar.gz"
         assert (defaults[f"burnin_{tool.replace('-', '_')}_checksum"], url) == ("", github)
+    # The pairs' image on Compose builds validate's release (validate_nccl_tests_url, no checksum setting).
+    validate = yaml.safe_load((REPO / "roles" / "validate" / "defaults" / "main.yml").read_text())
+    version = validate["validate_nccl_tests_url"].rsplit("/v", 1)[1].removesuffix(".tar.gz")
+    assert validate["validate_nccl_tests_url"] == (
+        f"https://github.com/NVIDIA/nccl-tests/archive/refs/tags/{PINS['nccl-tests'][version]['tag']}.tar.gz"
+    )
 
 
 @pytest.mark.parametrize(("tool", "version"), [(tool, version) for tool in sorted(PINS) for version in PINS[tool]])
@@ -344,7 +352,7 @@ def test_the_default_sources_are_checked_against_their_pins_then_built(site: dic
     )
     assert (pinned["stats"]["failures"], pinned["stats"]["changed"] > 0) == (0, True), pinned["results"]
     checked = pinned["results"][
-        "Burn-in | tools - the sha256 of the tar in each release fetched without a checksum (its pin's)"
+        "Burn-in | the sha256 of the tar in each release fetched without a checksum (its pin's)"
     ]["results"]
     assert [(r["item"]["tool"], r["stdout"][:64]) for r in checked] == [
         ("nvbandwidth", PINS["nvbandwidth"]["0.8"]["tar_sha256"]),
@@ -408,3 +416,66 @@ def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpac
     assert not nvbandwidth_dir.with_name(nvbandwidth_dir.name + ".tar.gz").exists()
     assert (list(nccl_tests_dir.iterdir()), list(nvbandwidth_dir.iterdir())) == ([], [])
     assert not any(line.startswith(("cmake", "nvcc -o", "nvcc -c")) for line in refused["log"]), refused["log"]
+
+
+DOCKER = """#!/bin/sh
+# STAND-IN for docker (no image is built here): records its argv; `docker image inspect` finds no image.
+echo "docker $*" >> "$STANDIN_LOG"
+[ "$1" != image ]
+"""
+
+
+def _image_run(site: dict, name: str, release: bytes) -> tuple[dict, Path]:
+    """compose_node.yml (the pairs' image on Compose) with validate_nccl_tests_url a file:// URL of ``release`` named
+    as nccl-tests 2.13.11 (validate's default release), docker a stand-in: (the run, the work dir)."""
+    root = site["root"]
+    (root / "bin" / "docker").write_text(DOCKER)
+    (root / "bin" / "docker").chmod(0o755)
+    source = root / name / "nccl-tests-v2.13.11.tar.gz"
+    source.parent.mkdir()
+    source.write_bytes(release)
+    work = root / name / "work"
+    result = run(
+        site,
+        name,
+        burnin_test_tasks_from="compose_node.yml",
+        burnin_work_dir=str(work),
+        validate_nccl_tests_url=source.as_uri(),
+        validate_nccl_build_image="nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04",
+        gpuops_plan={"pins": {"registry_mirror": ""}},
+    )
+    return result, work
+
+
+def _gzip(data: bytes) -> bytes:
+    return subprocess.run(["gzip", "-n"], input=data, capture_output=True, check=True).stdout
+
+
+def test_the_pairs_image_builds_the_pinned_release_of_validate(site: dict) -> None:
+    _needs_mirrors()
+    built, work = _image_run(site, "image", _gzip(_tar("nccl-tests", "v2.13.11")))
+    assert built["stats"]["failures"] == 0, built["results"]
+    assert (work / "build" / "nccl-tests" / "Makefile").is_file()
+    assert f"docker build --pull=false -t gpuops/nccl-tests-mpi:2.13.11 {work}/build" in built["log"], built["log"]
+
+
+def test_the_pairs_image_refuses_another_release_before_unpacking_it(site: dict) -> None:
+    # LABELLED, made here: nccl-tests 2.13.10's release under 2.13.11's name (without the mirrors: the stand-in).
+    other = (
+        _gzip(_tar("nccl-tests", "v2.13.10", "2.13.11"))
+        if REAL_SOURCES
+        else Path(site["vars"]["burnin_nccl_tests_url"][len("file://") :]).read_bytes()
+    )
+    refused, work = _image_run(site, "image-other", other)
+    assert refused["stats"]["failures"] == 1, refused["results"]
+    [message] = [r["msg"] for r in refused["results"][CHECKED]["results"]]
+    assert message.startswith(
+        f"localhost: nccl-tests 2.13.11 from {(work.parent / 'nccl-tests-v2.13.11.tar.gz').as_uri()} is not the "
+        "release burn-in pins: the sha256 of its tar"
+    ), message
+    assert message.endswith(
+        "Fix: keep validate_nccl_tests_url at a pinned release and find what served another file (a proxy that "
+        "rewrites downloads?)"
+    ), message
+    assert not (work / "build" / "nccl-tests" / "Makefile").exists()
+    assert not any(line.startswith("docker build") for line in refused["log"]), refused["log"]
