@@ -72,6 +72,19 @@ def _with_sharing(result: dict, sharing: dict | None, host: str) -> dict:
             "failed_checks": [*result["failed_checks"], check["name"]]}
 
 
+def _with_workspaces(result: dict, workspaces: dict | None) -> dict:
+    """The host's checks plus workspace_sizing where the plan's member limits overcommit the host's memory or CPUs
+    (workspaces.host_pools, the plan's sizing problems): compose_stack deploys these limits, so the verdict refuses
+    them before any change."""
+    problems = ((workspaces or {}).get("sizing") or {}).get("problems") or []
+    if not problems:
+        return result
+    check = {"name": "workspace_sizing", "ok": False, "status": "failed",
+             "msg": "; ".join(problems) + ". Nothing was changed"}
+    return {**result, "ok": False, "checks": [*result["checks"], check],
+            "failed_checks": [*result["failed_checks"], check["name"]]}
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -125,7 +138,8 @@ class ActionModule(ActionBase):
         plan = build_plan(
             fleet,
             {
-                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": results[h], "plan": r["preflight"]["plan"]}
+                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": results[h], "plan": r["preflight"]["plan"],
+                    "host": (r["ansible_facts"].get("gpu_host") or {}).get("os")}
                 for h, r in judged.items()
             },
             hostvars,
@@ -135,6 +149,7 @@ class ActionModule(ActionBase):
         )
         for host in judged:
             results[host] = _with_sharing(results[host], plan.get("gpu_sharing"), host)
+            results[host] = _with_workspaces(results[host], plan["hosts"][host].get("workspaces"))
             plan["hosts"][host]["ok"] = results[host]["ok"]
         records = {}
         for host, registered in judged.items():

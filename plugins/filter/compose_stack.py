@@ -4,11 +4,9 @@
 
 * ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
 * ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
-* ``workspaces | gpuops.cluster.workspace_shares(memory_pool_mb, cpus_total)``: the plan's member workspaces with
-  the default memory and CPU shares of this host sized (the finishing step; the plan made the rest);
 * ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
 
-Thin: the logic lives in plugins/plugin_utils/{images,workspaces,alert_rules}.py (controller-only); documentation
+Thin: the logic lives in plugins/plugin_utils/{images,alert_rules}.py (controller-only); documentation
 in the .yml files next to this one.
 """
 
@@ -19,7 +17,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 alert_rules = lazy("alert_rules")
 images = lazy("images")
-workspaces = lazy("workspaces")
 
 
 def mirror_image(ref: object, mirror: object = "") -> str:
@@ -36,23 +33,6 @@ def image_pinned(ref: object) -> bool:
         raise AnsibleFilterError(f"image_pinned: {exc}") from exc
 
 
-def workspace_shares(planned: object, memory_pool_mb: object = 0, cpus_total: object = 0) -> dict:
-    if not isinstance(planned, dict):
-        raise AnsibleFilterError(
-            "workspace_shares: the input must be the plan's workspaces of one host (gpuops_plan.hosts.<host>"
-            f".workspaces, a mapping with 'members'), got {type(planned).__name__}"
-        )
-    try:
-        pool = int(memory_pool_mb or 0)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"workspace_shares: memory_pool_mb {memory_pool_mb!r} is not a number") from exc
-    try:
-        cpus = float(cpus_total or 0)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"workspace_shares: cpus_total {cpus_total!r} is not a number") from exc
-    return workspaces.size_workspaces(planned, pool, cpus)
-
-
 def cap_rule_for(rules: object, maximum: object = "") -> dict:
     try:
         return alert_rules.cap_rule_for(rules, str(maximum or ""))
@@ -67,6 +47,5 @@ class FilterModule:
         return {
             "mirror_image": mirror_image,
             "image_pinned": image_pinned,
-            "workspace_shares": workspace_shares,
             "cap_rule_for": cap_rule_for,
         }

@@ -3,8 +3,10 @@
 """The few host facts preflight needs besides the GPUs, read in the same remote call as gpu_facts.
 
 - ``os_facts``: distribution, version, codename, family, kernel, architecture and Secure Boot, read from
-  ``/etc/os-release`` (plus ``/etc/debian_version`` for Debian's point release), ``uname`` and efivarfs;
-  the names match ``ansible_facts`` (``Debian``, ``12.7``, ``x86_64``), so no ``setup`` is needed;
+  ``/etc/os-release`` (plus ``/etc/debian_version`` for Debian's point release), ``uname`` and efivarfs, and the
+  memory and CPU count the plan sizes the workspaces with (``/proc/meminfo``, ``/proc/cpuinfo``); the names match
+  ``ansible_facts`` (``Debian``, ``12.7``, ``x86_64``, ``memtotal_mb``, ``processor_vcpus``), so no ``setup`` is
+  needed;
 - ``free_space``: free bytes under each path (the nearest existing parent when the path is not there
   yet), by ``statvfs``, so a nearly full data volume is refused before anything is written;
 - ``tcp_probe``: one bounded TCP connect (e.g. an NFS server's port 2049), so an unreachable server is
@@ -88,7 +90,18 @@ def secure_boot_state(sysfs_root: str) -> bool | None:
     return data[4] == 1
 
 
-def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname) -> dict:
+def memtotal_mb(meminfo: str) -> int | None:
+    """MiB of memory from /proc/meminfo's ``MemTotal: <n> kB`` line (as ansible_facts' memtotal_mb), None without it."""
+    found = re.search(r"^MemTotal:\s+(\d+)\s+kB\s*$", meminfo or "", re.MULTILINE)
+    return int(found.group(1)) // 1024 if found else None
+
+
+def processor_count(cpuinfo: str) -> int | None:
+    """The CPUs the kernel has online: the ``processor : <n>`` entries of /proc/cpuinfo, None without one."""
+    return len(re.findall(r"^processor\s*:\s*\d+\s*$", cpuinfo or "", re.MULTILINE)) or None
+
+
+def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_root: str = "/proc") -> dict:
     """The OS facts preflight needs, named as in ansible_facts."""
     release = parse_os_release(_read(os.path.join(root, "etc/os-release")) or "")
     os_id = release.get("ID", "").lower()
@@ -108,6 +121,8 @@ def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname) -> dict:
         "kernel": info.release,
         "architecture": info.machine,
         "secure_boot": secure_boot_state(sysfs_root),
+        "memtotal_mb": memtotal_mb(_read(os.path.join(proc_root, "meminfo")) or ""),
+        "processor_vcpus": processor_count(_read(os.path.join(proc_root, "cpuinfo")) or ""),
     }
 
 
@@ -153,7 +168,7 @@ def tcp_probe(host: str, port: int, timeout: float, connect=socket.create_connec
     return result
 
 
-def gather_host_facts(
+def gather_host_facts(  # noqa: PLR0913, PLR0917 -- each host boundary is injected (roots, statvfs, connect)
     os_info: bool,
     paths: list | None,
     probes: list | None,
@@ -162,10 +177,11 @@ def gather_host_facts(
     sysfs_root: str = "/sys",
     statvfs=os.statvfs,
     connect=socket.create_connection,
+    proc_root: str = "/proc",
 ) -> dict:
     """What gpu_facts returns as ``ansible_facts.gpu_host``: os, free_space, tcp_probes."""
     return {
-        "os": os_facts(root, sysfs_root) if os_info else None,
+        "os": os_facts(root, sysfs_root, proc_root=proc_root) if os_info else None,
         "free_space": [free_space(str(path), statvfs) for path in paths or []],
         "tcp_probes": [
             tcp_probe(str(p["host"]), int(p["port"]), timeout, connect) for p in probes or [] if p.get("host")

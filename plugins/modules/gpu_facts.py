@@ -61,7 +61,8 @@ options:
   os_facts:
     description:
       - Also return the OS facts preflight needs (RV(ansible_facts.gpu_host.os)) in the same call, named as in
-        C(ansible_facts) (distribution, version, kernel, architecture, Secure Boot), so that no C(setup) runs.
+        C(ansible_facts) (distribution, version, kernel, architecture, Secure Boot, memory and CPU count), so that no
+        C(setup) runs.
     type: bool
     default: false
   free_space_paths:
@@ -360,8 +361,10 @@ ansible_facts:
         os:
           description: >-
             C(distribution), C(distribution_version), C(distribution_major_version), C(distribution_release),
-            C(os_family), C(kernel), C(architecture) as in C(ansible_facts), and C(secure_boot) (true, false on a
-            legacy BIOS boot, null when EFI cannot tell); null unless O(os_facts).
+            C(os_family), C(kernel), C(architecture), C(memtotal_mb) (MiB, from C(/proc/meminfo)) and
+            C(processor_vcpus) (the CPUs online, from C(/proc/cpuinfo)) as in C(ansible_facts), and C(secure_boot)
+            (true, false on a legacy BIOS boot, null when EFI cannot tell); null unless O(os_facts). The plan sizes
+            the workspaces' memory and CPU shares from C(memtotal_mb) and C(processor_vcpus).
           type: dict
           sample:
             distribution: Debian
@@ -372,6 +375,8 @@ ansible_facts:
             kernel: 6.1.0-25-amd64
             architecture: x86_64
             secure_boot: false
+            memtotal_mb: 2063817
+            processor_vcpus: 224
         free_space:
           description: One entry per path, with C(measured_at) (the existing path measured), C(free_bytes),
             C(total_bytes) and C(error) (null when measured).
@@ -452,6 +457,7 @@ def main() -> None:
             timeout=params["probe_timeout"],
             root=params["_os_root"],
             sysfs_root=params["_sysfs_root"],
+            proc_root=params["_proc_root"],
         )
     module.exit_json(changed=False, ansible_facts=result)
 

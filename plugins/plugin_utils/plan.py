@@ -36,7 +36,11 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  
     platform_request,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import plan_workspaces
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
+    host_pools,
+    plan_workspaces,
+    size_workspaces,
+)
 
 SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
@@ -112,6 +116,12 @@ ROLE_SETTINGS: dict[str, Setting] = {
                                            "the GPU memory where no GPU facts were read"),
     "compose_stack_members": Setting("compose_stack", _WORKSPACES, "the workspaces' members, where set"),
     "compose_stack_topology": Setting("compose_stack", _WORKSPACES, "the topology the workspaces are planned on"),
+    "compose_stack_member_memory_pool_mb": Setting("compose_stack", _WORKSPACES,
+                                                   "the memory the workspaces' default shares divide, where set "
+                                                   "(else 80% of the host's, workspaces.host_pools)"),
+    "compose_stack_member_cpus_pool": Setting("compose_stack", _WORKSPACES,
+                                              "the CPUs the workspaces' default shares divide, where set (else the "
+                                              "host's, workspaces.host_pools)"),
     "training_stack_socket_ifname": Setting("training_stack", ("hosts.<name>.nccl", "pools"),
                                             "NCCL_SOCKET_IFNAME, else the default-route interface"),
     "validate_cuda_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
@@ -407,11 +417,11 @@ SCHEMA: dict[str, Any] = {
                         "this member's cap of its memory, of which it can allocate the cap minus "
                         "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
-                        "member's own limits when gpuops_members sets them, else null here: compose_stack sizes the "
-                        "default shares from the host's memory and CPUs and refuses an overcommit, its one finishing "
-                        "step, filter workspace_shares), shared (GPU "
+                        "member's own limits when gpuops_members sets them, else its share of sizing's pools (null "
+                        "where the pool is unknown: no limit)), shared (GPU "
                         "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
-                        "smallest cap), problems, warnings, gpu_total (the GPUs the shares divide). compose_stack "
+                        "smallest cap), problems, warnings, gpu_total (the GPUs the shares divide), sizing (the "
+                        "pools the default shares divide, workspaces.host_pools). compose_stack "
                         "deploys exactly these workspaces. The topology is compose_stack_topology where the inventory "
                         "sets it; with neither a topology nor GPU facts (a plan from the inventory alone), GPUs "
                         "0..gpuops_gpu_count-1 without cpusets. null on "
@@ -424,6 +434,22 @@ SCHEMA: dict[str, Any] = {
                             "gpu_total": {
                                 "type": "integer",
                                 "description": "Optional: a plan.json written before it lacks it.",
+                            },
+                            "sizing": {
+                                "type": "object",
+                                "description": "memory_pool_mb and cpus_pool: what the members' default shares divide "
+                                "and their own limits may not overcommit (compose_stack_member_memory_pool_mb and "
+                                "compose_stack_member_cpus_pool where set, else 80% of the host's memory and all its "
+                                "CPUs as gpu_facts read them in preflight, else 0: unknown, no default limits, e.g. "
+                                "a plan from the inventory alone), source (where each came from) and problems (an "
+                                "overcommit, which preflight refuses). Optional: a plan.json written before it lacks "
+                                "it.",
+                                "properties": {
+                                    "memory_pool_mb": {"type": "integer"},
+                                    "cpus_pool": {"type": "number"},
+                                    "source": {"type": "string"},
+                                    "problems": {"type": "array", "items": {"type": "string"}},
+                                },
                             },
                         },
                     },
@@ -502,13 +528,15 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
     return node
 
 
-def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
+def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | None) -> dict:
     """The member workspaces of a compose host: compose_stack_members where the inventory sets it, else
     gpuops_members (the role's default), on compose_stack_topology where set, else this host's topology, else the
     GPUs its facts found, else (a plan from the inventory alone, no facts) GPUs 0..gpuops_gpu_count-1 without CPU
     affinity. A GPU's CPU and NUMA affinity (the member's cpuset) come from the topology when it gives them, else
     from the GPU facts, which read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a
-    one-GPU or driverless host gets cpusets too."""
+    one-GPU or driverless host gets cpusets too. The members' memory and CPU limits are sized on the pools
+    workspaces.host_pools finds (``host``: the OS facts gpu_facts read, memtotal_mb and processor_vcpus), and an
+    overcommit is a problem in ``sizing``, which preflight refuses."""
     members = _setting(hostvars, "compose_stack_members")
     members = members if isinstance(members, list) else _setting(hostvars, "gpuops_members")
     if not isinstance(members, list) or not members:
@@ -528,12 +556,15 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any) -> dict:
             return {**entry, "cpu_affinity": facts["cpu_affinity"], "numa_node": facts.get("numa_node")}
 
         layout = {**topology, "gpus": [with_affinity(entry) for entry in topology["gpus"]]}
-    # Preflight reads no host memory or CPU count: the member's own limits are planned, the default shares are
-    # sized by compose_stack from the host's facts (workspaces.size_workspaces, the finishing step), which also
-    # refuses an overcommit.
-    return plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
-                           gpus_found=gpu.get("gpus"),
-                           mps_limits=_mps_limits(hostvars))
+    pools = host_pools(_setting(hostvars, "compose_stack_member_memory_pool_mb"),
+                       _setting(hostvars, "compose_stack_member_cpus_pool"), host)
+    planned = plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
+                              gpus_found=gpu.get("gpus"), mps_limits=_mps_limits(hostvars))
+    if not planned["problems"]:  # the GPUs, cpusets and MPS caps hold: size the limits on the host's pools
+        sized = size_workspaces(planned, pools["memory_pool_mb"], pools["cpus_pool"])
+        pools["problems"] += sized["problems"]
+        planned = {**sized, "members": {}, "shared": {}, "problems": pools["problems"]} if pools["problems"] else sized
+    return {**planned, "sizing": pools}
 
 
 def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
@@ -557,13 +588,15 @@ def host_part(
     ok: bool | None = None,
     driver: str | None = None,
     driver_judged: dict | None = None,
+    host: dict | None = None,
 ) -> dict:
     """One host's part: GPUs, topology summary, packages, and what derives from them: the kubelet policy, the
     node's labels and taints, NCCL settings and the member workspaces. The topology is the one preflight read, else
     the inventory's declaration (gpuops_gpu_topology); ``driver`` is the pin preflight judged, else the inventory's
     nvidia_driver_version; ``driver_judged`` the driver preflight judged CUDA against ({version, source}: pin or
     running, preflight.judged_driver), else None; Fabric Manager is needed where nvidia_driver_fabric_manager says
-    so, else where the GPU facts found NVSwitches."""
+    so, else where the GPU facts found NVSwitches; ``host`` the OS facts gpu_facts read (memtotal_mb,
+    processor_vcpus: the workspaces' pools), else None."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = _setting(hostvars, "gpuops_gpu_topology")
@@ -609,7 +642,7 @@ def host_part(
         "kubelet_policy": policy,
         "node": _node(policy, pool, hostvars) if platform == "kubernetes" else None,
         "nccl": training_jobs.nccl_env([topology], ifname),
-        "workspaces": _workspaces(topology, gpu, hostvars) if platform == "compose" else None,
+        "workspaces": _workspaces(topology, gpu, hostvars, host) if platform == "compose" else None,
     }
 
 
@@ -708,9 +741,9 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
 
 def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str,
                report_dir: str) -> dict:
-    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, result:
-    its verdict (ok), plan: the arguments preflight judged it with (driver_version, cuda_version)}, ``hostvars``
-    host -> that host's variables."""
+    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host: its
+    OS facts (gpu_facts' gpu_host.os), result: its verdict (ok), plan: the arguments preflight judged it with
+    (driver_version, cuda_version)}, ``hostvars`` host -> that host's variables."""
     first = next(iter(records), None)
     judged = (records[first].get("plan") or {}) if first else {}
     pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
@@ -724,6 +757,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
             ok=bool((record.get("result") or {}).get("ok")),
             driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
             driver_judged=(record.get("result") or {}).get("driver_judged"),
+            host=record.get("host"),
         )
         for host, record in records.items()
     }
@@ -733,6 +767,16 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     )
     plan["nodes"] = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
     return plan
+
+
+def _os_facts(hostvars: Any) -> dict:
+    """The host's OS facts where this play has them: gpu_facts' (gpu_host.os, set by preflight), else setup's, whose
+    names they share (memtotal_mb, processor_vcpus); {} when no facts were gathered (the inventory alone)."""
+    facts = get_var(hostvars, "ansible_facts", {}) or {}
+    if not hasattr(facts, "get"):
+        return {}
+    return dict((facts.get("gpu_host") or {}).get("os") or {}) or {
+        name: facts.get(name) for name in ("memtotal_mb", "processor_vcpus") if name in facts}
 
 
 def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None,
@@ -754,7 +798,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
     plan.update(source="inventory", created=None, report_dir=None)
     plan["hosts"] = {
         h: host_part(fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {},
-                     hostvars[h])
+                     hostvars[h], host=_os_facts(hostvars[h]))
         for h in hosts
     }
     plan["pools"] = pools_part(plan["hosts"], hostvars)

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Plan member workspaces on one GPU host: exclusive or MPS-shared GPUs, NUMA-local CPUs, memory and CPU limits.
 
-Controller-only (used by ``plugin_utils/plan``, and by the ``workspace_shares`` filter for the finishing step).
+Controller-only (used by ``plugin_utils/plan``).
 The CPU-list grammar is ``module_utils/cpu_list``, shared with the topology parser.
 
 Input is the team list (``gpuops_members``, the role parameter ``compose_stack_members``) and the GPU topology as
@@ -27,9 +27,10 @@ Rules (also the role's documented behaviour):
   of all the host's GPUs (memory of unassigned GPUs stays free). CPUs (``cpus``, Docker's CPU quota): the
   member's ``cpus`` when given, else ``cpus_total`` in the same proportion (floored to 0.01, at least 0.01).
   Limits that add up past ``memory_pool_mb`` or ``cpus_total`` are a *problem* naming each member and the
-  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit). Preflight plans
-  with neither known (it reads no host memory or CPU count); ``size_workspaces`` is the finishing step that
-  compose_stack runs on the plan's workspaces with the host's, and plans nothing else again.
+  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit). The amounts are
+  ``host_pools``: the inventory's ``compose_stack_member_memory_pool_mb`` and ``compose_stack_member_cpus_pool``,
+  else 80% of the host's memory and all its CPUs as gpu_facts read them in preflight (``memtotal_mb``,
+  ``processor_vcpus``), else (a plan from the inventory alone) 0.
 * Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
   ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
   GPU the GPU's MPS daemon sees); a cap is a problem when it leaves the member less than ``gpuops_mps_min_usable``
@@ -183,8 +184,8 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
     """Return ``{"members": {name: {gpus, shared_gpus, mps, cpuset, cpus, memory_mb, numa_nodes}}, "shared":
     {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...], "gpu_total": n}``.
 
-    ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (0: unknown, defaults not set and
-    overcommit not checked; ``size_workspaces`` sets them later, as compose_stack does on the plan's workspaces);
+    ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (``host_pools``; 0: unknown,
+    defaults not set and overcommit not checked);
     ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``); ``mps_limits``: the MPS cap rule's
     settings (``mps.limits``; None: the defaults)."""
     if not isinstance(members, list):
@@ -238,12 +239,10 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
 
 
 def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float = 0) -> dict:
-    """The finishing step on a workspace plan (``plan_workspaces``' result, e.g. the plan's
-    ``hosts.<host>.workspaces``, which preflight makes without the host's memory and CPU count): each member's
-    ``memory_mb`` and ``cpus`` left null get the default share of ``memory_pool_mb`` and ``cpus_total`` (the
-    member's GPU share of the host's ``gpu_total`` GPUs), and limits that add up past either are a problem. A
-    limit already set counts as given. Nothing else is planned again: GPUs, cpusets and MPS caps stay the plan's.
-    With problems, members and shared are empty."""
+    """The last step of ``plan_workspaces``: each member's ``memory_mb`` and ``cpus`` left null get the default
+    share of ``memory_pool_mb`` and ``cpus_total`` (the member's GPU share of the host's ``gpu_total`` GPUs), and
+    limits that add up past either are a problem. A limit already set counts as given. With problems, members and
+    shared are empty."""
     problems = list(workspaces.get("problems") or [])
     warnings = list(workspaces.get("warnings") or [])
     shared = dict(workspaces.get("shared") or {})
@@ -271,3 +270,42 @@ def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float
     if problems:
         return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings, "gpu_total": total_gpus}
     return {"members": planned, "shared": shared, "problems": [], "warnings": warnings, "gpu_total": total_gpus}
+
+
+MEMORY_POOL_SHARE = 0.8  # of the host's memory, for workspaces, where compose_stack_member_memory_pool_mb is unset
+
+
+def _pool(given: Any, name: str, found: Any, share: float, unit: str) -> tuple[float, str, str | None]:
+    """One amount for workspaces: ``given`` (the inventory's ``name``), else ``share`` of what the host has
+    (``found``), else 0 (unknown). Returns the amount, where it came from, and the problem with ``given``."""
+    if given is not None:
+        try:
+            amount = float(given)
+        except (TypeError, ValueError):
+            amount = -1.0
+        if amount < 0:
+            return 0, name, (f"{name} is {given!r}; expected a number, 0 or more (0: no default limits). "
+                             f"Fix: set {name} to the {unit} for workspaces, or leave it unset for the host's")
+        return amount, name, None
+    if isinstance(found, int) and found > 0:
+        return found * share, f"{share:.0%} of the host's {found} {unit} (gpu_facts in preflight)", None
+    return 0, f"unknown: no gpu_facts of this host and {name} unset, so no default limits", None
+
+
+def host_pools(memory_pool_mb: Any, cpus_pool: Any, host: dict | None) -> dict:
+    """The memory (MiB) and CPUs the workspaces' limits divide, and where each came from: ``memory_pool_mb`` and
+    ``cpus_pool`` (compose_stack_member_memory_pool_mb, compose_stack_member_cpus_pool) where the inventory sets
+    them, else MEMORY_POOL_SHARE of the host's ``memtotal_mb`` and all its ``processor_vcpus`` (``host``: the OS
+    facts gpu_facts read in preflight, named as in ansible_facts), else 0 (unknown: no default limits, no
+    overcommit check). Returns {memory_pool_mb, cpus_pool, source, problems}."""
+    host = host if isinstance(host, dict) else {}
+    memory, memory_from, memory_problem = _pool(memory_pool_mb, "compose_stack_member_memory_pool_mb",
+                                                host.get("memtotal_mb"), MEMORY_POOL_SHARE, "MiB")
+    cpus, cpus_from, cpus_problem = _pool(cpus_pool, "compose_stack_member_cpus_pool", host.get("processor_vcpus"),
+                                          1.0, "CPUs")
+    return {
+        "memory_pool_mb": int(memory),
+        "cpus_pool": cpus,
+        "source": f"memory: {memory_from}; cpus: {cpus_from}",
+        "problems": [problem for problem in (memory_problem, cpus_problem) if problem],
+    }

@@ -6,9 +6,10 @@ template) and fails on a decision made again:
 
 * the GPU topology read again (module gpuops.cluster.gpu_topology) outside preflight: the plan holds each host's
   topology (hosts.<host>.topology) and what derives from it;
-* member workspaces planned again (filter workspace_plan, gone; plugin_utils/workspaces.plan_workspaces) outside
-  plugin_utils/plan.py: the plan holds them (hosts.<host>.workspaces); compose_stack only sizes the default shares
-  (filter workspace_shares, the one finishing step);
+* member workspaces planned or sized again (filters workspace_plan and workspace_shares, gone;
+  plugin_utils/workspaces.plan_workspaces, size_workspaces) outside plugin_utils/plan.py, or a role or playbook
+  reading the host's memory or CPU count (memtotal_mb, processor_vcpus): the plan holds the workspaces with their
+  memory and CPU limits (hosts.<host>.workspaces, sized in preflight on the host's memory and CPUs);
 * Fabric Manager decided again from the GPU facts (fabric_manager.required): the plan holds it
   (hosts.<host>.packages.fabric_manager_needed);
 * GPU presence judged again from the GPU facts in a playbook (gpu.present): the plan holds it
@@ -105,7 +106,7 @@ def test_the_scan_reads_the_roles_and_playbooks():
     parsed = [path for path, data in PARSED.items() if data is not None]
     assert len(parsed) > MIN_PARSED_FILES, parsed
     assert "roles/compose_stack/tasks/assert.yml" in parsed
-    assert _module_uses("ansible.builtin.set_fact")["roles/compose_stack/tasks/assert.yml"] >= 1
+    assert _module_uses("ansible.builtin.assert")["roles/compose_stack/tasks/assert.yml"] >= 1
 
 
 # --- the topology is read once, by preflight --------------------------------------------------------------------
@@ -133,17 +134,28 @@ def test_the_module_rule_finds_a_topology_read():
 # --- workspaces are planned once, in plan.py --------------------------------------------------------------------
 
 def test_no_workspace_plan_outside_the_plan():
-    planner = re.compile(r"\b(workspace_plan|plan_workspaces)\b")
+    planner = re.compile(r"\b(workspace_plan|plan_workspaces|workspace_shares|size_workspaces)\b")
     yaml_uses = _matches(planner, CODE)
     assert not yaml_uses, (
-        f"{sorted(yaml_uses)} plan member workspaces again; the plan holds them (gpuops_plan.hosts[<host>].workspaces)."
-        " Fix: read the plan's workspaces; size the default shares with gpuops.cluster.workspace_shares")
-    callers = {_rel(p) for p in (REPO / "plugins").rglob("*.py")
-               if re.search(r"\bplan_workspaces\(", p.read_text(encoding="utf-8"))}
-    assert callers == {PLAN_MODULE, "plugins/plugin_utils/workspaces.py"}, (
-        f"plan_workspaces is called by {sorted(callers)}; expected only {PLAN_MODULE} (and its own module)")
-    assert _matches(re.compile(r"gpuops\.cluster\.workspace_shares"), re.compile(r"^roles/compose_stack/")), (
-        "compose_stack sizes the plan's workspaces (the rule must see its one use)")
+        f"{sorted(yaml_uses)} plan or size member workspaces again; the plan holds them with their memory and CPU "
+        "limits (gpuops_plan.hosts[<host>].workspaces). Fix: read the plan's workspaces")
+    for function in ("plan_workspaces", "size_workspaces"):
+        callers = {_rel(p) for p in (REPO / "plugins").rglob("*.py")
+                   if re.search(rf"\b{function}\(", p.read_text(encoding="utf-8"))}
+        assert callers == {PLAN_MODULE, "plugins/plugin_utils/workspaces.py"}, (
+            f"{function} is called by {sorted(callers)}; expected only {PLAN_MODULE} (and its own module)")
+    assert planner.search("{{ x | gpuops.cluster.workspace_shares(1) }}"), "the pattern finds the old sizing step"
+
+
+def test_no_role_sizes_workspaces_from_the_hosts_memory_or_cpus():
+    reads = re.compile(r"\b(memtotal_mb|processor_vcpus|compose_stack_member_memory_pool_mb|"
+                       r"compose_stack_member_cpus_pool)\b")
+    found = _matches(reads, CODE) - {"roles/compose_stack/defaults/main.yml"}
+    assert not found, (
+        f"{sorted(found)} read the host's memory or CPU count, or the workspaces' pools; the plan sizes the "
+        "workspaces on them (gpuops_plan.hosts[<host>].workspaces.sizing, workspaces.host_pools). Fix: read the "
+        "members' memory_mb and cpus from the plan")
+    assert reads.search("{{ ansible_facts['memtotal_mb'] * 0.8 }}"), "the pattern finds the old default"
 
 
 # --- Fabric Manager and GPU presence are the plan's -------------------------------------------------------------

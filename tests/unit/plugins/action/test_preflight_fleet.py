@@ -1,12 +1,17 @@
 """preflight_fleet's verdict refuses the nodes of a Kubernetes pool whose GPU sharing is refused, with the refusal's
 own words: gpu_operator's assert would refuse the pool one stage later (preflight predicts the run). The plan part
 comes from gpu_sharing.plan_part on a pool of the bad-input matrix (kube-mps-share-below-context-reserve: 16384 MiB
-shared by 16 MPS replicas, a 1024 MiB cap of which the CUDA context takes 576 MiB)."""
+shared by 16 MPS replicas, a 1024 MiB cap of which the CUDA context takes 576 MiB). Likewise for a compose host
+whose workspaces' limits overcommit its memory (the plan's workspaces.sizing, on the bad-input matrix's
+workspace-memory-overcommit case): compose_stack would deploy those limits, so preflight refuses them first."""
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_sharing
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
+from pathlib import Path
+
+import yaml
+from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_sharing, _with_workspaces
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 
 NODES = [{"name": "gpu-01", "pool": "training", "gpu_memory_mib": 81559},
@@ -41,3 +46,39 @@ def test_nodes_of_other_pools_and_accepted_pools_pass() -> None:
     assert accepted["inference"]["strategy"] == "mps"
     assert _with_sharing(_passed(), accepted, "gpu-02") == _passed()
     assert _with_sharing(_passed(), None, "gpu-02") == _passed(), "no sharing part: not kubernetes"
+
+
+BAD_INPUT = Path(__file__).resolve().parents[3] / "bad_input"
+# gpu_facts' gpu_host.os of the bad-input matrix's node (a Debian 12 container on the 2-CPU VM whose /proc is
+# captured in tests/unit/plugins/module_utils/fixtures/proc-debian12-2cpu-epyc-vm: MemTotal 24683792 kB)
+NODE_OS = {"distribution": "Debian", "distribution_version": "12.7", "memtotal_mb": 24105, "processor_vcpus": 2}
+
+
+def _compose_host(case: str | None) -> dict:
+    """preflight's verdict on the compose baseline's host, with a case's variables over the baseline's."""
+    hostvars = yaml.safe_load((BAD_INPUT / "inventory" / "group_vars" / "all" / "baseline.yml").read_text())
+    expect = []
+    if case:
+        loaded = yaml.safe_load((BAD_INPUT / "cases" / f"{case}.yml").read_text())
+        hostvars.update(loaded["vars"])
+        expect = loaded["expect"]
+    part = plan.host_part("compose", {}, hostvars, ok=True, host=NODE_OS)
+    passed = finish({"checks": [{"name": "driver", "ok": True, "status": "ok", "msg": "fine"}]},
+                    {"ok": True, "platform": "compose", "source": "explicit", "reason": "gpuops_platform: compose"})
+    return {"judged": _with_workspaces(passed, part["workspaces"]), "expect": expect, "passed": passed}
+
+
+def test_workspace_limits_that_overcommit_the_host_refuse_it_with_the_matrixs_words() -> None:
+    found = _compose_host("workspace-memory-overcommit")
+    judged = found["judged"]
+    assert judged["ok"] is False
+    assert judged["failed_checks"] == ["workspace_sizing"]
+    assert [c["name"] for c in judged["checks"]] == ["driver", "platform", "workspace_sizing"]
+    assert found["expect"], "the case lists what the refusal must say"
+    for fragment in found["expect"]:
+        assert fragment in judged["checks"][-1]["msg"], fragment
+
+
+def test_the_baselines_workspaces_fit_and_pass() -> None:
+    found = _compose_host(None)
+    assert found["judged"] == found["passed"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -54,6 +55,42 @@ def test_os_facts_match_ansible_facts_names(tmp_path, release, debian_version, e
     )
     assert got == expected
     assert (facts["kernel"], facts["architecture"]) == ("6.1.0-25-amd64", "x86_64")
+
+
+# /proc/meminfo and /proc/cpuinfo as read on the Debian 12 VM this collection is developed on (2 AMD EPYC vCPUs,
+# kernel 6.18, captured with cat on 2026-12-04): fixtures/proc-debian12-2cpu-epyc-vm/.
+PROC_CAPTURE = Path(__file__).parent / "fixtures" / "proc-debian12-2cpu-epyc-vm"
+
+
+def test_memory_and_cpus_from_a_real_proc_capture(tmp_path):
+    root = make_root(tmp_path, DEBIAN12, "12.7\n")
+    facts = host_facts.os_facts(root, str(tmp_path / "sys"), uname=lambda: UNAME, proc_root=str(PROC_CAPTURE))
+    meminfo = (PROC_CAPTURE / "meminfo").read_text()
+    assert meminfo.startswith("MemTotal:       24683792 kB\n")
+    assert (facts["memtotal_mb"], facts["processor_vcpus"]) == (24683792 // 1024, 2)
+
+
+@pytest.mark.parametrize(
+    ("meminfo", "cpuinfo"),
+    [("", ""), ("MemFree: 1 kB\n", "model name\t: AMD EPYC\n"), ("MemTotal: lots kB\n", "processor\t: x\n")],
+    ids=["empty", "no-total-no-processor", "garbled"],
+)
+def test_memory_and_cpus_unknown_are_none_not_zero(meminfo, cpuinfo):
+    assert host_facts.memtotal_mb(meminfo) is None
+    assert host_facts.processor_count(cpuinfo) is None
+
+
+def test_memory_and_cpus_missing_proc_files_read_as_none(tmp_path):
+    facts = host_facts.os_facts(make_root(tmp_path, DEBIAN12), str(tmp_path / "sys"), uname=lambda: UNAME,
+                                proc_root=str(tmp_path / "proc"))
+    assert (facts["memtotal_mb"], facts["processor_vcpus"]) == (None, None)
+
+
+def test_memory_and_cpus_of_this_controller_agree_with_the_os():
+    facts = host_facts.os_facts()
+    assert facts["processor_vcpus"] == os.cpu_count()
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert facts["memtotal_mb"] == pages // 1024 // 1024
 
 
 def test_os_facts_on_this_controller_agree_with_os_release():

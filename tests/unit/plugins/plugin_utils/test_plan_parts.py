@@ -4,7 +4,7 @@ with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
 
 Each part is checked twice against the same literal values: as the plan builds it, and as the role run alone gets it
 from the filter it calls (kube_node: kubelet_policy + kube_node_labels_taints; training_stack: pytorchjob_template),
-with the role's inputs; compose_stack reads the plan's workspaces and only sizes the default shares (workspace_shares).
+with the role's inputs; compose_stack reads the plan's workspaces, their memory and CPU limits sized in the plan.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.vars.manager import VariableManager
-from ansible_collections.gpuops.cluster.plugins.filter import compose_stack, kube
+from ansible_collections.gpuops.cluster.plugins.filter import kube
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, training_jobs
@@ -255,14 +255,22 @@ WORKSPACES = {
     "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "numa_nodes": [1]},
     "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "numa_nodes": [1]},
 }
-# no shared GPUs and no limits of their own in the small team's list; the default shares are the role's (host facts)
+# no shared GPUs and no limits of their own in the small team's list: without the host's memory and CPUs, no limits
 for _ws in WORKSPACES.values():
     _ws.update(cpus=None, shared_gpus=[], mps=None)
+UNKNOWN_POOLS = {
+    "memory_pool_mb": 0, "cpus_pool": 0, "problems": [],
+    "source": "memory: unknown: no gpu_facts of this host and compose_stack_member_memory_pool_mb unset, so no "
+              "default limits; cpus: unknown: no gpu_facts of this host and compose_stack_member_cpus_pool unset, so "
+              "no default limits"}
+# the OS facts gpu_facts reads beside the GPUs (gpu_host.os): a host of the HGX H100's size, 1000 GiB and 208 CPUs
+HOST = {"distribution": "Ubuntu", "distribution_version": "22.04", "memtotal_mb": 1024000, "processor_vcpus": 208}
 
 
-def _compose_plan(hostvars: dict) -> dict:
+def _compose_plan(hostvars: dict, host: dict | None = None) -> dict:
     records = {"gpu01": {"gpu": {"count": 8, "source": "nvml", "fabric_manager": {"required": True},
                                  "topology": _topology("h100x8_sxm_2numa_noNIC")},
+                         "host": host,
                          "result": {"ok": True}, "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8}
     return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
@@ -272,20 +280,49 @@ def _compose_plan(hostvars: dict) -> dict:
 def test_member_workspaces_plan_and_role_alone():
     hostvars = _inventory("small-team")
     built = _compose_plan(hostvars)
-    expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": [], "gpu_total": 8}
+    expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": [], "gpu_total": 8,
+                "sizing": UNKNOWN_POOLS}
     assert built["hosts"]["gpu01"]["workspaces"] == expected
     assert built["hosts"]["gpu01"]["node"] is None
     assert built["hosts"]["gpu01"]["kubelet_policy"] is None
     assert built["pools"] == {}, "the small team sets no gpuops_pool"
-    # compose_stack's one finishing step on the plan's workspaces: the default shares of this host's memory and CPUs
-    # (its facts), nothing planned again
-    sized = compose_stack.workspace_shares(built["hosts"]["gpu01"]["workspaces"], 819200, 208)
+
+
+def test_member_workspaces_are_sized_on_the_hosts_memory_and_cpus():
+    # the default shares of 80% of the host's memory and all its CPUs (gpu_facts' memtotal_mb, processor_vcpus), in
+    # proportion to each member's GPUs; nothing else changes
+    sized = _compose_plan(_inventory("small-team"), HOST)["hosts"]["gpu01"]["workspaces"]
     assert {name: (ws["memory_mb"], ws["cpus"]) for name, ws in sized["members"].items()} == {
         "alice": (204800, 52.0), "bob": (204800, 52.0), "carol": (307200, 78.0), "dave": (102400, 26.0)}
     assert {name: {**ws, "memory_mb": None, "cpus": None} for name, ws in sized["members"].items()} == WORKSPACES
-    too_small = compose_stack.workspace_shares(built["hosts"]["gpu01"]["workspaces"], 819200, 0.02)
+    assert sized["sizing"] == {
+        "memory_pool_mb": 819200, "cpus_pool": 208.0, "problems": [],
+        "source": "memory: 80% of the host's 1024000 MiB (gpu_facts in preflight); cpus: 100% of the host's 208 "
+                  "CPUs (gpu_facts in preflight)"}
+
+
+def test_member_workspaces_pools_the_inventory_sets_win_and_an_overcommit_is_a_sizing_problem():
+    hostvars = _inventory("small-team")
+    hostvars["gpu01"].update(compose_stack_member_memory_pool_mb=409600, compose_stack_member_cpus_pool=0.02)
+    too_small = _compose_plan(hostvars, HOST)["hosts"]["gpu01"]["workspaces"]
     assert too_small["members"] == {}
+    assert too_small["sizing"]["problems"] == too_small["problems"]
+    assert len(too_small["problems"]) == 1
     assert "the workspaces' cpus limits overcommit this host" in too_small["problems"][0]
+    assert (too_small["sizing"]["memory_pool_mb"], too_small["sizing"]["cpus_pool"]) == (409600, 0.02)
+    assert too_small["sizing"]["source"] == (
+        "memory: compose_stack_member_memory_pool_mb; cpus: compose_stack_member_cpus_pool")
+
+
+@pytest.mark.parametrize("value", ["lots", -1])
+def test_member_workspaces_pool_that_is_not_an_amount_is_a_problem(value):
+    hostvars = _inventory("small-team")
+    hostvars["gpu01"]["compose_stack_member_memory_pool_mb"] = value
+    part = _compose_plan(hostvars, HOST)["hosts"]["gpu01"]["workspaces"]
+    assert part["members"] == {}
+    assert part["problems"] == [
+        f"compose_stack_member_memory_pool_mb is {value!r}; expected a number, 0 or more (0: no default limits). "
+        "Fix: set compose_stack_member_memory_pool_mb to the MiB for workspaces, or leave it unset for the host's"]
 
 
 def test_member_workspaces_follow_compose_stack_members_and_say_what_is_wrong():
@@ -330,7 +367,7 @@ def test_one_gpu_host_h200_driver580_gets_a_cpuset_from_its_topology():
     assert (facts["count"], facts["topology_error"]) == (1, None)
     assert facts["gpus"][0]["cpu_affinity"] is None  # no sysfs here: the cpuset can only come from the topology
     assert _one_member_workspaces(facts) == {"members": {"alice": ALICE_ON_H200}, "shared": {}, "problems": [],
-                                             "warnings": [], "gpu_total": 1}
+                                             "warnings": [], "gpu_total": 1, "sizing": UNKNOWN_POOLS}
 
 
 def test_one_gpu_host_without_driver_gets_a_cpuset_from_sysfs(tmp_path):
