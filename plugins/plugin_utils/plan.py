@@ -60,6 +60,9 @@ _NCCL = {
 }
 
 
+HEALTH_SWEEP_FORMS = ("timer", "daemonset", "none")
+
+
 class Setting(NamedTuple):
     """A role setting the plan reads: who documents it, the plan keys it decides, and what the plan does with it."""
 
@@ -70,6 +73,7 @@ class Setting(NamedTuple):
 
 _WORKSPACES = ("hosts.<name>.workspaces",)
 _IMAGES = ("pins.images",)
+_HEALTH_SWEEP = "hosts.<name>.health_sweep"
 # The role settings the plan reads: the only place this module names one (docs/plan.md lists them, generated from
 # this map). Functions read them through _setting; an unset one reads as None (a gpuops_* one as its shared default,
 # platform.get_var), and the reader then leaves the decision to the owner's default. The kubelet reservations are
@@ -114,6 +118,12 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "gpu_operator_gpu_count": Setting("gpu_operator", ("nodes.gpu",), "the GPU count where no GPU facts were read"),
     "gpu_operator_gpu_memory_mib": Setting("gpu_operator", ("nodes.gpu", "gpu_sharing"),
                                            "the GPU memory where no GPU facts were read"),
+    "kube_monitoring_gpu_health_sweep": Setting("kube_monitoring", (_HEALTH_SWEEP,),
+                                                "false: no sweep DaemonSet, so a Kubernetes GPU node gets the timer "
+                                                "(health_sweep)"),
+    "gpu_health_sweep_timer_enabled": Setting("gpu_health", (_HEALTH_SWEEP,),
+                                              "false: no timer, so a host without the DaemonSet has no scheduled "
+                                              "sweep (health_sweep)"),
     "compose_stack_members": Setting("compose_stack", _WORKSPACES, "the workspaces' members, where set"),
     "compose_stack_topology": Setting("compose_stack", _WORKSPACES, "the topology the workspaces are planned on"),
     "compose_stack_member_memory_pool_mb": Setting("compose_stack", _WORKSPACES,
@@ -453,6 +463,20 @@ SCHEMA: dict[str, Any] = {
                             },
                         },
                     },
+                    "health_sweep": {
+                        "type": "object",
+                        "description": "The one scheduled read-only GPU health sweep of this host (plan.health_sweep): "
+                        "form timer (gpu_health's systemd timer), daemonset (kube_monitoring's DaemonSet, the form of "
+                        "a Kubernetes GPU node unless kube_monitoring_gpu_health_sweep is false) or none "
+                        "(gpu_health_sweep_timer_enabled false where there is no DaemonSet), and the reason. "
+                        "gpu_health installs the timer only for timer, kube_monitoring runs the DaemonSet only on "
+                        "daemonset hosts. Optional: a plan.json written before it lacks it.",
+                        "required": ["form", "reason"],
+                        "properties": {
+                            "form": {"enum": list(HEALTH_SWEEP_FORMS)},
+                            "reason": {"type": "string"},
+                        },
+                    },
                     "out_of_service": {
                         "type": "object",
                         "additionalProperties": {
@@ -581,6 +605,27 @@ def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
     return False, "no NVSwitch found"
 
 
+def health_sweep(platform: str | None, hostvars: Any) -> dict:
+    """``{form, reason}``: the one scheduled sweep of a GPU host (``HEALTH_SWEEP_FORMS``). On Kubernetes,
+    kube_monitoring's DaemonSet unless kube_monitoring_gpu_health_sweep is false; else (and on every other
+    platform) gpu_health's timer unless gpu_health_sweep_timer_enabled is false, then none. Never both: two sweeps
+    on one node would share one cursor and one metrics file."""
+    daemonset = _setting(hostvars, "kube_monitoring_gpu_health_sweep")
+    timer = _setting(hostvars, "gpu_health_sweep_timer_enabled")
+
+    def off(value: Any) -> bool:  # unset reads as on (both roles' default); an extra var may be the string "false"
+        return str(value).lower() in ("false", "no", "off", "0")
+
+    if platform == "kubernetes" and not off(daemonset):
+        unused = "; gpu_health_sweep_timer_enabled: true is not used (one sweep per node)" if timer is True else ""
+        return {"form": "daemonset", "reason": f"kubernetes: kube_monitoring's DaemonSet{unused}"}
+    where = "kubernetes with kube_monitoring_gpu_health_sweep: false" if platform == "kubernetes" else (
+        platform or "no platform decided")
+    if off(timer):
+        return {"form": "none", "reason": f"{where}, and gpu_health_sweep_timer_enabled: false: no scheduled sweep"}
+    return {"form": "timer", "reason": f"{where}: gpu_health's systemd timer"}
+
+
 def host_part(
     platform: str | None,
     gpu: dict,
@@ -643,6 +688,7 @@ def host_part(
         "node": _node(policy, pool, hostvars) if platform == "kubernetes" else None,
         "nccl": training_jobs.nccl_env([topology], ifname),
         "workspaces": _workspaces(topology, gpu, hostvars, host) if platform == "compose" else None,
+        "health_sweep": health_sweep(platform, hostvars),
     }
 
 

@@ -11,6 +11,7 @@ real ``nvidia-smi -q`` of an A100 SXM4 x4 board and real kernel-log lines throug
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, load_objects, run_render
 from validator import problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
@@ -37,7 +38,8 @@ NAME = "gpuops-gpu-health-sweep"
 A100_Q = ("nvidia-smi", "query", "a100-sxm4-80gb-x4_nvidia-smi-q.txt")
 DMESG_LINE = re.compile(r"^\[\s*\d+\.\d+\] ")
 # samples that differ between two runs by the clock alone
-TIMESTAMPS = ("gpuops_gpu_health_last_run_timestamp_seconds", "gpuops_gpu_health_event_last_seen_timestamp_seconds")
+TIMESTAMPS = ("gpuops_gpu_health_last_run_timestamp_seconds", "gpuops_gpu_health_event_last_seen_timestamp_seconds",
+              "gpuops_gpu_health_held_since_timestamp_seconds")
 
 
 def _object(rendered_objects, kind: str) -> dict:
@@ -182,6 +184,36 @@ def test_runs_on_every_gpu_node_of_the_plan_and_tolerates_only_their_taints(rend
     assert not _tolerates(
         pod["tolerations"][0], {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
     )
+
+
+def _sweep_objects(objects: list) -> list:
+    return [f"{obj['kind']}/{obj['metadata']['name']}" for path, obj in objects if path.startswith("kube_monitoring/")
+            and obj["metadata"]["name"] in (NAME, "gpuops-gpu-health")]
+
+
+def test_the_plan_makes_the_daemonset_every_gpu_nodes_one_sweep(rendered, rendered_objects, daemonset):
+    """The DaemonSet is rendered because the plan (render_dir/plan.json, the plan in force) gives every GPU node the
+    form daemonset, and names it in the reason."""
+    hosts = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))["hosts"]
+    assert sorted(hosts) == ["gpu-infer-01", "gpu-train-01", "gpu-train-02"]
+    assert {name: host["health_sweep"]["form"] for name, host in hosts.items()} == dict.fromkeys(hosts, "daemonset")
+    assert all("kube_monitoring's DaemonSet" in host["health_sweep"]["reason"] for host in hosts.values())
+    assert sorted(_sweep_objects(rendered_objects)) == [
+        "ConfigMap/gpuops-gpu-health-sweep", "DaemonSet/gpuops-gpu-health-sweep", "Namespace/gpuops-gpu-health"]
+
+
+def test_with_the_daemonset_off_the_plan_gives_the_gpu_nodes_the_timer_and_no_sweep_object_is_rendered(tmp_path):
+    """kube_monitoring_gpu_health_sweep: false (issue 38: the nodes then had no scheduled sweep at all): the plan's
+    form of every GPU node is timer (gpu_health's), and kube_monitoring renders no sweep object."""
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", json.dumps({"kube_monitoring_gpu_health_sweep": False}))
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    hosts = json.loads((out / "plan.json").read_text(encoding="utf-8"))["hosts"]
+    assert {name: host["health_sweep"]["form"] for name, host in hosts.items()} == dict.fromkeys(hosts, "timer")
+    assert sorted(hosts) == ["gpu-infer-01", "gpu-train-01", "gpu-train-02"]
+    objects = load_objects(out)
+    assert [path for path, _obj in objects if path.startswith("kube_monitoring/")], "kube_monitoring rendered"
+    assert _sweep_objects(objects) == []
 
 
 def test_security_context(daemonset):

@@ -179,3 +179,32 @@ def test_no_play_resolves_the_platform_itself():
         if re.search(r"\bpreflight_platform\b|preflight_platform \| default", line)
     ]
     assert offenders == []
+
+
+HOST_SCHEMA = plan.SCHEMA["properties"]["hosts"]["additionalProperties"]
+
+
+@pytest.mark.parametrize(
+    ("platform", "hostvars", "form", "why"),
+    [
+        ("kubernetes", {}, "daemonset", "kubernetes: kube_monitoring's DaemonSet"),
+        ("kubernetes", {"gpu_health_sweep_timer_enabled": True}, "daemonset", "not used (one sweep per node)"),
+        # the defect of issue 38: the DaemonSet off left a Kubernetes GPU node with no sweep at all
+        ("kubernetes", {"kube_monitoring_gpu_health_sweep": False}, "timer",
+         "kubernetes with kube_monitoring_gpu_health_sweep: false: gpu_health's systemd timer"),
+        ("kubernetes", {"kube_monitoring_gpu_health_sweep": False, "gpu_health_sweep_timer_enabled": False}, "none",
+         "gpu_health_sweep_timer_enabled: false: no scheduled sweep"),
+        ("compose", {}, "timer", "compose: gpu_health's systemd timer"),
+        ("compose", {"kube_monitoring_gpu_health_sweep": True}, "timer", "compose: gpu_health's systemd timer"),
+        ("compose", {"gpu_health_sweep_timer_enabled": False}, "none", "compose, and gpu_health_sweep_timer_enabled"),
+        # an extra var given as key=value is a string
+        ("kubernetes", {"kube_monitoring_gpu_health_sweep": "false"}, "timer", "gpu_health_sweep: false"),
+        (None, {}, "timer", "no platform decided: gpu_health's systemd timer"),
+    ],
+)
+def test_the_plan_decides_each_hosts_one_sweep_form_and_why(platform, hostvars, form, why):
+    part = plan.host_part(platform, {"count": 8}, hostvars, ok=True)
+    assert part["health_sweep"]["form"] == form
+    assert why in part["health_sweep"]["reason"]
+    jsonschema.validate(part, HOST_SCHEMA)
+    assert set(plan.HEALTH_SWEEP_FORMS) == set(HOST_SCHEMA["properties"]["health_sweep"]["properties"]["form"]["enum"])
