@@ -31,13 +31,6 @@ MIN_SCANNED_FILES = 400
 MIN_PLAYS = 20  # the same for the plays of playbooks/
 JINJA_DEFAULT = re.compile(r"gpuops_(\w+)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
-# Run-scoped facts, not inventory variables: set by a play, and absent means something, so there is no default to
-# give a home to.
-RUN_FACTS = {
-    # playbooks/check_inputs.yml sets it once every role's inputs passed on the host; absent (a role run alone),
-    # the role checks its inputs itself. The guards go with the second tier of checks (issue 37 §2), not here.
-    "inputs_checked",
-}
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
 ALLOWED: dict[str, str] = {}
 # Plays that run a role or a task file and need no gpuops_* variable: the reason.
@@ -51,11 +44,11 @@ def _files() -> list[Path]:
 
 
 def inline_defaults(path: str, text: str) -> list[str]:
-    """``path:line: text`` of each default of a gpuops_* variable written in ``text`` (run-scoped facts left out)."""
+    """``path:line: text`` of each default of a gpuops_* variable written in ``text`` ."""
     pattern = PYTHON_DEFAULT if path.endswith(".py") else JINJA_DEFAULT
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
-        if any(match.group(1) not in RUN_FACTS for match in pattern.finditer(line)):
+        if pattern.search(line):
             found.append(f"{path}:{number}: {line.strip()}")
     return found
 
@@ -93,7 +86,7 @@ def test_each_allowance_still_matches() -> None:
     [
         ("roles/r/defaults/main.yml", "r_x: \"{{ gpuops_registry_mirror | default('') }}\"", 1),
         ("roles/r/templates/t.j2", "image: {{ i | mirror_image(gpuops_registry_mirror|default('', true)) }}", 1),
-        ("roles/r/tasks/assert.yml", "when: role_name not in (gpuops_inputs_checked | default([]))", 0),
+        ("roles/r/tasks/assert.yml", "when: role_name not in (gpuops_inputs_checked | default([]))", 1),
         ("roles/r/defaults/main.yml", 'r_x: "{{ gpuops_registry_mirror }}"', 0),
         ("plugins/plugin_utils/p.py", 'multi = get_var(hostvars[first], "gpuops_multi_node_training", False)', 1),
         ("plugins/plugin_utils/p.py", "chosen = variables.get('gpuops_report_dir', 'reports')", 1),

@@ -1,9 +1,11 @@
-"""Every role a platform play applies has its inputs checked before the host layer (playbooks/vars/run_roles.yml).
+"""One tier of input checks: every role a platform play applies has its inputs checked once per run, before any host
+changes, by the one inputs pass (playbooks/tasks/inputs.yml), and never again by the role's own stages.
 
-playbooks/check_inputs.yml runs each listed role's `assert` entry point (include_role tasks_from: assert), so
-Ansible validates the role's own argument spec and then runs its assert stage, before the host layer changes
-anything; a role a play applies but the list forgets would be checked only when its play reaches it, after the
-driver is installed. Internal roles (leading underscore) are called by the others and checked through them.
+The pass runs each listed role's `inputs` entry point (include_role tasks_from: inputs): Ansible validates the role's
+own argument spec, then the role's tasks/inputs.yml checks what a spec cannot say. preflight.yml runs it for every
+role of a site.yml run (playbooks/vars/run_roles.yml); a platform playbook run alone runs it from its plan entry point
+(playbooks/tasks/plan.yml, ``plan_roles``). A role a play applies but the list forgets would never be checked; a role
+whose stages include its inputs again would check them twice.
 """
 
 from __future__ import annotations
@@ -17,68 +19,93 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 PLAYS = {"host": "host.yml", "compose": "compose.yml", "kubernetes": "kubernetes.yml"}
 ROLE = re.compile(r"^\s*(?:-\s*role|name):\s*gpuops\.cluster\.([a-z][a-z0-9_]*)\s*$", re.M)
+# A role import (import_role or include_role of a role of the collection) and the keywords under it.
+# A task line (not a comment) that runs a role's tasks/inputs.yml.
+RERUN = re.compile(r"^[^#\n]*(?:_tasks:|file:|tasks_from:)\s*[\"']?inputs(?:\.yml)?\b", re.M)
+ROLE_IMPORT = re.compile(r"ansible\.builtin\.(?:import|include)_role:\n((?:\s{8,}.*\n)+)")
 
 
 def _listed() -> dict[str, list[str]]:
     return yaml.safe_load((REPO / "playbooks" / "vars" / "run_roles.yml").read_text())["_gpuops_run_roles"]
 
 
+def _listed_roles() -> list[str]:
+    return sorted({role for roles in _listed().values() for role in roles})
+
+
 @pytest.mark.parametrize("layer", PLAYS)
-def test_every_role_a_play_applies_is_checked_before_the_host_layer(layer: str) -> None:
+def test_every_role_a_play_applies_is_listed(layer: str) -> None:
     applied = set(ROLE.findall((REPO / "playbooks" / PLAYS[layer]).read_text()))
     assert applied, f"no roles found in playbooks/{PLAYS[layer]}: the pattern no longer matches"
-    missing = sorted(applied - set(_listed()[layer]))
+    missing = sorted(applied - set(_listed()[layer]) - {"_gpuops_vars"})
     assert not missing, f"playbooks/{PLAYS[layer]} applies {missing}; playbooks/vars/run_roles.yml does not list them"
 
 
-def test_every_listed_role_has_an_assert_stage() -> None:
-    for layer, roles in _listed().items():
-        for role in roles:
-            assert (REPO / "roles" / role / "tasks" / "assert.yml").is_file(), f"{layer}: {role} has no assert stage"
+@pytest.mark.parametrize("layer", PLAYS)
+def test_a_platform_play_run_alone_checks_its_roles_once_and_validates_no_spec_again(layer: str) -> None:
+    """The play hands its roles to the plan entry point (plan_roles), and imports them without Ansible's implicit
+    spec validation, which the inputs pass made (or preflight.yml's in a site.yml run)."""
+    text = (REPO / "playbooks" / PLAYS[layer]).read_text()
+    assert re.search(rf"plan_roles: .*_gpuops_run_roles\.{layer}\b", text), (
+        f"playbooks/{PLAYS[layer]} does not pass _gpuops_run_roles.{layer} as plan_roles to tasks/plan.yml")
+    unvalidated = [body for body in ROLE_IMPORT.findall(text) if "rolespec_validate: false" not in body]
+    assert unvalidated == [], f"playbooks/{PLAYS[layer]}: role imports that validate their spec again: {unvalidated}"
+    roles_entries = re.findall(r"^\s+- role: .*$", text, re.M)
+    assert roles_entries == [], f"playbooks/{PLAYS[layer]}: roles: entries validate their spec again: {roles_entries}"
 
 
-def _entry_points(role: str) -> dict:
-    return yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-
-
-def assert_entry_point_problems(specs: dict) -> list[str]:
-    """Why include_role tasks_from: assert would not validate what the role's main entry point validates."""
-    if "assert" not in specs:
-        return ["no `assert` entry point: include_role tasks_from: assert would validate nothing"]
-    main, check = specs["main"].get("options") or {}, specs["assert"].get("options") or {}
+def entry_point_problems(specs: dict) -> list[str]:
+    """Why include_role tasks_from: inputs would not validate what the role's main entry point validates."""
+    if "inputs" not in specs:
+        return ["no `inputs` entry point: include_role tasks_from: inputs would validate nothing"]
+    main, check = specs["main"].get("options") or {}, specs["inputs"].get("options") or {}
     if check != main:
         differ = sorted(set(main) ^ set(check) | {k for k in set(main) & set(check) if main[k] != check[k]})
-        return [f"the `assert` entry point's options differ from main's: {', '.join(differ)}"]
+        return [f"the `inputs` entry point's options differ from main's: {', '.join(differ)}"]
     return []
 
 
-@pytest.mark.parametrize("role", sorted({r for roles in _listed().values() for r in roles}))
-def test_every_listed_role_validates_its_own_spec_in_its_assert_entry_point(role: str) -> None:
-    problems = assert_entry_point_problems(_entry_points(role))
+@pytest.mark.parametrize("role", _listed_roles())
+def test_every_listed_role_checks_its_spec_and_inputs_in_its_inputs_entry_point(role: str) -> None:
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    problems = entry_point_problems(specs)
     assert not problems, f"{role}: " + "; ".join(problems) + " (share main's options with a YAML anchor)"
+    assert (REPO / "roles" / role / "tasks" / "inputs.yml").is_file(), f"{role} has no tasks/inputs.yml"
 
 
-def test_assert_entry_point_problems_found() -> None:
+def test_entry_point_problems_found() -> None:
     option = {"type": "str", "description": "x"}
-    assert assert_entry_point_problems({"main": {"options": {"r_a": option}}}) != []
-    assert assert_entry_point_problems({"main": {"options": {"r_a": option}},
-                                        "assert": {"options": {"r_a": {**option, "type": "int"}}}}) == [
-        "the `assert` entry point's options differ from main's: r_a"]
-    same = {"main": {"options": {"r_a": option}}, "assert": {"options": {"r_a": option}}}
-    assert assert_entry_point_problems(same) == []
+    assert entry_point_problems({"main": {"options": {"r_a": option}}}) != []
+    assert entry_point_problems({"main": {"options": {"r_a": option}},
+                                 "inputs": {"options": {"r_a": {**option, "type": "int"}}}}) == [
+        "the `inputs` entry point's options differ from main's: r_a"]
+    assert entry_point_problems({"main": {"options": {"r_a": option}}, "inputs": {"options": {"r_a": option}}}) == []
 
 
-def test_no_role_keeps_a_flag_of_its_own_for_the_input_check() -> None:
-    """The skip in a run whose input check passed is one fact for every role (gpuops_inputs_checked)."""
-    flags = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").glob("*/defaults/main.yml")
-                   if "_inputs_checked" in p.read_text())
-    assert flags == [], f"role-specific input-check flags: {flags}; use gpuops_inputs_checked"
+def stage_reruns(role_dir: Path) -> list[str]:
+    """The task files of a role, other than tasks/inputs.yml itself, that run its inputs check again."""
+    return sorted(str(path.relative_to(role_dir)) for path in (role_dir / "tasks").glob("*.yml")
+                  if path.name != "inputs.yml" and RERUN.search(path.read_text()))
 
 
-@pytest.mark.parametrize("role", sorted({r for roles in _listed().values() for r in roles}))
-def test_every_listed_role_skips_its_variable_checks_once_the_input_check_passed(role: str) -> None:
-    """One tier: every role's assert stage reads the one run-scoped fact, so a run checks each role's variables once."""
-    text = (REPO / "roles" / role / "tasks" / "assert.yml").read_text()
-    assert "role_name not in (gpuops_inputs_checked | default([]))" in text, (
-        f"{role}: its assert stage runs its checks again after playbooks/check_inputs.yml passed them; guard them "
-        "with `when: role_name not in (gpuops_inputs_checked | default([]))`")
+@pytest.mark.parametrize("role", _listed_roles())
+def test_no_stage_of_a_listed_role_checks_its_inputs_again(role: str) -> None:
+    assert stage_reruns(REPO / "roles" / role) == [], f"{role}: a stage runs tasks/inputs.yml again"
+
+
+def test_stage_reruns_found(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "inputs.yml").write_text("- ansible.builtin.import_tasks: assert.yml\n")
+    assert stage_reruns(tmp_path) == []
+    (tmp_path / "tasks" / "assert.yml").write_text("# the checks are in tasks/inputs.yml\n")
+    assert stage_reruns(tmp_path) == []
+    (tmp_path / "tasks" / "main.yml").write_text("- ansible.builtin.import_tasks: inputs.yml\n")
+    (tmp_path / "tasks" / "verify.yml").write_text("- ansible.builtin.include_role:\n    tasks_from: inputs\n")
+    assert stage_reruns(tmp_path) == ["tasks/main.yml", "tasks/verify.yml"]
+
+
+def test_no_run_fact_guards_a_check() -> None:
+    """No second tier: nothing skips a check because another play passed it (the old gpuops_inputs_checked guards)."""
+    found = sorted(str(p.relative_to(REPO)) for d in ("roles", "playbooks", "plugins") for p in (REPO / d).rglob("*")
+                   if p.is_file() and p.suffix in {".yml", ".py", ".j2"} and "_inputs_checked" in p.read_text())
+    assert found == [], f"files guarding a check on a run fact: {found}"
