@@ -348,9 +348,9 @@ SCHEMA: dict[str, Any] = {
                     "nvlink_domains": {**_INT_LISTS, "description": "GPU indexes joined by NVLink, per domain."},
                     "packages": {
                         "type": "object",
-                        "description": "The driver set this host gets, read by nvidia_driver (Fabric Manager). The "
-                        "keys after driver, fabric_manager and container_toolkit are optional: a plan.json written "
-                        "before them lacks them.",
+                        "description": "The driver set this host gets, read by nvidia_driver (its pin, Fabric "
+                        "Manager). The keys after driver, fabric_manager and container_toolkit are optional: a "
+                        "plan.json written before them lacks them.",
                         "properties": {
                             "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
                             "driver_source": {

@@ -252,7 +252,7 @@ def _mutated(old: str, new: str) -> str:
         # a role alias whose default is not the variable
         ("and `kube_tenancy_teams` (the", "and `kube_tenancy_members` (the", "kube_tenancy_members's default"),
         # a further hop in column 3
-        ("(Fabric Manager or not);", "(Fabric Manager or not) → `roles/nvidia_driver/tasks/pinned.yml`;", "→"),
+        ("to its target);", "to its target) → `roles/nvidia_driver/tasks/pinned.yml`;", "→"),
     ],
 )
 def test_a_wrong_row_is_found(old, new, expected):
