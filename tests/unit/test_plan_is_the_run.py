@@ -105,8 +105,8 @@ def test_the_scan_reads_the_roles_and_playbooks():
     """The rules below pass only on a scan that saw the code: enough files, parsed, with tasks in them."""
     parsed = [path for path, data in PARSED.items() if data is not None]
     assert len(parsed) > MIN_PARSED_FILES, parsed
-    assert "roles/compose_stack/tasks/assert.yml" in parsed
-    assert _module_uses("ansible.builtin.assert")["roles/compose_stack/tasks/assert.yml"] >= 1
+    assert "roles/compose_stack/tasks/inputs.yml" in parsed
+    assert _module_uses("ansible.builtin.assert")["roles/compose_stack/tasks/inputs.yml"] >= 1
 
 
 # --- the topology is read once, by preflight --------------------------------------------------------------------

@@ -27,7 +27,7 @@ def test_every_platform_run_roles_lists_has_a_play_that_site_yml_imports():
 
 
 def test_the_preflight_play_passes_those_platforms_to_the_role():
-    [play] = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
+    play, _inputs = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
     assert "vars/run_roles.yml" in play["vars_files"]
     [task] = play["tasks"]
     assert task["ansible.builtin.import_role"]["name"] == "gpuops.cluster.preflight"
@@ -36,7 +36,7 @@ def test_the_preflight_play_passes_those_platforms_to_the_role():
 
 def test_the_preflight_play_skips_the_implicit_validation_only_because_the_action_makes_it():
     """rolespec_validate false is safe only while the role's per-host task asks its action for the role check."""
-    [play] = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
+    play, _inputs = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
     [task] = play["tasks"]
     assert task["ansible.builtin.import_role"]["rolespec_validate"] is False
     [gather] = yaml.safe_load((PLAYBOOKS.parent / "roles" / "preflight" / "tasks" / "gather.yml").read_text())
