@@ -72,8 +72,8 @@ def test_a_preflight_plan_renders_each_workspaces_mem_limit_and_cpus(tmp_path):
 
 def test_the_inventory_alone_renders_the_pools_it_sets_else_no_limits_and_says_why(tmp_path):
     given = tmp_path / "given"
-    result = run_render(INVENTORY, given, "-e", json.dumps({"compose_stack_member_memory_pool_mb": 8192,
-                                                             "compose_stack_member_cpus_pool": 16}))
+    pools = {"compose_stack_member_memory_pool_mb": 8192, "compose_stack_member_cpus_pool": 16}
+    result = run_render(INVENTORY, given, "-e", json.dumps(pools))
     assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     assert {name: (ws.get("mem_limit"), ws.get("cpus")) for name, ws in _workspaces(given).items()} == {
         "alice": ("2048m", 4.0), "bob": ("2048m", 4.0), "carol": ("3072m", 6.0), "dave": ("1024m", 2.0)}

@@ -54,7 +54,8 @@ def test_a_plan_made_for_another_pin_is_refused(tmp_path):
     out = run(tmp_path, nvidia_driver_version=NEWER, test_plan_driver_pin=PIN)
     assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
     text = " ".join(out.stdout.split())
-    assert (f"the plan (inventory) pins the driver of localhost at {PIN} (gpuops_plan.hosts.localhost.packages.driver), "
+    assert (f"the plan (inventory) pins the driver of localhost at {PIN} "
+            "(gpuops_plan.hosts.localhost.packages.driver), "
             f"but nvidia_driver_version is '{NEWER}': the plan was made for another pin. Nothing was changed.") in text
     assert "Fix: run playbooks/preflight.yml or site.yml again (a new plan), or move the driver with " \
         "playbooks/upgrade_driver.yml" in text
