@@ -34,6 +34,7 @@ import yaml
 
 # tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
 from ansible_env import json_document, playbook_env
+from ci_skips import skip_by_design
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
 ROLES = PROJECT / "roles"
@@ -182,7 +183,7 @@ def report(run: TagRun) -> str:
     return f"--tags {run.tag} alone ({run.seconds:.0f} s): " + "; ".join(run.problems()) + f"\n{run.tail}"
 
 
-def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = False):
+def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = False, not_here: dict | None = None):
     """The two tests of a scenario's test_*tags_alone.py, parametrised over what the scenario declares.
 
     ``playbook`` is run once per documented stage tag of each of ``roles`` (``reuse``: see ``run_tag``). The
@@ -193,6 +194,7 @@ def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = Fa
         )
 
     Test ids: ``test_every_stage_tag_is_documented[<role>]`` and ``<name>[<tag>]`` (tags are role-prefixed).
+    ``not_here``: tag -> why the stage has no task on this scenario's hosts (it skips, by design, with the reason).
     """
     cases = [(role, tag) for role in roles for tag in documented_tags(role)]
 
@@ -204,6 +206,8 @@ def tags_alone_tests(playbook: Path, roles: tuple[str, ...], *, reuse: bool = Fa
     @pytest.mark.parametrize(("role", "tag"), cases, ids=[tag for _role, tag in cases])
     def test_tag_alone(role, tag):
         """``--tags <tag>`` alone on the converged hosts: rc 0, nothing failed or changed, a task of the role ran."""
+        if tag in (not_here or {}):
+            skip_by_design(not_here[tag])
         run = run_tag(playbook, tag, role, reuse=reuse, gathered=True)
         assert run.problems() == [], report(run)
 

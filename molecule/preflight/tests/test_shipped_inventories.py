@@ -28,6 +28,9 @@ CONNECTION = {
     "ansible_become": False,
     "ansible_python_interpreter": "/usr/bin/python3",
 }
+# The one setting bound to the host's OS release: the shipped inventories take Debian 13's docker.io (Compose v2);
+# this node is Debian 12, where only Docker's repository has Compose v2, and preflight's inputs pass checks it.
+NODE_OS = {"docker_engine_source": "docker"}
 
 
 def _gpu_hosts(inventory: Path) -> list[str]:
@@ -61,7 +64,7 @@ def test_every_inventory_pins_the_driver():
 def test_inventory_passes_boilerplate_and_preflight(inventory, tmp_path):
     hosts = _gpu_hosts(inventory)
     assert hosts, f"{inventory.name}: no hosts in gpu_nodes"
-    extra = {**CONNECTION, "gpuops_report_dir": str(tmp_path / "reports")}
+    extra = {**CONNECTION, **NODE_OS, "gpuops_report_dir": str(tmp_path / "reports")}
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
     run = subprocess.run(
         [
