@@ -21,9 +21,12 @@ collector:
 A kernel-log event is read once, by the run after it, but what it says about the GPU lasts: a finding from an event
 (Xid, SXid, fallen off the bus) is held in the state file, with its cause, and counts in every later run's verdicts
 and findings until a clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload
-(the GPU's uncorrectable ECC count since the driver loaded went down), or ``--clear`` (health_release, a passed
-return-to-service validation, a reset health.yml did). A finding whose bucket, in NVIDIA's catalog, needs nothing of
-the GPU (``SELF_CLEARING``: restart the application, ignore) is not held: its condition ends by itself.
+(the GPU's uncorrectable ECC count since the driver loaded went down), or ``--clear`` with ``--clear-reason``
+(gpu_health's ``release`` entry point, which health.yml runs once a GPU passed its return-to-service validation:
+after health_release, a reset or a reboot). One run at a time on a state file: each holds a lock on its directory
+from reading the state to writing it, so a release run beside the timer's never loses the other's update. A finding
+whose bucket, in NVIDIA's catalog, needs nothing of the GPU (``SELF_CLEARING``: restart the application, ignore) is
+not held: its condition ends by itself.
 
 ``action`` is NVIDIA's bucket from the Xid catalog (``IGNORE``, ``RESET_GPU``, ``RESTART_BM``, ...), as the
 gpu_health module returns it. Nothing on the host changes but the three files this script owns: the metrics, the
@@ -34,6 +37,8 @@ it, with every event of this boot, which health.yml reads instead of sweeping ag
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -103,11 +108,12 @@ def _held_entry(item: dict, record: dict | None, boot_id: str | None, now: float
             "ecc_volatile": state.get("ecc_uncorrectable_volatile")}
 
 
-def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear) -> str | None:
-    """Why a held finding ends now, or None: ``clear`` names its GPU (or ``all``), the host rebooted, or the GPU's
-    uncorrectable ECC count since the driver loaded went down (a GPU reset or a driver reload)."""
+def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear, reason: str = "") -> str | None:
+    """Why a held finding ends now, or None: ``clear`` names its GPU (or ``all``; ``reason``: who and why), the host
+    rebooted, or the GPU's uncorrectable ECC count since the driver loaded went down (a GPU reset or a driver
+    reload)."""
     if CLEAR_ALL in clear or (entry["uuid"] is not None and entry["uuid"] in clear):
-        return "cleared (--clear)"
+        return f"cleared (--clear): {reason}" if reason else "cleared (--clear)"
     if entry["boot_id"] is not None and boot_id is not None and entry["boot_id"] != boot_id:
         return f"reboot (boot id {entry['boot_id']} -> {boot_id})"
     volatile = ((record or {}).get("state") or {}).get("ecc_uncorrectable_volatile")
@@ -117,16 +123,17 @@ def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear) -
     return None
 
 
-def hold(held: list, result: dict, boot_id: str | None, now: float, clear=()) -> tuple:
+def hold(held: list, result: dict, boot_id: str | None, now: float, clear=(), reason: str = "") -> tuple:
     """``(held, cleared)`` after one run: the findings held before (``held``, as the last run returned them) that
     no clearing event ended (``cleared``: each with ``why`` and ``at``), then this run's event findings whose bucket
     is not ``SELF_CLEARING``, added or refreshed (a held one keeps its ``since``). ``result``: gpu_health's
-    ``sweep``; ``boot_id``: the kernel's boot id now; ``clear``: GPU UUIDs, or ``all``, to release."""
+    ``sweep``; ``boot_id``: the kernel's boot id now; ``clear``: GPU UUIDs, or ``all``, to release, ``reason``: who
+    released them and why (in ``why``)."""
     records = {gpu["index"]: gpu for gpu in result["gpus"]}
     by_uuid = {gpu.get("uuid"): gpu for gpu in result["gpus"] if gpu.get("uuid")}
     kept, cleared = {}, []
     for entry in held:
-        why = _why_cleared(entry, by_uuid.get(entry["uuid"]), boot_id, set(clear))
+        why = _why_cleared(entry, by_uuid.get(entry["uuid"]), boot_id, set(clear), reason)
         if why is None:
             kept[tuple(entry[key] for key in _HELD_KEY)] = dict(entry)
         else:
@@ -253,15 +260,35 @@ def main(argv=None) -> int:
     parser.add_argument("--expected-gpus", type=int, default=None)
     parser.add_argument("--clear", action="append", default=[], metavar="UUID",
                         help=f"release the held findings of this GPU ({CLEAR_ALL!r}: of every GPU); repeatable")
+    parser.add_argument("--clear-reason", default="", metavar="TEXT",
+                        help="who releases them and why, kept in the release's record")
     parser.add_argument("--boot-id-file", default=BOOT_ID_PATH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    with _locked(os.path.dirname(os.path.abspath(args.state_file))):
+        return _one_run(args, sweep, write_result)
+
+
+@contextlib.contextmanager
+def _locked(directory: str):
+    """An exclusive lock on the state file's directory while a run reads and writes the state: the timer's run and
+    a release's (gpu_health's release entry point) may start together, and the later write would drop the other's
+    update (a cleared finding held again)."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # closing the descriptor releases the lock
+
+
+def _one_run(args, sweep, write_result) -> int:
     state = _load_state(args.state_file)
     result = sweep(_run, shutil.which, since_cursor=state["cursor"], expected_gpus=args.expected_gpus,
                    dcgm_level=args.dcgm_level, boot_id_path=args.boot_id_file)
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
     boot_id = _boot_id(args.boot_id_file)
-    held, cleared = hold(state["held"], result, boot_id, now, args.clear)
+    held, cleared = hold(state["held"], result, boot_id, now, args.clear, args.clear_reason)
     write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now, held))
     write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held},
                                              indent=1) + "\n")

@@ -8,11 +8,13 @@ and the Xid 79 line the module test maps onto the A100's GPU 9E. Every text is c
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -285,6 +287,43 @@ def test_a_release_clears_the_held_finding_and_a_new_event_after_it_is_held_agai
     assert [len(held) for _text, held, _cleared in runs] == [1, 1, 0, 1]
     assert [entry["why"] for entry in runs[2][2]] == ["cleared (--clear)"]
     assert runs[3][1][0]["since"] == FIRST_RUN + 3 * 60  # held anew, from the new event
+
+
+def test_a_release_with_a_reason_keeps_who_and_why_and_clears_only_the_gpu_it_names():
+    """gpu_health's release entry point passes --clear-reason (who, and the validation that passed): the record of
+    the cleared finding carries it; a UUID the sweep does not hold clears nothing."""
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    result = sweep(shared_path(*A100).read_text(), "")
+    reason = "health.yml (operator alice): GPU 0 back in service, its validation passed"
+    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, ("GPU-not-held",), reason)
+    assert (len(kept), cleared) == (1, [])
+    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, (held[0]["uuid"],), reason)
+    assert kept == []
+    assert [(entry["uuid"], entry["why"], entry["at"]) for entry in cleared] == [
+        (held[0]["uuid"], f"cleared (--clear): {reason}", NEXT_RUN)]
+
+
+def test_a_run_waits_for_the_lock_on_the_state_directory(tmp_path):
+    """A release run and the timer's run on one state file: a run holds the directory's lock from reading the state
+    to writing it, so the second waits (here the test holds the lock) and never writes over the first's update."""
+    state, textfiles = tmp_path / "sweep.json", tmp_path / "textfile"
+    textfiles.mkdir()
+    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(tmp_path / "none")]
+    handle = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", "/nonexistent")
+        run = threading.Thread(target=gpu_health_metrics.main, args=(argv,))
+        try:
+            run.start()
+            run.join(timeout=3)
+            assert run.is_alive()  # waiting for the lock
+            assert not state.exists()  # nothing written
+        finally:
+            os.close(handle)
+        run.join(timeout=60)
+    assert not run.is_alive()
+    assert json.loads(state.read_text())["held"] == []
 
 
 def test_a_gpu_reset_ends_the_held_finding_its_uncorrectable_ecc_since_the_driver_loaded_went_down():
