@@ -44,7 +44,7 @@ def check_options(expected_gpus, dcgm_level) -> None:
     if expected_gpus is not None and expected_gpus < 0:
         raise GpuHealthError(
             f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
-            "gpuops_plan.hosts[host].gpu.count); leave it unset to skip the missing-GPU check"
+            "gpuops_plan.hosts[host].gpu_count); leave it unset to skip the missing-GPU check"
         )
     if dcgm_level not in DCGM_LEVELS:
         raise GpuHealthError(

@@ -62,13 +62,15 @@ options:
     type: str
   expected_gpus:
     description:
-      - GPUs the plan expects on this host (C(gpuops_plan.hosts[host].gpu.count)); fewer listed by the driver is a
+      - GPUs the plan expects on this host (C(gpuops_plan.hosts[host].gpu_count)); fewer listed by the driver is a
         C(gpu_missing) finding naming the GPUs on the PCI bus the driver does not list. 0 or more.
     type: int
   dcgm_level:
     description:
       - "Run C(dcgmi diag -r <level> -j) when C(dcgmi) (package C(datacenter-gpu-manager)) is installed: 1 is the
-        quick check (about a minute), 2 and 3 take longer. 0 runs no diagnostics."
+        quick deployment checks (seconds), 2 medium (about two minutes), 3 long (about 15 minutes), as NVIDIA's
+        dcgmi diag reference puts them. 0 runs no diagnostics."
+      - The default is the level of playbooks/health.yml's sweeps where C(health_dcgm_level) is unset.
       - The module does not start C(nv-hostengine); without it RV(dcgm.ran) is false and RV(dcgm.reason) says why.
     type: int
     choices: [0, 1, 2, 3]
@@ -104,7 +106,7 @@ seealso:
 EXAMPLES = r"""
 - name: Sweep this host's GPUs (quick DCGM check where dcgmi is installed)
   gpuops.cluster.gpu_health:
-    expected_gpus: "{{ gpuops_plan.hosts[inventory_hostname].gpu.count }}"
+    expected_gpus: "{{ gpuops_plan.hosts[inventory_hostname].gpu_count }}"
   register: health
 
 - name: Next sweep reads only what the kernel logged since
