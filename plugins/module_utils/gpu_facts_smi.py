@@ -4,7 +4,6 @@
 
 * ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text, as captured in inventories);
 * ``nvidia-smi -L``, ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
-* ``nvidia-smi --query-gpu=... --format=csv`` (with or without its header line);
 * ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
 
 Every parser removes terminal control sequences first (``text.strip_terminal``; driver 580 prints some even into a
@@ -303,60 +302,6 @@ def parse_nvidia_smi_nvlink_errors(text: str) -> list:
             name = counter.group("name").strip().lower()
             gpus[-1]["counters"][name] = gpus[-1]["counters"].get(name, 0) + int(counter.group("value"))
     return gpus
-
-
-# --------------------------------------------------------------------------- nvidia-smi --query-gpu (CSV)
-
-# Field prefixes a driver renamed: the old name -> the one the records carry. Newer drivers print
-# clocks_event_reasons.* in the CSV header where older ones print clocks_throttle_reasons.*, and still accept the old
-# name in --query-gpu (../shared/data/nvidia-smi/h200-driver580/query.csv: driver 580 asked for
-# clocks_throttle_reasons.active).
-QUERY_RENAMED_PREFIXES = {"clocks_throttle_reasons.": "clocks_event_reasons."}
-
-
-def query_field(name: str) -> str:
-    """The key a ``--query-gpu`` field has in ``parse_nvidia_smi_query``'s rows: lower case, the header's unit
-    (`` [MiB]``) dropped, a renamed field under its current name (``clocks_throttle_reasons.active`` ->
-    ``clocks_event_reasons.active``)."""
-    field = name.strip().lower().split(" [", 1)[0].strip()
-    for old, new in QUERY_RENAMED_PREFIXES.items():
-        if field.startswith(old):
-            return new + field[len(old) :]
-    return field
-
-
-def query_value(row: dict, name: str) -> str | None:
-    """The value of field ``name`` in a row of ``parse_nvidia_smi_query``, by either name of a renamed field."""
-    return row.get(query_field(name))
-
-
-def parse_nvidia_smi_query(text: str, fields: list | None = None) -> list:
-    """``nvidia-smi --query-gpu=<fields> --format=csv[,noheader][,nounits]``: one dict per GPU line, in order.
-
-    With the header (``fields`` None) the names come from its first line; with ``noheader``, ``fields`` are the
-    names asked for in ``--query-gpu``, in order. Keys are ``query_field`` names, so ``clocks_event_reasons.active``
-    (driver 580's header) and ``clocks_throttle_reasons.active`` (older drivers' header, or the name asked for)
-    land on the same key; read one with ``query_value``. Values are stripped strings, units kept unless
-    ``nounits``; placeholders (``[N/A]``, ``[Not Supported]``) are None.
-    Raises GpuFactsParseError when a line has another number of values than there are fields.
-    """
-    lines = [line for line in strip_terminal(text).splitlines() if line.strip()]
-    if fields is None:
-        if not lines:
-            raise GpuFactsParseError("nvidia-smi --query-gpu CSV", "no header line (format=csv without noheader)", text)
-        fields, lines = lines[0].split(","), lines[1:]
-    keys = [query_field(str(field)) for field in fields]
-    rows = []
-    for line in lines:
-        values = [value.strip() for value in line.split(",")]
-        if len(values) != len(keys):
-            raise GpuFactsParseError(
-                "nvidia-smi --query-gpu CSV",
-                f"line {line.strip()!r} has {len(values)} values for {len(keys)} fields ({', '.join(keys)})",
-                text,
-            )
-        rows.append({key: value_or_none(value) for key, value in zip(keys, values)})
-    return rows
 
 
 # --------------------------------------------------------------------------- nvidia-smi backend

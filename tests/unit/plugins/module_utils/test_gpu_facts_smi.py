@@ -218,100 +218,6 @@ def test_h200_driver580_list(capture):
     ]
 
 
-# --------------------------------------------------------------------------- nvidia-smi --query-gpu (CSV)
-
-# the fields h200-driver580/query.csv asked for, in order, with the old name of the clocks field (its header says
-# clocks_event_reasons.active: driver 580 prints the new name whichever was asked for)
-H200_QUERY_FIELDS = [
-    "index",
-    "name",
-    "uuid",
-    "pci.bus_id",
-    "driver_version",
-    "memory.total",
-    "persistence_mode",
-    "ecc.mode.current",
-    "clocks_throttle_reasons.active",
-    "retired_pages.pending",
-    "remapped_rows.pending",
-    "remapped_rows.failure",
-    "pcie.link.gen.current",
-    "pcie.link.width.current",
-]
-H200_QUERY_ROW = {
-    "index": "0",
-    "name": "NVIDIA H200",
-    "uuid": H200_UUID,
-    "pci.bus_id": "00000000:00:06.0",
-    "driver_version": "580.159.04",
-    "memory.total": "143771 MiB",
-    "persistence_mode": "Enabled",
-    "ecc.mode.current": "Enabled",
-    "clocks_event_reasons.active": "0x0000000000000001",  # GPU idle
-    "retired_pages.pending": None,  # [N/A] on Hopper: row remapping replaces page retirement
-    "remapped_rows.pending": "No",
-    "remapped_rows.failure": "No",
-    "pcie.link.gen.current": "5",
-    "pcie.link.width.current": "16",
-}
-
-
-def _h200_query(capture) -> tuple[str, list[str]]:
-    """The capture's header line and its data lines."""
-    header, *rows = capture(H200, "query.csv").read_text().splitlines()
-    assert "clocks_event_reasons.active" in header  # the renamed field, as recorded
-    return header, rows
-
-
-def test_query_csv_h200_driver580_with_header(capture):
-    header, rows = _h200_query(capture)
-    parsed = smi.parse_nvidia_smi_query("\n".join([header, *rows]))
-    assert parsed == [H200_QUERY_ROW]
-    for name in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
-        assert smi.query_value(parsed[0], name) == "0x0000000000000001", name
-
-
-def test_query_csv_h200_driver580_noheader_with_either_name_asked(capture):
-    """noheader: the names are the ones asked for in --query-gpu; the old and the new name read the same."""
-    _header, rows = _h200_query(capture)
-    text = "\n".join(rows)
-    assert smi.parse_nvidia_smi_query(text, H200_QUERY_FIELDS) == [H200_QUERY_ROW]
-    renamed = [field.replace("clocks_throttle_reasons", "clocks_event_reasons") for field in H200_QUERY_FIELDS]
-    assert renamed != H200_QUERY_FIELDS
-    assert smi.parse_nvidia_smi_query(text, renamed) == [H200_QUERY_ROW]
-
-
-def test_query_csv_older_drivers_header_reads_the_same(capture):
-    """The header of a driver that prints the old name (the capture's header line with the old name put back)."""
-    header, rows = _h200_query(capture)
-    old = header.replace("clocks_event_reasons.active", "clocks_throttle_reasons.active")
-    assert old != header
-    parsed = smi.parse_nvidia_smi_query("\n".join([old, *rows]))
-    assert parsed == [H200_QUERY_ROW]
-    assert smi.query_value(parsed[0], "clocks_throttle_reasons.active") == "0x0000000000000001"
-
-
-@pytest.mark.parametrize(
-    ("name", "key"),
-    [
-        ("clocks_throttle_reasons.active", "clocks_event_reasons.active"),
-        ("clocks_throttle_reasons.hw_slowdown", "clocks_event_reasons.hw_slowdown"),
-        (" clocks_event_reasons.sw_power_cap", "clocks_event_reasons.sw_power_cap"),
-        ("memory.total [MiB]", "memory.total"),
-        ("Index", "index"),
-    ],
-)
-def test_query_field_names(name, key):
-    assert smi.query_field(name) == key
-
-
-def test_query_csv_line_with_other_field_count_fails_with_raw_output():
-    with pytest.raises(GpuFactsParseError, match=r"has 1 values for 2 fields .*Raw output:\nNo devices were found"):
-        smi.parse_nvidia_smi_query("No devices were found\n", ["index", "uuid"])
-    with pytest.raises(GpuFactsParseError, match="no header line"):
-        smi.parse_nvidia_smi_query("")
-
-
 # --------------------------------------------------------------------------- terminal control sequences
 
 
@@ -330,9 +236,8 @@ def _underlined(text: str) -> str:
         ("q.txt", smi.parse_nvidia_smi_q),
         ("q.xml", smi.parse_nvidia_smi_xml),
         ("L.txt", smi.parse_nvidia_smi_list),
-        ("query.csv", smi.parse_nvidia_smi_query),
     ],
-    ids=["q", "q-x", "L", "query-csv"],
+    ids=["q", "q-x", "L"],
 )
 def test_h200_driver580_parsers_strip_terminal_codes(name, parse, capture):
     """Every nvidia-smi parser reads the H200's outputs the same with control sequences and CR LF added."""
