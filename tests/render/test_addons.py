@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+import helm_chart
 import jsonschema
 import pytest
 import yaml
@@ -346,8 +347,8 @@ def test_cluster_policy_from_rendered_values_validates(rendered):
         pytest.skip(f"real third-party data not present: {chart}")
     values = yaml.safe_load((rendered / "gpu_operator" / "helm-values-gpu-operator.yml").read_text(encoding="utf-8"))
     chart_values = yaml.safe_load(chart.read_text(encoding="utf-8"))
-    assert gpu_operator.unknown_keys(values, chart_values) == []
-    policy = gpu_operator.cluster_policy(gpu_operator.merge(chart_values, values))
+    assert helm_chart.unknown_keys(values, chart_values) == []
+    policy = helm_chart.cluster_policy(helm_chart.merge(chart_values, values))
     schema = crd_schemas()[("nvidia.com/v1", "ClusterPolicy")]
     jsonschema.validate(policy, schema)
     assert policy["spec"]["driver"]["enabled"] is False, "inventories/cluster: the host layer owns the driver"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import helm_chart
 import jsonschema
 import pytest
 import yaml
@@ -195,8 +196,8 @@ def test_every_image_through_the_mirror() -> None:
 @pytest.mark.parametrize("owner", ["host", "operator"])
 def test_values_keys_exist_in_the_real_chart(owner: str) -> None:
     values = go.plan(config(driver_owner=owner, driver_version="580.105.08", registry_mirror="r.lan"))["values"]
-    assert go.unknown_keys(values, chart_values()) == []
-    assert go.unknown_keys({"driver": {"enabeld": False}}, chart_values()) == ["driver.enabeld"]
+    assert helm_chart.unknown_keys(values, chart_values()) == []
+    assert helm_chart.unknown_keys({"driver": {"enabeld": False}}, chart_values()) == ["driver.enabeld"]
 
 
 @pytest.mark.parametrize(("owner", "pools"), [
@@ -207,8 +208,8 @@ def test_cluster_policy_validates_against_crd(owner: str, pools: dict | None) ->
     extra = {"pools": pools} if pools else {}
     result = go.plan(config(driver_owner=owner, driver_version="580.105.08", registry_mirror="r.lan", **extra))
     assert result["problems"] == []
-    effective = go.merge(chart_values(), result["values"])
-    policy = go.cluster_policy(effective)
+    effective = helm_chart.merge(chart_values(), result["values"])
+    policy = helm_chart.cluster_policy(effective)
     schema = crd_schema()
     jsonschema.validate(policy, schema)
     spec = policy["spec"]
@@ -219,7 +220,7 @@ def test_cluster_policy_validates_against_crd(owner: str, pools: dict | None) ->
     # operator.* configures the operator Deployment, which the chart renders itself
     properties = schema["properties"]["spec"]["properties"]
     for section, value in result["values"].items():
-        if section in go.CLUSTER_POLICY_SECTIONS and section != "operator" and isinstance(value, dict):
+        if section in helm_chart.CLUSTER_POLICY_SECTIONS and section != "operator" and isinstance(value, dict):
             for key in value:
                 if section == "devicePlugin" and key == "config":
                     continue
@@ -227,14 +228,14 @@ def test_cluster_policy_validates_against_crd(owner: str, pools: dict | None) ->
 
 
 def test_cluster_policy_schema_catches_a_bad_value() -> None:
-    effective = go.merge(chart_values(), {"mig": {"strategy": "sometimes"}})
+    effective = helm_chart.merge(chart_values(), {"mig": {"strategy": "sometimes"}})
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(go.cluster_policy(effective), crd_schema())
+        jsonschema.validate(helm_chart.cluster_policy(effective), crd_schema())
 
 
 def test_merge_is_helm_like() -> None:
     base = {"a": {"b": 1, "c": [1]}, "d": 1}
-    out = go.merge(copy.deepcopy(base), {"a": {"c": [2]}, "e": 3})
+    out = helm_chart.merge(copy.deepcopy(base), {"a": {"c": [2]}, "e": 3})
     assert out == {"a": {"b": 1, "c": [2]}, "d": 1, "e": 3}
 
 

@@ -10,6 +10,7 @@ internal/plugin/mps.go), which cannot run here: it transcribes the rules it appl
 
 from __future__ import annotations
 
+import helm_chart
 import jsonschema
 import pytest
 import yaml
@@ -133,8 +134,8 @@ def test_cluster_policy_with_mps_validates_against_the_crd() -> None:
     result = go.plan(config(pools, [h100_node()]))
     values = yaml.safe_load(shared_path("gpu-operator", "values.yaml").read_text(encoding="utf-8"))
     crd = yaml.safe_load(shared_path("gpu-operator", "nvidia.com_clusterpolicies.yaml").read_text(encoding="utf-8"))
-    assert go.unknown_keys(result["values"], values) == []
-    policy = go.cluster_policy(go.merge(values, result["values"]))
+    assert helm_chart.unknown_keys(result["values"], values) == []
+    policy = helm_chart.cluster_policy(helm_chart.merge(values, result["values"]))
     jsonschema.validate(policy, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     assert policy["spec"]["devicePlugin"]["config"]["name"] == go.CONFIGMAP_NAME
     assert policy["spec"]["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}, "the chart's MPS root, unchanged"
