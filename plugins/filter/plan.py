@@ -1,10 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)`` and
-``hostvars[inventory_hostname] | gpuops.cluster.platform_request``.
+"""Filter: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``.
 
 Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
-read); documentation in inventory_plan.yml and platform_request.yml next to this file.
+read); documentation in inventory_plan.yml next to this file.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 plan = lazy("plan")
-platform = lazy("platform")
 
 
 def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None, platform: Any = None) -> dict:
@@ -28,15 +26,8 @@ def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None, platfor
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 
 
-def platform_request(host_vars: Any) -> dict:
-    if not hasattr(host_vars, "get"):
-        raise AnsibleFilterError(f"platform_request: expected one host's variables, hostvars[inventory_hostname], "
-                                 f"got {host_vars!r}")
-    return platform.platform_request(host_vars)
-
-
 class FilterModule:
-    """gpuops.cluster plan filters."""
+    """gpuops.cluster plan filter."""
 
     def filters(self) -> dict:
-        return {"inventory_plan": inventory_plan, "platform_request": platform_request}
+        return {"inventory_plan": inventory_plan}

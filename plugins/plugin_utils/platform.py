@@ -152,9 +152,8 @@ def decide_fleet(requests: dict, detected: dict) -> dict:
 
 # Inputs of the platform rule, per host: name in the rule -> inventory variable (unset: its shared default, if any).
 # The one mapping: the preflight action reads a host's inputs with platform_request() from its task variables,
-# plan.inventory_plan from hostvars, and the filter gpuops.cluster.platform_request exposes it. Here, beside the
-# rule, because preflight's per-host action imports it on every host: this module is cheap to import, plan.py is not
-# (docs/performance.md, "Filter lookup").
+# plan.inventory_plan from hostvars. Here, beside the rule, because preflight's per-host action imports it on every
+# host: this module is cheap to import, plan.py is not (docs/performance.md, "Filter lookup").
 _PLATFORM_INPUTS = {
     "platform": "gpuops_platform",
     "team_size": "gpuops_team_size",
