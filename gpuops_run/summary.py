@@ -12,7 +12,6 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 
 EXIT_OK = 0
-EXIT_WARN = 1  # not set here: a run's own verdict carries it (below)
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 3
 EXIT_USAGE = 4

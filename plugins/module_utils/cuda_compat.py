@@ -38,7 +38,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     version_ge,
 )
 
-MODES = ("native", "minor_version", "forward_compat", "incompatible")
 MAJOR_MINOR = 2  # length of a (major, minor) version tuple
 CUDA_DROPPED_PRE_TURING = 13  # CUDA 13.0 removed Maxwell/Pascal/Volta support
 
@@ -325,7 +324,8 @@ def check_compat(
 ) -> dict[str, Any]:
     """Decide how (and whether) CUDA ``cuda_version`` runs on driver ``driver_version``.
 
-    Returns compatible, mode (one of MODES), min_driver, max_cuda, fabric_manager_match, datacenter_gpu, reasons.
+    Returns compatible, mode (native, minor_version, forward_compat or incompatible), min_driver, max_cuda,
+    fabric_manager_match, datacenter_gpu, reasons.
     ``compatible`` covers the CUDA/driver pairing only; a Fabric Manager mismatch is reported separately.
     """
     driver = parse_driver_version(driver_version)

@@ -9,7 +9,7 @@ removed first (``text.strip_terminal``): driver 580 wraps the header in underlin
 Decisions (they are also the module's documented behaviour):
 
 * Connection types are ranked, closest first: ``X`` (self), ``NV#`` (NVLink, any count), ``PIX``, ``PXB``,
-  ``PHB``, ``NODE``, ``SYS`` (``SOC``, the old name of ``SYS``, ranks with it). See ``LINK_ORDER``.
+  ``PHB``, ``NODE``, ``SYS`` (``SOC``, the old name of ``SYS``, ranks with it).
 * ``nvlink_peers`` maps the peer GPU index, as a string, to the link count (``NV12`` -> 12). The keys are
   strings because that is what every Ansible result turns them into (JSON object keys are strings).
 * ``nearest_nics``: the NICs with the best-ranked connection to the GPU, in column order. NIC names come
@@ -37,7 +37,6 @@ from __future__ import annotations
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import is_cpu_list
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut_line, strip_terminal
 
-LINK_ORDER = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
 _RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
 _NV_RANK = 1
 _NV_PREFIX = "NV"
@@ -68,7 +67,7 @@ def nvlink_count(cell: str) -> int | None:
 
 
 def link_rank(cell: str) -> int | None:
-    """Rank of a matrix cell in LINK_ORDER (0 = self, smaller = closer); None when not a link type."""
+    """Rank of a matrix cell in the order above (0 = self, smaller = closer); None when not a link type."""
     rank = _RANK.get(cell)
     if rank is None and nvlink_count(cell) is not None:
         return _NV_RANK

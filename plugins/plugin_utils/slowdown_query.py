@@ -35,9 +35,6 @@ MAX_POINTS = 1000  # per series and query; Prometheus refuses above 11000
 MIN_STEP_S = 15  # dcgm-exporter's and Prometheus's usual interval
 ROUNDING = 1.02  # a fraction up to this is the capacity's rounding (MiB vs MB, link overhead), read as 1
 MULTI_GPU = 2
-METRICS = ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL",
-           "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-           "DCGM_FI_DEV_THERMAL_VIOLATION")
 
 
 def _time(text: str, now: float, what: str) -> float:

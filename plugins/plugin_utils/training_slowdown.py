@@ -42,7 +42,6 @@ THRESHOLDS = {
 SIGNALS = ("memory_bandwidth_util", "nvlink_util", "gpu_temp_c", "pcie_util", "sm_active", "gpu_count",
            "throttle_thermal")
 FRACTIONS = ("memory_bandwidth_util", "nvlink_util", "pcie_util", "sm_active", "throttle_thermal")
-CAUSES = ("input_bound", "topology", "thermal", "pcie_bound")
 MULTI_GPU = 2  # NVLink is judged from this many GPUs on
 
 FIXES = {

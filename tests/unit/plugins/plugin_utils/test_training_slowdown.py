@@ -11,7 +11,6 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import training_slowdown as slowdown_filter
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import (
-    CAUSES,
     FIXES,
     SlowdownInputError,
     training_slowdown,
@@ -159,7 +158,7 @@ def test_filter_turns_input_errors_into_filter_errors():
 
 def test_heldout_set_covers_every_cause_and_healthy():
     seen = {c for case in HELDOUT for c in case["expect"]}
-    assert seen == set(CAUSES)
+    assert seen == set(FIXES)
     assert any(case["expect"] == [] for case in HELDOUT)
 
 
