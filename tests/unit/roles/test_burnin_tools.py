@@ -16,8 +16,9 @@ The default sources (NVIDIA's GitHub archives, fetched without a checksum) are c
 vars (_burnin_config.source_pins: the sha256 of the tar inside the .tar.gz) before anything of them is unpacked:
 the pins are the tags of the local mirrors, and the same tar gzipped as GitHub does has the sha256 Spack records for
 GitHub's archive (SPACK below); a file served under a pinned release's name that is another release is refused. The
-same for the nccl-tests release the pairs' image on Compose builds (compose_node.yml, validate_nccl_tests_url; docker
-a stand-in that records its argv).
+same for the one nccl-tests release (burnin_nccl_tests_url) that the pairs' image on Compose and validate's
+all_reduce_perf unpack (nccl_tests_source.yml; docker a stand-in that records its argv); roles/ and playbooks/ name
+no other nccl-tests release or source.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -323,12 +325,49 @@ def test_every_default_source_is_a_pinned_release() -> None:
         version = url.rsplit("/v", 1)[1].removesuffix(".tar.gz")
         github = f"https://github.com/NVIDIA/{tool}/archive/refs/tags/{PINS[tool][version]['tag']}.tar.gz"
         assert (defaults[f"burnin_{tool.replace('-', '_')}_checksum"], url) == ("", github)
-    # The pairs' image on Compose builds validate's release (validate_nccl_tests_url, no checksum setting).
-    validate = yaml.safe_load((REPO / "roles" / "validate" / "defaults" / "main.yml").read_text())
-    version = validate["validate_nccl_tests_url"].rsplit("/v", 1)[1].removesuffix(".tar.gz")
-    assert validate["validate_nccl_tests_url"] == (
-        f"https://github.com/NVIDIA/nccl-tests/archive/refs/tags/{PINS['nccl-tests'][version]['tag']}.tar.gz"
-    )
+    # One nccl-tests release: one pin, the one the default URL names.
+    assert list(PINS["nccl-tests"]) == [urls["nccl-tests"].rsplit("/v", 1)[1].removesuffix(".tar.gz")]
+
+
+# An nccl-tests release named in YAML or Jinja: a GitHub archive or release URL, a versioned file or folder name, a
+# v-tag or a pin table's version key.
+NCCL_TESTS_RELEASE = re.compile(
+    r"nccl-tests[^\s\"'`]*?[/-]v?(\d+\.\d+\.\d+)|^\s+v?(\d+\.\d+\.\d+):\s*$|\btag: v(\d+\.\d+\.\d+)", re.M
+)
+NCCL_TESTS_SOURCE = re.compile(r"[a-z]+://[^\s\"'`]*nccl-tests")  # a URL: https://, file://, ...
+
+
+def nccl_tests_sources(text: str) -> tuple[set[str], int]:
+    """(the nccl-tests releases a YAML/Jinja text names, how many nccl-tests URLs it names)."""
+    versions = {next(v for v in m.groups() if v) for m in NCCL_TESTS_RELEASE.finditer(text)}
+    return versions, len(NCCL_TESTS_SOURCE.findall(text))
+
+
+def test_the_finder_sees_a_second_release_and_a_second_source() -> None:
+    assert nccl_tests_sources("u: https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.13.11.tar.gz\n") == (
+        {"2.13.11"}, 1)
+    assert nccl_tests_sources("d: /var/cache/gpuops/nccl-tests-2.13.11\n") == ({"2.13.11"}, 0)
+    assert nccl_tests_sources("    nccl-tests:\n      2.19.6:\n        tag: v2.19.6\n      2.13.11:\n") == (
+        {"2.19.6", "2.13.11"}, 0)
+    assert nccl_tests_sources("x: nccl-tests {{ v }} (MPI=1) at /opt/nccl-tests\n") == (set(), 0)
+    assert nccl_tests_sources("url: file:///srv/mirror/nccl-tests.tgz\n") == (set(), 1)
+    assert nccl_tests_sources("f: <burnin_work_dir>/nccl-tests-<version>.tar.gz\n") == (set(), 0)
+
+
+def test_roles_and_playbooks_build_one_nccl_tests_release_from_one_source() -> None:
+    """validate, the pairs' image and the host build share burnin_nccl_tests_url: no second release or URL."""
+    files = sorted(p for d in ("roles", "playbooks") for p in (REPO / d).rglob("*")
+                   if p.suffix in (".yml", ".yaml", ".j2") and p.is_file())
+    found = {p.relative_to(REPO).as_posix(): nccl_tests_sources(p.read_text()) for p in files}
+    found = {path: hit for path, hit in found.items() if hit != (set(), 0)}
+    defaults = "roles/burnin/defaults/main.yml"
+    assert found.pop(defaults) == ({"2.19.6"}, 1), defaults
+    assert found.pop("roles/burnin/meta/argument_specs.yml") == ({"2.19.6"}, 1)  # the default, documented
+    assert found.pop("roles/burnin/vars/main.yml")[0] == {"2.19.6"}  # the pin, and the recipe's provenance
+    assert found == {}, f"another nccl-tests release or source besides {defaults}'s burnin_nccl_tests_url: {found}"
+    gather = (REPO / "roles" / "validate" / "tasks" / "gather.yml").read_text()
+    assert "tasks_from: nccl_tests_source\n" in gather
+    assert '"{{ burnin_nccl_tests_tree }}:/src"' in gather
 
 
 @pytest.mark.parametrize(("tool", "version"), [(tool, version) for tool in sorted(PINS) for version in PINS[tool]])
@@ -431,24 +470,28 @@ echo "docker $*" >> "$STANDIN_LOG"
 """
 
 
-def _image_run(site: dict, name: str, release: bytes) -> tuple[dict, Path]:
-    """compose_node.yml (the pairs' image on Compose) with validate_nccl_tests_url a file:// URL of ``release`` named
-    as nccl-tests 2.13.11 (validate's default release), docker a stand-in: (the run, the work dir)."""
+def _image_run(site: dict, name: str, release: bytes, tasks: str = "compose_node.yml") -> tuple[dict, Path]:
+    """compose_node.yml (the pairs' image on Compose), or ``tasks``, with burnin_nccl_tests_url a file:// URL of
+    ``release`` named as nccl-tests 2.19.6 (the pinned release) and no checksum, docker a stand-in: (the run, the
+    work dir)."""
     root = site["root"]
     (root / "bin" / "docker").write_text(DOCKER)
     (root / "bin" / "docker").chmod(0o755)
-    source = root / name / "nccl-tests-v2.13.11.tar.gz"
+    source = root / name / "nccl-tests-v2.19.6.tar.gz"
     source.parent.mkdir()
     source.write_bytes(release)
     work = root / name / "work"
     result = run(
         site,
         name,
-        burnin_test_tasks_from="compose_node.yml",
+        burnin_test_tasks_from=tasks,
         burnin_work_dir=str(work),
-        validate_nccl_tests_url=source.as_uri(),
+        burnin_nccl_tests_url=source.as_uri(),
+        burnin_nccl_tests_checksum="",
         validate_nccl_build_image="nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04",
         gpuops_plan={"pins": {"registry_mirror": ""}},
+        # what roles/validate/tasks/gather.yml passes (compose_node.yml passes image itself)
+        **({"burnin_nccl_tests_for": "validate"} if tasks == "nccl_tests_source" else {}),
     )
     return result, work
 
@@ -457,18 +500,40 @@ def _gzip(data: bytes) -> bytes:
     return subprocess.run(["gzip", "-n"], input=data, capture_output=True, check=True).stdout
 
 
-def test_the_pairs_image_builds_the_pinned_release_of_validate(site: dict) -> None:
+def test_the_pairs_image_builds_the_pinned_release(site: dict) -> None:
     _needs_mirrors()
-    built, work = _image_run(site, "image", _gzip(_tar("nccl-tests", "v2.13.11")))
+    built, work = _image_run(site, "image", _gzip(_tar("nccl-tests", "v2.19.6")))
     assert built["stats"]["failures"] == 0, built["results"]
-    assert (work / "build" / "nccl-tests" / "Makefile").is_file()
-    assert f"docker build --pull=false -t gpuops/nccl-tests-mpi:2.13.11 {work}/build" in built["log"], built["log"]
+    assert (work / "image" / "nccl-tests-2.19.6" / "Makefile").is_file()
+    dockerfile = (work / "image" / "Dockerfile").read_text()
+    assert "COPY nccl-tests-2.19.6 /opt/nccl-tests\n" in dockerfile, dockerfile
+    assert " MPI=1 " in dockerfile, dockerfile
+    assert f"docker build --pull=false -t gpuops/nccl-tests-mpi:2.19.6 {work}/image" in built["log"], built["log"]
+
+
+def test_validate_unpacks_the_same_checked_release_into_its_own_tree(site: dict) -> None:
+    # The entry point nccl_tests_source as roles/validate/tasks/gather.yml includes it (burnin_nccl_tests_for:
+    # validate), its argument spec checked.
+    _needs_mirrors()
+    release = _gzip(_tar("nccl-tests", "v2.19.6"))
+    unpacked, work = _image_run(site, "validate", release, tasks="nccl_tests_source")
+    assert unpacked["stats"]["failures"] == 0, unpacked["results"]
+    checked = unpacked["results"][
+        "Burn-in | the sha256 of the tar in each release fetched without a checksum (its pin's)"
+    ]["results"]
+    assert [r["stdout"][:64] for r in checked] == [PINS["nccl-tests"]["2.19.6"]["tar_sha256"]]
+    tree = work / "validate" / "nccl-tests-2.19.6"
+    facts = unpacked["results"]["Burn-in | the tree of nccl-tests for this use"]["ansible_facts"]
+    assert facts["burnin_nccl_tests_tree"] == str(tree)
+    assert (tree / "Makefile").is_file()
+    assert (work / "nccl-tests-2.19.6.tar.gz").is_file()
+    assert not (work / "image").exists()
 
 
 def test_the_pairs_image_refuses_another_release_before_unpacking_it(site: dict) -> None:
-    # LABELLED, made here: nccl-tests 2.13.10's release under 2.13.11's name (without the mirrors: the stand-in).
+    # LABELLED, made here: nccl-tests 2.19.5's release under 2.19.6's name (without the mirrors: the stand-in).
     other = (
-        _gzip(_tar("nccl-tests", "v2.13.10", "2.13.11"))
+        _gzip(_tar("nccl-tests", "v2.19.5", "2.19.6"))
         if REAL_SOURCES
         else Path(site["vars"]["burnin_nccl_tests_url"][len("file://") :]).read_bytes()
     )
@@ -476,12 +541,12 @@ def test_the_pairs_image_refuses_another_release_before_unpacking_it(site: dict)
     assert refused["stats"]["failures"] == 1, refused["results"]
     [message] = [r["msg"] for r in refused["results"][CHECKED]["results"]]
     assert message.startswith(
-        f"localhost: nccl-tests 2.13.11 from {(work.parent / 'nccl-tests-v2.13.11.tar.gz').as_uri()} is not the "
+        f"localhost: nccl-tests 2.19.6 from {(work.parent / 'nccl-tests-v2.19.6.tar.gz').as_uri()} is not the "
         "release burn-in pins: the sha256 of its tar"
     ), message
     assert message.endswith(
-        "Fix: keep validate_nccl_tests_url at a pinned release and find what served another file (a proxy that "
-        "rewrites downloads?)"
+        "Fix: keep burnin_nccl_tests_url at a pinned release and find what served another file (a proxy that "
+        "rewrites downloads?), or set burnin_nccl_tests_checksum to sha256:<hex> of a copy you trust (sha256sum)"
     ), message
-    assert not (work / "build" / "nccl-tests" / "Makefile").exists()
+    assert not (work / "image" / "nccl-tests-2.19.6" / "Makefile").exists()
     assert not any(line.startswith("docker build") for line in refused["log"]), refused["log"]

@@ -3,9 +3,10 @@
 Play ``vars:`` (and ``vars_files:``) outrank group_vars and host_vars, so a setting written there could be changed
 with ``-e`` only. Each play of a day-2 playbook lists its settings-only roles (``roles/<role>/defaults/main.yml``,
 described in its argument spec) and keeps in its play vars only values derived from those settings (``__<role>_*``).
-burnin.yml also reads validate's nccl-tests pin, so its plays list both roles; no play reads a role's files by
-path (test_role_boundaries.py). What the inventory's value does at run time is tested against the demo node in
-tests/ops/test_gpuops_run_demo.py.
+burnin.yml also reads validate's CUDA devel image, so its plays list both roles; no play reads a role's files by
+path (test_role_boundaries.py). The parameters and outputs of a role's other entry points (burnin's
+nccl_tests_source, which validate includes) are no settings. What the inventory's value does at run time is
+tested against the demo node in tests/ops/test_gpuops_run_demo.py.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def settings_used(text: str, prefix: str) -> set[str]:
     return set(re.findall(rf"(?<![\w./]){re.escape(prefix)}_[a-z0-9_]+(?!\w)(?!\.yml)", code))
 
 
+def entry_point_names(role: str) -> set[str]:
+    """The interface of a role's entry points other than main - their options and what their description says they
+    set ("Sets C(<name>)"): parameters and outputs, not settings, so not in defaults/main.yml."""
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    names = set()
+    for entry, spec in specs.items():
+        if entry != "main":
+            text = " ".join(spec.get("description") or [])
+            names |= set(spec.get("options") or {}) | set(re.findall(r"Sets C\((\w+)\)", text))
+    return names
+
+
 def play_problems(play: dict, roles: list[str], base: Path = REPO / "playbooks") -> list[str]:
     """Why a day-2 play's settings would not be overridable from the inventory (vars_files relative to ``base``)."""
     play_vars = dict(play.get("vars") or {})
@@ -71,7 +84,7 @@ def test_day2_settings_are_role_defaults_not_play_vars(playbook: str) -> None:
         defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
         used = set().union(*(settings_used((REPO / "playbooks" / f).read_text(), role) for f in files))
         assert used, f"no {role}_* settings found in {files}: the pattern no longer matches"
-        missing = sorted(used - set(defaults) - keywords)
+        missing = sorted(used - set(defaults) - keywords - entry_point_names(role))
         assert not missing, f"{playbook} reads {missing}, which roles/{role}/defaults/main.yml does not define"
         role_vars = REPO / "roles" / role / "vars" / "main.yml"  # role vars outrank the inventory too
         settings = [n for n in (yaml.safe_load(role_vars.read_text()) if role_vars.is_file() else None) or {}
@@ -103,3 +116,6 @@ def test_the_checks_find_play_var_settings_and_stray_names() -> None:
             "y: \"{{ a | gpuops.cluster.validate_rows }}\"  # validate_trailing\nz: tasks/validate_report.yml\n"
             "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n  tags: [validate_report]\n")
     assert settings_used(text, "validate") == {"validate_timeout", "validate_pod"}
+    # burnin's entry point nccl_tests_source (validate includes it): its parameter and its output.
+    assert entry_point_names("burnin") == {"burnin_nccl_tests_for", "burnin_nccl_tests_tree"}
+    assert entry_point_names("validate") == set()
