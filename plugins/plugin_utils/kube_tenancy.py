@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Kubernetes tenancy from the one team list (``gpuops_teams`` + ``gpuops_members``) in the namespaces the plan
-decided (``gpuops_plan.team.namespaces``, made with ``team.namespace_of``): pure builders.
+"""Kubernetes tenancy from the teams (``gpuops_teams``) and the plan's team (``gpuops_plan.team``: its members and
+the namespaces it decided with ``team.namespace_of``): pure builders.
 
 ``plan(config)`` returns ``{"problems": [...], "objects": [...]}``. Per team, in its own namespace:
 
@@ -89,11 +89,20 @@ def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int,
     return found
 
 
+def _members(config: dict) -> list[dict]:
+    """The members of ``config``: a list of ``{name, team}``, or the plan's mapping member name -> ``{team, gpus}``
+    (``gpuops_plan.team.members``)."""
+    members = config.get("members") or []
+    if isinstance(members, dict):
+        return [{**entry, "name": name} for name, entry in members.items() if isinstance(entry, dict)]
+    return [member for member in members if isinstance(member, dict)]
+
+
 def problems(config: dict) -> list[str]:
     """Every refusal for ``config`` (see ``plan``) that is the tenancy's own: the team list itself (names, namespaces,
     quantities, members in teams) is the one team rule's, checked before (``team.team_problems``)."""
     teams = config.get("teams") or []
-    members = [m for m in config.get("members") or [] if isinstance(m, dict)]
+    members = _members(config)
     found = []
     for key in ("member_pvc_size",):
         problem = quantity_problem(f"kube_tenancy_{key}", config.get(key), "100Gi")
@@ -178,7 +187,8 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
 def plan(config: dict) -> dict[str, Any]:
     """Problems and, when there are none, every tenancy object for ``config``.
 
-    config: teams, members, namespaces (team name -> its namespace: the plan's team.namespaces), cluster_gpus
+    config: teams, members (a list of {name, team}, or the plan's team.members: name -> {team, gpus}), namespaces
+    (team name -> its namespace: the plan's team.namespaces), cluster_gpus
     (0 = unknown, not checked), member_pvc_size, extra_pvcs, limit_default, limit_default_request,
     monitoring_namespace, default_storage_class, mlflow_namespace ("" = no MLflow allow), nfs_servers,
     egress_endpoints.
@@ -186,7 +196,7 @@ def plan(config: dict) -> dict[str, Any]:
     found = problems(config)
     if found:
         return {"problems": found, "objects": []}
-    members = list(config.get("members") or [])
+    members = _members(config)
     objects = []
     for team in config["teams"]:
         objects.extend(team_objects(team, members, config))

@@ -123,6 +123,21 @@ def test_the_namespaces_are_the_plans() -> None:
     assert by_kind(result["objects"], "team-vision") == {}
 
 
+def test_the_members_are_the_plans() -> None:
+    """The role's default is the plan's team.members (member name -> {team, gpus}, plan._team): the same PVCs and
+    quota as from the member list, and the PVC count is checked against the storage quota the same way."""
+    members = {"alice": {"team": "vision", "gpus": [0, 1]}, "bob": {"team": "vision", "gpus": []},
+               "chen": {"team": "nlp", "gpus": []}}
+    from_plan = kt.plan(config(members=members))
+    assert from_plan["problems"] == []
+    assert from_plan == kt.plan(config())
+    pvcs = [o["metadata"]["name"] for o in from_plan["objects"] if o["kind"] == "PersistentVolumeClaim"]
+    assert pvcs == ["workspace-alice", "workspace-bob", "workspace-chen"]
+    teams = config()["teams"]
+    teams[0]["storage_quota"] = "300Gi"
+    assert "smaller than its 2 member PVCs" in one_problem(teams=teams, members=members)
+
+
 def test_a_team_the_plan_does_not_hold_is_refused() -> None:
     """A plan made from another team list (an old plan.json): refused, naming the team and the fix."""
     problem = one_problem(namespaces={"vision": "team-vision"})
