@@ -13,6 +13,9 @@ a parameter:
 - ``bin_dir``: a folder put first on ``PATH`` (the venv's bin), for playbooks that call the venv's own tools;
 - ``extra``: any other variable, set last (result format, colour, the localhost warning, ...).
 
+``run_playbook`` runs one of the tests' playbooks on localhost with its variables as an extra-vars file: the one
+runner of the role tests under tests/unit/roles that need no inventory.
+
 Importable by name: from tests/ (pyproject's pytest ``pythonpath``), and from bench/ and molecule/resources/, which
 put tests/ on ``sys.path``.
 """
@@ -21,9 +24,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 
 def playbook_env(
@@ -65,3 +73,18 @@ def json_document(stdout: str) -> dict:
     except ValueError:
         return {}
     return document
+
+
+def run_playbook(playbook: Path, variables: dict, folder: Path, **env: Any) -> subprocess.CompletedProcess:
+    """``ansible-playbook <playbook> -e @<folder>/vars.json`` from this checkout, ``variables`` written there as JSON;
+    ``env`` as ``playbook_env`` takes it (the localhost warning is off). Skips the test where the venv has no
+    ansible-playbook."""
+    ansible_playbook = BIN / "ansible-playbook"
+    if not ansible_playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {ansible_playbook} (run make venv)")
+    folder.mkdir(parents=True, exist_ok=True)
+    vars_file = folder / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    env["extra"] = {"ANSIBLE_LOCALHOST_WARNING": "false", **(env.get("extra") or {})}
+    return subprocess.run([str(ansible_playbook), str(playbook), "-e", f"@{vars_file}"], cwd=REPO,
+                          env=playbook_env(REPO, **env), capture_output=True, text=True, check=False, timeout=300)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_env import playbook_env
+from ansible_env import run_playbook as run_localhost
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
@@ -39,16 +40,9 @@ def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) ->
         "gpuops_platform": "compose",
         **extra,
     }
-    vars_file = tmp_path / "vars.json"
-    vars_file.write_text(json.dumps(variables))
     if os.geteuid() != 0:
         pytest.skip("the role's install stage chowns directories to member uids: run as root (as make unit does)")
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(playbook_file), "-e", f"@{vars_file}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return run_localhost(playbook_file, variables, tmp_path, extra={"NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")

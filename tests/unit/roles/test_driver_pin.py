@@ -9,17 +9,14 @@ without touching the host.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
-import pytest
-from ansible_env import playbook_env
+from ansible_env import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "driver_pin.yml"
-BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
 # Debian's two driver versions in the scenario's mirror (molecule/driver), one branch.
 PIN, NEWER = "535.261.03", "535.309.01"
@@ -30,13 +27,7 @@ def run(tmp_path: Path, **extra) -> subprocess.CompletedProcess:
     (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
     variables = {"fake_sysfs": str(sysfs), "nvidia_driver_version": PIN, "nvidia_driver_source": "distro",
                  "nvidia_driver_kernel_module_type": "proprietary", **extra}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, cache_dir=tmp_path / "facts", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return run_playbook(PLAYBOOK, variables, tmp_path, cache_dir=tmp_path / "facts")
 
 
 def test_the_packages_are_pinned_at_the_plans_pin(tmp_path):

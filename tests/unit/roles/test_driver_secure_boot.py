@@ -7,17 +7,14 @@ it without asking the host again (the mokutil/efivarfs read is for the role run 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_env import playbook_env
+from ansible_env import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "driver_secure_boot.yml"
-BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
 EFIVAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
 
@@ -30,13 +27,7 @@ def run(tmp_path: Path, secure_boot: int | None, **extra) -> subprocess.Complete
         (sysfs / EFIVAR).write_bytes(bytes([6, 0, 0, 0, secure_boot]))
     variables = {"fake_sysfs": str(sysfs), "nvidia_driver_version": "535.261.03", "nvidia_driver_load_module": True,
                  **extra}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, cache_dir=tmp_path / "facts", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return run_playbook(PLAYBOOK, variables, tmp_path, cache_dir=tmp_path / "facts")
 
 
 def test_secure_boot_enabled_is_refused_from_gpu_facts_without_asking_the_host_again(tmp_path):

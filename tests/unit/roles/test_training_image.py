@@ -6,30 +6,20 @@ the image build itself runs in the `compose` Molecule scenario when present ther
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_env import playbook_env
+from ansible_env import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "training_image_render.yml"
-BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 
 def run(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    tmp_path.mkdir(parents=True, exist_ok=True)
     variables = {"training_image_build_dir": str(tmp_path / "ctx"), **extra}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = playbook_env(REPO, extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
-    return subprocess.run([str(playbook), str(PLAYBOOK), "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return run_playbook(PLAYBOOK, variables, tmp_path)
 
 
 def test_cuda_12_2_on_driver_535_renders_a_multistage_non_root_context(tmp_path: Path) -> None:
