@@ -24,7 +24,12 @@ FIRST_STAGE = {
     "preflight": "gather.yml",  # gather -> evaluate -> report -> assert (refuse): the facts every later stage judges
     "validate": "gather.yml",  # gather -> report: the steps' outputs the report judges (the settings: argument spec)
     "diagnose": "gather.yml",  # gather -> walk: the outputs the walk judges (the settings: argument spec)
+    "docker_engine": "vars.yml",  # the OS values (its checks are all of its inputs, tasks/inputs.yml)
+    "gpu_operator": "plan.yml",  # the role's plan, which render and install read (its checks: tasks/inputs.yml)
 }
+# The values stage (tasks/vars.yml: the OS variables, loaded once, before the assert stage's host checks) runs under
+# every stage tag too, where a role has one.
+VALUES_STAGE = "vars.yml"
 
 
 class _Loader(yaml.SafeLoader):
@@ -81,6 +86,8 @@ def test_assert_runs_under_every_stage_tag(main):
         assert [t for t in stage_imports(text) if first in str(t)] == [], f"{role}: imports a missing {first}"
         return
     assert assert_tag_problems(role, text, first) == []
+    if first != VALUES_STAGE and (main.parent / VALUES_STAGE).is_file():
+        assert assert_tag_problems(role, text, VALUES_STAGE) == []
 
 
 def all_stage_tags(role: str, main: list) -> list[str]:
