@@ -72,7 +72,7 @@ def _cases() -> dict[str, tuple[dict[str, str], dict]]:
                                               "gpu_health_dcgm_repo_key_fingerprint": "short"}),
     }
     for level in LEVELS:
-        cases[f"level_{level}"] = ({}, {"gpu_health_dcgm_level": level})
+        cases[f"level_{level}"] = ({}, {"gpu_health_sweep_dcgm_level": level})
     for index, version in enumerate(VERSIONS):
         cases[f"version_{index}"] = ({}, {**install, "gpu_health_dcgm_version": version})
     for index, fingerprint in enumerate(FINGERPRINTS):
@@ -156,8 +156,7 @@ def test_defaults_pass_and_install_nothing(outcomes):
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_diag_level_outside_0_to_3_is_refused(outcomes, level):
     out = verdict(outcomes, f"level_{level}", refused=True)
-    assert f"gpu_health_dcgm_level is {level}; expected 0 (no diagnostics), 1" in out.text
-    assert "Fix: set gpu_health_dcgm_level to one of 0, 1, 2, 3." in out.text
+    assert f"value of gpu_health_sweep_dcgm_level must be one of: 0, 1, 2, 3, got: {level}" in out.text
 
 
 @pytest.mark.parametrize(("index", "version"), list(enumerate(VERSIONS)))
