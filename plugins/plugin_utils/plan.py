@@ -197,7 +197,8 @@ SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "properties": {"team": _NULL_STR, "gpus": {"type": "array", "items": {"type": "integer"}}},
                     },
-                    "description": "member name -> {team, gpus}: the GPU indexes the member's workspace gets.",
+                    "description": "member name -> {team, gpus}: the member's team (kube_tenancy gives it a PVC in "
+                    "that team's namespace) and the GPU indexes its workspace gets.",
                 },
                 "namespaces": {
                     "type": "object",
