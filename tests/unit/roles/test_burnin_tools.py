@@ -39,6 +39,7 @@ import pytest
 import yaml
 from ansible_env import json_document, playbook_env
 from ci_skips import skip_by_design
+from conftest import shared_path
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "burnin_tools.yml"
@@ -550,3 +551,77 @@ def test_the_pairs_image_refuses_another_release_before_unpacking_it(site: dict)
     ), message
     assert not (work / "image" / "nccl-tests-2.19.6" / "Makefile").exists()
     assert not any(line.startswith("docker build") for line in refused["log"]), refused["log"]
+
+
+# validate.yml on this machine (connection local) with two GPUs, so that its all_reduce_perf step runs: stand-ins,
+# each labelled, for what this machine has not. nvidia-smi answers from real captures read in place: H200's -q -x
+# (../shared/data/nvidia-smi/h200-driver580) with its one <gpu> written twice (the second at the next PCI address,
+# minor number and UUID: a 2-GPU host made here) and a real 2-GPU topo -m (nvidia-smi/topo, an A100 x2 NV12 VM).
+VALIDATE_NVIDIA_SMI = """#!/bin/sh
+# STAND-IN for nvidia-smi (no GPU here): -q -x of a 2-GPU host made from H200's real capture (test_burnin_tools.py),
+# a real 2-GPU topo -m capture, and the UUIDs of those two GPUs.
+echo "nvidia-smi $*" >> "$STANDIN_LOG"
+case "$*" in
+  "-q -x") cat "$STANDIN_DIR/q.xml" ;;
+  "topo -m") cat "$STANDIN_TOPO" ;;
+  "--query-gpu=index,uuid --format=csv,noheader") printf '0, %s\\n1, %s\\n' "$UUID0" "$UUID1" ;;
+  *) echo "stand-in nvidia-smi: no capture for: $*" >&2; exit 2 ;;
+esac
+"""
+VALIDATE_DOCKER = """#!/bin/sh
+# STAND-IN for docker (no GPU, no image here): records its argv; docker info answers as a daemon with runc only;
+# every container exits 0 with no output.
+echo "docker $*" >> "$STANDIN_LOG"
+[ "$1" != info ] || echo '{"Runtimes": {"runc": {}}}'
+"""
+
+
+def test_validate_builds_burnins_checked_release_in_its_own_tree(site: dict) -> None:
+    """playbooks/validate.yml's all_reduce_perf step takes burn-in's release through the entry point
+    nccl_tests_source (checked, then unpacked into validate's tree) and builds that tree in the CUDA devel image."""
+    h200 = shared_path("nvidia-smi", "h200-driver580", "q.xml").read_text()
+    topo = shared_path("nvidia-smi", "topo", "azure-nc48v4_a100-80gb-x2_nv12_cpuaff-0-1_VM-QUIRK.txt")
+    root = site["root"] / "validate-play"
+    (root / "bin").mkdir(parents=True)
+    start, end = h200.index("\t<gpu id="), h200.index("\t</gpu>\n") + len("\t</gpu>\n")
+    uuid0 = re.search(r"<uuid>(GPU-[^<]+)</uuid>", h200).group(1)
+    uuid1 = uuid0[:-1] + ("0" if uuid0[-1] != "0" else "1")
+    second = (h200[start:end].replace("00000000:00:06.0", "00000000:00:07.0").replace(uuid0, uuid1)
+              .replace("<minor_number>0</minor_number>", "<minor_number>1</minor_number>"))
+    assert second != h200[start:end]
+    two = h200[:end] + second + h200[end:]
+    (root / "q.xml").write_text(two.replace("<attached_gpus>1</attached_gpus>", "<attached_gpus>2</attached_gpus>"))
+    for name, text in (("nvidia-smi", VALIDATE_NVIDIA_SMI), ("docker", VALIDATE_DOCKER)):
+        (root / "bin" / name).write_text(text)
+        (root / "bin" / name).chmod(0o755)
+    if REAL_SOURCES:  # the mirror's tag, fetched without a checksum: checked against the pin
+        source, checksum = root / "nccl-tests-v2.19.6.tar.gz", ""
+        source.write_bytes(_gzip(_tar("nccl-tests", "v2.19.6")))
+    else:  # the stand-in release, with its checksum
+        source = Path(site["vars"]["burnin_nccl_tests_url"][len("file://"):])
+        checksum = site["vars"]["burnin_nccl_tests_checksum"]
+    (root / "hosts.yml").write_text(json.dumps({"all": {"vars": {"gpuops_platform": "compose"}, "children": {
+        "gpu_nodes": {"hosts": {"localhost": {"ansible_connection": "local",
+                                              "ansible_python_interpreter": sys.executable}}}}}}))
+    log, work = root / "log", root / "work"
+    extra = {"validate_fail_on_failed": False, "validate_report_dir": str(root / "reports"),
+             "burnin_work_dir": str(work), "burnin_nccl_tests_url": source.as_uri(),
+             "burnin_nccl_tests_checksum": checksum}
+    env = playbook_env(REPO, cache="memory", bin_dir=root / "bin", extra={
+        "STANDIN_LOG": str(log), "STANDIN_DIR": str(root), "STANDIN_TOPO": str(topo), "UUID0": uuid0, "UUID1": uuid1})
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(root / "hosts.yml"), str(REPO / "playbooks" / "validate.yml"),
+         "-e", json.dumps(extra)],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    tree = work / "validate" / "nccl-tests-2.19.6"
+    assert (tree / "Makefile").is_file()
+    assert (work / "nccl-tests-2.19.6.tar.gz").read_bytes() == source.read_bytes()
+    if REAL_SOURCES:
+        assert "Burn-in | each release is the pinned one, before anything of it is unpacked or built" in proc.stdout
+    [build] = [line for line in log.read_text().splitlines() if "all_reduce_perf" in line]
+    assert build == (
+        f"docker run --rm --gpus all --ipc=host -v {tree}:/src -w /src nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 "
+        "bash -c make -s -j MPI=0 >/dev/null && ./build/all_reduce_perf -b 8M -e 256M -f 2 -g 2"
+    )
