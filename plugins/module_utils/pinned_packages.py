@@ -421,6 +421,24 @@ def downgrades(resolved, installed, cmp=compare_versions):
 # What both modules (apt: pinned_packages, dnf: pinned_packages_dnf) report and refuse alike.
 
 
+# The options of both halves of the _pinned_packages role, apt and dnf (doc_fragments/pinned_packages.py).
+SET_OPTIONS = {
+    "versions": {"type": "dict", "default": {}},
+    "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
+    "allow_downgrade": {"type": "bool", "default": False},
+    "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
+    "verify": {"type": "dict"},
+    "hold": {"type": "bool", "default": True},
+    "label": {"type": "str", "default": ""},
+    "fix": {"type": "str", "default": ""},
+}
+
+
+def refusal(label, problems, fix):
+    """The failure message of a set that cannot be pinned: the label, every problem, then the fix (when given)."""
+    return label + "; ".join(problems) + "." + (f" Fix: {fix}" if fix else "")
+
+
 def downgrade_refusal(down, variable, show=str):
     """The refusal of a set that downgrades installed packages ({package: (installed, resolved)}), or "" when
     it downgrades none. ``show`` writes one version."""

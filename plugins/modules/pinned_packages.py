@@ -329,8 +329,7 @@ def resolve_lists(module, lists_dir, status, label, result):
         errors.append(pp.downgrade_refusal(pp.downgrades(out["resolved"], installed), p["downgrade_variable"]))
     errors = [error for error in errors if error]
     if errors:
-        fix = (" Fix: " + p["fix"]) if p["fix"] else ""
-        module.fail_json(msg=label + "; ".join(errors) + "." + fix, errors=errors, **result)
+        module.fail_json(msg=pp.refusal(label, errors, p["fix"]), errors=errors, **result)
 
 
 def describe(out, installed, status, result):
@@ -396,20 +395,13 @@ def main():
         "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret
         "dearmor_to": {"type": "path"},
         "lists_dir": {"type": "path"},
-        "versions": {"type": "dict", "default": {}},
         "installed_only": {"type": "bool", "default": False},
-        "verify": {"type": "dict"},
-        "hold": {"type": "bool", "default": True},
-        "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
         "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
-        "allow_downgrade": {"type": "bool", "default": False},
-        "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
-        "label": {"type": "str", "default": ""},
-        "fix": {"type": "str", "default": ""},
         "timeout": {"type": "int", "default": 30},
         "set_name": {"type": "str", "default": ""},
         "pin_file": {"type": "path"},
         "sources_file": {"type": "path"},
+        **pp.SET_OPTIONS,
     }
     module = AnsibleModule(
         argument_spec=spec,

@@ -268,8 +268,7 @@ def probe(module, p, result):
     problems = [problem for problem in problems if problem]
     result["requested"] = {name: ppd.evr_string(resolved[name]) for name in p["versions"] if name in resolved}
     if problems:
-        fix = f" Fix: {p['fix']}" if p["fix"] else ""
-        module.fail_json(msg=f"{p['label']}{'; '.join(problems)}.{fix}", **result)
+        module.fail_json(msg=pp.refusal(p["label"], problems, p["fix"]), **result)
     locks, result["versionlock"] = _locklist(p["versionlock_conf"])
     locked, stale = ppd.lock_state(resolved, ppd.read_locklist(locks))
     result.update(pp.standing({name: ppd.evr_string(evr) for name, evr in resolved.items()},
@@ -369,15 +368,8 @@ def main():
             "key_file": {"type": "path"},
             "key_path": {"type": "path"},
             "scratch": {"type": "path"},
-            "versions": {"type": "dict", "default": {}},
-            "follow": {"type": "str", "default": "all", "choices": ["all", "exact"]},
-            "allow_downgrade": {"type": "bool", "default": False},
-            "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
-            "verify": {"type": "dict"},
-            "hold": {"type": "bool", "default": True},
             "versionlock_conf": {"type": "path", "default": "/etc/dnf/plugins/versionlock.conf"},
-            "label": {"type": "str", "default": ""},
-            "fix": {"type": "str", "default": ""},
+            **pp.SET_OPTIONS,
         },
         required_by={"repo_url": ["key_file", "scratch"]},
         supports_check_mode=True,
