@@ -25,7 +25,6 @@ FIRST_STAGE = {
     "validate": "gather.yml",  # gather -> report: the steps' outputs the report judges (the settings: argument spec)
     "diagnose": "gather.yml",  # gather -> walk: the outputs the walk judges (the settings: argument spec)
     "docker_engine": "vars.yml",  # the OS values (its checks are all of its inputs, tasks/inputs.yml)
-    "gpu_operator": "plan.yml",  # the role's plan, which render and install read (its checks: tasks/inputs.yml)
 }
 # The values stage (tasks/vars.yml: the OS variables, loaded once, before the assert stage's host checks) runs under
 # every stage tag too, where a role has one.
