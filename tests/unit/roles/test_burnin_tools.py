@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_jobs
 from ansible_env import json_document, playbook_env
 from ci_skips import skip_by_design
 from conftest import shared_path
@@ -328,6 +329,13 @@ def test_every_default_source_is_a_pinned_release() -> None:
         assert (defaults[f"burnin_{tool.replace('-', '_')}_checksum"], url) == ("", github)
     # One nccl-tests release: one pin, the one the default URL names.
     assert list(PINS["nccl-tests"]) == [urls["nccl-tests"].rsplit("/v", 1)[1].removesuffix(".tar.gz")]
+
+
+def test_the_image_and_validate_read_the_version_as_the_host_build_does() -> None:
+    # The pairs' image and validate's tree (vars/main.yml) and the host build (burnin_jobs.tools) name one release.
+    version = yaml.safe_load((REPO / "roles" / "burnin" / "vars" / "main.yml").read_text())
+    version = version["_burnin_nccl_tests_version"]
+    assert f"regex_search('{burnin_jobs._VERSION_IN_URL.pattern}', " in version, version
 
 
 # An nccl-tests release named in YAML or Jinja: a GitHub archive or release URL, a versioned file or folder name, a
