@@ -1,4 +1,5 @@
-"""What every entry of bench/results.json carries about how it was made, and the one writer of that file.
+"""What every entry of bench/results.json carries about how it was made, and the one writer of that file; ``timed``,
+the one runner of a measured command (fleet.py, converge.py).
 
 Each bench script (run.py, fleet.py, converge.py) calls ``started()`` before it measures and ``record()`` when it
 has figures; ``record()`` stores the entry under the script's key with a ``generator`` object:
@@ -43,6 +44,18 @@ GENERATOR_FIELDS = (
     "over_load",
     "targets_gpu",
 )
+
+
+def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, str]:
+    """``argv`` run in the repository, its output kept in ``log``: (wall seconds, stdout). A failure ends the bench,
+    naming the log."""
+    t0 = time.perf_counter()
+    run = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, cwd=REPO)
+    seconds = time.perf_counter() - t0
+    log.write_text(run.stdout + run.stderr)
+    if run.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv[:3])}... failed (rc {run.returncode}); log: {log}")
+    return seconds, run.stdout
 
 
 def load1() -> float:

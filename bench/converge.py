@@ -20,14 +20,12 @@ import fcntl
 import os
 import re
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from _meta import generator, load1, record, started  # noqa: E402
+from _meta import generator, load1, record, started, timed  # noqa: E402
 from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
 
 LOGS = REPO / "build" / "bench"
@@ -51,15 +49,9 @@ def environment() -> dict[str, str]:
 
 def playbook(name: str, *argv: str, env: dict[str, str]) -> tuple[float, str]:
     log = LOGS / f"converge-{name}.log"
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), *argv]
-    t0 = time.perf_counter()
-    run = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=REPO)
-    seconds = time.perf_counter() - t0
-    log.write_text(run.stdout + run.stderr)
-    if run.returncode != 0:
-        raise SystemExit(f"bench converge: step {name} failed (rc {run.returncode}); log: {log}")
+    seconds, out = timed([str(Path(sys.executable).parent / "ansible-playbook"), *argv], env, log)
     print(f"  {name:<8} {seconds:7.1f} s  (log: {log.relative_to(REPO)})")
-    return seconds, run.stdout
+    return seconds, out
 
 
 def recap(out: str) -> dict[str, int]:

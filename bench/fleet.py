@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from _meta import generator, load1, load_limit, over_load, record, started  # noqa: E402
+from _meta import generator, load1, load_limit, over_load, record, started, timed  # noqa: E402
 from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
 
 WORK = REPO / "build" / "bench"
@@ -151,16 +151,6 @@ def environment() -> dict[str, str]:
     return playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=bin_dir, extra={"GPUOPS_BENCH": "1"})
 
 
-def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
-    t0 = time.perf_counter()
-    run = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, cwd=REPO)
-    seconds = time.perf_counter() - t0
-    log.write_text(run.stdout + run.stderr)
-    if run.returncode != 0:
-        raise SystemExit(f"bench: {' '.join(argv[:3])}... failed (rc {run.returncode}); log: {log}")
-    return seconds
-
-
 class _PeakLoad(threading.Thread):
     """The highest 1-minute load average seen while a size is measured (sampled every few seconds)."""
 
@@ -202,7 +192,7 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) 
     sampler.start()
     for round_no in range(rounds):
         for name, argv in cmds.items():  # interleaved: a busy moment hits all three alike
-            times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log"))
+            times[name].append(timed(argv, env, WORK / f"{name}-{size}-{round_no}.log")[0])
         print(f"  N={size} round {round_no + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     med = {name: statistics.median(values) for name, values in times.items()}
     load_peak, load_after = sampler.stop(), load1()
