@@ -59,7 +59,7 @@ def test_role_reads_no_other_roles_private_variables(role: str) -> None:
 
 # Playbooks that hand a role's product on read only its documented outputs (<role>_objects, <role>_files,
 # compose_stack_review, kube_node_registration, set by the role's render or review entry point) and the plan.
-READS_OUTPUTS_ONLY = ["playbooks/render.yml", "playbooks/tasks/render_addon.yml"]
+READS_OUTPUTS_ONLY = ["playbooks/render.yml", "playbooks/tasks/render_role.yml"]
 
 
 @pytest.mark.parametrize("playbook", READS_OUTPUTS_ONLY)
