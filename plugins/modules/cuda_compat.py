@@ -147,8 +147,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import check_compat
 
 
-def build_module() -> AnsibleModule:
-    return AnsibleModule(
+def main() -> None:
+    module = AnsibleModule(
         argument_spec={
             "driver_version": {"type": "str", "required": True},
             "cuda_version": {"type": "str", "required": True},
@@ -157,10 +157,6 @@ def build_module() -> AnsibleModule:
         },
         supports_check_mode=True,
     )
-
-
-def main() -> None:
-    module = build_module()
     params = module.params
     try:
         result = check_compat(

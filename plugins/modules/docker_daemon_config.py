@@ -180,22 +180,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon impor
 )
 
 
-def build_module() -> AnsibleModule:
-    return AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "default": "/etc/docker/daemon.json"},
-            "config": {"type": "dict", "required": True},
-            "remove_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},  # names, not secrets
-            "invalid": {"type": "str", "choices": ["fail", "replace"], "default": "fail"},
-            "validate": {"type": "bool", "default": True},
-            "dockerd": {"type": "str", "default": "dockerd"},
-            "backup": {"type": "bool", "default": True},
-            "mode": {"type": "raw", "default": "0644"},
-        },
-        supports_check_mode=True,
-    )
-
-
 def _read(path: str) -> bytes | None:
     if not os.path.exists(path):
         return None
@@ -274,7 +258,19 @@ def _validate(module: AnsibleModule, path: str, candidate: str, config: dict, re
 
 
 def main() -> None:
-    module = build_module()
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "default": "/etc/docker/daemon.json"},
+            "config": {"type": "dict", "required": True},
+            "remove_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},  # names, not secrets
+            "invalid": {"type": "str", "choices": ["fail", "replace"], "default": "fail"},
+            "validate": {"type": "bool", "default": True},
+            "dockerd": {"type": "str", "default": "dockerd"},
+            "backup": {"type": "bool", "default": True},
+            "mode": {"type": "raw", "default": "0644"},
+        },
+        supports_check_mode=True,
+    )
     path = module.params["path"]
     try:
         data = _read(path)

@@ -419,12 +419,8 @@ ARGUMENT_SPEC = {
 }
 
 
-def build_module() -> AnsibleModule:
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-
-
 def main() -> None:
-    module = build_module()
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})

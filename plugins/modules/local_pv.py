@@ -161,8 +161,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import H
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import check_local_volumes
 
 
-def build_module() -> AnsibleModule:
-    return AnsibleModule(
+def main() -> None:
+    module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/mnt/disks"},
             "allowed_fstypes": {"type": "list", "elements": "str", "default": ["xfs", "ext4"]},
@@ -174,10 +174,6 @@ def build_module() -> AnsibleModule:
         },
         supports_check_mode=True,
     )
-
-
-def main() -> None:
-    module = build_module()
     params = module.params
     try:
         result = check_local_volumes(
