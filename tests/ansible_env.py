@@ -28,8 +28,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
@@ -79,6 +77,8 @@ def run_playbook(playbook: Path, variables: dict, folder: Path, **env: Any) -> s
     """``ansible-playbook <playbook> -e @<folder>/vars.json`` from this checkout, ``variables`` written there as JSON;
     ``env`` as ``playbook_env`` takes it (the localhost warning is off). Skips the test where the venv has no
     ansible-playbook."""
+    import pytest  # noqa: PLC0415 (only the tests call this; bench/ and molecule/resources/ import the module too)
+
     ansible_playbook = BIN / "ansible-playbook"
     if not ansible_playbook.exists():
         pytest.skip(f"ansible-playbook not found at {ansible_playbook} (run make venv)")
