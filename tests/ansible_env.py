@@ -13,6 +13,7 @@ a parameter:
 - ``bin_dir``: a folder put first on ``PATH`` (the venv's bin), for playbooks that call the venv's own tools;
 - ``extra``: any other variable, set last (result format, colour, the localhost warning, ...).
 
+``inventory_vars`` reads an inventory's host variables as a play would see them, without running one.
 ``run_playbook`` runs one of the tests' playbooks on localhost with its variables as an extra-vars file: the one
 runner of the role tests under tests/unit/roles that need no inventory.
 
@@ -27,6 +28,10 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -71,6 +76,15 @@ def json_document(stdout: str) -> dict:
     except ValueError:
         return {}
     return document
+
+
+def inventory_vars(source: Path | str) -> dict[str, dict]:
+    """host -> its variables, as the inventory at ``source`` gives them (Ansible's loader: group_vars, host_vars,
+    groups; no facts)."""
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(source)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
 
 
 def run_playbook(playbook: Path, variables: dict, folder: Path, **env: Any) -> subprocess.CompletedProcess:

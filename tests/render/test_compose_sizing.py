@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan as plan_py
+from ansible_env import inventory_vars
 from conftest import REPO_ROOT, SHARED_DATA, run_render
 
 INVENTORY = REPO_ROOT / "inventories" / "small-team"
@@ -42,10 +40,7 @@ def _preflight_plan(reports: Path) -> None:
     """The plan.json preflight leaves in the report folder for small-team's gpu01 (plan.build_plan)."""
     if not CAPTURE.exists():
         pytest.skip(f"real third-party data not present: {CAPTURE}")
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(INVENTORY)])
-    variables = VariableManager(loader=loader, inventory=manager)
-    hostvars = {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+    hostvars = inventory_vars(INVENTORY)
     records = {"gpu01": {"gpu": {"count": 8, "source": "nvml", "present": True,
                                  "topology": parse_topology(CAPTURE.read_text())},
                          "host": HOST_OS, "result": {"ok": True},

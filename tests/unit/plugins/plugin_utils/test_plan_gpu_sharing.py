@@ -15,9 +15,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import (
     gpu_operator_default_pools,
     gpu_operator_plan,
@@ -28,6 +25,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi impor
     parse_nvidia_smi_xml,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from ansible_env import inventory_vars
 from conftest import shared_path
 
 REPO = Path(__file__).resolve().parents[4]
@@ -52,10 +50,7 @@ SHARE_KEYS = ("strategy", "replicas", "memory_isolation", "memory_per_replica_mi
 
 
 def _inventory() -> dict[str, dict]:
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / "cluster")])
-    variables = VariableManager(loader=loader, inventory=manager)
-    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+    return inventory_vars(REPO / "inventories" / "cluster")
 
 
 def _facts(name: str) -> dict:

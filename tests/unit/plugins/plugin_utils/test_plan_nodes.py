@@ -12,12 +12,10 @@ import json
 from pathlib import Path
 
 import jsonschema
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import kube_gpu_nodes
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from ansible_env import inventory_vars
 from fleet_fixture import shared_path
 
 REPO = Path(__file__).resolve().parents[4]
@@ -31,11 +29,7 @@ FLEET = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "14 p
 
 
 def _inventory(name: str) -> dict[str, dict]:
-    """host -> its variables, as the inventory gives them (Ansible's loader; group_vars, host_vars, groups)."""
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / name)])
-    variables = VariableManager(loader=loader, inventory=manager)
-    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+    return inventory_vars(REPO / "inventories" / name)
 
 
 def _gpu(name: str) -> dict:

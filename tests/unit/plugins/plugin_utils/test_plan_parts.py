@@ -14,13 +14,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.filter import kube
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, training_jobs
+from ansible_env import inventory_vars
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands, make_pci, no_pynvml
 
@@ -37,11 +35,7 @@ TRAINING_HCA = "=" + ",".join(f"mlx5_{n}" for n in range(18))
 
 
 def _inventory(name: str) -> dict[str, dict]:
-    """host -> its variables, as the inventory gives them (Ansible's loader; group_vars and host_vars merged)."""
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / name)])
-    variables = VariableManager(loader=loader, inventory=manager)
-    return {host.name: variables.get_vars(host=host, include_hostvars=False) for host in manager.get_hosts()}
+    return inventory_vars(REPO / "inventories" / name)
 
 
 def _topology(name: str) -> dict:
