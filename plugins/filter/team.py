@@ -1,17 +1,14 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters over the team list (gpuops_teams, gpuops_members):
+"""Filter over the team list (gpuops_teams, gpuops_members):
+``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
+that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for their defaults).
 
-* ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
-  that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for their defaults);
-* ``gpuops_teams | gpuops.cluster.team_resolved(gpuops_members)``: teams with namespace, group and members filled in.
-
-Thin: the rules live in plugins/plugin_utils/team.py; documentation in the .yml files next to this one.
+Thin: the rules live in plugins/plugin_utils/team.py; documentation in team_problems.yml next to this one.
 """
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 mps = lazy("mps")
@@ -27,15 +24,8 @@ def team_problems(teams: object, members: object = None, mps_context_reserve: ob
     return team.team_problems(teams, members, rule)
 
 
-def team_resolved(teams: object, members: object = None) -> list:
-    problems = team.team_problems(teams, members)
-    if problems:
-        raise AnsibleFilterError("team_resolved: " + "; ".join(problems))
-    return team.resolve_teams(list(teams), list(members))  # type: ignore[call-overload]
-
-
 class FilterModule:
-    """gpuops.cluster team filters."""
+    """gpuops.cluster team filter."""
 
     def filters(self) -> dict:
-        return {"team_problems": team_problems, "team_resolved": team_resolved}
+        return {"team_problems": team_problems}
