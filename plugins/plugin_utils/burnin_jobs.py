@@ -173,13 +173,15 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     CUDA home whose bin/nvcc runs, "" for none), cuda_release (nvcc's), caps (nvidia-smi's compute_cap per
     GPU), nvbandwidth and all_reduce_perf (where found, "" for none), nccl_version (of config's nccl_home),
     built (the stamps in tools_dir: those builds are done and left out of ``build``).
-    config: _burnin_config (tools_build, tools_dir, nccl_home, nccl_tests_url, nvbandwidth_url, nccl_wheel_url,
-    nccl_wheels by architecture, source_pins by tool and version, ...). nccl-tests is needed on Compose with two
-    GPUs or more (Kubernetes runs it in a Job of burnin_image).
+    config: _burnin_config (tools_build, tools_dir, work_dir, nccl_home, nccl_tests_url, nvbandwidth_url,
+    nccl_wheel_url, nccl_wheels by architecture, source_pins by tool and version, ...). nccl-tests is needed on
+    Compose with two GPUs or more (Kubernetes runs it in a Job of burnin_image).
 
     Returns {cuda, archs, gencode, nccl_home, nvbandwidth, all_reduce_perf, env, build: [{tool, version, dir,
-    stamp, binary, url, checksum, pin (_pin's), argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} | None,
-    problems}."""
+    archive, stamp, binary, url, checksum, pin (_pin's), argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} |
+    None, problems}. nccl-tests' archive is the one file of its release that the pairs' image and validate unpack
+    too (<work_dir>/nccl-tests-<version>.tar.gz, roles/burnin/tasks/nccl_tests_source.yml); nvbandwidth's is
+    <dir>.tar.gz."""
     found = _probe(probe)
     cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
     archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
@@ -224,7 +226,8 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
         folder = f"{tools_dir}/nvbandwidth-{version}-cuda{release}-{sm}"
         out["nvbandwidth"] = f"{folder}/build/nvbandwidth"
         out["build"].append({
-            "tool": "nvbandwidth", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
+            "tool": "nvbandwidth", "version": version, "dir": folder, "archive": f"{folder}.tar.gz",
+            "stamp": f"{folder}/{STAMP}",
             "binary": out["nvbandwidth"], "url": str(config["nvbandwidth_url"]),
             "checksum": str(config.get("nvbandwidth_checksum") or ""), "pin": _pin(config, "nvbandwidth", version),
             "argv": [["cmake", "-S", folder, "-B", f"{folder}/build", f"-DCMAKE_CUDA_COMPILER={cuda}/bin/nvcc",
@@ -235,8 +238,9 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
         folder = f"{tools_dir}/nccl-tests-{version}-cuda{release}-nccl{nccl_version or 'unknown'}-{sm}"
         out["all_reduce_perf"] = f"{folder}/build/all_reduce_perf"
         out["env"] = {"LD_LIBRARY_PATH": f"{nccl_home}/lib:{cuda}/lib64"}
+        archive = f"{str(config['work_dir']).rstrip('/')}/nccl-tests-{version}.tar.gz"
         out["build"].append({
-            "tool": "nccl-tests", "version": version, "dir": folder, "stamp": f"{folder}/{STAMP}",
+            "tool": "nccl-tests", "version": version, "dir": folder, "archive": archive, "stamp": f"{folder}/{STAMP}",
             "binary": out["all_reduce_perf"], "url": str(config["nccl_tests_url"]),
             "checksum": str(config.get("nccl_tests_checksum") or ""), "pin": _pin(config, "nccl-tests", version),
             "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",

@@ -187,7 +187,8 @@ def run(site: dict, name: str, *options: str, **overrides) -> dict:
     log = root / f"{name}.log"
     log.write_text("")
     extra = root / f"{name}.json"
-    extra.write_text(json.dumps(site["vars"] | overrides))
+    # Each run its own burnin_work_dir, where nccl-tests' release is fetched (a file there is not fetched again).
+    extra.write_text(json.dumps(site["vars"] | {"burnin_work_dir": str(root / f"work-{name}")} | overrides))
     env = playbook_env(
         REPO,
         cache="memory",
@@ -255,6 +256,8 @@ def test_missing_tools_are_built_once_then_the_stamp_skips_the_build(site: dict)
     link = next(line for line in first["log"] if f"-o {nccl_tests}/build/all_reduce_perf " in line)
     assert f"-L{nccl_home}/lib -lnccl" in link
     assert "nvidia-smi --query-gpu=compute_cap --format=csv,noheader" in first["log"]
+    # nccl-tests' release is fetched to its one file, the one the pairs' image and validate unpack (work_dir).
+    assert (site["root"] / "work-first" / "nccl-tests-2.19.6.tar.gz").is_file()
     assert (nccl_home / "lib" / "libnccl.so").readlink() == Path("libnccl.so.2")
     for folder, binary in ((nccl_tests, "build/all_reduce_perf"), (nvbandwidth, "build/nvbandwidth")):
         assert (folder / binary).is_file()
@@ -454,9 +457,10 @@ def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpac
         cache / "nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90",
     )
     pin = PINS["nccl-tests"]["2.19.6"]
+    archive = root / "work-tampered" / "nccl-tests-2.19.6.tar.gz"  # the one file of the release (nccl_tests_source)
     assert nccl_tests_msg.startswith(
         f"localhost: nccl-tests 2.19.6 from {tampered.as_uri()} is not the release burn-in pins: the sha256 of its tar "
-        f"(gzip -dc {nccl_tests_dir}.tar.gz | sha256sum) is {found}; pinned: {pin['tar_sha256']}, the tar of git "
+        f"(gzip -dc {archive} | sha256sum) is {found}; pinned: {pin['tar_sha256']}, the tar of git "
         "archive --format=tar --prefix=nccl-tests-2.19.6/ v2.19.6 of github.com/NVIDIA/nccl-tests "
         f"(commit {pin['commit']}). The file was removed and nothing of it was built."
     ), nccl_tests_msg
@@ -466,7 +470,7 @@ def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpac
     ), nvbandwidth_msg
     assert "set burnin_nvbandwidth_checksum to sha256:<hex> of a copy you trust (sha256sum)" in nvbandwidth_msg
     # Removed, so a later run fetches again; nothing unpacked, nothing built.
-    assert not nccl_tests_dir.with_name(nccl_tests_dir.name + ".tar.gz").exists()
+    assert not archive.exists()
     assert not nvbandwidth_dir.with_name(nvbandwidth_dir.name + ".tar.gz").exists()
     assert (list(nccl_tests_dir.iterdir()), list(nvbandwidth_dir.iterdir())) == ([], [])
     assert not any(line.startswith(("cmake", "nvcc -o", "nvcc -c")) for line in refused["log"]), refused["log"]

@@ -96,7 +96,8 @@ def test_an_operator_override_that_is_no_check_is_refused_naming_the_checks() ->
 # The tools probe (roles/burnin/tasks/tools.yml) of a node like the recorded H200's, with the CUDA 13.0 toolkit.
 PROBE = ("arch=x86_64\ncuda=/usr/local/cuda-13.0\ncuda_release=13.0\ncaps=9.0 9.0 \nnvbandwidth=\n"
          "all_reduce_perf=\nbuilt=\n")
-CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools", "cuda_home": "", "nccl_home": "",
+CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools", "work_dir": "/var/cache/gpuops/burnin",
+          "cuda_home": "", "nccl_home": "",
           "nccl_tests_url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz",
           "nccl_tests_checksum": "", "nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
           "nvbandwidth_checksum": "", "nccl_wheel_url": "", "nccl_wheel_checksum": "",
@@ -110,6 +111,10 @@ def test_the_h200_recipe_nccl_tests_make_mpi0_against_the_wheels_nccl() -> None:
     nccl_home = "/var/cache/gpuops/burnin-tools/nccl-2.28.9/nvidia/nccl"
     assert plan["problems"] == []
     assert [b["tool"] for b in plan["build"]] == ["nvbandwidth", "nccl-tests"]
+    # nccl-tests' release is the one file the pairs' image and validate unpack too (nccl_tests_source.yml).
+    assert [b["archive"] for b in plan["build"]] == [
+        "/var/cache/gpuops/burnin-tools/nvbandwidth-0.8-cuda13.0-sm90.tar.gz",
+        "/var/cache/gpuops/burnin/nccl-tests-2.19.6.tar.gz"]
     assert plan["build"][1]["argv"] == [["make", "-C", NCCL_TESTS, "-j", "MPI=0", "CUDA_HOME=/usr/local/cuda-13.0",
                                          f"NCCL_HOME={nccl_home}",
                                          "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"]]
