@@ -60,7 +60,8 @@ def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
     bad = {**TEAM, "gpuops_plattform": "compose", "gpuops_platform": "swarm", "gpuops_gpu_count": "4",
            "gpuops_team_size": -2, "gpuops_multi_node_training": "yes", "gpuops_gpu_topology": [1],
            "gpuops_registry_mirror": "http://registry.lan", "gpuops_cuda_version": "12", "compose_stack_members": [],
-           "gpuops_mps_context_reserve": "576M"}
+           "gpuops_mps_context_reserve": "576M",
+           "validate_nccl_tests_url": "https://mirror.lan/nccl-tests/v2.13.11.tar.gz"}
     code, out = boilerplate(tmp_path, bad)
     assert code != 0, out[-3000:]
     flat = " ".join(out.split())
@@ -75,6 +76,8 @@ def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
         f'gpuops_cuda_version is "12" on {HOST}; expected a CUDA release as major.minor',
         f"compose_stack_members is set on {HOST} to []; it is no longer read. Fix: move it to gpuops_members",
         f'gpuops_mps_context_reserve is "576M" (str) on {HOST}; expected a non-negative integer.',
+        f'validate_nccl_tests_url is set on {HOST} to "https://mirror.lan/nccl-tests/v2.13.11.tar.gz"; it is no longer '
+        "read. Fix: move it to burnin_nccl_tests_url, with burnin_nccl_tests_checksum for a mirror's copy",
     ]
     missing = [fragment for fragment in expected if fragment not in flat]
     assert not missing, f"missing {missing} in:\n{out[-4000:]}"
