@@ -12,12 +12,13 @@ from datetime import datetime, timezone
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service, write_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import (
     add_sections,
     summary_line,
+    write_plan,
     write_reports,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems

@@ -43,9 +43,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
 )
 
 SCHEMA_VERSION = 1
-PLAN_FILE = "plan.json"
 HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
-FILE_MODE = 0o640
 
 _NULL_STR = {"type": ["string", "null"]}
 _NULL_INT = {"type": ["integer", "null"]}
@@ -869,18 +867,3 @@ def with_out_of_service(plan: dict, report_dir: str) -> dict:
         entry = held.get(host) if isinstance(held.get(host), dict) else {}
         part["out_of_service"] = dict(entry.get("out_of_service") or {})
     return plan
-
-
-def write_plan(plan: dict, *folders: str) -> list[str]:
-    """plan.json (mode 0640, atomically) in each folder; returns the paths."""
-    text = json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n"
-    written = []
-    for folder in folders:
-        os.makedirs(folder, mode=0o750, exist_ok=True)
-        path = os.path.join(folder, PLAN_FILE)
-        tmp = f"{path}.tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-        written.append(path)
-    return written

@@ -2,7 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """The preflight reports of a whole run, written once, in-process, on the controller.
 
-``write_reports(run_dir, records, fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
+``write_plan(plan, *folders)`` writes ``plan.json`` (gpuops_plan) into each folder. ``write_reports(run_dir, records,
+fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
 ``fleet.json`` and the fleet report page ``index.html`` (plugin_utils/fleet_report.py) for the run. A record
 is one host's judged preflight (see ``preflight_fleet``).
 
@@ -23,6 +24,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import
 SECTIONS: list[Callable[[str, dict, Any], dict | None]] = []
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+PLAN_FILE = "plan.json"
 
 
 def _cell(value: Any) -> str:
@@ -138,6 +140,18 @@ def _write(path: str, text: str) -> None:
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def write_plan(plan: dict, *folders: str) -> list[str]:
+    """plan.json (mode 0640, atomically) in each folder; returns the paths."""
+    text = json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n"
+    written = []
+    for folder in folders:
+        os.makedirs(folder, mode=DIR_MODE, exist_ok=True)
+        path = os.path.join(folder, PLAN_FILE)
+        _write(path, text)
+        written.append(path)
+    return written
 
 
 def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[str, str]:

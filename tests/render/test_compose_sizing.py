@@ -18,6 +18,7 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan as plan_py
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import write_plan
 from ansible_env import inventory_vars
 from conftest import REPO_ROOT, SHARED_DATA, run_render
 
@@ -49,7 +50,7 @@ def _preflight_plan(reports: Path) -> None:
              "hosts": {}}
     built = plan_py.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-04T00:00:00+00:00",
                                str(reports / "20261204T000000Z"))
-    plan_py.write_plan(built, str(reports))
+    write_plan(built, str(reports))
 
 
 def test_a_preflight_plan_renders_each_workspaces_mem_limit_and_cpus(tmp_path):

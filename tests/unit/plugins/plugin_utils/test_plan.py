@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, preflight_report
 from fleet_fixture import shared_path
 
 REPO = Path(__file__).resolve().parents[4]
@@ -161,10 +161,10 @@ def test_inventory_plan_that_cannot_decide_says_why():
 
 
 def test_write_plan_is_0640_in_each_folder(kube_plan, tmp_path):
-    paths = plan.write_plan(kube_plan, str(tmp_path / "run"), str(tmp_path))
+    paths = preflight_report.write_plan(kube_plan, str(tmp_path / "run"), str(tmp_path))
     assert paths == [str(tmp_path / "run" / "plan.json"), str(tmp_path / "plan.json")]
     for path in paths:
-        assert stat.S_IMODE(Path(path).stat().st_mode) == plan.FILE_MODE
+        assert stat.S_IMODE(Path(path).stat().st_mode) == preflight_report.FILE_MODE
         assert json.loads(Path(path).read_text()) == json.loads(json.dumps(kube_plan))
 
 
