@@ -156,7 +156,6 @@ class _Capture:
         self.rows: dict[str, list[str]] = {}  # row label -> tokens after the label
         self.row_order: list[str] = []
         self.legend: set[str] = set()  # codes seen in "Legend:" (X, SYS, ..., NV#)
-        self.has_legend = False
         self.nic_names: dict[str, str] = {}  # NIC0 -> mlx5_0
         self.mp_command = False  # "-mp" on a command line above the matrix
         self.last_row: str | None = None  # label of a row that is the last non-blank line of the text
@@ -175,7 +174,6 @@ def _read_sections(lines: list[str], header: int, capture: _Capture, warnings: l
             section = "nic_legend"
         elif text.startswith("Legend"):
             section = "legend"
-            capture.has_legend = True
         elif section == "legend":
             code, sep, _meaning = text.partition("=")
             if sep:
