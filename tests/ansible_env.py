@@ -13,7 +13,8 @@ a parameter:
 - ``bin_dir``: a folder put first on ``PATH`` (the venv's bin), for playbooks that call the venv's own tools;
 - ``extra``: any other variable, set last (result format, colour, the localhost warning, ...).
 
-``inventory_vars`` reads an inventory's host variables as a play would see them, without running one.
+``play_recap`` reads the PLAY RECAP of a run's stdout. ``inventory_vars`` reads an inventory's host variables as a
+play would see them, without running one.
 ``run_playbook`` runs one of the tests' playbooks on localhost with its variables as an extra-vars file: the one
 runner of the role tests under tests/unit/roles that need no inventory.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,18 @@ def json_document(stdout: str) -> dict:
     except ValueError:
         return {}
     return document
+
+
+def play_recap(stdout: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP lines of a run's stdout: host -> counts (ok, changed, unreachable, failed, ...)."""
+    block = stdout.split("PLAY RECAP", 1)[1]
+    hosts = {}
+    for line in block.splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+: (.*)$", line)
+        if not match:
+            break
+        hosts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return hosts
 
 
 def inventory_vars(source: Path | str) -> dict[str, dict]:

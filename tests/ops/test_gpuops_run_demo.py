@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from ansible_env import playbook_env
+from ansible_env import play_recap, playbook_env
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -48,15 +48,7 @@ def demo_node():
 
 
 def recap(artifacts: Path) -> dict[str, dict[str, int]]:
-    text = (artifacts / "runner" / "artifacts" / "run" / "stdout").read_text()
-    block = text.split("PLAY RECAP", 1)[1]
-    hosts = {}
-    for line in block.splitlines()[1:]:
-        match = re.match(r"^(\S+)\s+: (.*)$", line)
-        if not match:
-            break
-        hosts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return hosts
+    return play_recap((artifacts / "runner" / "artifacts" / "run" / "stdout").read_text())
 
 
 def check_artifacts(artifacts: Path) -> tuple[dict, ET.Element]:

@@ -4,12 +4,12 @@ the same run printed, JUnit has one testcase per host x play, exit codes, --list
 from __future__ import annotations
 
 import json
-import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from ansible_env import play_recap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -25,15 +25,7 @@ def events(name: str) -> list[dict]:
 
 def recap(name: str) -> dict[str, dict[str, int]]:
     """The PLAY RECAP lines of the run's own stdout -> host -> counts."""
-    text = (RECORDED / f"{name}.stdout").read_text()
-    block = text.split("PLAY RECAP", 1)[1]
-    hosts = {}
-    for line in block.splitlines()[1:]:
-        match = re.match(r"^(\S+)\s+: (.*)$", line)
-        if not match:
-            break
-        hosts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return hosts
+    return play_recap((RECORDED / f"{name}.stdout").read_text())
 
 
 @pytest.mark.parametrize("name", CAPTURES)
