@@ -334,14 +334,3 @@ def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None
                                 f"{name}, or remove the team")
     return problems
 
-
-def resolve_teams(teams: list[dict], members: list[dict]) -> list[dict]:
-    """Teams with their defaults filled in (namespace, group) and their members' names, in list order."""
-    resolved = []
-    for team in teams:
-        entry = dict(team)
-        entry["namespace"] = namespace_of(team)
-        entry["group"] = team.get("group") or team["name"]
-        entry["members"] = [m["name"] for m in members if m.get("team") == team["name"]]
-        resolved.append(entry)
-    return resolved

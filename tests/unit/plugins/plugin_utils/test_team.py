@@ -84,14 +84,6 @@ def test_quantities() -> None:
         assert not team.QUANTITY.match(bad), bad
 
 
-def test_resolve_teams_fills_defaults_and_lists_members() -> None:
-    resolved = team.resolve_teams(TEAMS, MEMBERS)
-    assert [(t["namespace"], t["group"], t["members"]) for t in resolved] == [
-        ("team-vision", "vision", ["alice", "bob"]),
-        ("asr", "speech-team", ["carol"]),
-    ]
-
-
 @pytest.mark.parametrize("inventory", sorted(p.name for p in (REPO / "inventories").iterdir()))
 def test_every_inventory_has_one_usable_team_list(inventory: str) -> None:
     root = REPO / "inventories" / inventory
