@@ -6,7 +6,6 @@ them with ``validator.problems``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_env import playbook_env
+from shared_data import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 INVENTORY = REPO_ROOT / "inventories" / "cluster"
-SHARED_DATA = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -21,15 +21,7 @@ for _path in (COLLECTIONS, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-SHARED_DATA = Path(__import__("os").environ.get("GPUOPS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
-def shared_path(*parts: str) -> Path:
-    """Path inside ../shared/data; the calling test is skipped, with the reason, when absent."""
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"real third-party data not present: {path} (see ../shared/data/README.md)")
-    return path
+from shared_data import SHARED_DATA, shared_path  # noqa: E402, F401 (the tests import both from here)
 
 
 @pytest.fixture

@@ -3,20 +3,8 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-
-SHARED_DATA = Path(os.environ.get("GPUOPS_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
-
-
-def shared_path(*parts: str) -> Path:
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"real third-party data not present: {path} (see ../shared/data/README.md)")
-    return path
+from shared_data import shared_path
 
 
 def fleet() -> list[dict]:
