@@ -25,6 +25,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     sysfs_bus_id,
     value_or_none,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
 
 # --------------------------------------------------------------------------- /proc and nv-fabricmanager
 
@@ -54,14 +55,6 @@ def parse_fabricmanager_version(text: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- sysfs / procfs readers
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
 
 
 def read_numa_node(sysfs_root: str, bus_id: str | None) -> int | None:

@@ -23,6 +23,8 @@ import re
 import socket
 import time
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
+
 # os-release ID -> ansible_facts['distribution']
 _DISTRIBUTIONS = {
     "debian": "Debian",
@@ -51,14 +53,6 @@ _SECURE_BOOT_VAR = "efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
 _SECURE_BOOT_LEN = 5
 _DOTTED = re.compile(r"^\d+(\.\d+)*$")
 PROBE_TIMEOUT_MAX = 30.0
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -103,12 +97,12 @@ def processor_count(cpuinfo: str) -> int | None:
 
 def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_root: str = "/proc") -> dict:
     """The OS facts preflight needs, named as in ansible_facts."""
-    release = parse_os_release(_read(os.path.join(root, "etc/os-release")) or "")
+    release = parse_os_release(read_text(os.path.join(root, "etc/os-release")) or "")
     os_id = release.get("ID", "").lower()
     distribution = _DISTRIBUTIONS.get(os_id, release.get("NAME") or os_id or None)
     version = release.get("VERSION_ID") or None
     if distribution == "Debian":  # Ansible reports the point release (12.7), as /etc/debian_version has it
-        point = (_read(os.path.join(root, "etc/debian_version")) or "").strip()
+        point = read_text(os.path.join(root, "etc/debian_version")) or ""
         if _DOTTED.match(point):
             version = point
     info = uname()
@@ -121,8 +115,8 @@ def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_roo
         "kernel": info.release,
         "architecture": info.machine,
         "secure_boot": secure_boot_state(sysfs_root),
-        "memtotal_mb": memtotal_mb(_read(os.path.join(proc_root, "meminfo")) or ""),
-        "processor_vcpus": processor_count(_read(os.path.join(proc_root, "cpuinfo")) or ""),
+        "memtotal_mb": memtotal_mb(read_text(os.path.join(proc_root, "meminfo")) or ""),
+        "processor_vcpus": processor_count(read_text(os.path.join(proc_root, "cpuinfo")) or ""),
     }
 
 

@@ -16,6 +16,8 @@ import os
 import re
 from typing import Any, Callable, NamedTuple
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
+
 GIB = 1024**3
 MOUNTINFO_MIN_FIELDS = 6  # fields before the optional ones: id, parent, major:minor, root, mount point, options
 PROC_MOUNTS_MIN_FIELDS = 4  # source, mount point, fstype, options
@@ -125,14 +127,10 @@ def device_name(mount: Mount, sys_root: str = "/sys") -> str:
         return mount.source
     if mount.devno:
         uevent = os.path.join(sys_root, "dev", "block", mount.devno, "uevent")
-        try:
-            with open(uevent, encoding="utf-8") as handle:
-                for line in handle:
-                    key, _sep, value = line.strip().partition("=")
-                    if key == "DEVNAME" and value:
-                        return "/dev/" + value
-        except OSError:
-            pass
+        for line in (read_text(uevent) or "").splitlines():
+            key, _sep, value = line.strip().partition("=")
+            if key == "DEVNAME" and value:
+                return "/dev/" + value
     return mount.source
 
 
