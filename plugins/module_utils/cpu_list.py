@@ -19,7 +19,7 @@ def cpu_ranges(text: str) -> list[tuple[int, int]]:
     for raw in str(text).split(","):
         part = raw.strip()
         low, sep, high = part.partition("-")
-        if not _digits(low) or (sep and not _digits(high)):
+        if not ascii_digits(low) or (sep and not ascii_digits(high)):
             raise ValueError(f"{text!r} is not a CPU list such as {EXAMPLE!r}")
         first, last = int(low), int(high) if sep else int(low)
         if last < first:
@@ -60,5 +60,6 @@ def format_cpu_list(cpus: list[int]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges(cpus))
 
 
-def _digits(text: str) -> bool:
+def ascii_digits(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` alone takes ``²``, which ``int`` refuses); topology reads labels so."""
     return text.isascii() and text.isdigit()

@@ -34,7 +34,7 @@ Decisions (they are also the module's documented behaviour):
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import is_cpu_list
+from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import ascii_digits, is_cpu_list
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut_line, strip_terminal
 
 _RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
@@ -54,13 +54,9 @@ _CLIQUE_BUDGET = 200_000  # search steps for placements; far above what 16 or 72
 _MAX_DEVICES = 512  # header columns read; a real matrix has tens (keeps damaged input from costing n**2)
 
 
-def _ascii_digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
 def nvlink_count(cell: str) -> int | None:
     """``NV12`` -> 12; anything else -> None."""
-    if cell.startswith(_NV_PREFIX) and _ascii_digits(cell[2:]):
+    if cell.startswith(_NV_PREFIX) and ascii_digits(cell[2:]):
         count = int(cell[2:])
         return count or None
     return None
@@ -76,13 +72,13 @@ def link_rank(cell: str) -> int | None:
 
 def gpu_index(label: str) -> int | None:
     """``GPU3`` -> 3; anything else -> None."""
-    if label.startswith("GPU") and _ascii_digits(label[3:]):
+    if label.startswith("GPU") and ascii_digits(label[3:]):
         return int(label[3:])
     return None
 
 
 def _is_nic_label(label: str) -> bool:
-    return label.startswith("NIC") and _ascii_digits(label[3:])
+    return label.startswith("NIC") and ascii_digits(label[3:])
 
 
 def _names(names: list[str]) -> str:
@@ -309,7 +305,7 @@ def _check_symmetry(topology: _Topology, warnings: list[str]) -> None:
 def _numa(label: str, raw: str | None, notes: dict[str, dict[str, list[str]]]) -> int | None:
     if raw is None:
         return None
-    if _ascii_digits(raw):
+    if ascii_digits(raw):
         return int(raw)
     kind = "na" if raw == _NOT_AVAILABLE else "multi" if is_cpu_list(raw) else "bad"
     notes[kind].setdefault(raw, []).append(label)
@@ -462,7 +458,7 @@ def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, w
                 "cpu_affinity": _cpu_affinity(label, fields.get("cpu_affinity"), notes),
                 "numa_node": numa[index],
                 "numa_affinity": fields.get("numa_affinity"),
-                "gpu_numa_id": int(gpu_numa_id) if gpu_numa_id and _ascii_digits(gpu_numa_id) else None,
+                "gpu_numa_id": int(gpu_numa_id) if gpu_numa_id and ascii_digits(gpu_numa_id) else None,
                 "nvlink_peers": {
                     str(peer): nvlink_count(topology.link(label, label_of[peer]) or "") or 0
                     for peer in sorted(peers[index])
