@@ -23,6 +23,7 @@ AUDIT_FILE = "health/audit.jsonl"
 STATE_SCHEMA = 2  # 2 adds remediations, service_required, cordoned_by, stopped_containers, breaker; 1 reads as 2
 REMEDIATIONS_KEPT = 100  # per host, newest last; far more than any escalation window needs
 HELD = ("deferred", "unreadable", "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
+CLEAR_ALL = "all"  # gpu_health release: every GPU's held findings (gpu_health_metrics.CLEAR_ALL)
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -129,7 +130,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     elif action == "restart_fm":
         steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
     else:
-        for gpu in out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None}):
+        for gpu in _reset_gpus(hplan, out):
             reset = ["nvidia-smi", "-r", "-i", str(gpu)]
             steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
         # reset first; reboot only when the sweep after the reset still finds a GPU taken out bad
@@ -141,7 +142,38 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     steps.append({"kind": "validate", "gpus": out})
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop,
                   "argvs": [kubectl("uncordon", host), kubectl("unmark", host)] if ours else []})
+    # only after back_if_healthy found it healthy (a step that fails or finds it unhealthy stops the rest)
+    cleared = CLEAR_ALL if whole_node else out or (_reset_gpus(hplan, out) if action == "reset_gpu" else [])
+    if cleared:
+        steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}"))
     return steps
+
+
+def _reset_gpus(hplan: dict, out: list[str]) -> list[str]:
+    """The GPUs a reset_gpu plan resets: those taken out, else those of its new items."""
+    return out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None})
+
+
+def clear_held(gpus: list[str] | str, why: str) -> dict:
+    """The step that ends the scheduled sweep's held findings of ``gpus`` (indexes, or ``all`` after a whole-node
+    remedy) once they are back in service (gpu_health's release entry point), so GpuHealthGpuFailed stops firing."""
+    return {"kind": "clear_held", "gpus": gpus,
+            "why": f"back in service after a passed validation ({why.strip(': ')})"[:300]}
+
+
+def release_uuids(gpus: list[str] | str, *sweeps: dict) -> list[str]:
+    """gpu_health's release argument for a clear_held step: ``["all"]``, or the UUIDs of ``gpus`` (indexes) as the
+    first of ``sweeps`` (the validation's gpu_health result, then the run's sweep) that lists each reads them; a
+    GPU no sweep lists has no UUID to release and is left out."""
+    if gpus == CLEAR_ALL:
+        return [CLEAR_ALL]
+    found = []
+    for gpu in gpus or []:
+        uuid = next((g.get("uuid") for sweep in sweeps for g in (sweep or {}).get("gpus") or []
+                     if isinstance(g, dict) and str(g.get("index")) == str(gpu) and g.get("uuid")), None)
+        if uuid:
+            found.append(uuid)
+    return found
 
 
 def _reboot(host: str, hplan: dict, settings: dict) -> list[dict]:
@@ -158,7 +190,8 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
         return []
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
     steps = [{"kind": "validate", "gpus": hplan["gpus_back"]},
-             {"kind": "give_back", "gpus": hplan["gpus_back"], "members": start}]
+             {"kind": "give_back", "gpus": hplan["gpus_back"], "members": start},
+             clear_held(hplan["gpus_back"], "health_release")]
     if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those
         steps[1]["containers"] = hplan["containers"]
     if kube:
@@ -220,7 +253,9 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
     state["schema"] = STATE_SCHEMA
     entry = state.setdefault("hosts", {}).setdefault(host, {})
     before = json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True)
-    failed = [s for s in done if s.get("result") == "failed"]
+    # a held finding the sweep could not clear fails the run, but the GPUs went back validated: their items are
+    # handled and the cursor moves on (never acted on again for it)
+    failed = [s for s in done if s.get("result") == "failed" and s["kind"] != "clear_held"]
     out = entry.setdefault("out_of_service", {})
     for step in done:
         _record(entry, out, step, now)
@@ -317,6 +352,20 @@ def _idle(step: dict, procs: dict) -> dict:
     return {"result": "ok", "detail": "no process holds it"}
 
 
+def _cleared(step: dict, release: dict) -> dict:
+    """clear_held: what gpu_health's release did (its gpu_health_released, or ``failed`` and ``msg`` when it failed)."""
+    gpus = step["gpus"] if step["gpus"] == CLEAR_ALL else ", ".join(map(str, step["gpus"]))
+    if release.get("failed"):
+        return {"result": "failed", "detail": f"the held findings of GPU(s) {gpus} on the scheduled sweep were not "
+                f"cleared (GpuHealthGpuFailed keeps firing): {str(release.get('msg') or '').strip()[:300]}"}
+    if release.get("skipped"):
+        return {"result": "skipped", "detail": f"held findings of GPU(s) {gpus} not cleared: {release['skipped']}"}
+    cleared = [line.removeprefix("gpu_health released: ") for line in release.get("cleared") or []]
+    if cleared:
+        return {"result": "ok", "detail": "held finding cleared on the scheduled sweep: " + "; ".join(cleared)}
+    return {"result": "ok", "detail": f"no held finding of GPU(s) {gpus} on the scheduled sweep: nothing to clear"}
+
+
 def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False) -> dict:
     """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result)."""
     kind = step["kind"]
@@ -337,6 +386,8 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
         run = runs.get("validation") or {}
         found = {"result": "ok" if run.get("ok") else "failed", "detail": run.get("summary") or
                  "the validation did not run", "validation": run}
+    elif kind == "clear_held":
+        found = _cleared(step, runs.get("release") or {})
     elif kind == "sweep":
         sweep = runs.get("resweep") or {}
         found = ({"result": "ok", "detail": f"verdict {sweep.get('verdict')}"} if sweep.get("read_ok") else

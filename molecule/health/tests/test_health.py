@@ -22,6 +22,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import jinja2
 from ansible_env import playbook_env  # tests/ansible_env.py (pyproject's pytest pythonpath)
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
@@ -224,7 +225,81 @@ def dcgm_diag(fail_gpu: int | None = None) -> str:
     return json.dumps(document, indent=1)
 
 
+# The scheduled sweep on a node (issue 38 §1): the collection's own gpu_health_metrics, from the files the role ships,
+# in the node, run by the role's service unit. The node's nvidia-smi is a labelled stand-in that prints the real
+# `nvidia-smi -q` capture (molecule.yml's health_state_text, so its GPUs' UUIDs are those health.yml reads) and
+# records every call; the sweep's journalctl stand-in prints the kernel-log lines the test wrote.
+NVIDIA_SMI_CAPTURE = """#!/bin/sh
+# STAND-IN for nvidia-smi (test_health_takes_the_sweeps_last_result): `-q` prints the real capture of a 2x H100 NVL
+# host; no NVLink answer; every call recorded
+echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log
+[ "$1" = -q ] && exec cat /etc/gpuops-standin/nvidia-smi-q.txt
+exit 6
+"""
+JOURNALCTL_KERNEL = """#!/bin/sh
+# STAND-IN for `journalctl -k` on the sweep's PATH only (a container has no kernel journal of its own): prints the
+# kernel-log file the test wrote, then a cursor, as journalctl --show-cursor does; records every call
+echo "$*" >>/var/log/gpuops-standin/journalctl.log
+case "$*" in *--after-cursor*) ;; *) cat /etc/gpuops-standin/kernel.log ;; esac
+echo "-- cursor: s=gpuops-standin;i=1"
+"""
+SWEEP_LIB = "/usr/local/lib/gpuops/gpu_health"  # roles/gpu_health/vars/main.yml _gpu_health_sweep_lib
+SWEEP_STATE = "/var/lib/gpuops/gpu_health/sweep.json"  # _gpu_health_sweep_state; result.json beside it
+SWEEP_UNIT = "/etc/systemd/system/gpuops-gpu-health-sweep.service"  # where gpu_health's tasks/sweep.yml writes it
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"  # gpu_health_textfile_dir's default
+CAPTURE = PROJECT / "../shared/data/nvidia-smi/query/h100-nvl-x2_nvidia-smi-q.txt"  # molecule.yml's health_state_text
+
+
+def scheduled_sweep(node: str, events: int) -> str:
+    """One run of the scheduled sweep on the node as its timer runs it: the role's service unit
+    (roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2, rendered with the role's paths) installed where
+    gpu_health installs it, and its Environment= and ExecStart= run, from a copy of the collection's module_utils;
+    the journalctl stand-in first on the PATH. No timer: only the test runs it. Returns what it printed."""
+    code = f"{SWEEP_LIB}/ansible_collections/gpuops/cluster/plugins"
+    unit = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+        (PROJECT / "roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2").read_text()).render(
+        ansible_managed="molecule/health", _gpu_health_sweep_unit="gpuops-gpu-health-sweep",
+        _gpu_health_sweep_lib=SWEEP_LIB, _gpu_health_sweep_python="/usr/bin/python3",
+        _gpu_health_sweep_state=SWEEP_STATE, gpu_health_textfile_dir=TEXTFILE_DIR, gpu_health_sweep_dcgm_level=0,
+        _gpu_health_sweep_expected_gpus=2)
+    for argv in (["docker", "exec", node, "mkdir", "-p", code, "/var/lib/gpuops/gpu_health", TEXTFILE_DIR],
+                 ["docker", "cp", str(PROJECT / "plugins" / "module_utils"), f"{node}:{code}/"]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    install(node, {SWEEP_UNIT: unit})
+    run = subprocess.run(
+        ["docker", "exec", "-e", "PATH=/etc/gpuops-standin/sweep-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+         ":/sbin:/bin", node, "sh", "-c", f"env $(sed -n 's/^Environment=//p' {SWEEP_UNIT}) "
+         f"$(sed -n 's/^ExecStart=//p' {SWEEP_UNIT})"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{events} new event(s)" in run.stdout, run.stdout
+    return run.stdout
+
+
+def sweep_held(node: str) -> tuple[list[str], list[str]]:
+    """The GPU UUIDs the node's scheduled sweep holds a finding of: in its state file, and in the metrics file it
+    wrote for node-exporter (gpuops_gpu_health_held_since_timestamp_seconds, what GpuHealthGpuFailed fires on)."""
+    state = json.loads("\n".join(node_file(node, SWEEP_STATE)))
+    metrics = [line for line in node_file(node, f"{TEXTFILE_DIR}/gpuops_gpu_health.prom")
+               if line.startswith("gpuops_gpu_health_held_since_timestamp_seconds{")]
+    return (sorted(entry["uuid"] for entry in state["held"]),
+            sorted(re.search(r'uuid="([^"]*)"', line).group(1) for line in metrics))
+
+
 def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_passing_one():
+    """Node A's GPUs 0 and 1 are out (service required). Its scheduled sweep read Xid 79 on GPU 0 and Xid 62 on
+    GPU 1 and holds both findings (GpuHealthGpuFailed fires on them): a failed validation keeps them held, a passed
+    one clears them on the node (gpu_health's release entry point), and the audit log says so."""
+    uuids = re.findall(r"GPU UUID\s+:\s+(\S+)", CAPTURE.read_text())  # GPU 0 (AD:00.0), GPU 1 (AE:00.0)
+    journal = ("2026-12-05T00:30:00+0000 gpuops-health-a kernel: NVRM: Xid (PCI:0000:ad:00): 79, pid=0, GPU has "
+               "fallen off the bus.\n"
+               "2026-12-05T00:30:01+0000 gpuops-health-a kernel: NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) "
+               "00000000 00000000\n")
+    install(A, {"/usr/local/bin/nvidia-smi": NVIDIA_SMI_CAPTURE, "/etc/gpuops-standin/nvidia-smi-q.txt":
+                CAPTURE.read_text(), "/etc/gpuops-standin/sweep-bin/journalctl": JOURNALCTL_KERNEL,
+                "/etc/gpuops-standin/kernel.log": journal})
+    said = scheduled_sweep(A, events=2)
+    assert sweep_held(A) == (sorted(uuids), sorted(uuids)), said
     args = ["--limit", A, "-e", "health_apply=true", "-e", "health_breaker_fraction=1", "-e", "health_release=true",
             *text(QUIET)]
     install(A, {"/usr/local/bin/dcgmi": DCGMI_STANDIN, "/etc/gpuops-standin/dcgmi-diag.json": dcgm_diag(fail_gpu=1),
@@ -242,6 +317,7 @@ def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_p
     assert [c["status"] for c in report[0]["checks"]] == ["PASS", "FAIL", "UNKNOWN"]  # gpu_health, DCGM, H100 NVL
     assert docker_log(A) == stops  # nothing given back
     assert node_file(A, "/var/log/gpuops-standin/dcgmi.log") == ["diag -r 2 -j"]  # health_return_dcgm_level 2
+    assert sweep_held(A) == (sorted(uuids), sorted(uuids))  # not validated: still held, the alert still firing
     install(A, {"/etc/gpuops-standin/dcgmi-diag.json": dcgm_diag(), "/etc/gpuops-standin/dcgmi-rc": "0\n"})
     accepted = playbook("playbooks/health.yml", *args)
     assert accepted.returncode == 0, accepted.stdout[-3000:]
@@ -251,6 +327,14 @@ def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_p
     assert [c["status"] for c in entry["validation"]["checks"]] == ["PASS", "PASS", "UNKNOWN"]
     assert docker_log(A) == [*stops, "start ws-alice ws-bob"]  # the containers it stopped, and only those
     assert node_file(A, "/var/log/gpuops-standin/dcgmi.log") == ["diag -r 2 -j"] * 2
+    # validated and back: the node's sweep holds neither finding, and its metrics carry no held_since for them
+    assert sweep_held(A) == ([], [])
+    clear = [r for r in audit() if r["host"] == A][-1]
+    assert (clear["step"], clear["gpu"], clear["result"]) == ("clear_held", ["0", "1"], "ok")
+    for gpu, uuid, finding in (("0", uuids[0], "xid RESTART_BM"), ("1", uuids[1], "xid RESET_GPU")):
+        assert f"GPU {gpu} ({uuid}) {finding}" in clear["detail"], clear["detail"]
+    assert "cleared (--clear): health.yml by " in clear["detail"]
+    assert "GPU(s) 0, 1 back in service after a passed validation (health_release)" in clear["detail"]
 
 
 NVIDIA_SMI_STANDIN = """#!/bin/sh
@@ -266,18 +350,18 @@ XID62 = ("[ 7001.100000] NVRM: Xid (PCI:0000:ad:00): 62, pid=0, 0000(0000) 00000
 
 def test_a_reset_is_tried_first_no_reboot_follows_a_healthy_sweep_and_an_operators_stopped_workspace_stays():
     install(A, {"/usr/local/bin/nvidia-smi": NVIDIA_SMI_STANDIN, "/etc/gpuops-standin/stopped": "alice\n"})
-    stops = docker_log(A)
+    stops, smi_calls = docker_log(A), len(node_file(A, "/var/log/gpuops-standin/nvidia-smi.log"))
     result = playbook("playbooks/health.yml", "--limit", A, "-e", "health_apply=true", "-e", "health_reboot=true",
                       "-e", "health_max_unavailable=3",
                       "-e", "health_timeout=60", "-e", "health_escalate_after=9", "-e", "health_breaker_fraction=1",
                       *text(QUIET + XID62))
     assert result.returncode == 0, result.stdout[-3000:]
     assert runs()[-1]["plan"]["hosts"][A]["action"] == "reset_gpu"
-    steps = [(r["step"], r["result"]) for r in audit() if r["host"] == A][-11:]
+    steps = [(r["step"], r["result"]) for r in audit() if r["host"] == A][-12:]
     assert steps == [("stop_workspaces", "ok"), ("mark_out", "ok"), ("gpu_idle", "ok"), ("command", "ok"),
                      ("gpu_idle", "ok"), ("command", "ok"), ("sweep", "ok"), ("command", "skipped"),
-                     ("reboot", "skipped"), ("validate", "ok"), ("back_if_healthy", "healthy")]
-    assert node_file(A, "/var/log/gpuops-standin/nvidia-smi.log") == [
+                     ("reboot", "skipped"), ("validate", "ok"), ("back_if_healthy", "healthy"), ("clear_held", "ok")]
+    assert node_file(A, "/var/log/gpuops-standin/nvidia-smi.log")[smi_calls:] == [
         "--query-compute-apps=pid,process_name --format=csv,noheader -i 0", "-r -i 0",
         "--query-compute-apps=pid,process_name --format=csv,noheader -i 1", "-r -i 1"]
     # both GPUs' workspaces were to stop; alice's was stopped by an operator: neither stopped nor started here
@@ -321,9 +405,9 @@ def test_an_operators_cordon_is_left_alone_on_kubernetes():
                       "-e", "health_escalate_after=9", "-e", "health_breaker_fraction=1", *text(QUIET + XID62 + xid62))
     assert result.returncode == 0, result.stdout[-3000:]
     assert runs()[-1]["plan"]["hosts"][A]["operator_cordon"] is True
-    assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-7:] == [
+    assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-8:] == [
         ("notify", "ok"), ("mark_out", "ok"), ("drain_gpu_pods", "ok"), ("gpu_idle", "ok"), ("command", "ok"),
-        ("validate", "ok"), ("back_if_healthy", "healthy")]
+        ("validate", "ok"), ("back_if_healthy", "healthy"), ("clear_held", "ok")]
     # GPU 1 went back into service, and the node was never cordoned, marked nor uncordoned by health
     assert node_file(A, "/var/log/gpuops-standin/kubectl.log") == [
         "get nodes -o json", f"get pods -A --field-selector spec.nodeName={A} -o json",
@@ -361,48 +445,8 @@ def test_the_reboot_reason_is_in_the_nodes_journal_before_the_reboot():
     assert state()["hosts"][B]["out_of_service"]["0"]["pending"] == "reboot"
 
 
-# health_sweep_results last (issue 38 §1): node B's scheduled sweep ran - the collection's own gpu_health_metrics,
-# from the files the role ships, in the node, with the service unit's arguments - and read Xid 62 on GPU 1; node C
-# has no sweep result. Both nodes' nvidia-smi is a labelled stand-in that prints the real `nvidia-smi -q` capture
-# (molecule.yml's health_state_text) and records every call; the sweep's journalctl stand-in prints the Xid line.
-NVIDIA_SMI_CAPTURE = """#!/bin/sh
-# STAND-IN for nvidia-smi (test_health_takes_the_sweeps_last_result): `-q` prints the real capture of a 2x H100 NVL
-# host; no NVLink answer; every call recorded
-echo "$*" >>/var/log/gpuops-standin/nvidia-smi.log
-[ "$1" = -q ] && exec cat /etc/gpuops-standin/nvidia-smi-q.txt
-exit 6
-"""
-JOURNALCTL_KERNEL = """#!/bin/sh
-# STAND-IN for `journalctl -k` on the sweep's PATH only (a container has no kernel journal of its own): prints the
-# kernel-log file the test wrote, then a cursor, as journalctl --show-cursor does; records every call
-echo "$*" >>/var/log/gpuops-standin/journalctl.log
-case "$*" in *--after-cursor*) ;; *) cat /etc/gpuops-standin/kernel.log ;; esac
-echo "-- cursor: s=gpuops-standin;i=1"
-"""
-SWEEP_LIB = "/usr/local/lib/gpuops/gpu_health"  # roles/gpu_health/vars/main.yml _gpu_health_sweep_lib
-SWEEP_STATE = "/var/lib/gpuops/gpu_health/sweep.json"  # _gpu_health_sweep_state; result.json beside it
-
-
-def scheduled_sweep(node: str) -> None:
-    """One run of the scheduled sweep on the node, as its service unit runs it
-    (roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2), from a copy of the collection's module_utils."""
-    code = f"{SWEEP_LIB}/ansible_collections/gpuops/cluster/plugins"
-    for argv in (["docker", "exec", node, "mkdir", "-p", code, "/var/lib/gpuops/gpu_health", "/tmp/textfile"],
-                 ["docker", "cp", str(PROJECT / "plugins" / "module_utils"), f"{node}:{code}/"]):
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
-    run = subprocess.run(
-        ["docker", "exec", "-e", f"PYTHONPATH={SWEEP_LIB}", "-e", "LC_ALL=C",
-         "-e", "PATH=/etc/gpuops-standin/sweep-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-         node, "python3", "-m", "ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics",
-         "--state-file", SWEEP_STATE, "--textfile-dir", "/tmp/textfile", "--dcgm-level", "0", "--expected-gpus", "2"],
-        capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "1 new event(s)" in run.stdout, run.stdout
-
-
 def test_health_takes_the_sweeps_last_result_instead_of_sweeping_again():
-    capture = (PROJECT / "../shared/data/nvidia-smi/query/h100-nvl-x2_nvidia-smi-q.txt").read_text()
+    capture = CAPTURE.read_text()
     xid62 = "2026-12-04T21:00:00+0000 gpuops-health-b kernel: NVRM: Xid (PCI:0000:ae:00): 62, pid=0, 0000(0000) " \
             "00000000 00000000\n"
     for node in (B, C):
@@ -410,7 +454,7 @@ def test_health_takes_the_sweeps_last_result_instead_of_sweeping_again():
                        "/etc/gpuops-standin/nvidia-smi-q.txt": capture})
     install(B, {"/etc/gpuops-standin/sweep-bin/journalctl": JOURNALCTL_KERNEL,
                 "/etc/gpuops-standin/kernel.log": xid62})
-    scheduled_sweep(B)
+    scheduled_sweep(B, events=1)
     calls = {node: node_file(node, "/var/log/gpuops-standin/nvidia-smi.log") for node in (B, C)}
     assert calls[B] == ["-q", "nvlink -s", "nvlink -e"]  # the sweep's, in the node
     last = ["--limit", f"{B},{C}", "-e", "health_sweep_results=last", "-e", "health_kernel_log_text=",

@@ -150,12 +150,12 @@ def test_an_operators_cordon_is_left_alone_and_the_collections_own_is_undone():
     assert [s["argv"] for s in operator if s["kind"] == "kubectl"] == [
         ["kubectl", "drain", "node-b", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]]
     assert "stays cordoned" in operator[0]["message"]
-    assert (operator[-1]["kind"], operator[-1]["argvs"]) == ("back_if_healthy", [])  # no uncordon
+    assert (operator[-2]["kind"], operator[-2]["argvs"]) == ("back_if_healthy", [])  # no uncordon
     ours = S.host_steps("node-c", fleet["hosts"]["node-c"], "kubernetes", MEMBERS)
     assert [s["argv"] for s in ours if s["kind"] == "kubectl"][:2] == [
         ["kubectl", "cordon", "node-c"],
         ["kubectl", "annotate", "nodes", "node-c", "gpuops.io/cordoned-by=gpuops-health", "--overwrite"]]
-    assert ours[-1]["argvs"] == [["kubectl", "uncordon", "node-c"],
+    assert ours[-2]["argvs"] == [["kubectl", "uncordon", "node-c"],
                                  ["kubectl", "annotate", "nodes", "node-c", "gpuops.io/cordoned-by-"]]
     # the operator's node, given back later: untainted and unlabelled, never uncordoned
     state = applied({}, {"hosts": {"node-b": fleet["hosts"]["node-b"]}}, "2026-12-04T10:00:00Z", "kubernetes",
@@ -183,7 +183,9 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
     back = plan({"node-a": sweep()}, state, "2026-12-05T10:00:00Z", release=True)["hosts"]["node-a"]
     give = S.host_steps("node-a", back, "compose", MEMBERS)
     assert give == [{"kind": "validate", "gpus": ["0"]},
-                    {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]}]
+                    {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]},
+                    {"kind": "clear_held", "gpus": ["0"],
+                     "why": "back in service after a passed validation (health_release)"}]
     after = S.next_state(state, "node-a", back, [{**s, "result": "ok"} for s in give], None, "t")["hosts"]["node-a"]
     assert "stopped_containers" not in after
 
@@ -193,7 +195,7 @@ def test_a_reset_is_tried_before_a_reboot_and_the_reboot_reason_goes_to_the_host
     steps = S.host_steps("node-a", hplan, "compose", MEMBERS)
     assert [(s["kind"], s.get("only_if_unhealthy")) for s in steps] == [
         ("stop_workspaces", None), ("mark_out", None), ("gpu_idle", None), ("command", None), ("sweep", None),
-        ("command", ["1"]), ("reboot", ["1"]), ("validate", None), ("back_if_healthy", None)]
+        ("command", ["1"]), ("reboot", ["1"]), ("validate", None), ("back_if_healthy", None), ("clear_held", None)]
     assert steps[3]["argv"] == ["nvidia-smi", "-r", "-i", "1"]
     logger = steps[5]["argv"]
     assert logger[:3] == ["logger", "-t", "gpuops-health"]

@@ -195,7 +195,7 @@ def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required(
     assert "service_required" in state["hosts"]["node-a"]
     back = released(state)["hosts"]["node-a"]
     steps = S.host_steps("node-a", back, "compose", [])
-    assert [s["kind"] for s in steps] == ["validate", "give_back"]
+    assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
     check = R.validation(sweep(dcgmi(226, dcgm_output(fail_gpu=0))), steps[0]["gpus"], 2)
     result = S.step_result(steps[0], {"validation": check})
     assert (result["result"], result["detail"]) == ("failed", check["summary"])
@@ -237,7 +237,7 @@ def test_the_reboot_reason_logged_is_no_remedy():
                          "events": [{"kind": "xid", "code": 79, "gpu": 0, "immediate_action": "RESTART_BM",
                                      "line": XID79_GPU0, "time": "t1"}]}, {})
     steps = S.host_steps("node-a", hplan, "compose", [])
-    assert [s["kind"] for s in steps] == ["mark_out", "command", "reboot", "validate", "back_if_healthy"]
+    assert [s["kind"] for s in steps] == ["mark_out", "command", "reboot", "validate", "back_if_healthy", "clear_held"]
     done = [{**steps[0], "result": "ok"}, {**steps[1], "result": "ok"}, {**steps[2], "result": "failed"}]
     entry = S.next_state({}, "node-a", hplan, done, "c1", "t")["hosts"]["node-a"]
     assert entry["out_of_service"]["0"]["pending"] == "reboot"

@@ -49,11 +49,12 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
 def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
     assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot",
-                            "validate", "back_if_healthy"]
+                            "validate", "back_if_healthy", "clear_held"]
     drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
     assert drain == ["kubectl", "drain", "node-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
-    assert steps[-1]["argvs"] == [["kubectl", "uncordon", "node-a"],
+    assert steps[-2]["argvs"] == [["kubectl", "uncordon", "node-a"],
                                   ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
+    assert steps[-1]["gpus"] == "all"  # the whole node was rebooted and validated: every held finding ends
 
 
 def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
@@ -66,10 +67,11 @@ def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
 
 def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)
-    assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "validate", "back_if_healthy"]
+    assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "validate", "back_if_healthy",
+                            "clear_held"]
     assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
     assert steps[1]["gpus"]["0"]["event"] == "Xid 79"
-    assert steps[-1]["argvs"] == []
+    assert steps[-2]["argvs"] == []
 
 
 def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
@@ -95,15 +97,78 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
     hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {},
              "cordoned_by": "gpuops"}
     steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
-    assert [s.get("argv") for s in steps[2:]] == [
+    assert [s.get("argv") for s in steps[3:]] == [
         ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy:NoSchedule-"],
         ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
         ["kubectl", "uncordon", "node-a"],
         ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
-    assert steps[:2] == [
+    assert steps[:3] == [
         {"kind": "validate", "gpus": ["1"]},
         {"kind": "give_back", "gpus": ["1"], "members": ["alice"]},
+        {"kind": "clear_held", "gpus": ["1"], "why": "back in service after a passed validation (health_release)"},
     ]
+
+
+def test_a_reset_gpu_back_in_service_clears_only_the_gpus_it_reset():
+    steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "compose", MEMBERS)
+    assert kinds(steps)[-3:] == ["validate", "back_if_healthy", "clear_held"]
+    assert steps[-1]["gpus"] == ["2"]
+    assert steps[-1]["why"].startswith("back in service after a passed validation (reset_gpu: ")
+    # a quarantine never goes back in this run (health_release later), a reboot left to the operator neither
+    for hplan, settings in ((plan_of(61, "CONTACT_SUPPORT", gpu=2), {}),
+                            (plan_of(79, "RESTART_BM"), {"reboot": False})):
+        assert "clear_held" not in kinds(S.host_steps("node-a", hplan, "compose", MEMBERS, settings))
+
+
+# the gpu_health results clear_held reads the UUIDs from: the validation's, then the run's sweep
+VALIDATION = {"read_ok": True, "gpus": [{"index": 0, "uuid": "GPU-5e2c"}, {"index": 1, "uuid": "GPU-77aa"}]}
+FIRST_SWEEP = {"read_ok": True, "gpus": [{"index": 2, "uuid": "GPU-9d01"}]}
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [
+    (["1"], ["GPU-77aa"]),
+    (["0", "1"], ["GPU-5e2c", "GPU-77aa"]),
+    (["2"], ["GPU-9d01"]),  # listed only by the run's sweep
+    (["3"], []),  # no sweep lists it: no UUID to release
+    ("all", ["all"]),
+])
+def test_release_uuids_are_read_from_the_sweeps(gpus, expected):
+    assert S.release_uuids(gpus, VALIDATION, FIRST_SWEEP) == expected
+
+
+CLEAR = {"kind": "clear_held", "gpus": ["0"], "why": "back in service after a passed validation (health_release)"}
+RELEASED_LINE = ("gpu_health released: GPU 0 (GPU-5e2c) xid RESTART_BM, held since 1764900000: cleared (--clear): "
+                 "health.yml by ops at 2026-12-05T01:00:00Z: GPU(s) 0 back in service after a passed validation")
+
+
+@pytest.mark.parametrize(("release", "expected"), [
+    ({"held": [{"uuid": "GPU-5e2c"}], "cleared": [RELEASED_LINE], "skipped": ""},
+     ("ok", "held finding cleared on the scheduled sweep: " + RELEASED_LINE.removeprefix("gpu_health released: "))),
+    ({"held": [], "cleared": [], "skipped": ""},
+     ("ok", "no held finding of GPU(s) 0 on the scheduled sweep: nothing to clear")),
+    ({"held": [], "cleared": [], "skipped": "no scheduled sweep timer on this host (daemonset)"},
+     ("skipped", "held findings of GPU(s) 0 not cleared: no scheduled sweep timer on this host (daemonset)")),
+    ({"failed": True, "msg": "Permission denied"},
+     ("failed", "the held findings of GPU(s) 0 on the scheduled sweep were not cleared (GpuHealthGpuFailed keeps "
+                "firing): Permission denied")),
+])
+def test_clear_held_results(release, expected):
+    result = S.step_result(CLEAR, {"release": release})
+    assert (result["result"], result["detail"]) == expected
+
+
+def test_a_failed_clear_fails_the_step_but_the_gpus_stay_back_and_the_event_handled():
+    """The validation passed and the GPU went back; the sweep could not clear its held finding: the run fails (the
+    audit says why) but the state keeps the GPU in service and the event handled, so the next run does not act on
+    it again."""
+    previous = {"out_of_service": {"0": {"event": "Xid 79", "pending": None}}, "cursor": "c1"}
+    hplan = H.host_plan({"read_ok": True, "cursor": "c2", "events": [], "findings": [],
+                         "gpus": [{"index": 0, "verdict": "healthy"}]}, previous, release=True)
+    steps = S.host_steps("node-a", hplan, "compose", [])
+    assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
+    done = [{**steps[0], "result": "ok"}, {**steps[1], "result": "ok"}, {**steps[2], "result": "failed"}]
+    entry = S.next_state({"hosts": {"node-a": previous}}, "node-a", hplan, done, "c2", "t")["hosts"]["node-a"]
+    assert (entry["out_of_service"], entry["cursor"]) == ({}, "c2")
 
 
 @pytest.mark.parametrize("reason", ["Xid 79", "row_remap_failure: remapping failed on bank 3", "x" * 80, "--", "é"])
