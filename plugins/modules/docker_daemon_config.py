@@ -187,13 +187,6 @@ def _read(path: str) -> bytes | None:
         return handle.read()
 
 
-def _run(module: AnsibleModule):
-    def run(argv: list[str]) -> tuple[int, str, str]:
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
-    return run
-
-
 def _is_executable(name: str) -> bool:
     return shutil.which(name) is not None
 
@@ -243,7 +236,7 @@ def _validate(module: AnsibleModule, path: str, candidate: str, config: dict, re
             "Fix: install Docker Engine first, or set validate: false.",
             **failed,
         )
-    ok, message, by = validate_candidate(_run(module), dockerd, candidate, config, _is_executable)
+    ok, message, by = validate_candidate(module.run_command, dockerd, candidate, config, _is_executable)
     response.update(validation=message, validated_by=by)
     failed.update(validation=message, validated_by=by)
     if not ok:
@@ -271,6 +264,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    module.run_command_environ_update = {"LC_ALL": "C"}
     path = module.params["path"]
     try:
         data = _read(path)

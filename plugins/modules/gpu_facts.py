@@ -421,9 +421,7 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+    module.run_command_environ_update = {"LC_ALL": "C"}
 
     def which(name):
         return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/bin", "/sbin"])
@@ -431,7 +429,7 @@ def main() -> None:
     try:
         facts, warnings = gather_gpu_facts(
             backend=module.params["backend"],
-            run=run,
+            run=module.run_command,
             which=which,
             sysfs_root=module.params["_sysfs_root"],
             proc_root=module.params["_proc_root"],

@@ -190,6 +190,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    module.run_command_environ_update = {"LC_ALL": "C"}
     matrix = module.params["matrix"]
     gpus_per_job = module.params["gpus_per_job"]
     problem = gpus_per_job_problem(gpus_per_job)
@@ -207,7 +208,7 @@ def main() -> None:
             )
             _exit(module, facts)
             return
-        rc, out, err = module.run_command([nvidia_smi, "topo", "-m"], environ_update={"LC_ALL": "C"})
+        rc, out, err = module.run_command([nvidia_smi, "topo", "-m"])
         if rc != 0:
             module.fail_json(
                 msg=f"`nvidia-smi topo -m` exited with rc={rc}: expected the GPU topology matrix; check that "

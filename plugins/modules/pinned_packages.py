@@ -285,7 +285,7 @@ def probe_repository(module, scratch, label, result):
     argv = ["apt-get", "update", "--error-on=any"]
     for option in _SCRATCH_APT:
         argv += ["-o", option.format(d=scratch)]
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    rc, out, err = module.run_command(argv)
     if rc != 0:
         why = apt_errors(out + "\n" + err) or out.splitlines()[-3:]
         module.fail_json(
@@ -348,9 +348,7 @@ def verify(module, status, result):
     held = set(pp.held_packages(status))
     moved = set()
     for action in ("upgrade", "dist-upgrade"):
-        rc, out, err = module.run_command(
-            ["apt-get", "-s", "-o", "Debug::NoLocking=1", action], environ_update={"LC_ALL": "C"}
-        )
+        rc, out, err = module.run_command(["apt-get", "-s", "-o", "Debug::NoLocking=1", action])
         if rc != 0:
             module.fail_json(msg=f"{p['label']}: apt-get -s {action} failed: {err or out}", **result)
         moved.update(pp.simulated_moves(out.splitlines()))
@@ -407,6 +405,7 @@ def main():
         argument_spec=spec,
         supports_check_mode=True,
     )
+    module.run_command_environ_update = {"LC_ALL": "C"}
     p = module.params
     result = {"changed": False}
     label = p["label"] + ": " if p["label"] else ""

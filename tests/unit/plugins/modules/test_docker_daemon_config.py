@@ -22,12 +22,13 @@ NVIDIA = {"nvidia": {"path": "nvidia-container-runtime", "args": []}}
 
 
 def stand_in_dockerd(tmp_path: Path, *, old: bool = False) -> Path:
-    """A dockerd stand-in: logs argv to dockerd.log; --validate is refused on 'bad-key' (or unknown when old)."""
+    """A dockerd stand-in: logs its LC_ALL and argv to dockerd.log; --validate is refused on 'bad-key' (or
+    unknown when old)."""
     script = tmp_path / ("dockerd-20.10-stand-in" if old else "dockerd-26-stand-in")
     answer = ('echo "unknown flag: --validate" >&2; exit 125' if old else
               'if grep -q bad-key "$3"; then echo "unknown directive: bad-key" >&2; exit 1; fi\n'
               'echo "configuration OK"')
-    script.write_text(f'#!/bin/sh\necho "$@" >>{tmp_path}/dockerd.log\n{answer}\n')
+    script.write_text(f'#!/bin/sh\necho "LC_ALL=$LC_ALL $@" >>{tmp_path}/dockerd.log\n{answer}\n')
     script.chmod(0o755)
     return script
 
@@ -58,8 +59,9 @@ def test_merge_keeps_other_keys_backs_up_validates_and_is_idempotent(tmp_path, d
     assert Path(result["backup_file"]).read_text() == before
     assert stat.S_IMODE(daemon_json.stat().st_mode) == FILE_MODE
     [validated] = (tmp_path / "dockerd.log").read_text().splitlines()
-    flag, option, candidate = validated.split()
-    assert (flag, option, os.path.dirname(candidate)) == ("--validate", "--config-file", str(daemon_json.parent))
+    locale, flag, option, candidate = validated.split()
+    assert (locale, flag, option, os.path.dirname(candidate)) == ("LC_ALL=C", "--validate", "--config-file",
+                                                                  str(daemon_json.parent))
     assert leftovers(daemon_json) == []
 
     code, again = run_main(module, args, capsys)

@@ -27,7 +27,7 @@ def run_module(monkeypatch, args: dict, *, bin_path: str | None = "/usr/bin/nvid
     calls: list[tuple] = []
 
     def fake_run_command(self, argv, **kwargs):
-        calls.append((argv, kwargs))
+        calls.append((argv, {**self.run_command_environ_update, **kwargs.get("environ_update", {})}))
         return command if command is not None else (127, "", "not expected to run")
 
     def exit_json(self, **result):
@@ -69,9 +69,9 @@ def test_module_runs_nvidia_smi(monkeypatch, check_mode):
     assert not outcome.failed
     assert outcome.result == expected_module_result(text, None)
     assert outcome.result["topology_warnings"]  # this capture is truncated
-    [(argv, kwargs)] = outcome.calls
+    [(argv, environ)] = outcome.calls
     assert argv == ["/usr/bin/nvidia-smi", "topo", "-m"]
-    assert kwargs["environ_update"] == {"LC_ALL": "C"}
+    assert environ["LC_ALL"] == "C"
 
 
 def test_module_reads_driver580_underlined_header_h200(monkeypatch):
