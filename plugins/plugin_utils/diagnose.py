@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import parse_proc_driver_version
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
 
 OK, BROKEN, UNKNOWN = "ok", "broken", "unknown"
@@ -194,14 +195,11 @@ def nvidia_smi(rc: int | None, output: str) -> dict:
     return result(link, OK, f"{len(gpus)} GPU(s): " + "; ".join(g.split(" (UUID")[0] for g in gpus))
 
 
-_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
-
-
 def driver_versions(proc_version: str, installed: str, pin: str = "") -> dict:
     """/proc/driver/nvidia/version (the loaded module) against the installed package versions
     (`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*'`) and the pin."""
     link = "driver"
-    loaded = _MODULE_VERSION.search(proc_version or "")
+    version = parse_proc_driver_version(proc_version)
     packages = {}
     for line in (installed or "").splitlines():
         parts = line.split()
@@ -209,14 +207,13 @@ def driver_versions(proc_version: str, installed: str, pin: str = "") -> dict:
             packages[parts[0]] = parts[1]
     upstream = sorted({re.sub(r"^\d+:", "", v).split("-")[0] for p, v in packages.items()
                        if re.match(r"(nvidia-driver|nvidia-kernel|libnvidia-compute|nvidia-open|cuda-drivers)", p)})
-    if not loaded:
+    if not version:
         if not upstream:
             return result(link, BROKEN, "no nvidia module loaded and no driver package installed",
                           "install the driver: site.yml (nvidia_driver role)")
         return result(link, BROKEN, f"no nvidia module loaded; installed {', '.join(upstream)}",
                       "modprobe nvidia; if it fails, dmesg shows why (DKMS build, Secure Boot, nouveau); "
                       "reboot after an install")
-    version = loaded.group(1)
     if upstream and version not in upstream:
         return result(link, BROKEN,
                       f"reboot required: loaded module {version}, installed packages {', '.join(upstream)}",
@@ -336,9 +333,8 @@ def node_links(outputs: dict, pin: str = "") -> list[dict]:
 def _fabric(outputs: dict) -> dict:
     facts = outputs.get("gpu_facts") or {}
     fm = facts.get("fabric_manager") or {}
-    loaded = _MODULE_VERSION.search(_out(outputs, "proc_version"))
     return fabric_manager(bool(fm.get("required")), _out(outputs, "fm_active"), _out(outputs, "fm_version"),
-                          loaded.group(1) if loaded else "", fm.get("state") or "")
+                          parse_proc_driver_version(_out(outputs, "proc_version")) or "", fm.get("state") or "")
 
 
 def sees_no_gpu(outputs: dict) -> bool:
