@@ -13,6 +13,8 @@ import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import parse_proc_driver_version
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.driver_upgrade import driver_package_versions
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.driver_upgrade import upstream as package_upstream
 
 OK, BROKEN, UNKNOWN = "ok", "broken", "unknown"
 _NOT_FOUND = 127  # the shell's exit status for a command it cannot find
@@ -200,13 +202,7 @@ def driver_versions(proc_version: str, installed: str, pin: str = "") -> dict:
     (`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*'`) and the pin."""
     link = "driver"
     version = parse_proc_driver_version(proc_version)
-    packages = {}
-    for line in (installed or "").splitlines():
-        parts = line.split()
-        if len(parts) > 1 and re.match(r"\d", parts[1]):
-            packages[parts[0]] = parts[1]
-    upstream = sorted({re.sub(r"^\d+:", "", v).split("-")[0] for p, v in packages.items()
-                       if re.match(r"(nvidia-driver|nvidia-kernel|libnvidia-compute|nvidia-open|cuda-drivers)", p)})
+    upstream = sorted(driver_package_versions(installed))
     if not version:
         if not upstream:
             return result(link, BROKEN, "no nvidia module loaded and no driver package installed",
@@ -235,7 +231,7 @@ def fabric_manager(nvswitch: bool, active: str, fm_version: str = "", driver: st
     if (active or "").strip() != "active":
         return result(link, BROKEN, f"nvidia-fabricmanager is {(active or 'unknown').strip()} on an NVSwitch host",
                       "systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager says why")
-    fm = re.sub(r"^\d+:", "", fm_version or "").split("-")[0]
+    fm = package_upstream(fm_version)
     if fm and driver and fm != driver:
         return result(link, BROKEN, f"Fabric Manager {fm} does not match the driver {driver} (they must be equal)",
                       "move both to the pin together: playbooks/upgrade_driver.yml")

@@ -20,19 +20,23 @@ def upstream(version: str) -> str:
     return re.sub(r"^\d+:", "", (version or "").strip()).split("-")[0].split("~")[0]
 
 
-def installed_driver(dpkg_output: str) -> str | None:
+def driver_package_versions(dpkg_output: str) -> set[str]:
     """`dpkg-query -W -f '${Package} ${Version}\\n' '*nvidia*' 'cuda-drivers*'`, or on an RPM host
     `rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n' '*nvidia*' 'cuda-drivers*'` (the same "name version"
-    lines) -> the installed driver version (the highest among the driver packages; None when none is installed)."""
+    lines) -> the driver versions the driver packages carry (more than one during a partial upgrade). upgrade_driver
+    and diagnose both read the host's driver packages with it."""
     versions = set()
     for line in (dpkg_output or "").splitlines():
         parts = line.split()
         if len(parts) > 1 and _DRIVER_PACKAGE.match(parts[0]) and re.match(r"\d", upstream(parts[1])):
             versions.add(upstream(parts[1]))
-    if not versions:
-        return None
+    return versions
+
+
+def installed_driver(dpkg_output: str) -> str | None:
+    """The installed driver version: the highest of ``driver_package_versions``; None when none is installed."""
     best = None
-    for version in versions:
+    for version in driver_package_versions(dpkg_output):
         if best is None or compare_versions(version, best) > 0:
             best = version
     return best
