@@ -29,6 +29,11 @@ def _count(value):
     return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
 
 
+def _level(value):
+    """A DCGM level setting: None (and an -e key= left empty) for unset, else as _count reads it."""
+    return None if value is None or (isinstance(value, str) and not value.strip()) else _count(value)
+
+
 def _fraction(value):
     try:
         return float(value) if isinstance(value, str) else value
@@ -37,14 +42,14 @@ def _fraction(value):
 
 
 def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None,
-                    return_dcgm_level=2, return_thresholds=None) -> list:
+                    return_dcgm_level=2, return_thresholds=None, dcgm_level=None) -> list:
     """``bounds``: health_breaker_fraction, _window, _reset, health_escalate_after, _window as the inventory or -e
     give them (breaker_fraction, breaker_window, breaker_reset, escalate_after, escalate_window)."""
     bounds = bounds or {}
     validation = health_return.settings_problems(_count(return_dcgm_level),
                                                  {} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
-                                    _flag(apply), plan_source) + health_bounds.settings_problems(
+                                    _flag(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
         _fraction(bounds.get("breaker_fraction", 0.5)), bounds.get("breaker_window", 300),
         _flag(bounds.get("breaker_reset", False)), _count(bounds.get("escalate_after", 1)),
         bounds.get("escalate_window", 604800)) + validation
@@ -115,9 +120,10 @@ def health_validation_runs(paths, gpu_count=0) -> list:
     return health_return.bench_runs(paths if isinstance(paths, dict) else {}, int(_count(gpu_count) or 0))
 
 
-def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=1, expected_gpus=None, replay=False,
+def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expected_gpus=None, replay=False,
                         path="") -> dict:
-    settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": int(_count(dcgm_level)),
+    level = _level(dcgm_level)
+    settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": None if level is None else int(level),
                 "expected_gpus": None if expected_gpus in (None, "") else int(_count(expected_gpus)),
                 "replay": bool(_flag(replay)), "path": path}
     return health.sweep_record(read or {}, settings)

@@ -193,9 +193,15 @@ CHECK_ACTIONS = {
 }
 
 
-def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any) -> list[str]:
+def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any,
+                      dcgm_level: Any = None) -> list[str]:
     """Everything wrong with the health settings, before anything is swept or changed."""
     problems = []
+    if dcgm_level is not None and (isinstance(dcgm_level, bool) or dcgm_level not in (0, 1, 2, 3)):
+        problems.append(f"health_dcgm_level is {dcgm_level!r}; expected 0 (no DCGM diag), 1 (quick deployment "
+                        "checks), 2 (medium) or 3 (long) - dcgmi diag -r <level> - or unset (gpu_health's own level; "
+                        "with health_sweep_results last, the scheduled sweep's). Fix: e.g. health_dcgm_level: 1, or "
+                        "leave it out")
     if isinstance(max_unavailable, bool) or not isinstance(max_unavailable, int) or max_unavailable < 1:
         problems.append(f"health_max_unavailable is {max_unavailable!r}; expected a whole number >= 1 (the most "
                         "nodes health.yml takes out of service at once). Fix: e.g. health_max_unavailable: 1")
@@ -426,10 +432,11 @@ def _stale_why(record: dict, age: float, settings: dict) -> str | None:
                 "the latest events): swept again from this host's cursor")
     if not result.get("read_ok"):
         return "the sweep could not read the GPUs' state (read_ok false): swept again"
-    level, asked = int(record.get("dcgm_level") or 0), int(settings.get("dcgm_level") or 0)
-    if level < asked:
-        return (f"the sweep ran DCGM diag at level {level}, health_dcgm_level asks for {asked}: swept again (set "
-                "health_dcgm_level to the sweep's level, gpu_health_sweep_dcgm_level, to read its results)")
+    level, asked = int(record.get("dcgm_level") or 0), settings.get("dcgm_level")
+    if asked is not None and level < int(asked):
+        return (f"the sweep ran DCGM diag at level {level}, health_dcgm_level asks for {asked}: swept again at "
+                f"level {asked} (unset health_dcgm_level to take the sweep's level, or raise the sweep's, "
+                "gpu_health_sweep_dcgm_level)")
     checked = record.get("expected_gpus")
     if wanted is not None and checked != wanted and len(result.get("gpus") or []) < int(wanted):
         return (f"the sweep lists {len(result.get('gpus') or [])} GPU(s) and did not check for the {wanted} the "
@@ -441,8 +448,9 @@ def sweep_record(read: Any, settings: dict) -> dict:
     """Whether a host's sweep is the scheduled sweep's last result (``health_sweep_results: last``) or a new
     gpu_health call, and why. ``read``: the registered read of the record on the host (``rc``, ``stdout``: the
     host's clock in seconds, then the record, module_utils/gpu_health_result.py); ``settings``: mode
-    (health_sweep_results), max_age (health_sweep_max_age), dcgm_level (health_dcgm_level), expected_gpus (the
-    plan's), replay (health_kernel_log_text or health_state_text is given), path (the record's). Returns
+    (health_sweep_results), max_age (health_sweep_max_age), dcgm_level (health_dcgm_level; None, its default,
+    takes the sweep's level, whatever it is, and the ``why`` names it), expected_gpus (the plan's), replay
+    (health_kernel_log_text or health_state_text is given), path (the record's). Returns
     ``{source: sweep | gpu_health, why, age, sweep}``: ``sweep`` is the record's gpu_health result, whose events
     are the whole boot's (the health state's handled keys say which were acted on), when ``source`` is sweep."""
     def again(why: str, age: float | None = None) -> dict:
@@ -468,6 +476,10 @@ def sweep_record(read: Any, settings: dict) -> dict:
     why = _stale_why(record, age, settings)
     if why:
         return again(why, age)
+    level = int(record.get("dcgm_level") or 0)
+    asked = ("health_dcgm_level unset: the sweep's level stands" if settings.get("dcgm_level") is None
+             else f"health_dcgm_level {settings['dcgm_level']} or above")
     return {"source": "sweep", "age": age, "sweep": record["result"],
             "why": f"the scheduled sweep's last result, {age:.0f} s old (health_sweep_max_age "
-                   f"{int(settings.get('max_age') or 0)} s), with every event it read in this boot"}
+                   f"{int(settings.get('max_age') or 0)} s), with every event it read in this boot, DCGM diag "
+                   f"level {level} ({asked})"}

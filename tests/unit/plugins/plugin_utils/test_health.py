@@ -246,6 +246,8 @@ def test_state_findings_map_to_actions_and_kernel_log_findings_are_not_counted_t
     ({"overrides": ["RESTART_BM"]}, "expected a mapping bucket -> action"),
     ({"apply": True, "plan_source": "inventory"}, "health_apply is true, but the plan is the inventory one"),
     ({"apply": "yes please"}, "health_apply is 'yes please'; expected a real boolean"),
+    ({"dcgm_level": 4}, "health_dcgm_level is 4; expected 0 (no DCGM diag), 1 (quick deployment checks)"),
+    ({"dcgm_level": True}, "health_dcgm_level is True"),
 ])
 def test_bad_settings_are_named(kwargs, needle):
     args = {"max_unavailable": 1, "overrides": {}, "apply": False, "plan_source": "preflight", **kwargs}
@@ -255,6 +257,8 @@ def test_bad_settings_are_named(kwargs, needle):
 
 def test_good_settings_pass():
     assert H.settings_problems(2, {"RESTART_APP": "none", "row_remap_pending": "quarantine"}, True, "preflight") == []
+    for level in (None, 0, 3):  # health_dcgm_level unset (its default) or a dcgmi diag level
+        assert H.settings_problems(1, {}, False, "preflight", level) == []
 
 
 def test_an_event_that_names_no_gpu_takes_every_gpu_of_the_host_out():

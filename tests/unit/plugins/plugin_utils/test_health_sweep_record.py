@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.filter.health import health_sweep_record
 from ansible_collections.gpuops.cluster.plugins.lookup.shipped_script import LookupModule as ShippedScript
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health, gpu_health_result
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
@@ -21,6 +24,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps
 from conftest import shared_path
 from gpu_facts_helpers import Commands
 
+REPO = Path(__file__).resolve().parents[4]
 A100 = ("nvidia-smi", "query", "a100-sxm4-80gb-x4_nvidia-smi-q.txt")
 XID79_9E = ("May 15 08:57:36 red kernel: NVRM: Xid (PCI:0000:9e:00): 79, pid='<unknown>', name=<unknown>, GPU has "
             "fallen off the bus.\n")
@@ -112,6 +116,42 @@ def test_a_host_is_swept_again_and_the_report_says_why(change, clock, needle):
     got = H.sweep_record(host_read(runs(XID79_9E), clock), {**SETTINGS, **change})
     assert (got["source"], got["sweep"]) == ("gpu_health", None)
     assert needle in got["why"]
+
+
+def test_with_health_dcgm_level_unset_the_sweeps_level_stands_and_the_report_names_it():
+    got = H.sweep_record(host_read(runs(XID79_9E), T0 + 5), {**SETTINGS, "dcgm_level": None})
+    assert got["source"] == "sweep"
+    assert got["why"].endswith("DCGM diag level 0 (health_dcgm_level unset: the sweep's level stands)"), got["why"]
+    asked = H.sweep_record(host_read(runs(XID79_9E), T0 + 5), SETTINGS)
+    assert asked["why"].endswith("DCGM diag level 0 (health_dcgm_level 0 or above)"), asked["why"]
+
+
+def _role_default(role: str, name: str):
+    return yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text(encoding="utf-8"))[name]
+
+
+def test_the_roles_defaults_take_the_timers_fresh_result():
+    """An operator who sets only health_sweep_results: last: the timer's record, written at the timer's default
+    level (gpu_health_sweep_dcgm_level), read through the filter the role calls with health's default
+    health_dcgm_level, stands. Before issue 38's review it did not: health's default asked level 1 of a level-0
+    sweep, and every host was swept again."""
+    timer = {"dcgm_level": _role_default("gpu_health", "gpu_health_sweep_dcgm_level"), "expected_gpus": 4}
+    result = swept(XID79_9E)
+    record = gpu_health_result.result_record(None, result, T0, BOOT, None, timer)
+    got = health_sweep_record(host_read(record, T0 + 30), mode="last",
+                              max_age=_role_default("health", "health_sweep_max_age"),
+                              dcgm_level=_role_default("health", "health_dcgm_level"), expected_gpus=4)
+    assert got["source"] == "sweep", got["why"]
+
+
+@pytest.mark.parametrize(("given", "source"), [
+    (None, "sweep"), ("", "sweep"),  # unset; -e health_dcgm_level= (empty)
+    ("0", "sweep"), (0, "sweep"),
+    ("1", "gpu_health"), (2, "gpu_health"),  # the operator asks for more than the level-0 sweep ran
+])
+def test_the_filter_reads_health_dcgm_level_as_the_inventory_or_extra_vars_give_it(given, source):
+    got = health_sweep_record(host_read(runs(XID79_9E), T0), mode="last", dcgm_level=given, expected_gpus=4)
+    assert got["source"] == source, got["why"]
 
 
 def test_the_gpu_count_check_stands_when_the_sweep_lists_as_many_gpus_or_checked_the_same():
