@@ -80,6 +80,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
 from ansible_collections.gpuops.cluster.plugins.module_utils.package_lock import (
     APT_LOCK_FILES,
     Holder,
@@ -92,12 +93,12 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.package_lock import
 )
 
 
-def _read(path: str, binary: bool = False) -> bytes | str:
+def _cmdline(pid: int) -> bytes:
     try:
-        with open(path, "rb" if binary else "r") as handle:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
             return handle.read()
     except OSError:
-        return b"" if binary else ""
+        return b""
 
 
 def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
@@ -113,9 +114,9 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
 
 def look(paths: list[str]) -> list[Holder]:
     """The holders now, with their command line and unit."""
-    held = holders_of(parse_proc_locks(_read("/proc/locks")), _files(paths))
-    return [Holder(path, pid, command_from_cmdline(_read(f"/proc/{pid}/cmdline", True)) if pid > 0 else "",
-                   unit_from_cgroup(_read(f"/proc/{pid}/cgroup")) if pid > 0 else "")
+    held = holders_of(parse_proc_locks(read_text("/proc/locks") or ""), _files(paths))
+    return [Holder(path, pid, command_from_cmdline(_cmdline(pid)) if pid > 0 else "",
+                   unit_from_cgroup(read_text(f"/proc/{pid}/cgroup") or "") if pid > 0 else "")
             for path, pid in held]
 
 
