@@ -53,7 +53,8 @@ def kubelet_policy(
 
 
 def kube_node_labels_taints(
-    policy: object, pool: object = "", control_plane: object = False, schedulable: object = False
+    policy: object, pool: object = "", control_plane: object = False, schedulable: object = False,
+    health_sweep: object = None,
 ) -> dict:
     if policy is not None and not isinstance(policy, dict):
         raise AnsibleFilterError(
@@ -61,7 +62,9 @@ def kube_node_labels_taints(
             f"got {type(policy).__name__}"
         )
     try:
-        return kube_plan.node_registration(policy, str(pool or ""), bool(control_plane), bool(schedulable))
+        return kube_plan.node_registration(
+            policy, str(pool or ""), bool(control_plane), bool(schedulable), str(health_sweep or "") or None
+        )
     except KeyError as exc:
         raise AnsibleFilterError(f"kube_node_labels_taints: the kubelet policy has no {exc}") from exc
 

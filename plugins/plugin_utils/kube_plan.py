@@ -17,8 +17,9 @@ optionally ``gpus`` with ``cpu_affinity``, ``numa_groups[].cpus`` and ``placemen
 * always ``topologyManagerScope: pod``, ``cpuManagerPolicy: static`` with ``reservedSystemCPUs``
   (the first CPUs of each GPU NUMA node's affinity list, or the operator's explicit list).
 
-A node's registration (``node_registration``: labels, annotations, taints) follows from its policy; kube_node's
-render and the plan (``gpuops_plan.hosts[<host>].node``) both call it.
+A node's registration (``node_registration``: labels, annotations, taints) follows from its policy and, on a GPU
+node, the plan's sweep form (``gpuops.io/gpu-health-sweep``); kube_node's render and the plan
+(``gpuops_plan.hosts[<host>].node``) both call it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ RESERVATIONS = {
 # plugins/plugin_utils/ -> the collection root -> the role whose variables the reservations are.
 KUBE_NODE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "kube_node" / "defaults" / "main.yml"
 LABEL_MAX = 63
+# A GPU node's label naming its one scheduled GPU health sweep (plan.health_sweep's form); kube_monitoring's DaemonSet
+# selects the value "daemonset" (roles/kube_monitoring/templates/gpu-health-sweep.yaml.j2).
+HEALTH_SWEEP_LABEL = "gpuops.io/gpu-health-sweep"
 
 
 def kube_version_problem(version: object, name: str = "kube_version") -> str | None:
@@ -251,13 +255,17 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
-def node_registration(policy: dict | None, pool: str, control_plane: bool = False, schedulable: bool = False) -> dict:
+def node_registration(policy: dict | None, pool: str, control_plane: bool = False, schedulable: bool = False,
+                      health_sweep: str | None = None) -> dict:
     """The labels, annotations and taints a node registers with (kube_node's ``kube_node_registration``).
 
     ``policy``: the node's kubelet policy (``kubelet_policy``) on a GPU node, None on a CPU node or control plane.
     A GPU node gets the GPU taint and labels naming its pool, NVLink domains and topology policy, with its
     placements and the policy's reason as annotations; a control plane that is not ``schedulable`` gets the
-    control-plane taint.
+    control-plane taint. ``health_sweep``: the GPU node's sweep form the plan decided (plan.health_sweep's
+    ``form``), its ``HEALTH_SWEEP_LABEL``: kube_monitoring's DaemonSet selects the nodes labelled ``daemonset``, so a
+    node whose form is ``timer`` or ``none`` gets no pod. Every GPU node carries its form (not only ``daemonset``):
+    a node moved to the timer is relabelled, where a label only removed would stay (labels are merged).
     """
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
@@ -269,6 +277,8 @@ def node_registration(policy: dict | None, pool: str, control_plane: bool = Fals
             "gpuops.io/nvlink-domains": policy["nvlink_domains_label"],
             "gpuops.io/topology-policy": policy["topology_manager_policy"],
         }
+        if health_sweep:
+            labels[HEALTH_SWEEP_LABEL] = str(health_sweep)
         annotations = {"gpuops.io/placements": policy["placements"], "gpuops.io/kubelet-policy": policy["reason"]}
         taints.append(dict(GPU_TAINT))
     if control_plane and not schedulable:

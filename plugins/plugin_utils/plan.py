@@ -409,7 +409,8 @@ SCHEMA: dict[str, Any] = {
                         "description": "kubernetes GPU nodes with a kubelet policy: the labels, annotations and taints "
                         "the node registers with (kube_plan.node_registration, as kube_node renders them), its labels "
                         "joined by the GPU Operator's (gpu_operator.node_labels, when kube_addons_gpu_operator); "
-                        "else null.",
+                        "its label gpuops.io/gpu-health-sweep is health_sweep.form, which kube_monitoring's DaemonSet "
+                        "selects (value daemonset); else null.",
                         "properties": {
                             "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                             "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -469,7 +470,8 @@ SCHEMA: dict[str, Any] = {
                         "a Kubernetes GPU node unless kube_monitoring_gpu_health_sweep is false) or none "
                         "(gpu_health_sweep_timer_enabled false where there is no DaemonSet), and the reason. "
                         "gpu_health installs the timer only for timer, kube_monitoring runs the DaemonSet only on "
-                        "daemonset hosts. Optional: a plan.json written before it lacks it.",
+                        "daemonset hosts (node.labels gpuops.io/gpu-health-sweep: daemonset), so one cluster may mix "
+                        "the forms. Optional: a plan.json written before it lacks it.",
                         "required": ["form", "reason"],
                         "properties": {
                             "form": {"enum": list(HEALTH_SWEEP_FORMS)},
@@ -536,14 +538,15 @@ def _default_ifname(hostvars: Any) -> str:
     return str((facts.get("default_ipv4") or {}).get("interface") or "") if hasattr(facts, "get") else ""
 
 
-def _node(policy: dict | None, pool: str | None, hostvars: Any) -> dict | None:
+def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str) -> dict | None:
     """The labels, annotations and taints a Kubernetes GPU node registers with, as kube_node renders them, with the
-    GPU Operator's labels where that add-on is on."""
+    GPU Operator's labels where that add-on is on; ``sweep_form`` is the host's health_sweep form (its label)."""
     if not isinstance(policy, dict) or "error" in policy:
         return None
     groups = get_var(hostvars, "group_names", []) or []
     node = kube_plan.node_registration(
-        policy, str(pool), "kube_control_plane" in groups, bool(_setting(hostvars, "kube_control_plane_schedulable"))
+        policy, str(pool), "kube_control_plane" in groups, bool(_setting(hostvars, "kube_control_plane_schedulable")),
+        sweep_form,
     )
     if _setting(hostvars, "kube_addons_gpu_operator") is True:
         pools = _setting(hostvars, "gpu_operator_pools") or {}
@@ -608,7 +611,8 @@ def health_sweep(platform: str | None, hostvars: Any) -> dict:
     """``{form, reason}``: the one scheduled sweep of a GPU host (``HEALTH_SWEEP_FORMS``). On Kubernetes,
     kube_monitoring's DaemonSet unless kube_monitoring_gpu_health_sweep is false; else (and on every other
     platform) gpu_health's timer unless gpu_health_sweep_timer_enabled is false, then none. Never both: two sweeps
-    on one node would share one cursor and one metrics file."""
+    on one node would share one cursor and one metrics file. Both settings may differ per host: a Kubernetes node's
+    form is its label (kube_plan.HEALTH_SWEEP_LABEL, in its ``node`` part), which the DaemonSet selects."""
     daemonset = _setting(hostvars, "kube_monitoring_gpu_health_sweep")
     timer = _setting(hostvars, "gpu_health_sweep_timer_enabled")
 
@@ -662,6 +666,7 @@ def host_part(
         str(_setting(hostvars, "training_stack_socket_ifname") or ""), [_default_ifname(hostvars)]
     )
     toolkit = str(_setting(hostvars, "nvidia_container_toolkit_version") or "") or None
+    sweep = health_sweep(platform, hostvars)
     return {
         "ok": ok,
         "gpu_count": gpu.get("count"),
@@ -684,10 +689,10 @@ def host_part(
         "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,
         "kubelet_policy": policy,
-        "node": _node(policy, pool, hostvars) if platform == "kubernetes" else None,
+        "node": _node(policy, pool, hostvars, sweep["form"]) if platform == "kubernetes" else None,
         "nccl": training_jobs.nccl_env([topology], ifname),
         "workspaces": _workspaces(topology, gpu, hostvars, host) if platform == "compose" else None,
-        "health_sweep": health_sweep(platform, hostvars),
+        "health_sweep": sweep,
     }
 
 

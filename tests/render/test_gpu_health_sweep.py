@@ -1,8 +1,9 @@
 """The always-on GPU health sweep on Kubernetes (issue 38 section 1), in the render of inventories/cluster.
 
-kube_monitoring renders a ConfigMap holding gpu_health's sweep code and a DaemonSet that runs it on every GPU node.
-Checked here: both objects against the real Kubernetes schema (kubernetes-validate, strict, at the pinned version);
-where the DaemonSet runs (the GPU nodes' labels and taints, as kube_join renders the Node objects); the host paths
+kube_monitoring renders a ConfigMap holding gpu_health's sweep code and a DaemonSet that runs it on every GPU node
+the plan gave that form. Checked here: both objects against the real Kubernetes schema (kubernetes-validate, strict,
+at the pinned version); where the DaemonSet runs (the GPU nodes' labels and taints, as kube_join renders the Node
+objects), also in a cluster that mixes the DaemonSet and gpu_health's timer; the host paths
 it writes (the cursor of gpu_health's timer, node-exporter's textfile directory); its security context and image;
 and that its command runs the same code as gpu_health's systemd timer: both are run here on one stand-in host (the
 real ``nvidia-smi -q`` of an A100 SXM4 x4 board and real kernel-log lines through stand-in ``nvidia-smi`` and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,16 +168,26 @@ def _tolerates(toleration: dict, taint: dict) -> bool:
     return toleration.get("value", "") == taint.get("value", "")
 
 
+def _nodes(objects: list) -> list[dict]:
+    """The Node objects kube_join renders (the labels and taints each node registers with)."""
+    return [obj for path, obj in objects if path.startswith("kube_join/") and obj["kind"] == "Node"]
+
+
+def _selected(pod: dict, node: dict) -> bool:
+    """Kubernetes' nodeSelector rule: every pair of the selector is a label of the node."""
+    return pod["nodeSelector"].items() <= node["metadata"]["labels"].items()
+
+
 def test_runs_on_every_gpu_node_of_the_plan_and_tolerates_only_their_taints(rendered_objects, daemonset):
     """Every GPU node, as kube_join renders its Node object (the labels and taints it registers with), is selected
     and its taints tolerated; the tolerations are those taints and no other."""
-    nodes = [obj for path, obj in rendered_objects if path.startswith("kube_join/") and obj["kind"] == "Node"]
+    nodes = _nodes(rendered_objects)
     assert sorted(n["metadata"]["name"] for n in nodes) == ["gpu-infer-01", "gpu-train-01", "gpu-train-02"]
     pod = _pod(daemonset)
-    assert pod["nodeSelector"] == {"nvidia.com/gpu": "true"}
+    assert pod["nodeSelector"] == {"gpuops.io/gpu-health-sweep": "daemonset"}
     for node in nodes:
         labels, taints = node["metadata"]["labels"], node["spec"].get("taints", [])
-        assert pod["nodeSelector"].items() <= labels.items(), node["metadata"]["name"]
+        assert _selected(pod, node), (node["metadata"]["name"], labels)
         assert taints, f"{node['metadata']['name']} has no taint: this test would prove nothing"
         for taint in taints:
             assert any(_tolerates(t, taint) for t in pod["tolerations"]), (node["metadata"]["name"], taint)
@@ -214,6 +226,51 @@ def test_with_the_daemonset_off_the_plan_gives_the_gpu_nodes_the_timer_and_no_sw
     objects = load_objects(out)
     assert [path for path, _obj in objects if path.startswith("kube_monitoring/")], "kube_monitoring rendered"
     assert _sweep_objects(objects) == []
+
+
+def test_a_mixed_cluster_gives_each_gpu_node_one_sweep(tmp_path):
+    """One GPU node opts out of the DaemonSet in its host_vars (kube_monitoring_gpu_health_sweep: false): the plan
+    gives it gpu_health's timer and the others the DaemonSet, kube_join registers each node with its form
+    (gpuops.io/gpu-health-sweep), and the rendered DaemonSet, valid against the Kubernetes schema, selects exactly
+    the daemonset nodes - never the timer's node, so no node runs two sweeps on one cursor."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns("credentials"))
+    with (inventory / "host_vars/gpu-train-02.yml").open("a", encoding="utf-8") as host_vars:
+        host_vars.write("kube_monitoring_gpu_health_sweep: false\n")
+    out = tmp_path / "render"
+    result = run_render(inventory, out)
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    hosts = json.loads((out / "plan.json").read_text(encoding="utf-8"))["hosts"]
+    forms = {name: host["health_sweep"]["form"] for name, host in hosts.items()}
+    assert forms == {"gpu-infer-01": "daemonset", "gpu-train-01": "daemonset", "gpu-train-02": "timer"}
+    objects = load_objects(out)
+    (daemonset,) = [o for p, o in objects if p.startswith("kube_monitoring/") and o["kind"] == "DaemonSet"
+                    and o["metadata"]["name"] == NAME]
+    assert problems(daemonset) == []
+    pod = _pod(daemonset)
+    assert pod["nodeSelector"] == {"gpuops.io/gpu-health-sweep": "daemonset"}
+    nodes = {n["metadata"]["name"]: n for n in _nodes(objects)}
+    assert {name: node["metadata"]["labels"]["gpuops.io/gpu-health-sweep"] for name, node in nodes.items()} == forms
+    assert {name for name, node in nodes.items() if _selected(pod, node)} == {"gpu-infer-01", "gpu-train-01"}
+    # the timer's node still carries every other label the DaemonSet selected before (nvidia.com/gpu=true)
+    assert nodes["gpu-train-02"]["metadata"]["labels"]["nvidia.com/gpu"] == "true"
+
+
+def test_a_plan_whose_daemonset_node_lacks_the_label_is_refused(rendered, tmp_path):
+    """A plan that gives a node the DaemonSet but registers it without gpuops.io/gpu-health-sweep (a plan.json an
+    older preflight wrote) would leave that node with no sweep: kube_monitoring's render refuses it, naming the
+    selector and the fix, and writes no sweep object."""
+    stale = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))
+    assert stale["hosts"]["gpu-train-01"]["health_sweep"]["form"] == "daemonset"
+    del stale["hosts"]["gpu-train-01"]["node"]["labels"]["gpuops.io/gpu-health-sweep"]
+    (tmp_path / "plan.json").write_text(json.dumps({"gpuops_plan": stale}), encoding="utf-8")
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", f"@{tmp_path / 'plan.json'}")
+    assert result.returncode != 0
+    assert ('the GPU health sweep DaemonSet runs on the nodes labelled {"gpuops.io/gpu-health-sweep": "daemonset"}, '
+            "but of the 3 GPU node(s) the plan (inventory) gave the form daemonset, not every one") in result.stdout
+    assert "Fix: plan again" in result.stdout
+    assert _sweep_objects(load_objects(out)) == []
 
 
 def test_security_context(daemonset):

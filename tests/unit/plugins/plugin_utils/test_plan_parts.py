@@ -124,11 +124,11 @@ POLICIES = {
 }
 
 
-def _expected_registration(host: str, pool: str) -> dict:
+def _expected_registration(host: str, pool: str, sweep: str = "daemonset") -> dict:
     policy, reason = POLICIES[host]
     return {
         "labels": {"nvidia.com/gpu": "true", "gpuops.io/pool": pool, "gpuops.io/nvlink-domains": "0-7",
-                   "gpuops.io/topology-policy": policy},
+                   "gpuops.io/topology-policy": policy, "gpuops.io/gpu-health-sweep": sweep},
         "annotations": {"gpuops.io/placements": "[]", "gpuops.io/kubelet-policy": reason},
         "taints": [GPU_TAINT],
     }
@@ -140,12 +140,33 @@ def test_node_labels_and_taints_plan_and_role_alone(cluster, host):
     expected = _expected_registration(host, pool)
     # kube_node run alone: its filters, with its defaults (inventories/cluster sets the same reservations)
     policy = kube.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
-    assert kube.kube_node_labels_taints(policy, pool, False, False) == expected
+    assert kube.kube_node_labels_taints(policy, pool, False, False, "daemonset") == expected
     # the plan: the same registration, with the GPU Operator's label (kube_addons_gpu_operator: true)
     planned = cluster["hosts"][host]["node"]
     assert planned["labels"] == {**expected["labels"], "nvidia.com/device-plugin.config": pool}
     assert planned["annotations"] == expected["annotations"]
     assert planned["taints"] == expected["taints"]
+
+
+def test_a_mixed_fleet_labels_each_gpu_node_with_its_own_sweep_form(cluster):
+    """One cluster, two sweep forms (issue 38): gpu-train-02 sets kube_monitoring_gpu_health_sweep: false in its
+    host_vars, so its plan form is gpu_health's timer and its node label says so, while the other GPU nodes keep
+    kube_monitoring's DaemonSet; the DaemonSet selects gpuops.io/gpu-health-sweep=daemonset, so no node gets both."""
+    hostvars = _inventory("cluster")
+    hostvars["gpu-train-02"]["kube_monitoring_gpu_health_sweep"] = False
+    mixed = _cluster_plan(hostvars)
+    forms = {host: part["health_sweep"]["form"] for host, part in mixed["hosts"].items()}
+    assert forms == {"gpu-train-01": "daemonset", "gpu-train-02": "timer", "gpu-infer-01": "daemonset"}
+    for host, part in mixed["hosts"].items():
+        assert part["node"]["labels"]["gpuops.io/gpu-health-sweep"] == forms[host], host
+        # the rest of the registration is the uniform cluster's
+        assert part["node"]["labels"] | {"gpuops.io/gpu-health-sweep": "daemonset"} == cluster["hosts"][host]["node"][
+            "labels"], host
+    # kube_node run alone gives the same label from the same form
+    policy = kube.kubelet_policy(_topology(CAPTURES["gpu-train-02"]), "training", 2, "", 4096, 500)
+    assert kube.kube_node_labels_taints(policy, "training", False, False, "timer") == _expected_registration(
+        "gpu-train-02", "training", "timer")
+    assert "gpuops.io/gpu-health-sweep" not in kube.kube_node_labels_taints(policy, "training")["labels"]
 
 
 def test_mig_label_and_control_plane_taint_from_the_inventory():
