@@ -89,6 +89,8 @@ def test_worker_registered_with_the_gpu_taint_and_labels():
         "gpuops.io/pool": "training",
         "gpuops.io/nvlink-domains": "0-7",
         "gpuops.io/topology-policy": "single-numa-node",
+        # the plan's sweep form (kubernetes, kube_monitoring_gpu_health_sweep unset): kube_monitoring's DaemonSet
+        "gpuops.io/gpu-health-sweep": "daemonset",
     }
     # kubelet.conf (written by the stand-in's join) shows the join ran
     assert GPU.file("/etc/kubernetes/kubelet.conf").exists
