@@ -1,10 +1,12 @@
-"""One home for the gpuops_* defaults (issue 37 §3): roles/_gpuops_vars/defaults/main.yml, as kubespray_defaults.
+"""One home for the shared defaults (issue 37 §3): roles/_gpuops_vars/defaults/main.yml, as kubespray_defaults.
 
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
-variable. This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default
-written in a comment is a second home in words) and fails, naming file:line, on
+variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_pod_cidr,
+kube_service_cidr). This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a
+default written in a comment is a second home in words) and fails, naming file:line, on
 
-* an inline Jinja default of a gpuops_* variable (``gpuops_x | default(...)``) outside roles/_gpuops_vars;
+* an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
+  ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
 * a Python read of a gpuops_* variable with its own default (``get_var(hostvars, "gpuops_x", ...)``,
   ``vars.get("gpuops_x", ...)``): plugin_utils' ``get_var`` reads the shared default itself;
 * a play of playbooks/ that runs a role or a task file without importing _gpuops_vars.
@@ -29,7 +31,9 @@ SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
 # Fewer scanned files than this means the scan missed the tree (a moved folder, a broken glob).
 MIN_SCANNED_FILES = 400
 MIN_PLAYS = 20  # the same for the plays of playbooks/
-JINJA_DEFAULT = re.compile(r"gpuops_(\w+)\s*\|\s*default\(")
+# The home's names that are not gpuops_*: the cluster's networks, read by kube_control_plane, kube_cni, the kube plan.
+SHARED_CLUSTER_SETTINGS = ("kube_pod_cidr", "kube_service_cidr")
+JINJA_DEFAULT = re.compile(rf"(?:gpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
 ALLOWED: dict[str, str] = {}
@@ -70,8 +74,9 @@ def _all_inline_defaults() -> dict[str, list[str]]:
 def test_no_gpuops_default_outside_its_home() -> None:
     found = [hit for path, hits in _all_inline_defaults().items() if path not in ALLOWED for hit in hits]
     assert not found, (
-        "a gpuops_* variable defaulted outside roles/_gpuops_vars (its one home: give the default there, in "
-        "defaults/main.yml and meta/argument_specs.yml, and import the role in the play):\n" + "\n".join(found)
+        "a gpuops_* variable or shared cluster setting defaulted outside roles/_gpuops_vars (its one home: give the "
+        "default there, in defaults/main.yml and meta/argument_specs.yml, and import the role in the play):\n"
+        + "\n".join(found)
     )
 
 
@@ -88,6 +93,11 @@ def test_each_allowance_still_matches() -> None:
         ("roles/r/templates/t.j2", "image: {{ i | mirror_image(gpuops_registry_mirror|default('', true)) }}", 1),
         ("roles/r/tasks/assert.yml", "when: role_name not in (gpuops_inputs_checked | default([]))", 1),
         ("roles/r/defaults/main.yml", 'r_x: "{{ gpuops_registry_mirror }}"', 0),
+        ("roles/r/defaults/main.yml", "r_pod_cidr: \"{{ kube_pod_cidr | default('10.244.0.0/16') }}\"", 1),
+        ("playbooks/tasks/t.yml", "'service_cidr': kube_service_cidr|default('10.96.0.0/12'),", 1),
+        ("roles/r/defaults/main.yml", 'r_pod_cidr: "{{ kube_pod_cidr }}"', 0),
+        ("roles/r/tasks/main.yml", "cidr: \"{{ kube_cni_pod_cidr | default('') }}\"", 0),
+        ("roles/r/tasks/main.yml", "cidr: \"{{ my_kube_pod_cidr | default('') }}\"", 0),
         ("plugins/plugin_utils/p.py", 'multi = get_var(hostvars[first], "gpuops_multi_node_training", False)', 1),
         ("plugins/plugin_utils/p.py", "chosen = variables.get('gpuops_report_dir', 'reports')", 1),
         ("plugins/plugin_utils/p.py", 'pool = get_var(hostvars, "gpuops_pool") or None', 0),
@@ -122,7 +132,8 @@ def test_python_reads_the_shared_defaults_from_their_home() -> None:
     defaults = yaml.safe_load((REPO / HOME / "defaults" / "main.yml").read_text(encoding="utf-8"))
     assert platform.SHARED_DEFAULTS_FILE == REPO / HOME / "defaults" / "main.yml"
     assert platform.shared_defaults() == defaults
-    assert all(name.startswith("gpuops_") for name in defaults), sorted(defaults)
+    assert all(name.startswith("gpuops_") or name in SHARED_CLUSTER_SETTINGS for name in defaults), sorted(defaults)
+    assert set(SHARED_CLUSTER_SETTINGS) <= set(defaults), "each shared cluster setting has its default in the home"
     # Unset, each variable reads as its home's default; set, as the host's value; a variable without a default there
     # (computed when unset, such as gpuops_team_size) reads as None, and a caller's own default still wins.
     assert {name: platform.get_var({}, name) for name in defaults} == defaults

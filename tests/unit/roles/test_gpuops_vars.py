@@ -29,11 +29,15 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "gpuops_cuda_version": "12.4.1", "gpuops_report_dir": "/tmp/reports", "gpuops_pool": "training",
         "gpuops_gpu_topology": {"nvlink_domains": [], "numa_groups": [], "placements": []},
         "gpuops_kube_skip_api_stages": "a stand-in kubeadm", "gpuops_mps_context_reserve": 576,
-        "gpuops_mps_min_usable": 0}
+        "gpuops_mps_min_usable": 0, "kube_pod_cidr": "10.32.0.0/16", "kube_service_cidr": "10.100.0.0/16"}
 
 
 def _options() -> dict:
     return yaml.safe_load(SPEC.read_text())["argument_specs"]["main"]["options"]
+
+
+# The names a typo's refusal lists: the spec's gpuops_* options (not the cluster networks described beside them).
+KNOWN = [name for name in _options() if name.startswith("gpuops_")]
 
 
 def boilerplate(tmp_path: Path, variables: dict) -> tuple[int, str]:
@@ -60,13 +64,13 @@ def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
     bad = {**TEAM, "gpuops_plattform": "compose", "gpuops_platform": "swarm", "gpuops_gpu_count": "4",
            "gpuops_team_size": -2, "gpuops_multi_node_training": "yes", "gpuops_gpu_topology": [1],
            "gpuops_registry_mirror": "http://registry.lan", "gpuops_cuda_version": "12", "compose_stack_members": [],
-           "gpuops_mps_context_reserve": "576M",
+           "gpuops_mps_context_reserve": "576M", "kube_pod_cidr": 10,
            "validate_nccl_tests_url": "https://mirror.lan/nccl-tests/v2.13.11.tar.gz"}
     code, out = boilerplate(tmp_path, bad)
     assert code != 0, out[-3000:]
     flat = " ".join(out.split())
     expected = [
-        f"unknown variable(s) gpuops_plattform on {HOST}; known: {', '.join(_options())}. Fix: correct the name",
+        f"unknown variable(s) gpuops_plattform on {HOST}; known: {', '.join(KNOWN)}. Fix: correct the name",
         "gpuops_platform is 'swarm'; expected one of auto, compose, kubernetes. Fix: set it to auto",
         f'gpuops_gpu_count is "4" (str) on {HOST}; expected a non-negative integer. Fix: write a whole number',
         f'gpuops_team_size is "-2" (int) on {HOST}; expected a non-negative integer.',
@@ -76,6 +80,7 @@ def test_bad_values_are_refused_all_at_once_in_words(tmp_path: Path) -> None:
         f'gpuops_cuda_version is "12" on {HOST}; expected a CUDA release as major.minor',
         f"compose_stack_members is set on {HOST} to []; it is no longer read. Fix: move it to gpuops_members",
         f'gpuops_mps_context_reserve is "576M" (str) on {HOST}; expected a non-negative integer.',
+        f'kube_pod_cidr is "10" (int) on {HOST}; expected a str. Fix: write a quoted string.',
         f'validate_nccl_tests_url is set on {HOST} to "https://mirror.lan/nccl-tests/v2.13.11.tar.gz"; it is no longer '
         "read. Fix: move it to burnin_nccl_tests_url, with burnin_nccl_tests_checksum for a mirror's copy",
     ]
