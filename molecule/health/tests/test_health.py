@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import jinja2
+import yaml
 from ansible_env import playbook_env  # tests/ansible_env.py (pyproject's pytest pythonpath)
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
@@ -250,6 +251,11 @@ TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"  # gpu_health_textfil
 CAPTURE = PROJECT / "../shared/data/nvidia-smi/query/h100-nvl-x2_nvidia-smi-q.txt"  # molecule.yml's health_state_text
 
 
+# The timer's DCGM level: the role's default (health_sweep_results last takes a result at it with health's defaults).
+SWEEP_DCGM_LEVEL = yaml.safe_load((PROJECT / "roles/gpu_health/defaults/main.yml").read_text())[
+    "gpu_health_sweep_dcgm_level"]
+
+
 def scheduled_sweep(node: str, events: int) -> str:
     """One run of the scheduled sweep on the node as its timer runs it: the role's service unit
     (roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2, rendered with the role's paths) installed where
@@ -260,8 +266,8 @@ def scheduled_sweep(node: str, events: int) -> str:
         (PROJECT / "roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2").read_text()).render(
         ansible_managed="molecule/health", _gpu_health_sweep_unit="gpuops-gpu-health-sweep",
         _gpu_health_sweep_lib=SWEEP_LIB, _gpu_health_sweep_python="/usr/bin/python3",
-        _gpu_health_sweep_state=SWEEP_STATE, gpu_health_textfile_dir=TEXTFILE_DIR, gpu_health_sweep_dcgm_level=0,
-        _gpu_health_sweep_expected_gpus=2)
+        _gpu_health_sweep_state=SWEEP_STATE, gpu_health_textfile_dir=TEXTFILE_DIR,
+        gpu_health_sweep_dcgm_level=SWEEP_DCGM_LEVEL, _gpu_health_sweep_expected_gpus=2)
     for argv in (["docker", "exec", node, "mkdir", "-p", code, "/var/lib/gpuops/gpu_health", TEXTFILE_DIR],
                  ["docker", "cp", str(PROJECT / "plugins" / "module_utils"), f"{node}:{code}/"]):
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -457,13 +463,17 @@ def test_health_takes_the_sweeps_last_result_instead_of_sweeping_again():
     scheduled_sweep(B, events=1)
     calls = {node: node_file(node, "/var/log/gpuops-standin/nvidia-smi.log") for node in (B, C)}
     assert calls[B] == ["-q", "nvlink -s", "nvlink -e"]  # the sweep's, in the node
+    # health_dcgm_level as health's defaults leave it (unset; molecule.yml sets 0 for the other runs): the timer's
+    # result stands at the timer's own level (issue 38 review: the defaults used to sweep every host again)
     last = ["--limit", f"{B},{C}", "-e", "health_sweep_results=last", "-e", "health_kernel_log_text=",
-            "-e", "health_state_text="]
+            "-e", "health_state_text=", "-e", json.dumps({"health_dcgm_level": None})]
     result = playbook("playbooks/health.yml", *last)
     assert result.returncode == 0, result.stdout[-3000:]
     report = runs()[-1]
     assert report["sweeps"][B]["source"] == "sweep", report["sweeps"]
     assert report["sweeps"][B]["why"].startswith("the scheduled sweep's last result")
+    assert report["sweeps"][B]["why"].endswith(
+        f"DCGM diag level {SWEEP_DCGM_LEVEL} (health_dcgm_level unset: the sweep's level stands)"), report["sweeps"]
     assert (report["sweeps"][C]["source"], report["sweeps"][C]["why"]) == (
         "gpu_health", "no sweep result at /var/lib/gpuops/gpu_health/result.json on this host (is the scheduled "
         "sweep installed? gpu_health_sweep_timer_enabled, or kube_monitoring's gpu-health-sweep DaemonSet): "
