@@ -1,7 +1,7 @@
 """One home for the shared defaults (issue 37 §3): roles/_gpuops_vars/defaults/main.yml, as kubespray_defaults.
 
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
-variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_pod_cidr,
+variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
 kube_service_cidr). This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a
 default written in a comment is a second home in words) and fails, naming file:line, on
 
@@ -31,8 +31,8 @@ SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
 # Fewer scanned files than this means the scan missed the tree (a moved folder, a broken glob).
 MIN_SCANNED_FILES = 400
 MIN_PLAYS = 20  # the same for the plays of playbooks/
-# The home's names that are not gpuops_*: the cluster's networks, read by kube_control_plane, kube_cni, the kube plan.
-SHARED_CLUSTER_SETTINGS = ("kube_pod_cidr", "kube_service_cidr")
+# The home's names that are not gpuops_*: the cluster's release and networks, read by the kube roles and the kube plan.
+SHARED_CLUSTER_SETTINGS = ("kube_version", "kube_pod_cidr", "kube_service_cidr")
 JINJA_DEFAULT = re.compile(rf"(?:gpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
@@ -96,6 +96,8 @@ def test_each_allowance_still_matches() -> None:
         ("roles/r/defaults/main.yml", "r_pod_cidr: \"{{ kube_pod_cidr | default('10.244.0.0/16') }}\"", 1),
         ("playbooks/tasks/t.yml", "'service_cidr': kube_service_cidr|default('10.96.0.0/12'),", 1),
         ("roles/r/defaults/main.yml", 'r_pod_cidr: "{{ kube_pod_cidr }}"', 0),
+        ("roles/r/defaults/main.yml", "r_version: \"{{ kube_version | default('') }}\"", 1),
+        ("roles/r/defaults/main.yml", "r_x: \"{{ kube_version_minor | default('') }}\"", 0),
         ("roles/r/tasks/main.yml", "cidr: \"{{ kube_cni_pod_cidr | default('') }}\"", 0),
         ("roles/r/tasks/main.yml", "cidr: \"{{ my_kube_pod_cidr | default('') }}\"", 0),
         ("plugins/plugin_utils/p.py", 'multi = get_var(hostvars[first], "gpuops_multi_node_training", False)', 1),

@@ -29,7 +29,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "gpuops_cuda_version": "12.4.1", "gpuops_report_dir": "/tmp/reports", "gpuops_pool": "training",
         "gpuops_gpu_topology": {"nvlink_domains": [], "numa_groups": [], "placements": []},
         "gpuops_kube_skip_api_stages": "a stand-in kubeadm", "gpuops_mps_context_reserve": 576,
-        "gpuops_mps_min_usable": 0, "kube_pod_cidr": "10.32.0.0/16", "kube_service_cidr": "10.100.0.0/16"}
+        "gpuops_mps_min_usable": 0, "kube_version": "1.34.2", "kube_pod_cidr": "10.32.0.0/16",
+        "kube_service_cidr": "10.100.0.0/16"}
 
 
 def _options() -> dict:
