@@ -333,4 +333,3 @@ def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None
                                 "one member in gpuops_members. Fix: add a member with team: "
                                 f"{name}, or remove the team")
     return problems
-

@@ -21,7 +21,9 @@ for _path in (COLLECTIONS, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from shared_data import SHARED_DATA, shared_path  # noqa: E402, F401 (the tests import both from here)
+from shared_data import SHARED_DATA, shared_path  # noqa: E402 (after the sys.path set-up above)
+
+__all__ = ["SHARED_DATA", "shared_path"]  # the tests import both from here
 
 
 @pytest.fixture
