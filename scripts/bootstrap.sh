@@ -39,7 +39,15 @@ if ! docker info >/dev/null 2>&1; then
     say "dockerd is starting; waiting for it"
   else
     say "no Docker daemon answers; starting dockerd in the background (log: /var/log/gpuops-dockerd.log)"
-    nohup dockerd >/var/log/gpuops-dockerd.log 2>&1 &
+    # Without the caller's descriptors above 2: a `flock <lock> make ...` caller's lock would otherwise live on in
+    # dockerd (and its containerd) and hold that lock for as long as the daemon runs.
+    (
+      for fd in /proc/self/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+      done
+      exec nohup dockerd >/var/log/gpuops-dockerd.log 2>&1
+    ) &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/gpuops-dockerd.log. Fix: start a Docker daemon (dockerd &) and rerun."
