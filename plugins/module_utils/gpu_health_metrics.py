@@ -21,10 +21,13 @@ collector:
 A kernel-log event is read once, by the run after it, but what it says about the GPU lasts: a finding from an event
 (Xid, SXid, fallen off the bus) is held in the state file, with its cause, and counts in every later run's verdicts
 and findings until a clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload
-(the GPU's uncorrectable ECC count since the driver loaded went down), or ``--clear`` with ``--clear-reason``
-(gpu_health's ``release`` entry point, which health.yml runs once a GPU passed its return-to-service validation:
-after health_release, a reset or a reboot). One run at a time on a state file: each holds a lock on its directory
-from reading the state to writing it, so a release run beside the timer's never loses the other's update. A finding
+(the GPU's uncorrectable ECC count since the driver loaded went down), or a release request: ``clear.json`` beside
+the state file (``CLEAR_REQUEST``), ``{"gpus": {"<UUID or all>": {"reason": "<who and why>", "at": <epoch>}}}``,
+which gpu_health's ``release`` entry point writes (health.yml runs it once a GPU passed its return-to-service
+validation: after health_release, a reset or a reboot; an operator may write one by hand, 0600). The next run applies
+it, whatever runs it (the timer's unit, which release starts once, or kube_monitoring's DaemonSet pod on the same
+hostPath), and removes it; the cleared record carries the reason. One run at a time on a state file: each holds a
+lock on its directory from reading the state and the request to writing the state and removing the request. A finding
 whose bucket, in NVIDIA's catalog, needs nothing of the GPU (``SELF_CLEARING``: restart the application, ignore) is
 not held: its condition ends by itself.
 
@@ -64,6 +67,7 @@ EVENT_CHECKS = ("xid", "sxid", "fallen_off_bus")
 # IGNORE, CHECK_UVM ("If UVM/vGPU is being utilized, RESET_GPU; otherwise IGNORE": no vGPU on these hosts)
 SELF_CLEARING = ("RESTART_APP", "IGNORE", "CHECK_UVM")
 CLEAR_ALL = "all"
+CLEAR_REQUEST = "clear.json"  # beside the state file: a pending release request (above)
 _HELD_KEY = ("uuid", "gpu", "check", "action", "step")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's, in a container too (not namespaced)
 
@@ -108,12 +112,13 @@ def _held_entry(item: dict, record: dict | None, boot_id: str | None, now: float
             "ecc_volatile": state.get("ecc_uncorrectable_volatile")}
 
 
-def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear, reason: str = "") -> str | None:
-    """Why a held finding ends now, or None: ``clear`` names its GPU (or ``all``; ``reason``: who and why), the host
-    rebooted, or the GPU's uncorrectable ECC count since the driver loaded went down (a GPU reset or a driver
-    reload)."""
-    if CLEAR_ALL in clear or (entry["uuid"] is not None and entry["uuid"] in clear):
-        return f"cleared (--clear): {reason}" if reason else "cleared (--clear)"
+def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear: dict) -> str | None:
+    """Why a held finding ends now, or None: a release request names its GPU (or ``all``; ``clear``: UUID or
+    ``all`` -> who and why), the host rebooted, or the GPU's uncorrectable ECC count since the driver loaded went down
+    (a GPU reset or a driver reload)."""
+    for name in (entry["uuid"], CLEAR_ALL):
+        if name is not None and name in clear:
+            return f"cleared (release): {clear[name]}" if clear[name] else "cleared (release)"
     if entry["boot_id"] is not None and boot_id is not None and entry["boot_id"] != boot_id:
         return f"reboot (boot id {entry['boot_id']} -> {boot_id})"
     volatile = ((record or {}).get("state") or {}).get("ecc_uncorrectable_volatile")
@@ -123,17 +128,17 @@ def _why_cleared(entry: dict, record: dict | None, boot_id: str | None, clear, r
     return None
 
 
-def hold(held: list, result: dict, boot_id: str | None, now: float, clear=(), reason: str = "") -> tuple:
+def hold(held: list, result: dict, boot_id: str | None, now: float, clear: dict | None = None) -> tuple:
     """``(held, cleared)`` after one run: the findings held before (``held``, as the last run returned them) that
     no clearing event ended (``cleared``: each with ``why`` and ``at``), then this run's event findings whose bucket
     is not ``SELF_CLEARING``, added or refreshed (a held one keeps its ``since``). ``result``: gpu_health's
-    ``sweep``; ``boot_id``: the kernel's boot id now; ``clear``: GPU UUIDs, or ``all``, to release, ``reason``: who
-    released them and why (in ``why``)."""
+    ``sweep``; ``boot_id``: the kernel's boot id now; ``clear``: the release request's GPU UUIDs (or ``all``), each
+    mapped to who released it and why (in ``why``)."""
     records = {gpu["index"]: gpu for gpu in result["gpus"]}
     by_uuid = {gpu.get("uuid"): gpu for gpu in result["gpus"] if gpu.get("uuid")}
     kept, cleared = {}, []
     for entry in held:
-        why = _why_cleared(entry, by_uuid.get(entry["uuid"]), boot_id, set(clear), reason)
+        why = _why_cleared(entry, by_uuid.get(entry["uuid"]), boot_id, clear or {})
         if why is None:
             kept[tuple(entry[key] for key in _HELD_KEY)] = dict(entry)
         else:
@@ -235,6 +240,23 @@ def _load_state(path: str) -> dict:
     return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", [])}
 
 
+def _take_request(path: str) -> dict:
+    """The pending release request's GPUs (UUID or ``all``) -> reason, {} when none is pending. The request is
+    renamed to ``<path>.taken`` first (removed once the state is written), so a request written meanwhile is a new
+    file, for the next run, never lost by this one's removal."""
+    try:
+        os.replace(path, path + ".taken")
+    except FileNotFoundError:
+        return {}
+    try:
+        with open(path + ".taken", encoding="utf-8") as stream:
+            return {name: str((ask or {}).get("reason") or "") for name, ask in json.load(stream)["gpus"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as error:  # the sweep runs on; the request is dropped
+        sys.stderr.write(f"gpu_health sweep: release request {path} ignored (not a JSON object whose gpus maps each "
+                         f"UUID or all to its reason): {error!r}\n")
+        return {}
+
+
 def _boot_id(path: str) -> str | None:
     """The kernel's boot id, None where it cannot be read (no held finding then ends by a reboot)."""
     try:
@@ -258,10 +280,6 @@ def main(argv=None) -> int:
     parser.add_argument("--textfile-dir", required=True, help="node-exporter's textfile collector directory")
     parser.add_argument("--dcgm-level", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--expected-gpus", type=int, default=None)
-    parser.add_argument("--clear", action="append", default=[], metavar="UUID",
-                        help=f"release the held findings of this GPU ({CLEAR_ALL!r}: of every GPU); repeatable")
-    parser.add_argument("--clear-reason", default="", metavar="TEXT",
-                        help="who releases them and why, kept in the release's record")
     parser.add_argument("--boot-id-file", default=BOOT_ID_PATH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     with _locked(os.path.dirname(os.path.abspath(args.state_file))):
@@ -270,9 +288,9 @@ def main(argv=None) -> int:
 
 @contextlib.contextmanager
 def _locked(directory: str):
-    """An exclusive lock on the state file's directory while a run reads and writes the state: the timer's run and
-    a release's (gpu_health's release entry point) may start together, and the later write would drop the other's
-    update (a cleared finding held again)."""
+    """An exclusive lock on the state file's directory while a run reads and writes the state: two runs (the
+    timer's and the one a release starts, or an operator's) may start together, and the later write would drop the
+    other's update (a cleared finding held again)."""
     handle = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -288,10 +306,13 @@ def _one_run(args, sweep, write_result) -> int:
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
     boot_id = _boot_id(args.boot_id_file)
-    held, cleared = hold(state["held"], result, boot_id, now, args.clear, args.clear_reason)
+    request = os.path.join(os.path.dirname(os.path.abspath(args.state_file)), CLEAR_REQUEST)
+    held, cleared = hold(state["held"], result, boot_id, now, _take_request(request))
     write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now, held))
     write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held},
                                              indent=1) + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(request + ".taken")  # applied: its record is in the state (gone from held) and in this run's output
     # the last result as gpu_health returns it (no held finding), for health.yml (health_sweep_results: last)
     write_result(args.state_file, result, now, boot_id, state["cursor"],
                  {"dcgm_level": args.dcgm_level, "expected_gpus": args.expected_gpus}, write_atomic)

@@ -360,9 +360,14 @@ def _cleared(step: dict, release: dict) -> dict:
                 f"cleared (GpuHealthGpuFailed keeps firing): {str(release.get('msg') or '').strip()[:300]}"}
     if release.get("skipped"):
         return {"result": "skipped", "detail": f"held findings of GPU(s) {gpus} not cleared: {release['skipped']}"}
+    if release.get("pending") and release.get("held"):
+        return {"result": "ok", "detail": f"held findings of GPU(s) {gpus} to be cleared: {release['pending']}"}
     cleared = [line.removeprefix("gpu_health released: ") for line in release.get("cleared") or []]
     if cleared:
         return {"result": "ok", "detail": "held finding cleared on the scheduled sweep: " + "; ".join(cleared)}
+    if release.get("held"):
+        return {"result": "failed", "detail": f"the held findings of GPU(s) {gpus} on the scheduled sweep were not "
+                "cleared by its run (GpuHealthGpuFailed keeps firing): see journalctl -u gpuops-gpu-health-sweep"}
     return {"result": "ok", "detail": f"no held finding of GPU(s) {gpus} on the scheduled sweep: nothing to clear"}
 
 

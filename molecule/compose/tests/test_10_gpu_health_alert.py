@@ -49,10 +49,9 @@ SERVICE = "gpuops-gpu-health-sweep.service"
 TIMER = "gpuops-gpu-health-sweep.timer"
 STATE = "/var/lib/gpuops/gpu_health/sweep.json"
 TEXTFILE = "/var/lib/node_exporter/textfile_collector/gpuops_gpu_health.prom"
-# One sweep that also releases held findings: the service's environment and command, read from its unit (role
-# gpu_health's templates/gpuops-gpu-health-sweep.service.j2); the test adds --clear
-UNIT = f"/etc/systemd/system/{SERVICE}"
-RELEASE = f"env $(sed -n 's/^Environment=//p' {UNIT}) $(sed -n 's/^ExecStart=//p' {UNIT})"
+# A release request beside the state (role gpu_health's tasks/release.yml writes it): the next run of the sweep
+# applies and removes it
+REQUEST = "/var/lib/gpuops/gpu_health/clear.json"
 EVENT = f'gpuops_gpu_health_events_total{{kind="xid",gpu="{GPU}",uuid="{UUID}",code="79",action="RESTART_BM"}}'
 EXPECTED = {  # alert name -> the labels it must carry (besides instance, job, Hostname)
     "GpuHealthXid": {
@@ -164,11 +163,17 @@ def test_an_injected_xid_79_reaches_prometheus_and_alertmanager_with_gpu_uuid_an
         assert f"{EVENT} 1\n" in text
         assert f'gpuops_gpu_health_gpu_verdict{{gpu="{GPU}",uuid="{UUID}"}} 2\n' in text, text
         assert [entry["uuid"] for entry in json.loads(host.file(STATE).content_string)["held"]] == [UUID]
-        # Released as health.yml releases a GPU: the sweep's own command line with --clear.
-        said = record["release"] = sh(host, f"{RELEASE} --clear {UUID}")
+        # Released as health.yml releases a GPU: a release request, then one run of the timer's service.
+        request = json.dumps({"gpus": {UUID: {"reason": "molecule compose", "at": int(time.time())}}})
+        sh(host, f"umask 077; printf '%s' '{request}' > {REQUEST}")
+        sweep_once(host)
+        said = record["release"] = sh(host, f"journalctl -u {SERVICE} --no-pager -o cat | grep '^gpu_health released:'")
         assert f"gpu_health released: GPU {GPU} ({UUID}) xid RESTART_BM" in said, said
+        assert "cleared (release): molecule compose" in said, said
+        assert not host.file(REQUEST).exists
         assert json.loads(host.file(STATE).content_string)["held"] == []
     finally:
         RECORD.write_text(json.dumps(record, indent=1) + "\n")
-        host.run(f"{RELEASE} --clear all")
+        host.run(f"""umask 077; printf '%s' '{{"gpus": {{"all": {{"reason": "molecule cleanup"}}}}}}' > {REQUEST}; """
+                 f"systemctl start {SERVICE}")
         host.run(f"rm -f {STANDIN_BIN} {KERN_LOG}; rm -rf {os.path.dirname(STANDIN_CAPTURE)}; systemctl start {TIMER}")

@@ -339,7 +339,7 @@ def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_p
     assert (clear["step"], clear["gpu"], clear["result"]) == ("clear_held", ["0", "1"], "ok")
     for gpu, uuid, finding in (("0", uuids[0], "xid RESTART_BM"), ("1", uuids[1], "xid RESET_GPU")):
         assert f"GPU {gpu} ({uuid}) {finding}" in clear["detail"], clear["detail"]
-    assert "cleared (--clear): health.yml by " in clear["detail"]
+    assert "cleared (release): health.yml by " in clear["detail"]
     assert "GPU(s) 0, 1 back in service after a passed validation (health_release)" in clear["detail"]
 
 

@@ -9,6 +9,7 @@ and the Xid 79 line the module test maps onto the A100's GPU 9E. Every text is c
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -194,15 +195,15 @@ SWEEPS = 6  # one sweep a minute: the event, then five sweeps that read nothing 
 
 def run_sweeps(logs: list, boots: list, clears: list | None = None) -> list:
     """The scheduled sweep's runs on the A100 capture, one a minute, each with its kernel-log text, boot id and
-    --clear values, the state (events, held) carried between runs through JSON as the state file does. Returns
-    each run's ``(metrics text, held, cleared)``."""
+    release request (UUID or all -> reason), the state (events, held) carried between runs through JSON as the state
+    file does. Returns each run's ``(metrics text, held, cleared)``."""
     state = shared_path(*A100).read_text()
     seen, held, runs = [], [], []
     for minute, (log, boot) in enumerate(zip(logs, boots)):
         now = FIRST_RUN + 60 * minute
         result = sweep(state, log)
         seen = gpu_health_metrics.count_events(seen, result["events"], result["gpus"], now)
-        held, cleared = gpu_health_metrics.hold(held, result, boot, now, (clears or [()] * len(logs))[minute])
+        held, cleared = gpu_health_metrics.hold(held, result, boot, now, (clears or [{}] * len(logs))[minute])
         runs.append((gpu_health_metrics.format_metrics(result, seen, now, held), held, cleared))
         seen, held = json.loads(json.dumps(seen)), json.loads(json.dumps(held))
     return runs
@@ -283,24 +284,24 @@ def test_a_restart_app_xid_is_not_held_its_condition_ends_with_the_application()
 def test_a_release_clears_the_held_finding_and_a_new_event_after_it_is_held_again(clear):
     uuid = gpu_68(run_sweeps([""], [BOOT])[0][0])[1]
     name = uuid if clear == "uuid" else clear
-    runs = run_sweeps([XID109_68, "", "", XID109_68], [BOOT] * 4, [(), (), (name,), ()])
+    runs = run_sweeps([XID109_68, "", "", XID109_68], [BOOT] * 4, [{}, {}, {name: ""}, {}])
     assert [len(held) for _text, held, _cleared in runs] == [1, 1, 0, 1]
-    assert [entry["why"] for entry in runs[2][2]] == ["cleared (--clear)"]
+    assert [entry["why"] for entry in runs[2][2]] == ["cleared (release)"]
     assert runs[3][1][0]["since"] == FIRST_RUN + 3 * 60  # held anew, from the new event
 
 
 def test_a_release_with_a_reason_keeps_who_and_why_and_clears_only_the_gpu_it_names():
-    """gpu_health's release entry point passes --clear-reason (who, and the validation that passed): the record of
-    the cleared finding carries it; a UUID the sweep does not hold clears nothing."""
+    """gpu_health's release entry point's request names who and the validation that passed: the record of the
+    cleared finding carries it; a UUID the sweep does not hold clears nothing."""
     held = run_sweeps([XID109_68], [BOOT])[0][1]
     result = sweep(shared_path(*A100).read_text(), "")
     reason = "health.yml (operator alice): GPU 0 back in service, its validation passed"
-    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, ("GPU-not-held",), reason)
+    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, {"GPU-not-held": reason})
     assert (len(kept), cleared) == (1, [])
-    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, (held[0]["uuid"],), reason)
+    kept, cleared = gpu_health_metrics.hold(held, result, BOOT, NEXT_RUN, {held[0]["uuid"]: reason})
     assert kept == []
     assert [(entry["uuid"], entry["why"], entry["at"]) for entry in cleared] == [
-        (held[0]["uuid"], f"cleared (--clear): {reason}", NEXT_RUN)]
+        (held[0]["uuid"], f"cleared (release): {reason}", NEXT_RUN)]
 
 
 def test_a_run_waits_for_the_lock_on_the_state_directory(tmp_path):
@@ -370,3 +371,82 @@ def test_the_script_holds_a_finding_across_runs_and_a_reboot_releases_it(tmp_pat
         text = (textfiles / "gpuops_gpu_health.prom").read_text()
         assert len(json.loads(state.read_text())["held"]) == kept
         assert (f'gpuops_gpu_health_verdict {FAILED}' in text.splitlines()) == bool(kept)
+
+
+def script_run(tmp_path, held: list, request: dict | None, boot_id: str = BOOT) -> tuple:
+    """One main() run on a scratch state holding ``held``, with ``request`` as the pending clear.json (None: none),
+    on a host with no GPU tool. Returns ``(held after, what it printed)``."""
+    state, boot, textfiles = tmp_path / "sweep.json", tmp_path / "boot_id", tmp_path / "textfile"
+    textfiles.mkdir(exist_ok=True)
+    state.write_text(json.dumps({"cursor": None, "events": [], "held": held}))
+    boot.write_text(boot_id + "\n")
+    if request is not None:
+        (tmp_path / gpu_health_metrics.CLEAR_REQUEST).write_text(json.dumps(request))
+    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(boot)]
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", "/nonexistent")
+        patch.setattr(sys, "stdout", out)
+        assert gpu_health_metrics.main(argv) == 0
+    return json.loads(state.read_text())["held"], out.getvalue()
+
+
+def test_a_pending_release_request_is_applied_by_the_next_run_and_removed(tmp_path):
+    """gpu_health's release writes clear.json beside the state (the timer's unit or the DaemonSet pod runs next): the
+    run clears the finding it names, prints the record with the request's reason, and removes the request."""
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    reason = "health.yml by alice: GPU(s) 0 back in service after a passed validation (health_release)"
+    after, said = script_run(tmp_path, held, {"gpus": {held[0]["uuid"]: {"reason": reason, "at": NEXT_RUN}}})
+    assert after == []
+    assert (f"gpu_health released: GPU {held[0]['gpu']} ({held[0]['uuid']}) xid RESET_GPU, held since "
+            f"{FIRST_RUN:.0f}: cleared (release): {reason}") in said.splitlines()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["boot_id", "result.json", "sweep.json", "textfile"]
+    again, said = script_run(tmp_path, after, None)  # nothing pending: nothing released
+    assert (again, "gpu_health released" in said) == ([], False)
+
+
+def test_a_request_for_a_gpu_not_held_is_removed_and_changes_nothing(tmp_path):
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    after, said = script_run(tmp_path, held, {"gpus": {"GPU-not-held": {"reason": "operator", "at": NEXT_RUN}}})
+    assert after == held
+    assert "gpu_health released" not in said
+    assert not (tmp_path / gpu_health_metrics.CLEAR_REQUEST).exists()
+    assert not (tmp_path / (gpu_health_metrics.CLEAR_REQUEST + ".taken")).exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"gpus": ["GPU-1"]}', "[]"])
+def test_an_unreadable_request_is_dropped_and_the_sweep_runs_on(tmp_path, capsys, text):
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    (tmp_path / gpu_health_metrics.CLEAR_REQUEST).write_text(text)
+    after, _said = script_run(tmp_path, held, None)
+    assert after == held
+    assert "release request" in capsys.readouterr().err
+    assert not (tmp_path / gpu_health_metrics.CLEAR_REQUEST).exists()
+    assert not (tmp_path / (gpu_health_metrics.CLEAR_REQUEST + ".taken")).exists()
+
+
+def test_a_request_written_while_a_run_waits_for_the_lock_is_applied_by_that_run(tmp_path):
+    """The run reads the request under the state directory's lock: written while another run holds the lock (here
+    the test), it is applied by the waiting run, not lost."""
+    held = run_sweeps([XID109_68], [BOOT])[0][1]
+    state, textfiles = tmp_path / "sweep.json", tmp_path / "textfile"
+    textfiles.mkdir()
+    state.write_text(json.dumps({"cursor": None, "events": [], "held": held}))
+    (tmp_path / "boot_id").write_text(BOOT + "\n")
+    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(tmp_path / "boot_id")]
+    handle = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", "/nonexistent")
+        run = threading.Thread(target=gpu_health_metrics.main, args=(argv,))
+        try:
+            run.start()
+            run.join(timeout=3)
+            assert run.is_alive()  # waiting for the lock
+            (tmp_path / gpu_health_metrics.CLEAR_REQUEST).write_text(json.dumps({"gpus": {"all": {"reason": "ops"}}}))
+        finally:
+            os.close(handle)
+        run.join(timeout=60)
+    assert not run.is_alive()
+    assert json.loads(state.read_text())["held"] == []
+    assert not (tmp_path / gpu_health_metrics.CLEAR_REQUEST).exists()

@@ -137,8 +137,10 @@ def test_release_uuids_are_read_from_the_sweeps(gpus, expected):
 
 
 CLEAR = {"kind": "clear_held", "gpus": ["0"], "why": "back in service after a passed validation (health_release)"}
-RELEASED_LINE = ("gpu_health released: GPU 0 (GPU-5e2c) xid RESTART_BM, held since 1764900000: cleared (--clear): "
+RELEASED_LINE = ("gpu_health released: GPU 0 (GPU-5e2c) xid RESTART_BM, held since 1764900000: cleared (release): "
                  "health.yml by ops at 2026-12-05T01:00:00Z: GPU(s) 0 back in service after a passed validation")
+PENDING = ("kube_monitoring's DaemonSet applies the request /var/lib/gpuops/gpu_health/clear.json at its next sweep "
+           "(kube_monitoring_gpu_health_sweep_interval); until then GpuHealthGpuFailed keeps firing")
 
 
 @pytest.mark.parametrize(("release", "expected"), [
@@ -146,8 +148,13 @@ RELEASED_LINE = ("gpu_health released: GPU 0 (GPU-5e2c) xid RESTART_BM, held sin
      ("ok", "held finding cleared on the scheduled sweep: " + RELEASED_LINE.removeprefix("gpu_health released: "))),
     ({"held": [], "cleared": [], "skipped": ""},
      ("ok", "no held finding of GPU(s) 0 on the scheduled sweep: nothing to clear")),
-    ({"held": [], "cleared": [], "skipped": "no scheduled sweep timer on this host (daemonset)"},
-     ("skipped", "held findings of GPU(s) 0 not cleared: no scheduled sweep timer on this host (daemonset)")),
+    ({"held": [], "cleared": [], "skipped": "no scheduled sweep on this host (none)"},
+     ("skipped", "held findings of GPU(s) 0 not cleared: no scheduled sweep on this host (none)")),
+    ({"held": [{"uuid": "GPU-5e2c"}], "cleared": [], "skipped": "", "pending": PENDING},
+     ("ok", f"held findings of GPU(s) 0 to be cleared: {PENDING}")),
+    ({"held": [{"uuid": "GPU-5e2c"}], "cleared": [], "skipped": "", "pending": ""},
+     ("failed", "the held findings of GPU(s) 0 on the scheduled sweep were not cleared by its run "
+                "(GpuHealthGpuFailed keeps firing): see journalctl -u gpuops-gpu-health-sweep")),
     ({"failed": True, "msg": "Permission denied"},
      ("failed", "the held findings of GPU(s) 0 on the scheduled sweep were not cleared (GpuHealthGpuFailed keeps "
                 "firing): Permission denied")),
