@@ -313,7 +313,7 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, releas
     operator says the node was serviced (health_release), so a GPU waiting for its remedy goes back when healthy."""
     if not sweep.get("read_ok", False):
         return {"read_ok": False, "status": "unreadable", "action": "none", "items": [], "gpus_out": {},
-                "gpus_back": [], "verdict": sweep.get("verdict"),
+                "gpus_back": [], "restart": [], "verdict": sweep.get("verdict"),
                 "reason": "the sweep could not read this host's GPU state (read_ok false): nothing is done here"}
     handled = set(previous.get("handled") or [])
     items = _items(sweep)

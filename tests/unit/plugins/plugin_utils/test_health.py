@@ -182,6 +182,15 @@ def test_a_host_whose_sweep_failed_to_read_is_never_acted_on():
     assert plan["unreadable"] == ["node-a"]
 
 
+def test_an_unreadable_host_with_workspaces_on_record_restarts_none():
+    # the state of a run that stopped workspaces (schema 2): an unreadable sweep starts none of them again (this
+    # raised KeyError 'restart' until the unreadable plan carried the key; found by molecule health)
+    state = {"schema": 2, "hosts": {"node-a": {"stopped_containers": ["ws-alice"], "stopped": ["ws-alice"]}}}
+    plan = H.build_plan({"node-a": sweep(event(79, "RESTART_BM"), read_ok=False)}, state, 3)
+    assert plan["hosts"]["node-a"]["status"] == "unreadable"
+    assert plan["hosts"]["node-a"]["containers"] == []
+
+
 def test_never_more_than_max_unavailable_nodes_out_at_once():
     sweeps = {f"n{i}": sweep(event(79, "RESTART_BM")) for i in range(3)}
     plan = H.build_plan(sweeps, {}, 1)
