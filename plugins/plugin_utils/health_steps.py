@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import CLEAR_ALL  # release: every GPU
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import CORDONED_BY, CORDONED_BY_US
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import HEALTH_STATE
 
@@ -23,7 +24,6 @@ AUDIT_FILE = "health/audit.jsonl"
 STATE_SCHEMA = 2  # 2 adds remediations, service_required, cordoned_by, stopped_containers, breaker; 1 reads as 2
 REMEDIATIONS_KEPT = 100  # per host, newest last; far more than any escalation window needs
 HELD = ("deferred", "unreadable", "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
-CLEAR_ALL = "all"  # gpu_health release: every GPU's held findings (gpu_health_metrics.CLEAR_ALL)
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

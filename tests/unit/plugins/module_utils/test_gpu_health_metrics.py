@@ -304,13 +304,11 @@ def test_a_release_with_a_reason_keeps_who_and_why_and_clears_only_the_gpu_it_na
         (held[0]["uuid"], f"cleared (release): {reason}", NEXT_RUN)]
 
 
-def test_a_run_waits_for_the_lock_on_the_state_directory(tmp_path):
-    """A release run and the timer's run on one state file: a run holds the directory's lock from reading the state
-    to writing it, so the second waits (here the test holds the lock) and never writes over the first's update."""
-    state, textfiles = tmp_path / "sweep.json", tmp_path / "textfile"
-    textfiles.mkdir()
-    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(tmp_path / "none")]
-    handle = os.open(tmp_path, os.O_RDONLY)
+def _run_behind_the_lock(directory, argv, while_waiting) -> None:
+    """One sweep run (``main(argv)``, no nvidia-smi on the PATH) started while this test holds the lock on the state
+    directory: it must wait; ``while_waiting()`` runs then (asserts, or writes), then the lock is let go and
+    the run must end."""
+    handle = os.open(directory, os.O_RDONLY)
     fcntl.flock(handle, fcntl.LOCK_EX)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", "/nonexistent")
@@ -319,11 +317,24 @@ def test_a_run_waits_for_the_lock_on_the_state_directory(tmp_path):
             run.start()
             run.join(timeout=3)
             assert run.is_alive()  # waiting for the lock
-            assert not state.exists()  # nothing written
+            while_waiting()
         finally:
             os.close(handle)
         run.join(timeout=60)
     assert not run.is_alive()
+
+
+def test_a_run_waits_for_the_lock_on_the_state_directory(tmp_path):
+    """A release run and the timer's run on one state file: a run holds the directory's lock from reading the state
+    to writing it, so the second waits (here the test holds the lock) and never writes over the first's update."""
+    state, textfiles = tmp_path / "sweep.json", tmp_path / "textfile"
+    textfiles.mkdir()
+    argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(tmp_path / "none")]
+
+    def nothing_written():
+        assert not state.exists()
+
+    _run_behind_the_lock(tmp_path, argv, nothing_written)
     assert json.loads(state.read_text())["held"] == []
 
 
@@ -434,19 +445,7 @@ def test_a_request_written_while_a_run_waits_for_the_lock_is_applied_by_that_run
     state.write_text(json.dumps({"cursor": None, "events": [], "held": held}))
     (tmp_path / "boot_id").write_text(BOOT + "\n")
     argv = ["--state-file", str(state), "--textfile-dir", str(textfiles), "--boot-id-file", str(tmp_path / "boot_id")]
-    handle = os.open(tmp_path, os.O_RDONLY)
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", "/nonexistent")
-        run = threading.Thread(target=gpu_health_metrics.main, args=(argv,))
-        try:
-            run.start()
-            run.join(timeout=3)
-            assert run.is_alive()  # waiting for the lock
-            (tmp_path / gpu_health_metrics.CLEAR_REQUEST).write_text(json.dumps({"gpus": {"all": {"reason": "ops"}}}))
-        finally:
-            os.close(handle)
-        run.join(timeout=60)
-    assert not run.is_alive()
+    request = tmp_path / gpu_health_metrics.CLEAR_REQUEST
+    _run_behind_the_lock(tmp_path, argv, lambda: request.write_text(json.dumps({"gpus": {"all": {"reason": "ops"}}})))
     assert json.loads(state.read_text())["held"] == []
     assert not (tmp_path / gpu_health_metrics.CLEAR_REQUEST).exists()
