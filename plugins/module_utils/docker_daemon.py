@@ -89,12 +89,11 @@ def invalid_backup_path(path: str, data: bytes) -> str:
     return f"{path}.gpuops-invalid-{hashlib.sha1(data, usedforsecurity=False).hexdigest()[:12]}"
 
 
-def merge(existing: dict, desired: dict, remove_keys: list[str] | tuple[str, ...] = ()) -> dict:
+def merge(existing: dict, desired: dict) -> dict:
     """Return existing with desired merged in.
 
     Nested objects merge key by key (so ``log-opts`` or ``runtimes`` entries written by others
-    stay); any other value, lists included, is replaced. A desired value of None deletes the key.
-    ``remove_keys`` deletes top-level keys (dotted paths such as ``log-opts.max-size`` reach down).
+    stay); any other value, lists included, is replaced. A desired value of None deletes the key, at any depth.
     """
     result = copy.deepcopy(existing)
 
@@ -108,13 +107,6 @@ def merge(existing: dict, desired: dict, remove_keys: list[str] | tuple[str, ...
                 target[key] = copy.deepcopy(value)
 
     _merge(result, desired)
-    for dotted in remove_keys:
-        parts = dotted.split(".")
-        node: Any = result
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(parts[-1], None)
     return result
 
 
@@ -215,8 +207,7 @@ def validate_candidate(run_command: RunCommand, dockerd: str, config_path: str, 
     return ok, message, "dockerd"
 
 
-def plan(existing: str | bytes | None, desired: dict, remove_keys: list[str] | tuple[str, ...] = (),
-         path: str = "/etc/docker/daemon.json") -> dict:
+def plan(existing: str | bytes | None, desired: dict, path: str = "/etc/docker/daemon.json") -> dict:
     """Everything the module needs to decide: parsed before/after, texts, and whether it changes.
 
     ``changed`` compares parsed content, so a file that only differs in whitespace or key order
@@ -229,7 +220,7 @@ def plan(existing: str | bytes | None, desired: dict, remove_keys: list[str] | t
         before = load_config(existing, path)
     except InvalidConfigFile as exc:
         invalid, before = exc, {}
-    after = merge(before, desired, remove_keys)
+    after = merge(before, desired)
     before_text = existing.decode("utf-8", errors="replace") if isinstance(existing, bytes) else existing
     return {
         "before": before,

@@ -14,9 +14,9 @@ description:
   - Merges O(config) into the Docker daemon configuration file (C(/etc/docker/daemon.json)), keeping every key
     it does not set, such as the C(runtimes) entry that C(nvidia-ctk runtime configure) writes.
   - Nested objects (C(log-opts), C(runtimes), C(default-ulimits)) merge key by key; other values, lists included,
-    are replaced. A value of V(null) deletes that key; O(remove_keys) deletes keys by dotted path.
+    are replaced. A value of V(null) deletes that key, at any depth.
   - The merged file is written to a temporary file next to the target, validated (see O(validate)), and only then
-    moved into place, with a backup of the previous file when O(backup=true).
+    moved into place (mode 0644), with a timestamped backup of the previous valid file (RV(backup_file)).
   - An existing file that is not a JSON object (a syntax error, reported with line and column, a list, or bytes
     that are not UTF-8) is first copied byte for byte to C(<path>.gpuops-invalid-<sha1>) (mode 0600; the first
     12 hex digits of its SHA-1, so a rerun finds the same copy and never overwrites it). Then O(invalid) decides
@@ -38,11 +38,6 @@ options:
         C({"live-restore": true, "log-opts": {"max-size": "50m"}}).
     type: dict
     required: true
-  remove_keys:
-    description: Keys to delete, as dotted paths (V(log-opts.max-file)).
-    type: list
-    elements: str
-    default: []
   invalid:
     description:
       - What to do when the existing file is not a JSON object. It is always backed up first, byte for byte, to
@@ -69,14 +64,6 @@ options:
     description: The dockerd binary used for validation (name on the PATH or absolute path).
     type: str
     default: dockerd
-  backup:
-    description: Keep a timestamped copy of the previous (valid) file next to it when it changes.
-    type: bool
-    default: true
-  mode:
-    description: Permissions of the written file.
-    type: raw
-    default: "0644"
 attributes:
   check_mode:
     support: full
@@ -111,8 +98,7 @@ EXAMPLES = r"""
 
 - name: Drop a setting someone added
   gpuops.cluster.docker_daemon_config:
-    config: {}
-    remove_keys: [debug]
+    config: {debug: null}
 
 - name: Add the nvidia runtime; a corrupted file is kept as daemon.json.gpuops-invalid-<sha1> and replaced
   gpuops.cluster.docker_daemon_config:
@@ -255,12 +241,9 @@ def main() -> None:
         argument_spec={
             "path": {"type": "path", "default": "/etc/docker/daemon.json"},
             "config": {"type": "dict", "required": True},
-            "remove_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},  # names, not secrets
             "invalid": {"type": "str", "choices": ["fail", "replace"], "default": "fail"},
             "validate": {"type": "bool", "default": True},
             "dockerd": {"type": "str", "default": "dockerd"},
-            "backup": {"type": "bool", "default": True},
-            "mode": {"type": "raw", "default": "0644"},
         },
         supports_check_mode=True,
     )
@@ -270,7 +253,7 @@ def main() -> None:
         data = _read(path)
     except OSError as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}. Fix: check the path and permissions.", path=path)
-    result = plan(data, module.params["config"], module.params["remove_keys"], path)
+    result = plan(data, module.params["config"], path)
 
     response = {"changed": result["changed"], "config": result["after"], "path": path}
     backed_up_invalid = False
@@ -303,11 +286,11 @@ def main() -> None:
     try:
         if module.params["validate"]:
             _validate(module, path, candidate, result["after"], response, failed)
-        if module.params["backup"] and result["before_text"] and result["invalid"] is None:
+        if result["before_text"] and result["invalid"] is None:
             response["backup_file"] = module.backup_local(path)
         module.atomic_move(candidate, path)
         candidate = None
-        module.set_mode_if_different(path, module.params["mode"], False)
+        module.set_mode_if_different(path, "0644", False)
     finally:
         if candidate and os.path.exists(candidate):
             os.unlink(candidate)

@@ -84,7 +84,7 @@ def test_merge_keeps_unknown_keys_and_merges_nested_objects() -> None:
 
 def test_merge_replaces_lists_and_deletes() -> None:
     existing = {"registry-mirrors": ["a"], "debug": True, "log-opts": {"max-size": "1m", "max-file": "2"}}
-    merged = merge(existing, {"registry-mirrors": ["b"], "debug": None}, remove_keys=["log-opts.max-file", "nope.x"])
+    merged = merge(existing, {"registry-mirrors": ["b"], "debug": None, "log-opts": {"max-file": None}, "nope": None})
     assert merged == {"registry-mirrors": ["b"], "log-opts": {"max-size": "1m"}}
 
 
