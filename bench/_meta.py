@@ -1,12 +1,14 @@
 """What every entry of bench/results.json carries about how it was made, and the one writer of that file; ``timed``,
-the one runner of a measured command (fleet.py, converge.py).
+the one runner of a measured command (fleet.py, converge.py); the stamp every recorded figure carries (``commit``,
+``utc``, ``load1``; cores are ``os.cpu_count()``), also for scripts/test_summary.py and scripts/gpu_check.py.
 
 Each bench script (run.py, fleet.py, converge.py) calls ``started()`` before it measures and ``record()`` when it
 has figures; ``record()`` stores the entry under the script's key with a ``generator`` object:
 
   script            the bench script, relative to the repository (bench/fleet.py)
   command           the exact command line, with the GPUOPS_BENCH_* variables that were set
-  commit            ``git rev-parse HEAD``, with ``-dirty`` when tracked files differ from it (results.json aside)
+  commit            ``commit()``: ``git rev-parse HEAD``, ``-dirty`` when a tracked file other than a recorded figure
+                    file (bench/*.json) differs from it; GPUOPS_COMMIT instead where set
   measured_at       UTC start of the measurement, YYYY-MM-DDTHH:MM:SSZ
   cores             os.cpu_count()
   load_1min_before  1-minute load average when the measurement started
@@ -62,19 +64,26 @@ def load1() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def utc(epoch: float | None = None) -> str:
+    """``epoch`` (default: now) as YYYY-MM-DDTHH:MM:SSZ."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-def commit() -> str:
-    """HEAD of this checkout, ``-dirty`` when a tracked file other than results.json differs from it."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
-    if head.returncode != 0:
-        raise SystemExit(f"bench: cannot record the commit (git rev-parse HEAD: {head.stderr.strip()}); run in a clone")
-    status = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False
-    ).stdout.splitlines()
-    dirty = [line for line in status if not line.endswith("bench/results.json")]
+def commit() -> str | None:
+    """HEAD of this checkout, ``-dirty`` when a tracked file differs from it, the recorded figure files (bench/*.json,
+    which one bench script writes before the next starts) aside; GPUOPS_COMMIT instead where set (a copy of the
+    checkout shipped to an air-gapped host may carry no .git, or a stale one); None outside git."""
+    if os.environ.get("GPUOPS_COMMIT"):
+        return os.environ["GPUOPS_COMMIT"]
+    try:
+        head, status = (
+            subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=True)
+            for argv in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    changed = [line[3:] for line in status.stdout.splitlines()]
+    dirty = [path for path in changed if not (path.startswith("bench/") and path.endswith(".json"))]
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
@@ -98,7 +107,10 @@ def over_load(loads: list[float], cores: int) -> bool:
 def started() -> dict:
     """Call before measuring: the start time, the load then, the commit and the command (so that a checkout
     without git fails before the measurement, not after it)."""
-    return {"measured_at": utc_now(), "load_1min_before": load1(), "commit": commit(), "command": command()}
+    sha = commit()
+    if sha is None:
+        raise SystemExit("bench: no commit to record (not a git checkout). Fix: run in a clone, or set GPUOPS_COMMIT")
+    return {"measured_at": utc(), "load_1min_before": load1(), "commit": sha, "command": command()}
 
 
 def generator(start: dict, script: str, targets_gpu: bool | None, loads_during: tuple[float, ...] = ()) -> dict:

@@ -279,7 +279,7 @@ def _test_line(summary: dict, title: str) -> str:
                        for name, stage in summary["stages"].items())
     wall = (f"; {_duration(summary['make_seconds'])} from `make` to the end, set-up included"
             if summary.get("make_seconds") is not None else "")
-    return (f"{title} (`{summary['_file']}`): commit `{str(summary['commit'])[:10]}`, "
+    return (f"{title} (`{summary['_file']}`): commit {_commit(summary)}, "
             f"{summary['started']} to {summary['ended']}, **{summary['passed']} passed, {summary['failed']} failed, "
             f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} of stages{wall}, on {summary['cores']} "
             f"cores ({_found(summary)}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} at "

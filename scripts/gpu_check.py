@@ -33,7 +33,8 @@ The steps:
 
 Every command runs with ``LC_ALL=C.UTF-8`` (ansible refuses a non-UTF-8 locale) and its output in DIR/logs/.
 ``make record-gpu-check`` keeps report.json as bench/gpu-check.json, which README.md and docs/testing.md quote
-(bench/figures.py). Standard library only, apart from the probe.
+(bench/figures.py); the report carries bench/_meta.py's stamp (commit, time, load, cores). Standard library only,
+apart from the probe.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench")]
+from _meta import commit, load1, utc  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
 from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
 
 FORMAT = 1
@@ -114,7 +115,9 @@ def verdict(host: dict, steps: list) -> tuple[bool, str]:
     return True, "every step passed"
 
 
-def build_report(host: dict, steps: list, started: float, ended: float, commit: str | None) -> dict:
+def build_report(
+    host: dict, steps: list, started: float, ended: float, sha: str | None, load_start: float | None = None
+) -> dict:
     passed, why = verdict(host, steps)
     skips = [
         {"step": step["name"], "test": None, "reason": step["detail"]} for step in steps if step["status"] == SKIPPED
@@ -123,9 +126,12 @@ def build_report(host: dict, steps: list, started: float, ended: float, commit: 
     return {
         "format": FORMAT,
         "command": "make gpu-check",
-        "commit": commit,
-        "started": _iso(started),
-        "ended": _iso(ended),
+        "commit": sha,
+        "cores": os.cpu_count(),
+        "load_start": load_start,
+        "load_end": load1(),
+        "started": utc(started),
+        "ended": utc(ended),
         "seconds": round(ended - started, 1),
         "host": {key: host.get(key) for key in HOST_KEYS},
         "passed": passed,
@@ -133,10 +139,6 @@ def build_report(host: dict, steps: list, started: float, ended: float, commit: 
         "steps": steps,
         "skips": skips,
     }
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cell(value) -> str:
@@ -443,25 +445,6 @@ def playbook_steps(out: Path, env: dict, hosts: Path) -> list:
     return steps
 
 
-def commit() -> str | None:
-    """HEAD (``-dirty`` with uncommitted changes); GPUOPS_COMMIT instead where set: a copy of the checkout shipped to an
-    air-gapped host may carry no .git, or a stale one."""
-    if os.environ.get("GPUOPS_COMMIT"):
-        return os.environ["GPUOPS_COMMIT"]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def gpu_steps(host: dict, out: Path, env: dict) -> list:
     names = [f"module {name}" for name in MODULES] + [name for name, _playbook, _extra in PLAYBOOKS]
     if host.get("no_gpu"):
@@ -471,7 +454,7 @@ def gpu_steps(host: dict, out: Path, env: dict) -> list:
 
 
 def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict:
-    started = time.time()
+    started, load_start = time.time(), load1()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -494,39 +477,28 @@ def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict
     else:
         probe, host = probe_step(out, env)
         steps += [probe, tests_step(out, env), *gpu_steps(host, out, env)]
-    return build_report(host, steps, started, time.time(), commit())
+    return build_report(host, steps, started, time.time(), commit(), load_start)
 
 
 # --------------------------------------------------------------------------- the probe (in the venv)
 
 
 def probe_host() -> dict:
-    """The host's GPUs and versions: ``nvidia-smi -L`` decides whether there is a GPU; gpu_facts (NVML, else
-    nvidia-smi) names the model, driver and CUDA version; nvidia-ml-py the NVML version."""
-    sys.path.insert(0, str(REPO / "collections"))
+    """The host's GPUs and versions: ``nvidia-smi -L`` decides whether there is a GPU, as it decides for tests/gpu
+    (tests/gpu/live.py); gpu_facts (NVML, else nvidia-smi) names the model, driver and CUDA version; nvidia-ml-py the
+    NVML version."""
+    sys.path[:0] = [str(REPO / "collections"), str(REPO / "tests" / "gpu")]
+    import live  # noqa: PLC0415 -- tests/gpu's probe and runner
     from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf  # noqa: PLC0415
-    from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi  # noqa: PLC0415
-
-    def execute(argv):
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), timeout=120, check=False
-        )
-        return proc.returncode, proc.stdout, proc.stderr
 
     host = dict.fromkeys(HOST_KEYS)
-    binary = shutil.which("nvidia-smi")
-    if not binary:
-        return {**host, "no_gpu": "no nvidia-smi in PATH"}
-    rc, listed_text, err = execute([binary, "-L"])
-    listed = smi.parse_nvidia_smi_list(listed_text) if rc == 0 else []
-    if not listed:
-        why = f"`nvidia-smi -L` exited {rc}" if rc else "`nvidia-smi -L` lists no GPU"
-        return {**host, "no_gpu": f"{why}: {' '.join((listed_text or err).split())[:200]}"}
-    facts, _warnings = gf.gather_gpu_facts(run=execute, which=shutil.which)
+    if live.NO_GPU:
+        return {**host, "no_gpu": live.NO_GPU}
+    facts, _warnings = gf.gather_gpu_facts(run=live.run, which=shutil.which)
     names = sorted({gpu["name"] for gpu in facts["gpus"] if gpu.get("name")})
     host.update(
         gpu_model=", ".join(names) or None,
-        gpu_count=len(listed),
+        gpu_count=len(live.LISTED),
         driver_version=facts.get("driver_version"),
         cuda_version=facts.get("cuda_driver_version"),
         source=facts.get("source"),

@@ -16,7 +16,8 @@
         stage with their reasons and the closing line "summary: N passed, N failed, N skipped"; exits 1 when
         anything failed or nothing ran. A stage without a result file (it did not finish) counts as failed.
 
-Standard library only: it runs before and without the virtualenv's packages.
+Standard library only: it runs before and without the virtualenv's packages. The run's stamp (commit, time, load,
+cores) is bench/_meta.py's, the one every recorded figure carries.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from _meta import commit, load1, utc  # the one stamp of a recorded figure, bench/_meta.py
 
 FORMAT = 1
 RESULTS = Path("build") / "results"
@@ -98,17 +101,6 @@ def unfinished(name: str) -> dict:
             "log": None, "failures": [why]}
 
 
-def utc(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def load1() -> float | None:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 CPU_TICK = 100  # USER_HZ: /proc/stat counts in 1/100 s on Linux
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -170,11 +162,6 @@ def _probe_arg(text: str | None) -> dict | None:
         return None
     keys = ("wall_seconds", "cpu_seconds")
     return value if isinstance(value, dict) and all(isinstance(value.get(k), (int, float)) for k in keys) else None
-
-
-def commit() -> str | None:
-    run = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return (run.stdout.strip() or None) if run.returncode == 0 else None
 
 
 def is_ci() -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import _meta
 import pytest
@@ -123,3 +124,31 @@ def test_fleet_writes_an_entry_with_every_field(tmp_path, monkeypatch):
     ]
     assert written["fleet"]["generator"]["command"] == "python bench/fleet.py --sizes 10,50"
     assert problems("fleet", written["fleet"]) == []
+
+
+def test_the_commit_is_dirty_for_any_tracked_change_but_a_recorded_figure_file(tmp_path, monkeypatch):
+    """The one dirty-tree rule of every recorded figure (results.json, the test summary, the gpu-check report): a
+    bench script writes bench/results.json before the next one starts, which must not make that one's commit dirty."""
+    monkeypatch.delenv("GPUOPS_COMMIT", raising=False)
+    monkeypatch.setattr(_meta, "REPO", tmp_path)
+    assert _meta.commit() is None, "outside git there is no commit"
+
+    def git(*argv):
+        return subprocess.run(["git", "-C", str(tmp_path), *argv], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "bench").mkdir()
+    for name in ("bench/results.json", "bench/test-summary.json", "Makefile"):
+        (tmp_path / name).write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    head = git("rev-parse", "HEAD").strip()
+    assert _meta.commit() == head
+    (tmp_path / "bench" / "results.json").write_text('{"fleet": {}}\n')
+    (tmp_path / "bench" / "test-summary.json").write_text('{"format": 1}\n')
+    (tmp_path / "untracked.py").write_text("")
+    assert _meta.commit() == head, "recorded figure files and untracked files leave the commit clean"
+    (tmp_path / "Makefile").write_text("all:\n")
+    assert _meta.commit() == f"{head}-dirty"
+    monkeypatch.setenv("GPUOPS_COMMIT", "6978a87")
+    assert _meta.commit() == "6978a87", "a copy without .git names its commit"

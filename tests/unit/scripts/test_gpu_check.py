@@ -181,7 +181,10 @@ def test_make_gpu_check_on_this_machine_without_a_gpu_runs_end_to_end_and_exits_
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     got = json.loads((out / "report.json").read_text())
-    assert (got["passed"], got["host"]["gpu_model"], got["host"]["no_gpu"]) == (False, None, "no nvidia-smi in PATH")
+    no_gpu = "no nvidia-smi in PATH: not a GPU host"  # tests/gpu/live.py's reason: one probe for the tests and the run
+    assert (got["passed"], got["host"]["gpu_model"], got["host"]["no_gpu"]) == (False, None, no_gpu)
+    assert got["cores"] == os.cpu_count()
+    assert all(isinstance(got[key], float) for key in ("load_start", "load_end")), "the stamp: load at start and end"
     by_name = {step["name"]: step for step in got["steps"]}
     assert [by_name[name]["status"] for name in ("setup", "probe")] == ["ok", "ok"]
     gpu = [step for step in got["steps"] if step["gpu"]]
