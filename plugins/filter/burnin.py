@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """burnin.yml's filters: burnin_schedule, burnin_node, burnin_membw, burnin_report, burnin_markdown, burnin_launch,
-burnin_pair_env, burnin_objects, burnin_tools.
+burnin_objects, burnin_tools.
 
 Thin: the judgements are in plugins/plugin_utils/burnin.py (burnin_membw.py for the memory bandwidth), the launch
 in plugins/plugin_utils/burnin_jobs.py;
@@ -80,6 +80,7 @@ def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_g
 def burnin_report(pairs, singles=None, **options) -> dict:
     """``{"a,b": registered result}`` of the pair runs, with the single-node results, judged for the fleet."""
     pairs = _dict(pairs or {}, "burnin_report's input (pair runs by 'a,b')")
+    options["topologies"] = _topologies(options.get("topologies") or [], "burnin_report's topologies")
     return burnin.judge_fleet([s for s in singles or [] if isinstance(s, dict)],
                               {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
 
@@ -92,23 +93,24 @@ def burnin_markdown(report) -> str:
         raise AnsibleFilterError(f"burnin_markdown: not a burnin_report result ({exc})") from exc
 
 
-def burnin_pair_env(topologies, socket_ifname: str = "") -> dict:
-    """The NCCL settings of the burn-in nodes (training_jobs.nccl_env): {env, notes}."""
-    if not isinstance(topologies, list):
-        raise AnsibleFilterError("burnin_pair_env needs a list of gpu_topology results, "
-                                 f"got {type(topologies).__name__}")
-    return burnin_jobs.pair_env([t if isinstance(t, dict) else None for t in topologies], str(socket_ifname or ""))
+def _topologies(value, what: str) -> list:
+    if not isinstance(value, list):
+        raise AnsibleFilterError(f"{what} needs a list of gpu_topology results, got {type(value).__name__}")
+    return [t if isinstance(t, dict) else None for t in value]
 
 
-def burnin_launch(config, role: str = "single", gpus: int = 1, hosts=None, env=None) -> str:
-    """A shell command line: V(single) (all_reduce_perf over the node's GPUs), V(sshd) or V(mpirun) of a pair."""
+def burnin_launch(config, role: str = "single", gpus: int = 1, hosts=None, topologies=None) -> str:
+    """A shell command line: V(single) (all_reduce_perf over the node's GPUs), V(sshd) or V(mpirun) of a pair, with
+    the NCCL settings of the pair's topologies (training_jobs.nccl_env)."""
     config = _dict(config, "burnin_launch's input (the burn-in settings)")
     if role == "single":
         return " ".join(burnin_jobs.single_command(config, int(gpus)))
     if role == "sshd":
         return burnin_jobs.sshd_command(config)
     if role == "mpirun" and isinstance(hosts, list) and len(hosts) == 2:  # noqa: PLR2004
-        return burnin_jobs.mpirun_command(config, [str(h) for h in hosts], int(gpus), dict(env or {}))
+        env = burnin_jobs.nccl_env(_topologies(topologies or [], "burnin_launch('mpirun')"),
+                                   str(config.get("socket_ifname") or ""))["env"]
+        return burnin_jobs.mpirun_command(config, [str(h) for h in hosts], int(gpus), env)
     raise AnsibleFilterError(f"burnin_launch: role '{role}' is not single, sshd or mpirun with two hosts")
 
 
@@ -132,5 +134,5 @@ class FilterModule:
     def filters(self) -> dict:
         return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_membw": burnin_membw,
                 "burnin_report": burnin_report,
-                "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch, "burnin_pair_env": burnin_pair_env,
+                "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch,
                 "burnin_objects": burnin_objects, "burnin_tools": burnin_tools}

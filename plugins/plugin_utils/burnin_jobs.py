@@ -51,11 +51,6 @@ def mpirun_command(config: dict, hosts: list[str], gpus: int, env: dict[str, str
             f"-x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET {exports} {argv}".replace("  ", " "))
 
 
-def pair_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any]:
-    """The pair's NCCL settings: training_jobs.nccl_env over both nodes' topologies."""
-    return nccl_env(topologies, socket_ifname)
-
-
 def _container(config: dict, gpus: int, command: list[str], env: dict[str, str]) -> dict:
     limits: dict[str, Any] = {"nvidia.com/gpu": int(gpus)}
     if config.get("rdma_resource"):
@@ -108,7 +103,7 @@ def single_job(node: str, gpus: int, config: dict) -> dict:
 
 def pair_pytorchjob(pair: list[str], gpus: int, topologies: list[dict | None], config: dict) -> dict:
     """kubeflow.org/v1 PyTorchJob: Master (mpirun) on pair[0], Worker (sshd) on pair[1]."""
-    nccl = pair_env(topologies, str(config.get("socket_ifname") or ""))
+    nccl = nccl_env(topologies, str(config.get("socket_ifname") or ""))
     name = f"gpuops-burnin-{_dns(pair[0])}-{_dns(pair[1])}"[:63].rstrip("-")
     hosts = [f"{name}-master-0", f"{name}-worker-0"]
     cfg = {**config, "_pytorch": True}

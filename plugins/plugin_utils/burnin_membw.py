@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """burnin.yml's GPU memory-bandwidth test: NVIDIA nvbandwidth's ``device_local_copy`` judged against the HBM
-bandwidth of the GPU model (pure functions; the role runs the binary, roles/burnin/tasks/membw.yml).
+bandwidth of the GPU model (pure functions; the role runs the binary, roles/burnin/tasks/node.yml).
 
 ``device_local_copy`` (nvbandwidth ``testcases_ce.cpp``, ``DeviceLocalCopy``) copies one buffer to another on the
 same GPU with ``cuMemcpyAsync`` and prints, per GPU, bytes copied / time in a one-row matrix::

@@ -148,7 +148,9 @@ def test_absolute_expectation_from_the_inventory() -> None:
 
 
 def test_tcp_fallback_fails_with_reason_and_fix() -> None:
-    report = _matrix("tcp_fallback", platform="kubernetes", nccl_ib_hca="=mlx5_0,mlx5_1")
+    # The HCAs in the fix are those of the nodes' topology (training_jobs.nccl_env): mlx5_0 and mlx5_1 here.
+    nics = parse_topology(shared_path("nvidia-smi", "topo", "a10x4_pcie_sys_2nic.txt").read_text(encoding="utf-8"))
+    report = _matrix("tcp_fallback", platform="kubernetes", topologies=[nics])
     row = next(p for p in report["pairs"] if p["pair"] == ["gpu-a", "gpu-c"])
     assert row["status"] == "tcp_fallback"
     assert row["network"] == "Socket"
