@@ -2,8 +2,9 @@
 
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
-kube_service_cidr). This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a
-default written in a comment is a second home in words) and fails, naming file:line, on
+kube_service_cidr, kube_dns_domain, kube_image_repository). This test reads the text of roles/, playbooks/, plugins/
+and molecule/ (comments count too: a default written in a comment is a second home in words) and fails, naming
+file:line, on
 
 * an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
   ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
@@ -31,8 +32,15 @@ SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
 # Fewer scanned files than this means the scan missed the tree (a moved folder, a broken glob).
 MIN_SCANNED_FILES = 400
 MIN_PLAYS = 20  # the same for the plays of playbooks/
-# The home's names that are not gpuops_*: the cluster's release and networks, read by the kube roles and the kube plan.
-SHARED_CLUSTER_SETTINGS = ("kube_version", "kube_pod_cidr", "kube_service_cidr")
+# The home's names that are not gpuops_*: the cluster's release, networks, DNS domain and image repository, read by the
+# kube roles and the kube plan.
+SHARED_CLUSTER_SETTINGS = (
+    "kube_version",
+    "kube_pod_cidr",
+    "kube_service_cidr",
+    "kube_dns_domain",
+    "kube_image_repository",
+)
 JINJA_DEFAULT = re.compile(rf"(?:gpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
@@ -98,6 +106,8 @@ def test_each_allowance_still_matches() -> None:
         ("roles/r/defaults/main.yml", 'r_pod_cidr: "{{ kube_pod_cidr }}"', 0),
         ("roles/r/defaults/main.yml", "r_version: \"{{ kube_version | default('') }}\"", 1),
         ("roles/r/defaults/main.yml", "r_x: \"{{ kube_version_minor | default('') }}\"", 0),
+        ("roles/r/defaults/main.yml", "r_dns: \"{{ kube_dns_domain | default('cluster.local') }}\"", 1),
+        ("roles/r/templates/t.j2", "{{ kube_image_repository|default(gpuops_plan.pins.registry_mirror) }}", 1),
         ("roles/r/tasks/main.yml", "cidr: \"{{ kube_cni_pod_cidr | default('') }}\"", 0),
         ("roles/r/tasks/main.yml", "cidr: \"{{ my_kube_pod_cidr | default('') }}\"", 0),
         ("plugins/plugin_utils/p.py", 'multi = get_var(hostvars[first], "gpuops_multi_node_training", False)', 1),
