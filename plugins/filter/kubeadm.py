@@ -23,9 +23,9 @@ def kubeadm_node_registration(registration: object, name: object) -> dict:
         raise AnsibleFilterError(f"kubeadm_node_registration: {exc}") from exc
 
 
-def kubeadm_discovery(endpoint: object, token: object = "", ca_hash: object = "") -> dict:
+def kubeadm_discovery(endpoint: object) -> dict:
     try:
-        return kubeadm.discovery(str(endpoint or "").strip(), str(token or ""), str(ca_hash or ""))
+        return kubeadm.discovery(str(endpoint or "").strip())
     except ValueError as exc:
         raise AnsibleFilterError(f"kubeadm_discovery: {exc}") from exc
 

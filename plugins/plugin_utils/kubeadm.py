@@ -42,14 +42,17 @@ def node_registration(name: str, registration: Mapping) -> dict:
     return section
 
 
-def discovery(endpoint: str, token: str = "", ca_hash: str = "") -> dict:
-    """kubeadm's ``discovery`` for a join through ``endpoint`` (host:port); placeholders where no secret is given."""
+def discovery(endpoint: str) -> dict:
+    """kubeadm's ``discovery`` for a join through ``endpoint`` (host:port), with placeholders for the secrets.
+
+    kube_join's join steps put this join's token and CA hash in their place (the rendered configuration holds none).
+    """
     if not endpoint:
         raise ValueError("the API server endpoint to join through is empty: expected host:port, e.g. 192.0.2.10:6443")
     return {
         "bootstrapToken": {
             "apiServerEndpoint": endpoint,
-            "token": token or PLACEHOLDER_TOKEN,
-            "caCertHashes": [ca_hash or PLACEHOLDER_CA_HASH],
+            "token": PLACEHOLDER_TOKEN,
+            "caCertHashes": [PLACEHOLDER_CA_HASH],
         }
     }
