@@ -23,11 +23,12 @@ A kernel-log event is read once, by the run after it, but what it says about the
 and findings until a clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload
 (the GPU's uncorrectable ECC count since the driver loaded went down), or a release request: ``clear.json`` beside
 the state file (``CLEAR_REQUEST``), ``{"gpus": {"<UUID or all>": {"reason": "<who and why>", "at": <epoch>}}}``,
-which gpu_health's ``release`` entry point writes (health.yml runs it once a GPU passed its return-to-service
-validation: after health_release, a reset or a reboot; an operator may write one by hand, 0600). The next run applies
-it, whatever runs it (the timer's unit, which release starts once, or kube_monitoring's DaemonSet pod on the same
-hostPath), and removes it; the cleared record carries the reason. One run at a time on a state file: each holds a
-lock on its directory from reading the state and the request to writing the state and removing the request. A finding
+which gpu_health's ``release`` entry point writes with this program's ``--release`` (health.yml runs it once a GPU
+passed its return-to-service validation: after health_release, a reset or a reboot; an operator may write one by hand,
+0600). The next run applies it, whatever runs it (the timer's unit, which release starts once, or kube_monitoring's
+DaemonSet pod on the same hostPath), and removes it; the cleared record carries the reason. One run at a time on a
+state file: each holds a lock on its directory from reading the state and the request to writing the state and
+removing the request, and ``--release`` holds it while it merges its request with a pending one. A finding
 whose bucket, in NVIDIA's catalog, needs nothing of the GPU (``SELF_CLEARING``: restart the application, ignore) is
 not held: its condition ends by itself.
 
@@ -216,7 +217,7 @@ def format_metrics(result: dict, seen: list, now: float, held: tuple | list = ()
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and a rename, so that a reader
     (node-exporter) sees the old file or the new one, never half of one."""
     directory = os.path.dirname(path) or "."
@@ -224,7 +225,7 @@ def write_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
-        os.chmod(temporary, 0o644)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
@@ -240,21 +241,48 @@ def _load_state(path: str) -> dict:
     return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", [])}
 
 
-def _take_request(path: str) -> dict:
-    """The pending release request's GPUs (UUID or ``all``) -> reason, {} when none is pending. The request is
-    renamed to ``<path>.taken`` first (removed once the state is written), so a request written meanwhile is a new
-    file, for the next run, never lost by this one's removal."""
+def _read_request(path: str) -> dict:
+    """A release request's ``gpus`` (UUID or ``all`` -> ``{reason, at}``), {} when there is none; an unreadable one
+    is dropped with a line on stderr (the caller runs on)."""
     try:
-        os.replace(path, path + ".taken")
+        with open(path, encoding="utf-8") as stream:
+            gpus = json.load(stream)["gpus"]
+        return {str(name): {"reason": str((ask or {}).get("reason") or ""), "at": (ask or {}).get("at")}
+                for name, ask in gpus.items()}
     except FileNotFoundError:
         return {}
-    try:
-        with open(path + ".taken", encoding="utf-8") as stream:
-            return {name: str((ask or {}).get("reason") or "") for name, ask in json.load(stream)["gpus"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as error:  # the sweep runs on; the request is dropped
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
         sys.stderr.write(f"gpu_health sweep: release request {path} ignored (not a JSON object whose gpus maps each "
                          f"UUID or all to its reason): {error!r}\n")
         return {}
+
+
+def _take_request(path: str) -> dict:
+    """The pending release request's GPUs (UUID or ``all``) -> reason, {} when none is pending. It is renamed to
+    ``<path>.taken`` first (removed once the state is written), so one written by hand meanwhile is a new file, for
+    the next run. A ``.taken`` left by a run that died before writing the state is applied now, merged with a new
+    request (written back as the one ``.taken`` first, so a run that dies again loses neither)."""
+    taken = path + ".taken"
+    request = _read_request(taken)
+    if request and os.path.exists(path):
+        write_atomic(taken, json.dumps({"gpus": {**_read_request(path), **request}}) + "\n", 0o600)
+        os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(path, taken)
+    return {name: ask["reason"] for name, ask in _read_request(taken).items()}
+
+
+def request_release(path: str, gpus: list, reason: str, now: float) -> tuple:
+    """gpu_health's release (``--release``): the request at ``path`` for ``gpus`` (UUIDs or ``all``), each with
+    ``reason`` and ``now``, merged with a pending one (whose entries stay as they are), written 0600 only when it
+    changes. Run under the lock the sweep takes, so a sweep never takes the pending request between this read and
+    this write (which would apply it twice, the second time to a finding held after it). Returns ``(the request,
+    whether it changed)``."""
+    pending = _read_request(path)
+    request = {**{name: {"reason": reason, "at": round(now)} for name in gpus}, **pending}
+    if request != pending:
+        write_atomic(path, json.dumps({"gpus": request}, indent=1) + "\n", 0o600)
+    return request, request != pending
 
 
 def _boot_id(path: str) -> str | None:
@@ -272,17 +300,30 @@ def _run(argv):
 
 
 def main(argv=None) -> int:
-    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
-    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import write_result  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(description="One gpu_health sweep since the kept cursor, as Prometheus metrics.")
     parser.add_argument("--state-file", required=True, help="JSON file that keeps the cursor and event tallies")
-    parser.add_argument("--textfile-dir", required=True, help="node-exporter's textfile collector directory")
+    parser.add_argument("--textfile-dir", help="node-exporter's textfile collector directory (required to sweep)")
     parser.add_argument("--dcgm-level", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--expected-gpus", type=int, default=None)
     parser.add_argument("--boot-id-file", default=BOOT_ID_PATH, help=argparse.SUPPRESS)
+    parser.add_argument("--release", nargs="+", metavar="UUID", help="instead of sweeping: write a release request "
+                        "for these GPUs (UUIDs or all), merged with a pending one, for the next run; prints it")
+    parser.add_argument("--reason", default="", help="who releases and why (with --release)")
     args = parser.parse_args(argv)
-    with _locked(os.path.dirname(os.path.abspath(args.state_file))):
+    if not (args.release or args.textfile_dir):
+        parser.error("--textfile-dir is required to sweep")
+    directory = os.path.dirname(os.path.abspath(args.state_file))
+    with _locked(directory):
+        if args.release:
+            request, changed = request_release(os.path.join(directory, CLEAR_REQUEST), args.release, args.reason,
+                                               time.time())
+            sys.stdout.write(json.dumps({"gpus": request, "changed": changed}) + "\n")
+            return 0
+        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
+        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import (  # noqa: PLC0415
+            write_result,
+        )
+
         return _one_run(args, sweep, write_result)
 
 

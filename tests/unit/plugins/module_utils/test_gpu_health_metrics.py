@@ -449,3 +449,43 @@ def test_a_request_written_while_a_run_waits_for_the_lock_is_applied_by_that_run
     _run_behind_the_lock(tmp_path, argv, lambda: request.write_text(json.dumps({"gpus": {"all": {"reason": "ops"}}})))
     assert json.loads(state.read_text())["held"] == []
     assert not (tmp_path / gpu_health_metrics.CLEAR_REQUEST).exists()
+
+
+def test_a_request_left_taken_by_a_run_that_died_is_applied_by_the_next_merged_with_a_new_one(tmp_path):
+    """A run that died between taking the request (renamed to ``.taken``) and writing the state left the release
+    unapplied: the next run applies the left ``.taken`` too, merged with a request written since, and removes both.
+    Held: Xid 109 on GPU 68 and Xid 79 on GPU 9E of the A100 capture; the left request names one, the new the
+    other."""
+    held = run_sweeps([XID109_68 + "\n" + XID79_9E], [BOOT])[0][1]
+    first, second = sorted({entry["uuid"] for entry in held})
+    (tmp_path / (gpu_health_metrics.CLEAR_REQUEST + ".taken")).write_text(
+        json.dumps({"gpus": {first: {"reason": "left by a run that died", "at": FIRST_RUN}}}))
+    after, said = script_run(tmp_path, held, {"gpus": {second: {"reason": "written since", "at": NEXT_RUN}}})
+    assert after == []
+    released = [line for line in said.splitlines() if line.startswith("gpu_health released")]
+    assert sorted(line.rsplit("cleared (release): ", 1)[1] for line in released) == [
+        "left by a run that died", "written since"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["boot_id", "result.json", "sweep.json", "textfile"]
+    left, _said = script_run(tmp_path, held, None)  # a left .taken alone is applied too
+    assert left == held
+    (tmp_path / (gpu_health_metrics.CLEAR_REQUEST + ".taken")).write_text(json.dumps({"gpus": {"all": {}}}))
+    assert script_run(tmp_path, held, None)[0] == []
+    assert not (tmp_path / (gpu_health_metrics.CLEAR_REQUEST + ".taken")).exists()
+
+
+def test_release_writes_the_request_under_the_lock_merged_with_a_pending_one(tmp_path, capsys):
+    """gpu_health's release runs the program with --release: it waits for the state directory's lock (a sweep
+    holds it from taking the request to writing the state), keeps a pending request's entries as they are, writes
+    0600, and changes nothing when run again."""
+    request = tmp_path / gpu_health_metrics.CLEAR_REQUEST
+    pending = {"GPU-pending": {"reason": "operator", "at": FIRST_RUN}}
+    argv = ["--state-file", str(tmp_path / "sweep.json"), "--release", "GPU-pending", "all", "--reason=health.yml"]
+    _run_behind_the_lock(tmp_path, argv, lambda: request.write_text(json.dumps({"gpus": pending})))
+    written = json.loads(request.read_text())["gpus"]
+    assert written["GPU-pending"] == pending["GPU-pending"]
+    assert written["all"]["reason"] == "health.yml"
+    assert oct(os.stat(request).st_mode & 0o777) == "0o600"
+    assert json.loads(capsys.readouterr().out) == {"gpus": written, "changed": True}
+    assert gpu_health_metrics.main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == {"gpus": written, "changed": False}
+    assert json.loads(request.read_text())["gpus"] == written
