@@ -422,15 +422,11 @@ ARGUMENT_SPEC = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.run_command_environ_update = {"LC_ALL": "C"}
-
-    def which(name):
-        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/bin", "/sbin"])
-
     try:
         facts, warnings = gather_gpu_facts(
             backend=module.params["backend"],
             run=module.run_command,
-            which=which,
+            which=module.get_bin_path,
             sysfs_root=module.params["_sysfs_root"],
             proc_root=module.params["_proc_root"],
             fabric_manager_service=module.params["fabric_manager_service"],

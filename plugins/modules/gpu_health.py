@@ -330,18 +330,12 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.run_command_environ_update = {"LC_ALL": "C"}
     params = module.params
-
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
-    def which(name):
-        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/bin", "/sbin"])
-
     try:
         result = sweep(
-            run,
-            which,
+            module.run_command,
+            module.get_bin_path,
             kernel_log_text=params["kernel_log_text"],
             since_cursor=params["since_cursor"],
             expected_gpus=params["expected_gpus"],
