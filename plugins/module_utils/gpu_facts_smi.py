@@ -57,28 +57,11 @@ def _xml_fabric(gpu_node) -> dict:
     )
 
 
-def _xml_mig_devices(gpu_node) -> list:
-    devices = []
-    for node in gpu_node.findall("mig_devices/mig_device"):
-        devices.append(
-            {
-                "index": int_or_none(_xml_text(node, "index")),
-                "gpu_instance_id": int_or_none(_xml_text(node, "gpu_instance_id")),
-                "compute_instance_id": int_or_none(_xml_text(node, "compute_instance_id")),
-                "multiprocessor_count": int_or_none(_xml_text(node, "device_attributes/shared/multiprocessor_count")),
-                "memory_total_mib": parse_mib(_xml_text(node, "fb_memory_usage/total")),
-            }
-        )
-    return devices
-
-
 def parse_nvidia_smi_xml(text: str) -> dict:
     """Parse ``nvidia-smi -q -x``.
 
-    Returns ``{driver_version, cuda_driver_version, attached_gpus, gpus}``; each GPU has the keys of
-    a facts GPU record (numa_node and nvlink are None: the XML does not carry them) plus
-    ``mig_devices`` (list of ``{index, gpu_instance_id, compute_instance_id, multiprocessor_count,
-    memory_total_mib}``).
+    Returns ``{driver_version, cuda_driver_version, attached_gpus, gpus}``; each GPU is a facts GPU record
+    (numa_node, cpu_affinity and nvlink are None: the XML does not carry them).
     """
     try:
         root = ET.fromstring(strip_terminal(text))
@@ -99,7 +82,6 @@ def parse_nvidia_smi_xml(text: str) -> dict:
                 mig_mode_pending=normalise_mig_mode(_xml_text(node, "mig_mode/pending_mig")),
                 persistence_mode=parse_enabled(_xml_text(node, "persistence_mode")),
                 fabric=_xml_fabric(node),
-                mig_devices=_xml_mig_devices(node),
             )
         )
     return {
@@ -169,7 +151,6 @@ def _q_gpu(index: int, bus_id: str, tree: dict) -> dict:
             clique_id=int_or_none(q_get(fabric, "CliqueId")),
             cluster_uuid=value_or_none(q_get(fabric, "ClusterUUID")),
         ),
-        mig_devices=None,  # the text form's MIG device list is not parsed; use -q -x or -L
     )
 
 
@@ -198,10 +179,7 @@ def split_nvidia_smi_q(text: str) -> tuple:
 
 
 def parse_nvidia_smi_q(text: str) -> dict:
-    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml.
-
-    ``mig_devices`` is None for every GPU: the text form's MIG listing is not parsed.
-    """
+    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml."""
     head, blocks = split_nvidia_smi_q(text)
     return {
         "driver_version": value_or_none(q_get(head, "Driver Version")),
@@ -315,11 +293,7 @@ def gather_nvidia_smi(binary: str, run, notes: list) -> dict:
         message = one_line(out or err)
         raise BackendUnavailable(f"'nvidia-smi -q -x' exited {rc}: {message}")
     parsed = parse_nvidia_smi_xml(out)
-    gpus = []
-    for gpu in parsed["gpus"]:
-        record = dict(gpu)
-        record.pop("mig_devices", None)
-        gpus.append(record)
+    gpus = parsed["gpus"]
     if parsed["attached_gpus"] is not None and parsed["attached_gpus"] != len(gpus):
         notes.append(f"nvidia-smi reports {parsed['attached_gpus']} attached GPUs but lists {len(gpus)}")
     if gpus:

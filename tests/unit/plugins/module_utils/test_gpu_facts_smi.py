@@ -185,19 +185,6 @@ def test_query_capture(folder, name, want, capture):
         assert gpu["nvlink"] is None
 
 
-def test_a100_sxm4_80gb_mig_enabled_1of4gpus_mig_devices(capture):
-    parsed = _parse_capture(capture("query", "a100-sxm4-80gb_mig-enabled_1of4gpus.xml"))
-    devices = parsed["gpus"][0]["mig_devices"]
-    assert [(d["index"], d["gpu_instance_id"], d["compute_instance_id"]) for d in devices] == [
-        (0, 3, 0),
-        (1, 4, 0),
-        (2, 5, 0),
-        (3, 6, 0),
-    ]
-    assert {d["memory_total_mib"] for d in devices} == {19968}
-    assert {d["multiprocessor_count"] for d in devices} == {14}
-
-
 @pytest.mark.parametrize("name", sorted(MIG_CASES), ids=lambda name: name.rsplit(".", 1)[0])
 def test_mig_list_capture(name, capture):
     gpus = smi.parse_nvidia_smi_list(capture("mig", name).read_text())
