@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of playbooks/health.yml: settings check, plan, steps, next state, audit lines, GPU pods.
+"""Filters of playbooks/health.yml: settings check, plan, steps, next state, audit lines, GPU pods, release UUIDs.
 
 Thin: the decisions live in plugins/plugin_utils/health.py and health_steps.py; documentation in the
 health_*.yml files next to this one.
@@ -133,6 +133,11 @@ def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict
     return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
 
 
+def health_release_uuids(gpus, validation=None, sweep=None) -> list:
+    return health_steps.release_uuids(gpus if gpus == health_steps.CLEAR_ALL else list(gpus or []),
+                                      validation or {}, sweep or {})
+
+
 class FilterModule:
     """gpuops.cluster GPU health filters."""
 
@@ -152,4 +157,5 @@ class FilterModule:
             "health_sweep_record": health_sweep_record,
             "health_validation": health_validation,
             "health_validation_runs": health_validation_runs,
+            "health_release_uuids": health_release_uuids,
         }
