@@ -54,7 +54,7 @@ options:
     default: false
   gpus_per_job:
     description:
-      - With O(topology=true), the number of GPUs one job uses. RV(ansible_facts.gpu.topology.placements) then
+      - With O(topology=true), the number of GPUs one job uses. The topology's C(placements) then
         lists disjoint sets of that many pairwise NVLinked GPUs, chosen inside one NUMA node first.
       - Must be greater than 0.
     type: int
@@ -282,58 +282,25 @@ ansible_facts:
               sample: 565.57.01
         topology:
           description:
-            - The parsed C(nvidia-smi topo -m) matrix, with the keys M(gpuops.cluster.gpu_topology) returns
-              (its C(topology_warnings) is C(warnings) here). Null unless O(topology=true) and a driver-backed
-              backend found one GPU or more and the matrix could be read; RV(ansible_facts.gpu.notes) says why.
+            - The parsed C(nvidia-smi topo -m) matrix, with the keys M(gpuops.cluster.gpu_topology) returns, documented
+              there (C(gpus), C(nics), C(nvlink_domains), C(nvlink_all_to_all), C(numa_groups), C(placements)),
+              with its C(topology_warnings) as C(warnings); each warning is also an Ansible warning.
+            - Null unless O(topology=true) and a driver-backed backend found one GPU or more and the matrix could be
+              read; RV(ansible_facts.gpu.notes) says why.
           returned: always
-          type: complex
-          contains:
+          type: dict
+          sample:
             gpus:
-              description: >-
-                One entry per GPU of the matrix, by index, with C(index), C(cpu_affinity), C(numa_node),
-                C(numa_affinity), C(gpu_numa_id), C(nvlink_peers) (peer index as a string to link count),
-                C(nearest_nics) and C(nearest_nic_link).
-              type: list
-              elements: dict
-              sample:
-                - index: 0
-                  cpu_affinity: "0-51,104-155"
-                  numa_node: 0
-                  numa_affinity: "0"
-                  gpu_numa_id: null
-                  nvlink_peers: {"1": 18, "2": 18}
-                  nearest_nics: []
-                  nearest_nic_link: null
-            nics:
-              description: NIC names in column order, from the NIC Legend where it gives them.
-              type: list
-              elements: str
-              sample: ["mlx5_0", "mlx5_1"]
-            nvlink_domains:
-              description: Groups of GPUs connected through NVLink (connected components), each sorted.
-              type: list
-              elements: list
-              sample: [[0, 1, 2, 3, 4, 5, 6, 7]]
-            nvlink_all_to_all:
-              description: True when every pair of GPUs is directly NVLinked.
-              type: bool
-              sample: true
-            numa_groups:
-              description: GPUs per NUMA node, sorted by node, as C({numa_node, gpus}).
-              type: list
-              elements: dict
-              sample: [{"numa_node": 0, "gpus": [0, 1, 2, 3]}, {"numa_node": 1, "gpus": [4, 5, 6, 7]}]
-            placements:
-              description: Disjoint pairwise NVLinked sets of O(gpus_per_job) GPUs; empty when it is not set.
-              type: list
-              elements: list
-              sample: [[0, 1, 2, 3], [4, 5, 6, 7]]
-            warnings:
-              description: What the parser could not read or found odd; each is also an Ansible warning.
-              type: list
-              elements: str
-              sample:
-                - "NUMA Affinity '0-1' of GPU0, GPU1 spans several NUMA nodes (VM or NPS setting?): numa_node is null"
+              - {index: 0, cpu_affinity: "0-51,104-155", numa_node: 0, numa_affinity: "0", gpu_numa_id: null,
+                 nvlink_peers: {"1": 18}, nearest_nics: [], nearest_nic_link: null}
+              - {index: 1, cpu_affinity: "0-51,104-155", numa_node: 0, numa_affinity: "0", gpu_numa_id: null,
+                 nvlink_peers: {"0": 18}, nearest_nics: [], nearest_nic_link: null}
+            nics: []
+            nvlink_domains: [[0, 1]]
+            nvlink_all_to_all: true
+            numa_groups: [{numa_node: 0, gpus: [0, 1]}]
+            placements: [[0, 1]]
+            warnings: []
         topology_error:
           description:
             - Set when O(topology=true), a driver-backed backend found GPUs, and C(nvidia-smi topo -m) exited
