@@ -146,5 +146,9 @@ def record(key: str, entry: dict) -> None:
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     data[key] = entry
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
-    shown = RESULTS.relative_to(REPO) if RESULTS.is_relative_to(REPO) else RESULTS
-    print(f"  written: {shown} ({key})")
+    print(f"  written: {shown(RESULTS)} ({key})")
+
+
+def shown(path: Path) -> Path:
+    """``path`` relative to the repository where it is inside it."""
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path

@@ -23,10 +23,11 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _meta import REPO, generator, load1, record, started, timed
+from figures import converge_block
+
 sys.path.insert(0, str(REPO / "tests"))
-from _meta import generator, load1, record, started, timed  # noqa: E402
-from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
+from ansible_env import playbook_env
 
 LOGS = REPO / "build" / "bench"
 LOCK = "/tmp/gpuops-molecule-demo.lock"
@@ -117,32 +118,25 @@ def main() -> None:
     second = statistics.median(r["second_seconds"] for r in rounds)
     ratio = statistics.median(r["second_over_first"] for r in rounds)
     changed = [r["second_recap"]["changed"] for r in rounds]
-    print(
-        f"\n  median of {len(rounds)}: first converge {first:.1f} s, re-run {second:.1f} s, "
-        f"second/first = {ratio:.2f} (target <= 0.20), re-run changed per round: {changed}"
-    )
-    top = median_slowest(tasks)
-    print("  re-run's slowest tasks (median): " + "; ".join(f"{n} {s:.2f} s" for n, s in top[:5]))
     loads = tuple(load for r in rounds for load in r["load_1min_at_start"].values())
     # The round whose ratio is the median (the lower middle one for an even count) stands for the run in the
     # figures' recaps; every round's recap is kept under "rounds".
     middle = sorted(rounds, key=lambda r: r["second_over_first"])[(len(rounds) - 1) // 2]
-    record(
-        "converge",
-        {
-            "generator": generator(start, "bench/converge.py", TARGETS_GPU, loads),
-            "rounds": len(rounds),
-            "first_seconds": round(first, 1),
-            "second_seconds": round(second, 1),
-            "second_over_first": round(ratio, 3),
-            "first_recap": middle["first_recap"],
-            "second_recap": {**middle["second_recap"], "changed": max(changed)},
-            "second_changed_per_round": changed,
-            "second_slowest_tasks": top,
-            "load_1min_at_start": middle["load_1min_at_start"],
-            "each_round": rounds,
-        },
-    )
+    entry = {
+        "generator": generator(start, "bench/converge.py", TARGETS_GPU, loads),
+        "rounds": len(rounds),
+        "first_seconds": round(first, 1),
+        "second_seconds": round(second, 1),
+        "second_over_first": round(ratio, 3),
+        "first_recap": middle["first_recap"],
+        "second_recap": {**middle["second_recap"], "changed": max(changed)},
+        "second_changed_per_round": changed,
+        "second_slowest_tasks": median_slowest(tasks),
+        "load_1min_at_start": middle["load_1min_at_start"],
+        "each_round": rounds,
+    }
+    record("converge", entry)
+    print("", *converge_block(entry), sep="\n")  # as docs/performance.md will show it
 
 
 if __name__ == "__main__":

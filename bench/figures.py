@@ -25,16 +25,17 @@ A results entry whose generator says ``over_load`` (bench/_meta.py) is shown wit
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
-from _meta import load_limit
+from _meta import REPO, RESULTS, load_limit, over_load, shown
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results.json"
+sys.path.insert(0, str(REPO / "scripts"))
+from test_summary import skip_groups  # the closing lines' grouping of a run's skips, quoted here
+
 TEST_SUMMARY = REPO / "bench" / "test-summary.json"
 COLD_SUMMARY = REPO / "bench" / "test-summary-cold.json"
 BUILD_SUMMARY = REPO / "build" / "test-summary.json"
@@ -91,9 +92,9 @@ def _over(load_before: float, load_after: float, limit: float) -> str:
     return f"not quoted: 1-minute load {load_before} / {load_after}, above the limit {limit}"
 
 
-def _row(*cells: object, width: int = 0) -> str:
-    """A Markdown table row, padded with empty cells to ``width``."""
-    padded = [str(cell).replace("|", "/") for cell in cells] + [""] * (width - len(cells))
+def row(*cells: object, width: int = 0) -> str:
+    """A Markdown table row, padded with empty cells to ``width`` (also scripts/gpu_check.py's report.md)."""
+    padded = [" ".join(str(cell).replace("|", "/").splitlines()) for cell in cells] + [""] * (width - len(cells))
     return "| " + " | ".join(padded) + " |"
 
 
@@ -122,7 +123,7 @@ def fleet_block(entry: dict | None) -> list[str]:
     gen = entry["generator"]
     init = ", ".join(sorted({size["init"] for size in entry["sizes"]})) or "?"
     forks = ", ".join(sorted({str(size["forks"]) for size in entry["sizes"] if "forks" in size})) or "ansible.cfg's"
-    header = _row("hosts", "rounds", _loads_header(entry["sizes"]), "(a) ping", "(b) setup", "(c) preflight",
+    header = row("hosts", "rounds", _loads_header(entry["sizes"]), "(a) ping", "(b) setup", "(c) preflight",
                   f"c/a (target <= {TARGETS['preflight_over_ping']})",
                   f"c/b (target <= {TARGETS['preflight_over_setup']})")
     pipelined = {size.get("pipelining") for size in entry["sizes"]}
@@ -134,7 +135,7 @@ def fleet_block(entry: dict | None) -> list[str]:
         load = " / ".join(str(value) for value in _loads(size))
         if size["over_load"]:
             over = f"not quoted: 1-minute load {load}, above the limit {size['load_limit']}"
-            lines.append(_row(size["hosts"], size["rounds"], load, over, width=8))
+            lines.append(row(size["hosts"], size["rounds"], load, over, width=8))
             continue
         quoted.add(size["hosts"])
         med = size["median_seconds"]
@@ -142,7 +143,7 @@ def fleet_block(entry: dict | None) -> list[str]:
                      f"| {med['preflight']:.1f} s | {_ratio(size['preflight_over_ping'], 'preflight_over_ping')} "
                      f"| {_ratio(size['preflight_over_setup'], 'preflight_over_setup')} |")
     measured = {size["hosts"] for size in entry["sizes"]}
-    lines += [_row(n, "", "", "not measured: the run ended before this size", width=8)
+    lines += [row(n, "", "", "not measured: the run ended before this size", width=8)
               for n in entry.get("sizes_requested", []) if n not in measured]
     steps = [s for s in entry.get("marginal_seconds_per_host", []) if {s["from_hosts"], s["to_hosts"]} <= quoted]
     if steps:
@@ -178,7 +179,7 @@ def converge_block(entry: dict | None) -> list[str]:
     if rounds:
         lines += ["", "| round | first converge | re-run | re-run / first | load at first / re-run start |",
                   "|---|---|---|---|---|"]
-        lines += [_row(number, f"{r['first_seconds']:.1f} s (changed={r['first_recap']['changed']})",
+        lines += [row(number, f"{r['first_seconds']:.1f} s (changed={r['first_recap']['changed']})",
                        f"{r['second_seconds']:.1f} s (changed={r['second_recap']['changed']})",
                        f"{r['second_over_first']:.2f}",
                        f"{r['load_1min_at_start']['first']} / {r['load_1min_at_start']['second']}")
@@ -186,7 +187,7 @@ def converge_block(entry: dict | None) -> list[str]:
     if entry.get("second_slowest_tasks"):
         each = " (each task's median over the rounds)" if rounds else ""
         lines += ["", f"The re-run's slowest tasks{each}:", "", "| task | seconds |", "|---|---|"]
-        lines += [_row(task, f"{seconds:.2f}") for task, seconds in entry["second_slowest_tasks"]]
+        lines += [row(task, f"{seconds:.2f}") for task, seconds in entry["second_slowest_tasks"]]
     return lines
 
 
@@ -198,12 +199,18 @@ def parsers_block(entry: dict | None) -> list[str]:
     if gen["over_load"]:
         return [*lines, "", f"Figures {_over(gen['load_1min_before'], gen['load_1min_after'], gen['load_limit'])}."]
     for table in entry["tables"]:
-        lines += ["", f"**{table['title']}**", ""]
-        if table["header"]:
-            lines += [_row(*table["header"]), "|" + "---|" * len(table["header"])]
-            lines += [_row(*row) for row in table["rows"]]
-        if table["note"]:
-            lines += ["", table["note"]] if table["header"] else [table["note"]]
+        lines += ["", f"**{table['title']}**", "", *table_lines(table)]
+    return lines
+
+
+def table_lines(table: dict) -> list[str]:
+    """One of bench/run.py's tables in Markdown: the page's and the console's rendering."""
+    lines = []
+    if table["header"]:
+        lines += [row(*table["header"]), "|" + "---|" * len(table["header"])]
+        lines += [row(*cells) for cells in table["rows"]]
+    if table["note"]:
+        lines += ["", table["note"]] if table["header"] else [table["note"]]
     return lines
 
 
@@ -273,7 +280,7 @@ def _probe(summary: dict) -> str:
 def _test_line(summary: dict, title: str) -> str:
     loads = [x for x in (summary["load_start"], summary["load_end"]) if isinstance(x, (int, float))]
     limit = load_limit(summary["cores"] or 1)
-    loaded = bool(loads) and max(loads) > limit
+    loaded = bool(loads) and over_load(loads, summary["cores"] or 1)
     bound = f"; the load passed the limit {limit}, so the time is an upper bound" if loaded else ""
     stages = ", ".join(f"{name} {stage['seconds']} s" if stage.get("seconds") is not None else f"{name} unfinished"
                        for name, stage in summary["stages"].items())
@@ -287,17 +294,9 @@ def _test_line(summary: dict, title: str) -> str:
             f"Stages: {stages}.")
 
 
-def _test_summary_module():
-    """scripts/test_summary.py, which groups a run's skips for its closing lines (one grouping, quoted here)."""
-    spec = importlib.util.spec_from_file_location("test_summary", REPO / "scripts" / "test_summary.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _skips(summary: dict) -> list[str]:
     """The run's skips, one item per stage and reason, as its closing lines printed them."""
-    groups = _test_summary_module().skip_groups(summary["stages"])
+    groups = skip_groups(summary["stages"])
     if not groups:
         return ["", "No test skipped in that run."]
     return ["", "Its skips, each with its reason, as that run recorded them:", "",
@@ -347,8 +346,8 @@ def gpu_check_block(report: dict | None) -> list[str]:
         head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran on {host['gpu_count']} x "
                 f"{host['gpu_model']}, driver {host['driver_version']}, CUDA {host['cuda_version']}, NVML "
                 f"{host['nvml_version']}, {when}: **{verdict}** ({report['why']}).")
-    rows = [_row("step", "status", "exit code", "seconds"), _row("---", "---", "---", "---")]
-    rows += [_row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"])
+    rows = [row("step", "status", "exit code", "seconds"), row("---", "---", "---", "---")]
+    rows += [row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"])
              for step in report["steps"]]
     return [head, "", *rows, *_gpu_check_skips(report)]
 
@@ -407,9 +406,9 @@ def record_test(source: Path, found: str | None = None) -> int:
     TEST_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
     if summary.get("setup_found") == "cold":
         COLD_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"record-test: a cold run: also {COLD_SUMMARY.relative_to(REPO)}")
-    print(f"record-test: {source.relative_to(REPO) if source.is_relative_to(REPO) else source} -> "
-          f"{TEST_SUMMARY.relative_to(REPO)} (commit {summary['commit']}); now `make docs`, then commit both")
+        print(f"record-test: a cold run: also {shown(COLD_SUMMARY)}")
+    print(f"record-test: {shown(source)} -> {shown(TEST_SUMMARY)} (commit {summary['commit']}); "
+          "now `make docs`, then commit both")
     return 0
 
 
@@ -424,26 +423,23 @@ def record_gpu_check(source: Path) -> int:
         return 1
     GPU_CHECK.write_text(json.dumps(report, indent=2) + "\n")
     where = "without a GPU" if report["host"]["no_gpu"] else f"on {report['host']['gpu_model']}"
-    kept = GPU_CHECK.relative_to(REPO) if GPU_CHECK.is_relative_to(REPO) else GPU_CHECK
-    print(f"record-gpu-check: {source} -> {kept} (ran {where}, commit {report['commit']}); "
+    print(f"record-gpu-check: {source} -> {shown(GPU_CHECK)} (ran {where}, commit {report['commit']}); "
           "now `make docs`, then commit both")
     return 0
 
 
 def main(argv: list[str]) -> int:
-    args = list(argv)
-    if args and args[0] == "record-gpu-check" and len(args) <= 2:  # noqa: PLR2004
-        return record_gpu_check(Path(args[1]) if len(args) == 2 else BUILD_GPU_CHECK)  # noqa: PLR2004
-    found = None
-    if "--found" in args:
-        at = args.index("--found")
-        found = args[at + 1] if at + 1 < len(args) else ""
-        del args[at:at + 2]
-        if found not in ("cold", "partial", "warm"):
-            sys.exit(f"record-test: --found is {found!r}; expected cold, partial or warm")
-    if not args or args[0] != "record" or len(args) > 2:  # noqa: PLR2004
-        sys.exit(__doc__)
-    return record_test(Path(args[1]) if len(args) == 2 else BUILD_SUMMARY, found)  # noqa: PLR2004
+    parser = argparse.ArgumentParser(prog="figures.py", description=__doc__.split("\n\n", maxsplit=1)[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    record = sub.add_parser("record", help="keep a full `make test`'s summary as bench/test-summary.json")
+    record.add_argument("source", nargs="?", type=Path, default=BUILD_SUMMARY)
+    record.add_argument("--found", choices=("cold", "partial", "warm"), help="what the set-up found, if not recorded")
+    gpu_check = sub.add_parser("record-gpu-check", help="keep a `make gpu-check` report as bench/gpu-check.json")
+    gpu_check.add_argument("source", nargs="?", type=Path, default=BUILD_GPU_CHECK)
+    args = parser.parse_args(argv)
+    if args.what == "record-gpu-check":
+        return record_gpu_check(args.source)
+    return record_test(args.source, args.found)
 
 
 if __name__ == "__main__":

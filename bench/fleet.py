@@ -28,10 +28,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _meta import REPO, generator, load1, load_limit, over_load, record, started, timed
+from figures import fleet_block
+
 sys.path.insert(0, str(REPO / "tests"))
-from _meta import generator, load1, load_limit, over_load, record, started, timed  # noqa: E402
-from ansible_env import playbook_env  # noqa: E402  (the one builder of ansible-playbook's environment)
+from ansible_env import playbook_env
 
 WORK = REPO / "build" / "bench"
 IMAGE = "gpuops/debian12-systemd"
@@ -244,30 +245,15 @@ def main() -> None:
         f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
         f"targets' PID 1: {args.init}, forks {forks}"
     )
-    start = started()
-    results = []
+    start, results, entry = started(), [], None
     try:
         for size in sizes:
             results.append(measure(size, args.rounds, env, args.init, forks))
-            record_fleet(start, sizes, results)  # kept even if a later size fails
+            entry = record_fleet(start, sizes, results)  # kept even if a later size fails
     finally:
         if not args.keep:
             remove_all()
-    head = f"{'N':>4}  {'ping s':>7}  {'setup s':>7}  {'preflight s':>11}  {'c/a':>5}  {'c/b':>5}"
-    print(f"\n  {head}  load before/peak/after")
-    for r in results:
-        m = r["median_seconds"]
-        print(
-            f"  {r['hosts']:>4}  {m['ping']:>7.1f}  {m['setup']:>7.1f}  {m['preflight']:>11.1f}  "
-            f"{r['preflight_over_ping']:>5.2f}  {r['preflight_over_setup']:>5.2f}  "
-            f"{r['load_1min_before']}/{r['load_1min_peak']}/{r['load_1min_after']}"
-            f"{' (over the limit: not quoted)' if r['over_load'] else ''}"
-        )
-    for step in marginal(results):
-        print(
-            f"  marginal cost per host ({step['from_hosts']} -> {step['to_hosts']}): "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in step["seconds_per_host"].items())
-        )
+    print("", *fleet_block(entry), sep="\n")
 
 
 def default_forks() -> int:
@@ -288,17 +274,17 @@ def marginal(results: list[dict]) -> list[dict]:
     return steps
 
 
-def record_fleet(start: dict, sizes: list[int], results: list[dict]) -> None:
+def record_fleet(start: dict, sizes: list[int], results: list[dict]) -> dict:
+    """The fleet entry, recorded in results.json; printed as docs/performance.md will show it."""
     loads = tuple(r[key] for r in results for key in ("load_1min_before", "load_1min_peak", "load_1min_after"))
-    record(
-        "fleet",
-        {
-            "generator": generator(start, "bench/fleet.py", TARGETS_GPU, loads),
-            "sizes_requested": sizes,
-            "sizes": results,
-            "marginal_seconds_per_host": marginal(results),
-        },
-    )
+    entry = {
+        "generator": generator(start, "bench/fleet.py", TARGETS_GPU, loads),
+        "sizes_requested": sizes,
+        "sizes": results,
+        "marginal_seconds_per_host": marginal(results),
+    }
+    record("fleet", entry)
+    return entry
 
 
 if __name__ == "__main__":

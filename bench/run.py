@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from _meta import generator, record, started
+from _meta import REPO, generator, record, started
+from figures import table_lines
 
-REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
 TOPO_DIR = SHARED / "nvidia-smi" / "topo"
 QUERY_XML = SHARED / "nvidia-smi" / "query" / "a100-sxm4-80gb_mig-enabled_1of4gpus.xml"
@@ -87,27 +87,14 @@ def best_once(fn, repeat: int) -> float:
 
 
 def table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> None:
+    """Record a table for results.json and print it as the page will show it."""
     cells = [[str(cell) for cell in row] for row in rows]
     TABLES.append({"title": title, "header": header, "rows": cells, "note": note})
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
-    print(f"\n{title}")
-    for index, line in enumerate([header, *rows]):
-        print(
-            "  "
-            + "  ".join(
-                str(cell).rjust(width) if i else str(cell).ljust(width)
-                for i, (cell, width) in enumerate(zip(line, widths))
-            )
-        )
-        if index == 0:  # under the header
-            print("  " + "  ".join("-" * width for width in widths))
-    if note:
-        print(f"  {note}")
+    print(f"\n{title}", *table_lines(TABLES[-1]), sep="\n")
 
 
 def skip(title: str, reason: str) -> None:
-    TABLES.append({"title": title, "header": [], "rows": [], "note": f"skipped: {reason}"})
-    print(f"\n{title}\n  skipped: {reason}")
+    table(title, [], [], f"skipped: {reason}")
 
 
 # ------------------------------------------------------------------------------- 1. topology parsing cost

@@ -1,8 +1,5 @@
 """gpuops-run: run a gpuops.cluster playbook through ansible-runner, with live progress, summary.json,
-junit.xml and the runner's own artifacts.
-
-Exit codes: 0 all ok; 1 the run's verdict is WARN or UNKNOWN (burnin: a check warned, or could not be judged);
-2 a host failed, or the verdict is FAIL; 3 hosts unreachable (none failed); 4 usage or inventory error.
+junit.xml and the runner's own artifacts; the exit codes are the parser's epilog (summary.exit_code decides them).
 """
 
 from __future__ import annotations

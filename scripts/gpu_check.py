@@ -52,6 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench")]
 from _meta import commit, load1, utc  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
+from figures import row  # noqa: E402 -- one Markdown table row, bench/figures.py
 from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
 
 FORMAT = 1
@@ -141,10 +142,6 @@ def build_report(
     }
 
 
-def _cell(value) -> str:
-    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(report: dict) -> str:
     host = report["host"]
     lines = [
@@ -153,15 +150,14 @@ def markdown(report: dict) -> str:
         f"{report['why']}. Commit `{report['commit'] or 'unknown'}`, {report['started']} to {report['ended']} "
         f"({report['seconds']} s).",
         "",
-        "| host | |",
-        "|---|---|",
-        *(f"| {key} | {_cell(host[key]) or 'null'} |" for key in HOST_KEYS),
+        row("host", ""),
+        row("---", "---"),
+        *(row(key, "null" if host[key] is None else host[key]) for key in HOST_KEYS),
         "",
-        "| step | status | exit code | seconds | detail |",
-        "|---|---|---|---|---|",
+        row("step", "status", "exit code", "seconds", "detail"),
+        row(*["---"] * 5),
         *(
-            f"| {_cell(step['name'])} | {step['status']} | {_cell(step['rc'])} | {step['seconds']} | "
-            f"{_cell(step['detail'])} |"
+            row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"], step["detail"])
             for step in report["steps"]
         ),
         "",
