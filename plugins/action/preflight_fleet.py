@@ -12,16 +12,15 @@ from datetime import datetime, timezone
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import (
     add_sections,
     summary_line,
     write_plan,
     write_reports,
 )
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
 # The fact naming this run's report folder. Not preflight_report_dir: a fact outranks the role's default of that
 # variable, so with fact caching on (ansible.cfg: jsonfile) the next run took the last run's folder as its report
@@ -46,44 +45,6 @@ def _no_play(decision: dict, served: list[str]) -> dict:
         "or use a release of gpuops.cluster that has it"
     )
     return {**decision, "ok": False, "reason": reason}
-
-
-def _with_health(result: dict, assignments: list | None, out_of_service: dict, host: str) -> dict:
-    """The host's checks plus gpu_health_assignment: refused when a member is given a GPU out of service."""
-    if not out_of_service:
-        return result
-    problems = out_of_service_problems(assignments or [], out_of_service, host)
-    gpus = ", ".join(sorted(out_of_service, key=int))
-    check = {"name": "gpu_health_assignment", "ok": not problems, "status": "failed" if problems else "ok",
-             "msg": "; ".join(problems) + "." if problems else f"GPU(s) {gpus} out of service; no member is given one"}
-    return {**result, "checks": [*result["checks"], check]}
-
-
-def _with_sharing(result: dict, sharing: dict | None, host: str) -> dict:
-    """The host's checks plus gpu_sharing where the host is in a pool whose sharing is refused (gpu_sharing.plan_part:
-    strategy null, the refusals as its reason): gpu_operator's assert would refuse the pool a stage later, so the
-    verdict refuses the pool's nodes first, with the same words."""
-    refused = [f"pool {name}: {entry['reason']}" for name, entry in sorted((sharing or {}).items())
-               if host in (entry.get("nodes") or []) and entry.get("strategy") is None
-               and str(entry.get("reason") or "").startswith("refused")]
-    if not refused:
-        return result
-    check = {"name": "gpu_sharing", "ok": False, "status": "failed", "msg": "; ".join(refused)}
-    return {**result, "ok": False, "checks": [*result["checks"], check],
-            "failed_checks": [*result["failed_checks"], check["name"]]}
-
-
-def _with_workspaces(result: dict, workspaces: dict | None) -> dict:
-    """The host's checks plus workspace_sizing where the plan's member limits overcommit the host's memory or CPUs
-    (workspaces.host_pools, the plan's sizing problems): compose_stack deploys these limits, so the verdict refuses
-    them before any change."""
-    problems = ((workspaces or {}).get("sizing") or {}).get("problems") or []
-    if not problems:
-        return result
-    check = {"name": "workspace_sizing", "ok": False, "status": "failed",
-             "msg": "; ".join(problems) + ". Nothing was changed"}
-    return {**result, "ok": False, "checks": [*result["checks"], check],
-            "failed_checks": [*result["failed_checks"], check["name"]]}
 
 
 class ActionModule(ActionBase):
@@ -127,20 +88,11 @@ class ActionModule(ActionBase):
 
         now = datetime.now(timezone.utc)
         run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
-        # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
-        out = with_out_of_service({"hosts": {h: {} for h in judged}}, args["report_dir"])["hosts"]
-        kept = ("checks", "compat", "driver_pin", "driver_judged", "os")
-        results = {
-            host: finish(_with_health({k: r["preflight"].get(k) for k in kept},
-                                      r["preflight"]["plan"].get("gpu_assignments"), out[host]["out_of_service"], host),
-                         fleet["hosts"][host])
-            for host, r in judged.items()
-        }
         plan = build_plan(
             fleet,
             {
-                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": results[h], "plan": r["preflight"]["plan"],
-                    "host": (r["ansible_facts"].get("gpu_host") or {}).get("os")}
+                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": r["preflight"],
+                    "plan": r["preflight"]["plan"], "host": (r["ansible_facts"].get("gpu_host") or {}).get("os")}
                 for h, r in judged.items()
             },
             hostvars,
@@ -148,27 +100,36 @@ class ActionModule(ActionBase):
             now.isoformat(timespec="seconds"),
             run_dir,
         )
-        for host in judged:
-            results[host] = _with_sharing(results[host], plan.get("gpu_sharing"), host)
-            results[host] = _with_workspaces(results[host], plan["hosts"][host].get("workspaces"))
-            plan["hosts"][host]["ok"] = results[host]["ok"]
+        # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
+        plan = with_out_of_service(plan, args["report_dir"])
         records = {}
         for host, registered in judged.items():
+            judged_here, part = registered["preflight"], plan["hosts"][host]
+            # The verdict: the host's checks, then the rules judged on the plan, then the fleet's platform (finish).
+            later = (
+                preflight.gpu_health_assignment(judged_here["plan"].get("gpu_assignments"), part["out_of_service"],
+                                                host),
+                preflight.gpu_sharing(plan.get("gpu_sharing"), host),
+                preflight.workspace_sizing(part.get("workspaces")),
+            )
+            result = {k: judged_here.get(k) for k in ("compat", "driver_pin", "driver_judged", "os")}
+            result["checks"] = [*judged_here["checks"], *(check for check in later if check)]
+            result = preflight.finish(result, fleet["hosts"][host])
+            part["ok"] = result["ok"]
             facts = registered["ansible_facts"]
             record = {
                 "host": host,
                 "gpu": facts.get("gpu") or {},
                 "host_facts": facts.get("gpu_host"),
-                "plan": registered["preflight"]["plan"],
-                "result": results[host],
+                "plan": judged_here["plan"],
+                "result": result,
                 "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
-                "planned": plan["hosts"][host],
+                "planned": part,
             }
             add_sections(host, record, hostvars[host])
             records[host] = record
         written = write_reports(run_dir, records, fleet)
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
-        plan = with_out_of_service(plan, args["report_dir"])
         plan_files = write_plan(plan, run_dir, args["report_dir"])
 
         warnings: list[str] = []

@@ -22,7 +22,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps, os_support
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import gpu_assignment_problems
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import (
+    gpu_assignment_problems,
+    out_of_service_problems,
+)
 
 WORKLOADS = ("training", "inference", "mixed")
 MIN_TIME_SLICING_REPLICAS = 2
@@ -337,6 +340,35 @@ def nfs_reachable(targets: list[dict[str, Any]], probes: list[dict[str, Any]] | 
             "node, correct the dataset's src (server:/export), or remove the dataset (compose_stack_datasets).",
         )
     return _check("nfs_servers", True, "; ".join(fine))
+
+
+# The rules judged on the plan, once the fleet has one (action preflight_fleet): each is None where it does not apply.
+def gpu_health_assignment(assignments: list | None, out_of_service: dict, host: str) -> dict[str, Any] | None:
+    """No member is given a GPU that health.yml took out of service (the plan's ``hosts.<name>.out_of_service``)."""
+    if not out_of_service:
+        return None
+    problems = out_of_service_problems(assignments or [], out_of_service, host)
+    if problems:
+        return _check("gpu_health_assignment", False, "; ".join(problems) + ".")
+    gpus = ", ".join(sorted(out_of_service, key=int))
+    return _check("gpu_health_assignment", True, f"GPU(s) {gpus} out of service; no member is given one")
+
+
+def gpu_sharing(sharing: dict | None, host: str) -> dict[str, Any] | None:
+    """The host is in a pool whose sharing the plan refuses (gpu_sharing.plan_part: strategy null, the refusals as its
+    reason): gpu_operator's assert would refuse the pool a stage later, so preflight refuses its nodes first, with
+    the same words."""
+    refused = [f"pool {name}: {entry['reason']}" for name, entry in sorted((sharing or {}).items())
+               if host in (entry.get("nodes") or []) and entry.get("strategy") is None
+               and str(entry.get("reason") or "").startswith("refused")]
+    return _check("gpu_sharing", False, "; ".join(refused)) if refused else None
+
+
+def workspace_sizing(workspaces: dict | None) -> dict[str, Any] | None:
+    """The plan's member limits overcommit the host's memory or CPUs (workspaces.host_pools, the plan's sizing
+    problems): compose_stack deploys these limits, so preflight refuses them before any change."""
+    problems = ((workspaces or {}).get("sizing") or {}).get("problems") or []
+    return _check("workspace_sizing", False, "; ".join(problems) + ". Nothing was changed") if problems else None
 
 
 def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """GPU health steps (plugin_utils/health_steps.py): the kubectl argv and objects per bucket and platform, the
 Compose take-out-of-service, the controller state after a run, the audit lines; and the plan/preflight side
-(plan.with_out_of_service, team.out_of_service_problems, preflight_fleet's gpu_health_assignment check)."""
+(plan.with_out_of_service, team.out_of_service_problems, preflight's gpu_health_assignment check)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 import re
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_health
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import host_row, render_fleet_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import with_out_of_service
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import gpu_health_assignment
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
 MEMBERS = [{"name": "alice", "gpus": [0, 1]}, {"name": "bob", "gpus": [2]}, {"name": "carol"}]
@@ -276,11 +276,11 @@ def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
     assert len(problems) == 1
     assert "member alice is given GPU 1 of node-a, which is out of service since 2026-12-02T05:00:00Z: Xid 79" in \
         problems[0]
-    result = _with_health({"checks": []}, MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
-    assert result["checks"][-1]["ok"] is False
-    assert result["checks"][-1]["name"] == "gpu_health_assignment"
+    check = gpu_health_assignment(MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
+    assert check["ok"] is False
+    assert check["name"] == "gpu_health_assignment"
     # nobody on GPU 3: the check passes and says which GPUs are out
-    fine = _with_health({"checks": []}, MEMBERS, {"3": {"event": "Xid 48"}}, "node-a")["checks"][-1]
+    fine = gpu_health_assignment(MEMBERS, {"3": {"event": "Xid 48"}}, "node-a")
     assert (fine["ok"], fine["msg"]) == (True, "GPU(s) 3 out of service; no member is given one")
 
 

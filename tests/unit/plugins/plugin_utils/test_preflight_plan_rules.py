@@ -1,26 +1,25 @@
-"""preflight_fleet's verdict refuses the nodes of a Kubernetes pool whose GPU sharing is refused, with the refusal's
-own words: gpu_operator's assert would refuse the pool one stage later (preflight predicts the run). The plan part
-comes from gpu_sharing.plan_part on a pool of the bad-input matrix (kube-mps-share-below-context-reserve: 16384 MiB
-shared by 16 MPS replicas, a 1024 MiB cap of which the CUDA context takes 576 MiB). Likewise for a compose host
-whose workspaces' limits overcommit its memory (the plan's workspaces.sizing, on the bad-input matrix's
-workspace-memory-overcommit case): compose_stack would deploy those limits, so preflight refuses them first."""
+"""preflight's verdict (the rules preflight_fleet judges on the plan) refuses the nodes of a Kubernetes pool whose GPU
+sharing is refused, with the refusal's own words: gpu_operator's assert would refuse the pool one stage later
+(preflight predicts the run). The plan part comes from gpu_sharing.plan_part on a pool of the bad-input matrix
+(kube-mps-share-below-context-reserve: 16384 MiB shared by 16 MPS replicas, a 1024 MiB cap of which the CUDA context
+takes 576 MiB). Likewise for a compose host whose workspaces' limits overcommit its memory (the plan's
+workspaces.sizing, on the bad-input matrix's workspace-memory-overcommit case): compose_stack would deploy those
+limits, so preflight refuses them first."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
-from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _with_sharing, _with_workspaces
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, plan
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import finish
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight as P
 
 NODES = [{"name": "gpu-01", "pool": "training", "gpu_memory_mib": 81559},
          {"name": "gpu-02", "pool": "inference", "gpu_memory_mib": 16384}]
 
 
-def _passed() -> dict:
-    return finish({"checks": [{"name": "driver", "ok": True, "status": "ok", "msg": "fine"}]},
-                  {"ok": True, "platform": "kubernetes", "source": "rule", "reason": "more than 16 GPUs"})
+DRIVER = {"name": "driver", "ok": True, "status": "ok", "msg": "fine"}
+KUBERNETES = {"ok": True, "platform": "kubernetes", "source": "rule", "reason": "more than 16 GPUs"}
 
 
 def _sharing(replicas: int) -> dict:
@@ -31,21 +30,21 @@ def _sharing(replicas: int) -> dict:
 def test_a_refused_pool_refuses_its_nodes_with_the_pools_words() -> None:
     sharing = _sharing(16)
     assert sharing["inference"]["strategy"] is None, sharing["inference"]
-    judged = _with_sharing(_passed(), sharing, "gpu-02")
+    check = P.gpu_sharing(sharing, "gpu-02")
+    judged = P.finish({"checks": [DRIVER, check]}, KUBERNETES)
     assert judged["ok"] is False
     assert judged["failed_checks"] == ["gpu_sharing"]
-    check = judged["checks"][-1]
     assert check["status"] == "failed"
     assert check["msg"].startswith("pool inference: refused (gpu_operator's assert): ")
     assert "gpuops_mps_context_reserve" in check["msg"]
 
 
 def test_nodes_of_other_pools_and_accepted_pools_pass() -> None:
-    assert _with_sharing(_passed(), _sharing(16), "gpu-01") == _passed(), "gpu-01 is in the training pool"
+    assert P.gpu_sharing(_sharing(16), "gpu-01") is None, "gpu-01 is in the training pool"
     accepted = _sharing(4)
     assert accepted["inference"]["strategy"] == "mps"
-    assert _with_sharing(_passed(), accepted, "gpu-02") == _passed()
-    assert _with_sharing(_passed(), None, "gpu-02") == _passed(), "no sharing part: not kubernetes"
+    assert P.gpu_sharing(accepted, "gpu-02") is None
+    assert P.gpu_sharing(None, "gpu-02") is None, "no sharing part: not kubernetes"
 
 
 BAD_INPUT = Path(__file__).resolve().parents[3] / "bad_input"
@@ -63,9 +62,10 @@ def _compose_host(case: str | None) -> dict:
         hostvars.update(loaded["vars"])
         expect = loaded["expect"]
     part = plan.host_part("compose", {}, hostvars, ok=True, host=NODE_OS)
-    passed = finish({"checks": [{"name": "driver", "ok": True, "status": "ok", "msg": "fine"}]},
-                    {"ok": True, "platform": "compose", "source": "explicit", "reason": "gpuops_platform: compose"})
-    return {"judged": _with_workspaces(passed, part["workspaces"]), "expect": expect, "passed": passed}
+    check = P.workspace_sizing(part["workspaces"])
+    compose = {"ok": True, "platform": "compose", "source": "explicit", "reason": "gpuops_platform: compose"}
+    judged = P.finish({"checks": [DRIVER, *([check] if check else [])]}, compose)
+    return {"check": check, "judged": judged, "expect": expect}
 
 
 def test_workspace_limits_that_overcommit_the_host_refuse_it_with_the_matrixs_words() -> None:
@@ -73,12 +73,13 @@ def test_workspace_limits_that_overcommit_the_host_refuse_it_with_the_matrixs_wo
     judged = found["judged"]
     assert judged["ok"] is False
     assert judged["failed_checks"] == ["workspace_sizing"]
-    assert [c["name"] for c in judged["checks"]] == ["driver", "platform", "workspace_sizing"]
+    assert [c["name"] for c in judged["checks"]] == ["driver", "workspace_sizing", "platform"]
     assert found["expect"], "the case lists what the refusal must say"
     for fragment in found["expect"]:
-        assert fragment in judged["checks"][-1]["msg"], fragment
+        assert fragment in found["check"]["msg"], fragment
 
 
 def test_the_baselines_workspaces_fit_and_pass() -> None:
     found = _compose_host(None)
-    assert found["judged"] == found["passed"]
+    assert found["check"] is None
+    assert found["judged"]["ok"] is True
