@@ -66,12 +66,10 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
         if key in bounds:
             bounds[key] = read(bounds[key])
     bounds["remediation"] = {h: _flag(v) for h, v in (bounds.get("remediation") or {}).items()}
+    if bounds.get("nodes") is not None:  # kubectl get nodes -o json
+        bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
     return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              bool(_flag(release)), bounds or None)
-
-
-def health_nodes(nodes) -> dict:
-    return health_bounds.node_facts(nodes if isinstance(nodes, dict) else {})
 
 
 def health_breaker_state(state, plan=None, now: str = "", by: str = "") -> dict:
@@ -145,7 +143,6 @@ class FilterModule:
         return {
             "health_problems": health_problems,
             "health_plan": health_plan,
-            "health_nodes": health_nodes,
             "health_breaker_state": health_breaker_state,
             "health_steps": health_steps_for,
             "health_next_state": health_next_state,
