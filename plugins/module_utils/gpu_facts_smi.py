@@ -3,7 +3,7 @@
 """GPU facts from ``nvidia-smi``: the parsers of its outputs (pure functions of text) and the backend.
 
 * ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text, as captured in inventories);
-* ``nvidia-smi -L``, ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
+* ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
 * ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
 
 Every parser removes terminal control sequences first (``text.strip_terminal``; driver 580 prints some even into a
@@ -189,37 +189,7 @@ def parse_nvidia_smi_q(text: str) -> dict:
     }
 
 
-# --------------------------------------------------------------------------- nvidia-smi -L / nvlink -s
-
-_L_GPU_RE = re.compile(r"^GPU\s+(?P<index>\d+):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>[^)]+)\)\s*$")
-_L_MIG_RE = re.compile(r"^\s+MIG\s+(?P<profile>\S+)\s+Device\s+(?P<index>\d+):\s+\(UUID:\s*(?P<uuid>[^)]+)\)\s*$")
-
-
-def parse_nvidia_smi_list(text: str) -> list:
-    """Parse ``nvidia-smi -L``: ``[{index, name, uuid, mig_devices: [{index, profile, uuid}]}]``."""
-    gpus: list = []
-    for line in strip_terminal(text).splitlines():
-        if not line.strip() or line.strip() == "No devices found.":
-            continue
-        gpu = _L_GPU_RE.match(line)
-        mig = _L_MIG_RE.match(line)
-        if gpu:
-            gpus.append(
-                {
-                    "index": int(gpu.group("index")),
-                    "name": gpu.group("name"),
-                    "uuid": gpu.group("uuid").strip(),
-                    "mig_devices": [],
-                }
-            )
-        elif mig and gpus:
-            gpus[-1]["mig_devices"].append(
-                {"index": int(mig.group("index")), "profile": mig.group("profile"), "uuid": mig.group("uuid").strip()}
-            )
-        else:
-            raise GpuFactsParseError("nvidia-smi -L output", f"unrecognised line {line.strip()!r}", text)
-    return gpus
-
+# --------------------------------------------------------------------------- nvidia-smi nvlink -s / -e
 
 _NVLINK_LINK_RE = re.compile(r"^\s*Link\s+(\d+):\s*(.*)$")
 _NVLINK_GPU_RE = re.compile(r"^GPU\s+(\d+):.*?\(UUID:\s*([^)]+)\)(.*)$")

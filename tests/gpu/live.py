@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
+from .nvidia_smi_list import parse_nvidia_smi_list
 
 
 def run(argv):
@@ -31,7 +31,7 @@ def _listed() -> tuple[list, str | None]:
     rc, out, err = run(["nvidia-smi", "-L"])
     if rc != 0:
         return [], f"`nvidia-smi -L` exited {rc} ({' '.join((out or err).split())[:200]}): no working driver"
-    gpus = smi.parse_nvidia_smi_list(out)
+    gpus = parse_nvidia_smi_list(out)
     return gpus, None if gpus else f"`nvidia-smi -L` lists no GPU: {' '.join(out.split())[:200]}"
 
 

@@ -15,6 +15,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 
 from .live import keep, listed_nonempty, run
+from .nvidia_smi_list import parse_nvidia_smi_list
 
 DOTTED = re.compile(r"^\d+\.\d+(\.\d+)?$")
 BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -123,7 +124,7 @@ def test_nvidia_smi_list_parses_this_host(smi_facts):
     """`nvidia-smi -L` on this host parses, and names the same GPUs (MIG devices listed under theirs)."""
     rc, out, err = run(["nvidia-smi", "-L"])
     assert rc == 0, err
-    listed = listed_nonempty(smi.parse_nvidia_smi_list(out), "GPU parsed from `nvidia-smi -L`")
+    listed = listed_nonempty(parse_nvidia_smi_list(out), "GPU parsed from `nvidia-smi -L`")
     assert [gpu["uuid"] for gpu in listed] == [gpu["uuid"] for gpu in smi_facts["gpus"]]
     for gpu, facts_gpu in zip(listed, smi_facts["gpus"]):
         assert bool(gpu["mig_devices"]) <= (facts_gpu["mig_mode"] == "Enabled")

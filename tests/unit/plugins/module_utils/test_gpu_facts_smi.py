@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import GpuFactsParseError
+from gpu.nvidia_smi_list import parse_nvidia_smi_list
 from gpu_facts_helpers import Commands, gather, make_pci
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -187,7 +188,7 @@ def test_query_capture(folder, name, want, capture):
 
 @pytest.mark.parametrize("name", sorted(MIG_CASES), ids=lambda name: name.rsplit(".", 1)[0])
 def test_mig_list_capture(name, capture):
-    gpus = smi.parse_nvidia_smi_list(capture("mig", name).read_text())
+    gpus = parse_nvidia_smi_list(capture("mig", name).read_text())
     assert len(gpus) == 1
     gpu = gpus[0]
     assert (gpu["index"], gpu["name"], gpu["uuid"]) == (
@@ -200,7 +201,7 @@ def test_mig_list_capture(name, capture):
 
 
 def test_h200_driver580_list(capture):
-    assert smi.parse_nvidia_smi_list(capture(H200, "L.txt").read_text()) == [
+    assert parse_nvidia_smi_list(capture(H200, "L.txt").read_text()) == [
         {"index": 0, "name": "NVIDIA H200", "uuid": H200_UUID, "mig_devices": []}
     ]
 
@@ -222,7 +223,7 @@ def _underlined(text: str) -> str:
     [
         ("q.txt", smi.parse_nvidia_smi_q),
         ("q.xml", smi.parse_nvidia_smi_xml),
-        ("L.txt", smi.parse_nvidia_smi_list),
+        ("L.txt", parse_nvidia_smi_list),
     ],
     ids=["q", "q-x", "L"],
 )
@@ -272,11 +273,11 @@ def test_text_parse_error_on_unrelated_output():
 
 def test_list_parse_error_names_the_line():
     with pytest.raises(GpuFactsParseError, match="unrecognised line 'Failed to initialize NVML"):
-        smi.parse_nvidia_smi_list("Failed to initialize NVML: Driver/library version mismatch\n")
+        parse_nvidia_smi_list("Failed to initialize NVML: Driver/library version mismatch\n")
 
 
 def test_list_no_devices_is_empty():
-    assert smi.parse_nvidia_smi_list("No devices found.\n") == []
+    assert parse_nvidia_smi_list("No devices found.\n") == []
 
 
 # format of `nvidia-smi nvlink -s` as shown in public tools' fixtures: no capture in ../shared/data yet
