@@ -90,7 +90,8 @@ class ActionModule(ActionBase):
         # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
         # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
         # The request's keys are the rule's inputs (platform.PLATFORM_INPUTS), each also an option of this action.
-        for key, value in inventory_request(_TaskVars(task_vars or {}, self._templar)).items():
+        host_vars = _TaskVars(task_vars or {}, self._templar)
+        for key, value in inventory_request(host_vars).items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
         # The options given (and the inventory's platform inputs) against the action's spec; the role's variables
@@ -128,9 +129,9 @@ class ActionModule(ActionBase):
                 "host": host,
                 "name": (task_vars or {}).get("inventory_hostname"),
                 # A topology the inventory declares satisfies the topology rule (plan.host_part uses it).
-                "declared_topology": _TaskVars(task_vars or {}, self._templar).get("gpuops_gpu_topology"),
+                "declared_topology": host_vars.get("gpuops_gpu_topology"),
                 # The MPS cap rule's settings as the inventory gives them (the boilerplate play checked their type).
-                "mps_limits": mps.limits_of(_TaskVars(task_vars or {}, self._templar)),
+                "mps_limits": mps.limits_of(host_vars),
             },
         )
         result.update(
