@@ -63,6 +63,7 @@ PLAYBOOKS = (
     ("preflight.yml", "playbooks/preflight.yml", ()),
     ("health.yml dry run", "playbooks/health.yml", ("-e", "health_apply=false")),
 )
+GPU_STEPS = (*(f"module {name}" for name in MODULES), *(name for name, _playbook, _extra in PLAYBOOKS))
 HOST_KEYS = ("gpu_model", "gpu_count", "driver_version", "cuda_version", "nvml_version", "source", "no_gpu", "no_nvml")
 TIMEOUT = 3600  # any one step, unless --step-timeout says otherwise
 # What this run imports, of requirements.txt (versions from there): the controller (ansible-core; no step uses a
@@ -442,9 +443,8 @@ def playbook_steps(out: Path, env: dict, hosts: Path) -> list:
 
 
 def gpu_steps(host: dict, out: Path, env: dict) -> list:
-    names = [f"module {name}" for name in MODULES] + [name for name, _playbook, _extra in PLAYBOOKS]
     if host.get("no_gpu"):
-        return [skipped_step(name, f"no GPU: {host['no_gpu']}") for name in names]
+        return [skipped_step(name, f"no GPU: {host['no_gpu']}") for name in GPU_STEPS]
     hosts = inventory(out)
     return [*(module_step(name, host, out, env, hosts) for name in MODULES), *playbook_steps(out, env, hosts)]
 
@@ -461,15 +461,8 @@ def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict
     if steps[0]["status"] == FAILED:
         host = {"no_gpu": None}
         reason = f"the set-up failed ({steps[0]['detail']})"
-        steps += [
-            skipped_step(name, reason, gpu=gpu)
-            for name, gpu in (
-                ("probe", False),
-                ("tests/gpu", True),
-                *((f"module {m}", True) for m in MODULES),
-                *((name, True) for name, _p, _e in PLAYBOOKS),
-            )
-        ]
+        steps.append(skipped_step("probe", reason, gpu=False))
+        steps += [skipped_step(name, reason) for name in ("tests/gpu", *GPU_STEPS)]
     else:
         probe, host = probe_step(out, env)
         steps += [probe, tests_step(out, env), *gpu_steps(host, out, env)]
@@ -483,9 +476,9 @@ def probe_host() -> dict:
     """The host's GPUs and versions: ``nvidia-smi -L`` decides whether there is a GPU, as it decides for tests/gpu
     (tests/gpu/live.py); gpu_facts (NVML, else nvidia-smi) names the model, driver and CUDA version; nvidia-ml-py the
     NVML version."""
-    sys.path[:0] = [str(REPO / "collections"), str(REPO / "tests" / "gpu")]
-    import live  # noqa: PLC0415 -- tests/gpu's probe and runner
+    sys.path[:0] = [str(REPO / "collections"), str(REPO / "tests")]
     from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf  # noqa: PLC0415
+    from gpu import live  # noqa: PLC0415 -- tests/gpu's probe and runner
 
     host = dict.fromkeys(HOST_KEYS)
     if live.NO_GPU:

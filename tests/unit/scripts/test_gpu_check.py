@@ -255,3 +255,17 @@ def test_the_module_result_is_read_after_warnings_and_a_failure_is_read_too():
     assert gc.module_problems("gpu_health", gc.module_result(text), {}) == ["failed: no GPU"]
     assert gc.module_result("no result here") is None
     assert gc.module_result("localhost | SUCCESS => not json") is None
+
+
+def test_a_failed_set_up_skips_every_later_step_with_its_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "setup_commands", lambda wheels, ensurepip: [["false"]])
+    got = gc.run(None, tmp_path / "out")
+    assert [(s["name"], s["status"], s["gpu"]) for s in got["steps"][:2]] == [
+        ("setup", "failed", False),
+        ("probe", "skipped", False),
+    ]
+    later = got["steps"][2:]
+    assert [s["name"] for s in later] == ["tests/gpu", *gc.GPU_STEPS]
+    why = "the set-up failed (exit 1: $ false)"  # the log's last line is the command itself: it printed nothing
+    assert {(s["status"], s["gpu"], s["detail"]) for s in later} == {("skipped", True, why)}
+    assert (got["passed"], got["why"]) == (False, "failed: setup")
