@@ -88,8 +88,8 @@ def _ratio(value: float, target_key: str) -> str:
     return f"**{value:.2f}** ({met})"
 
 
-def _over(load_before: float, load_after: float, limit: float) -> str:
-    return f"not quoted: 1-minute load {load_before} / {load_after}, above the limit {limit}"
+def _over(loads: list[float], limit: float) -> str:
+    return f"not quoted: 1-minute load {' / '.join(str(load) for load in loads)}, above the limit {limit}"
 
 
 def row(*cells: object, width: int = 0) -> str:
@@ -108,7 +108,7 @@ _LOAD_KEYS = {  # what a size recorded, in order; older entries lack the middle 
 
 def _loads(size: dict) -> list[float]:
     """The loads a size recorded: before its targets started, when its rounds began (after the start-up's load
-    settled), the peak sampled during the rounds, after."""
+    settled), the peak sampled during the rounds, after (a generator's: before and after)."""
     return [size[key] for key in _LOAD_KEYS if key in size]
 
 
@@ -134,8 +134,7 @@ def fleet_block(entry: dict | None) -> list[str]:
     for size in entry["sizes"]:
         load = " / ".join(str(value) for value in _loads(size))
         if size["over_load"]:
-            over = f"not quoted: 1-minute load {load}, above the limit {size['load_limit']}"
-            lines.append(row(size["hosts"], size["rounds"], load, over, width=8))
+            lines.append(row(size["hosts"], size["rounds"], load, _over(_loads(size), size["load_limit"]), width=8))
             continue
         quoted.add(size["hosts"])
         med = size["median_seconds"]
@@ -164,7 +163,7 @@ def converge_block(entry: dict | None) -> list[str]:
     lines = [f"Measured by {provenance(gen)}.", ""]
     starts = entry["load_1min_at_start"]
     if gen["over_load"]:
-        return [*lines, f"Figures {_over(gen['load_1min_before'], gen['load_1min_after'], gen['load_limit'])} "
+        return [*lines, f"Figures {_over(_loads(gen), gen['load_limit'])} "
                         f"(at the runs' starts: {starts['first']} / {starts['second']})."]
     first, second = entry["first_recap"], entry["second_recap"]
     rounds = entry.get("each_round") or []
@@ -197,7 +196,7 @@ def parsers_block(entry: dict | None) -> list[str]:
     gen = entry["generator"]
     lines = [f"Measured by {provenance(gen)}."]
     if gen["over_load"]:
-        return [*lines, "", f"Figures {_over(gen['load_1min_before'], gen['load_1min_after'], gen['load_limit'])}."]
+        return [*lines, "", f"Figures {_over(_loads(gen), gen['load_limit'])}."]
     for table in entry["tables"]:
         lines += ["", f"**{table['title']}**", "", *table_lines(table)]
     return lines

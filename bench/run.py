@@ -57,7 +57,8 @@ GF, SMI, PREFLIGHT, TOPOLOGY = _collection()  # SMI: the nvidia-smi parsers (gpu
 
 
 def best(fn, repeat: int = REPEAT, min_seconds: float = MIN_SECONDS) -> float:
-    """Seconds per call of ``fn()``: loop until a repeat lasts ``min_seconds``, keep the fastest repeat."""
+    """Seconds per call of ``fn()``: loop until a repeat lasts ``min_seconds``, keep the fastest repeat; with
+    ``min_seconds=0``, one call per repeat (a slow ``fn`` that loops itself)."""
     number = 1
     while True:
         start = time.perf_counter()
@@ -73,16 +74,6 @@ def best(fn, repeat: int = REPEAT, min_seconds: float = MIN_SECONDS) -> float:
         for _ in range(number):
             fn()
         times.append((time.perf_counter() - start) / number)
-    return min(times)
-
-
-def best_once(fn, repeat: int) -> float:
-    """Seconds for one call of a slow ``fn()`` (it loops itself), fastest of ``repeat``."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
     return min(times)
 
 
@@ -235,9 +226,11 @@ def bench_gather() -> None:
         gather()
         commands = runner.calls  # what one pass really runs: -q -x and nvlink -s
         one_pass = best(gather, repeat=SPAWN_REPEAT if gpus >= BIG_XML_GPUS else REPEAT)
-        per_gpu_parse = best_once(lambda gpus=gpus: [SMI.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT)
-        spawn_one_pass = best_once(lambda commands=commands: spawn(commands, binary), SPAWN_REPEAT)
-        spawn_per_gpu = best_once(lambda gpus=gpus: spawn(gpus, binary), SPAWN_REPEAT)
+        per_gpu_parse = best(
+            lambda gpus=gpus: [SMI.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT, min_seconds=0
+        )
+        spawn_one_pass = best(lambda commands=commands: spawn(commands, binary), SPAWN_REPEAT, min_seconds=0)
+        spawn_per_gpu = best(lambda gpus=gpus: spawn(gpus, binary), SPAWN_REPEAT, min_seconds=0)
         total_one = one_pass + spawn_one_pass
         total_per = per_gpu_parse + spawn_per_gpu
         rows.append(
@@ -258,7 +251,7 @@ def bench_gather() -> None:
     gpus, gather = largest
     gc.disable()
     try:
-        without_gc = best_once(gather, SPAWN_REPEAT)
+        without_gc = best(gather, SPAWN_REPEAT, min_seconds=0)
     finally:
         gc.enable()
     table(
@@ -362,9 +355,10 @@ def bench_preflight() -> None:
             PREFLIGHT.evaluate(plan, facts)
 
     per_kind = {
-        name: best_once(lambda pairs=pairs: evaluate_all(pairs), REPEAT) / len(pairs) for name, pairs in fleet.items()
+        name: best(lambda pairs=pairs: evaluate_all(pairs), REPEAT, min_seconds=0) / len(pairs)
+        for name, pairs in fleet.items()
     }
-    whole = best_once(lambda: evaluate_all(hosts), REPEAT)
+    whole = best(lambda: evaluate_all(hosts), REPEAT, min_seconds=0)
     cheapest = min(per_kind.values())
     rows = [
         [name, len(fleet[name]), f"{seconds * 1e6:.1f}", f"{seconds / cheapest:.2f}"]
@@ -434,7 +428,7 @@ def bench_nvml() -> bool:
         return False
     answers = {backend: _gather_in_fresh_python(backend) for backend in NVML_BACKENDS}
     seconds = {
-        backend: best_once(lambda backend=backend: _gather_in_fresh_python(backend), SPAWN_REPEAT)
+        backend: best(lambda backend=backend: _gather_in_fresh_python(backend), SPAWN_REPEAT, min_seconds=0)
         for backend in NVML_BACKENDS
     }
     base = seconds["pci"]
