@@ -1,25 +1,12 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts for gpuops.cluster: the orchestration that tries three backends in order.
+"""GPU facts for gpuops.cluster: the orchestration that tries the backends in the order the gpu_facts module
+documents (nvml, nvidia-smi, pci), then adds each GPU's NUMA node and CPU list from sysfs, Fabric Manager and,
+on request, the topology.
 
-Backends, tried in this order (``gather_gpu_facts``):
-
-1. ``nvml``: the NVML library through ``pynvml`` (PyPI package ``nvidia-ml-py``);
-2. ``nvidia-smi``: one ``nvidia-smi -q -x`` call (XML) plus one ``nvidia-smi nvlink -s``;
-3. ``pci``: sysfs PCI discovery (vendor 0x10de), which needs no driver at all.
-
-On request (``topology=True``), one ``nvidia-smi topo -m`` more, read by ``topology.parse_topology``,
-so that preflight needs a single module call per host. Where it cannot be read, ``topology_error`` says why (preflight
-refuses such a host). Every GPU also carries its NUMA node and CPU list from sysfs, which need no driver.
-
-A host without an NVIDIA GPU, or without a driver, is a normal answer
-(``present: false`` / ``source: pci``), never a failure.
-
-Where things are: ``gpu_facts_common`` (record shape, constants, errors, normalisers),
-``gpu_facts_nvml``, ``gpu_facts_smi`` (``nvidia-smi`` parsers and backend), ``gpu_facts_sysfs``
-(PCI bus, /proc/driver/nvidia, nv-fabricmanager); this file tries them in order and adds Fabric
-Manager and topology. The errors and constants other code uses are re-exported here (``__all__``); the
-``nvidia-smi`` parsers are imported from ``gpu_facts_smi``.
+Where things are: ``gpu_facts_common`` (record shape, constants, errors, normalisers), ``gpu_facts_nvml``,
+``gpu_facts_smi`` (``nvidia-smi`` parsers and backend), ``gpu_facts_sysfs`` (PCI bus, /proc/driver/nvidia,
+nv-fabricmanager), ``topology`` (the ``topo -m`` parser).
 
 A backend's code is imported when that backend is tried (NVML's once pynvml imports, nvidia-smi's once the
 binary is found) and the topology parser when a matrix is read or a job size is checked: a module run compiles
@@ -30,20 +17,16 @@ payload the module_utils it finds as import statements anywhere in the file.
 
 Everything that touches the host is injected: the pynvml module (``nvml_loader``), command
 execution (``run(argv) -> (rc, stdout, stderr)``), executable lookup (``which(name)``) and the
-``/sys`` and ``/proc`` roots. Parsers are pure functions of text.
+``/sys`` and ``/proc`` roots.
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
-    BACKENDS,
     FABRIC_ACTIVE_STATES,
-    FABRIC_NOT_SUPPORTED,
     SOURCE_NVIDIA_SMI,
     SOURCE_NVML,
-    BackendUnavailable,
     GpuFactsError,
-    GpuFactsParseError,
     aggregate_fabric_state,
     find_nvidia_smi,
     first_backend,
@@ -53,26 +36,12 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import (
     gather_pci,
     parse_fabricmanager_version,
-    parse_proc_driver_version,
     read_cpu_affinity,
     read_numa_node,
     read_proc_driver,
     scan_pci,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut, one_line
-
-__all__ = [
-    "BACKENDS",
-    "FABRIC_ACTIVE_STATES",
-    "FABRIC_NOT_SUPPORTED",
-    "BackendUnavailable",
-    "GpuFactsError",
-    "GpuFactsParseError",
-    "gather_gpu_facts",
-    "import_pynvml",
-    "parse_fabricmanager_version",
-    "parse_proc_driver_version",
-]
 
 TOPOLOGY_COMMAND = "nvidia-smi topo -m"
 

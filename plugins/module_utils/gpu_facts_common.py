@@ -23,7 +23,6 @@ SOURCE_NVML = "nvml"
 SOURCE_NVIDIA_SMI = "nvidia-smi"
 SOURCE_PCI = "pci"
 SOURCE_NONE = "none"
-BACKENDS = (SOURCE_NVML, SOURCE_NVIDIA_SMI, SOURCE_PCI)
 
 # mig_mode / mig_mode_pending: one of these, or None when the backend cannot tell (pci)
 MIG_ENABLED = "Enabled"

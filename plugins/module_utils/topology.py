@@ -6,30 +6,10 @@ it reads what is there and explains what it could not read in ``warnings``. Term
 removed first (``text.strip_terminal``): driver 580 wraps the header in underline codes even into a pipe,
 ``\t\x1b[4mGPU0\tCPU Affinity ...\x1b[0m``; a warning that quotes the text quotes it as it came.
 
-Decisions (they are also the module's documented behaviour):
-
-* Connection types are ranked, closest first: ``X`` (self), ``NV#`` (NVLink, any count), ``PIX``, ``PXB``,
-  ``PHB``, ``NODE``, ``SYS`` (``SOC``, the old name of ``SYS``, ranks with it).
-* ``nvlink_peers`` maps the peer GPU index, as a string, to the link count (``NV12`` -> 12). The keys are
-  strings because that is what every Ansible result turns them into (JSON object keys are strings).
-* ``nearest_nics``: the NICs with the best-ranked connection to the GPU, in column order. NIC names come
-  from the NIC Legend (``NIC0: mlx5_0``) when it is there, else they are the column names (``NIC0``, or
-  ``mlx5_0`` on older drivers that print names in the header). Empty when any GPU-NIC link is unknown.
-* NUMA: ``numa_node`` is an int only when ``NUMA Affinity`` names exactly one node. ``N/A`` or a
-  multi-node value (``0-1``, ``0,2``, seen in VMs) gives ``numa_node: null``; the text is kept in
-  ``numa_affinity`` and a warning says so. ``numa_groups`` is a list of ``{numa_node, gpus}`` sorted by
-  node; GPUs whose node is unknown are in no group.
-* ``nvlink_all_to_all``: every pair of GPUs is NVLinked. One GPU: true (no pair of GPUs has to talk over
-  PCIe). No GPUs: false. An unknown pair (truncated capture) makes it false.
-* ``placements``: disjoint sets of ``gpus_per_job`` GPUs, pairwise NVLinked, chosen greedily: first
-  inside each NUMA node (nodes in ascending order), then across nodes from what is left. Sorted by
-  lowest index. ``[]`` when no such set exists or ``gpus_per_job`` is not given.
-* ``topo -mp`` prints the PCIe-only matrix: no ``NV#`` cells even on NVLink machines, and its legend has
-  no ``NV#`` line. Seeing that legend (or ``-mp`` on a command line above the matrix) gives a warning;
-  a multi-GPU matrix without NVLink and without a complete legend gives a weaker warning, because the
-  two cannot be told apart.
-* Truncated captures: columns without a row are reported; when the text ends inside the matrix, the last
-  field of the last row is ignored (it may be cut: ``0-23,48-71`` cut to ``0-23,4`` still looks valid).
+The decisions (connection ranks, NVLink peers, nearest NICs, NUMA, placements, the ``-mp`` warning) are the
+documented behaviour of the gpu_topology module (its DOCUMENTATION and RETURN), not repeated here. One is not
+visible there: when the text ends inside the matrix, the last field of the last row is ignored, because it may be
+cut (``0-23,48-71`` cut to ``0-23,4`` still looks valid).
 """
 
 from __future__ import annotations

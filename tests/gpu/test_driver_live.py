@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_sysfs as gfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +44,7 @@ def run(argv: list[str]) -> subprocess.CompletedProcess:
 def running_module_version() -> str:
     with open(PROC_VERSION, encoding="utf-8") as handle:
         text = handle.read()
-    version = gf.parse_proc_driver_version(text)
+    version = gfs.parse_proc_driver_version(text)
     assert version, f"cannot parse the module version from {PROC_VERSION}: {text!r}"
     return version
 
@@ -112,7 +111,7 @@ def test_fabric_manager_runs_at_the_driver_version():
     active = run(["systemctl", "is-active", "nvidia-fabricmanager"]).stdout.strip()
     assert active == "active", f"nvidia-fabricmanager is {active} on an NVSwitch host ({len(NVSWITCHES)} NVSwitch)"
     fm = run(["nv-fabricmanager", "--version"])
-    fm_version = gf.parse_fabricmanager_version(fm.stdout + fm.stderr)
+    fm_version = gfs.parse_fabricmanager_version(fm.stdout + fm.stderr)
     assert fm_version == running_module_version(), (
         f"Fabric Manager {fm_version} vs driver {running_module_version()}: FM refuses any other version"
     )

@@ -13,6 +13,10 @@ import shutil
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as gf
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
+    FABRIC_ACTIVE_STATES,
+    FABRIC_NOT_SUPPORTED,
+)
 
 from .live import keep, listed_nonempty, run
 from .nvidia_smi_list import parse_nvidia_smi_list
@@ -64,7 +68,7 @@ def check_shape(facts: dict, source: str) -> None:
         assert gpu["mig_mode"] in ("Enabled", "Disabled", "N/A")
         assert gpu["persistence_mode"] in (True, False, None)
         assert gpu["numa_node"] is None or gpu["numa_node"] >= 0
-        assert gpu["fabric"]["state"] in (None, *gf.FABRIC_ACTIVE_STATES, gf.FABRIC_NOT_SUPPORTED)
+        assert gpu["fabric"]["state"] in (None, *FABRIC_ACTIVE_STATES, FABRIC_NOT_SUPPORTED)
     fabric_manager = facts["fabric_manager"]
     assert isinstance(fabric_manager["required"], bool)
     assert fabric_manager["nvswitch_count"] >= 0
