@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_membw, burnin_report, burnin_markdown, burnin_launch,
+"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_markdown, burnin_launch,
 burnin_objects, burnin_tools.
 
 Thin: the judgements are in plugins/plugin_utils/burnin.py (burnin_membw.py for the memory bandwidth), the launch
@@ -38,43 +38,40 @@ def _text(result) -> str | None:
     return "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
 
 
-def burnin_node(  # noqa: PLR0913 -- the filter's options, as Jinja passes them by name
-    result, node: str = "", gpu_count: int = 0, topology=None, pcie_gen: int = 4, health=None, membw=None, *,
-    gpu_name: str = "", nvbandwidth=None, thresholds=None,
-) -> dict:
-    """A registered single-node run judged against what the node's NVLink or PCIe should give, and the node's
-    measurements (that run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
+def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None) -> dict:
+    """A registered single-node run judged against what the node's NVLink or PCIe should give; the node's nvbandwidth
+    run (skipped when none was found) against its GPUs' HBM peak (burnin_membw.py); the node's measurements (that
+    run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
+    gpu = _dict(gpu, "burnin_node's gpu (gpu_facts' result: count, gpus, topology)")
+    config = _dict(config or {}, "burnin_node's config (the burn-in settings)")
+    if not isinstance(gpu.get("gpus"), list):
+        raise AnsibleFilterError("burnin_node needs gpu.gpus, gpu_facts' list of GPUs, "
+                                 f"got {type(gpu.get('gpus')).__name__}")
+    names = [str(g.get("name") or "") if isinstance(g, dict) else str(g) for g in gpu["gpus"]]
+    count = int(gpu.get("count") or len(names))
     text = _text(result)
-    expected = burnin.expected_busbw(topology if isinstance(topology, dict) else None, list(range(int(gpu_count))),
-                                     int(pcie_gen))
+    topology = gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None
+    expected = burnin.expected_busbw(topology, list(range(count)), int(config.get("pcie_gen") or 4))
     health = health if isinstance(health, dict) else None
+    try:
+        membw_options = {"floor": float(config.get("membw_floor") or 0),
+                         "expected_gbps": float(config.get("membw_expected_gbps") or 0),
+                         "binary": str(config.get("nvbandwidth") or "")}
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"burnin_node: membw_floor and membw_expected_gbps must be numbers ({exc})") from exc
+    membw = _burnin_membw.judge_membw(str(node), nvbandwidth if isinstance(nvbandwidth, dict) else None, names,
+                                      membw_options)
     try:
         measured = _thresholds.measure(nccl=text, nvbandwidth=_text(nvbandwidth),
                                        health=(health or {}).get("gpus") if health and "gpus" in health else None)
-        judged = _thresholds.judge(str(gpu_name), measured, overrides=_dict(thresholds or {}, "burnin_thresholds"),
-                                   gpu_count=int(gpu_count))
+        judged = _thresholds.judge(names[0] if names else "", measured,
+                                   overrides=_dict(config.get("thresholds") or {}, "burnin_thresholds"),
+                                   gpu_count=count)
     except ValueError as exc:
         raise AnsibleFilterError(f"burnin_thresholds: {exc}") from exc
     return burnin.judge_node(str(node), text or "", None if text is None else result.get("rc"), expected, health,
-                             membw if isinstance(membw, dict) else None, judged,
-                             str(result.get("skip_reason") or "") if text is None else "")
-
-
-def burnin_membw(result, node: str = "", gpus=None, floor: float = 0, expected_gbps: float = 0,
-                 binary: str = "") -> dict:
-    """A registered nvbandwidth device_local_copy run (skipped when no nvbandwidth was found) against the HBM peak
-    of the node's GPUs (gpu_facts' gpus, by index)."""
-    result = _dict(result or {"skipped": True}, "burnin_membw's input (a registered command result)")
-    if not isinstance(gpus, list):
-        raise AnsibleFilterError(f"burnin_membw needs gpus, gpu_facts' list of GPUs, got {type(gpus).__name__}")
-    names = [str(g.get("name") or "") if isinstance(g, dict) else str(g) for g in gpus]
-    try:
-        floor, expected_gbps = float(floor or 0), float(expected_gbps or 0)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"burnin_membw: floor and expected_gbps must be numbers ({exc})") from exc
-    return _burnin_membw.judge_membw(str(node), result, names, {"floor": floor, "expected_gbps": expected_gbps,
-                                                                "binary": str(binary or "")})
+                             membw, judged, str(result.get("skip_reason") or "") if text is None else "")
 
 
 def burnin_report(pairs, singles=None, **options) -> dict:
@@ -132,7 +129,6 @@ class FilterModule:
     """gpuops.cluster burn-in filters."""
 
     def filters(self) -> dict:
-        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_membw": burnin_membw,
-                "burnin_report": burnin_report,
+        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_report": burnin_report,
                 "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch,
                 "burnin_objects": burnin_objects, "burnin_tools": burnin_tools}

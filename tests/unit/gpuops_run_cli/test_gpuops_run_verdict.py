@@ -35,7 +35,8 @@ def _fleet(slow_pair: str = "") -> dict:
 
 def _one_gpu_h200() -> dict:
     records = parse_health_q(shared_path("nvidia-smi", "h200-driver580", "q.txt").read_text(encoding="utf-8"))
-    single = burnin_node({"skipped": True, "skip_reason": "one GPU"}, node="h200", gpu_count=1, gpu_name="NVIDIA H200",
+    single = burnin_node({"skipped": True, "skip_reason": "one GPU"}, node="h200",
+                         gpu={"count": 1, "gpus": [{"index": 0, "name": "NVIDIA H200"}]},
                          health={"verdict": "healthy", "findings": [], "gpus": records})
     return B.judge_fleet([single], {}, {})
 

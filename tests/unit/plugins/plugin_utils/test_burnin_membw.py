@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_membw
+from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_membw as M
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import expected_busbw
@@ -125,11 +125,15 @@ def test_fewer_gpus_measured_than_the_node_has_fails() -> None:
     assert result["detail"] == "nvbandwidth measured 8 of the node's 9 GPUs"
 
 
-def test_filter_takes_gpu_facts_gpus_and_checks_its_input() -> None:
-    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]
-    assert burnin_membw(run(H100), node="hgx-01", gpus=gpus, floor="0.7", expected_gbps="0")["status"] == "ok"
-    with pytest.raises(AnsibleFilterError, match="gpus, gpu_facts' list of GPUs"):
-        burnin_membw(run(H100), node="hgx-01", gpus=None)
+def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> None:
+    gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]}
+    config = {"membw_floor": "0.7", "membw_expected_gbps": "0", "nvbandwidth": "/opt/nvbw/nvbandwidth"}
+    node = burnin_node({"skipped": True}, node="hgx-01", gpu=gpu, config=config, nvbandwidth=run(H100))
+    assert node["membw"]["status"] == "ok", node["membw"]["detail"]
+    assert burnin_node({"skipped": True}, node="hgx-01", gpu=gpu, config=config)["membw"]["detail"].startswith(
+        "skipped: nvbandwidth not found (/opt/nvbw/nvbandwidth;")
+    with pytest.raises(AnsibleFilterError, match=r"gpu\.gpus, gpu_facts' list of GPUs"):
+        burnin_node({"skipped": True}, node="hgx-01", gpu={"count": 8})
 
 
 def _single(membw: dict | None) -> dict:

@@ -64,7 +64,7 @@ def test_one_gpu_h200_is_unknown_never_pass() -> None:
     records = parse_health_q(_h200("q.txt"))
     health = {"verdict": "healthy", "findings": [], "gpus": records}
     single = burnin_node({"skipped": True, "skip_reason": "one GPU: nothing to reduce across"}, node="h200",
-                         gpu_count=1, health=health, gpu_name="NVIDIA H200")
+                         gpu={"count": 1, "gpus": [{"index": 0, "name": "NVIDIA H200"}]}, health=health)
     assert (single["status"], single["measured"], single["detail"]) == \
         ("skipped", None, "one GPU: nothing to reduce across")
     report = B.judge_fleet([single], {}, {})
@@ -78,8 +78,9 @@ def test_the_thresholds_table_fails_a_node_the_path_expectation_passes() -> None
     """A100 x8 nvbandwidth whose device_to_device read asserted (NVIDIA/nvbandwidth#34, recorded): the GPU<->GPU
     check has no result and FAILs, and so do the node and the run."""
     nvb = (HERE / "fixtures" / "membw" / "a100x8_d2d_read_ce_assert_nvbandwidth34.txt").read_text(encoding="utf-8")
-    single = burnin_node({"skipped": True, "skip_reason": "no all_reduce_perf"}, node="a100", gpu_count=8,
-                         gpu_name="NVIDIA A100-SXM4-80GB", nvbandwidth={"rc": 1, "stdout": nvb, "stderr": ""})
+    gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA A100-SXM4-80GB"} for i in range(8)]}
+    single = burnin_node({"skipped": True, "skip_reason": "no all_reduce_perf"}, node="a100", gpu=gpu,
+                         nvbandwidth={"rc": 1, "stdout": nvb, "stderr": ""})
     report = B.judge_fleet([single], {}, {})
     [check] = [c for c in report["checks"] if c["check"] == "gpu_gpu_gbps"]
     assert check["status"] == "FAIL"
@@ -90,7 +91,8 @@ def test_the_thresholds_table_fails_a_node_the_path_expectation_passes() -> None
 
 def test_an_operator_override_that_is_no_check_is_refused_naming_the_checks() -> None:
     with pytest.raises(Exception, match="burnin_thresholds: thresholds override 'busbw' is not a check; allowed: "):
-        burnin_node({"skipped": True}, node="n", gpu_count=8, gpu_name="NVIDIA H200", thresholds={"busbw": 1})
+        burnin_node({"skipped": True}, node="n", gpu={"count": 8, "gpus": [{"index": 0, "name": "NVIDIA H200"}]},
+                    config={"thresholds": {"busbw": 1}})
 
 
 # The tools probe (roles/burnin/tasks/tools.yml) of a node like the recorded H200's, with the CUDA 13.0 toolkit.
