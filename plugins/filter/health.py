@@ -105,10 +105,6 @@ def health_fleet_entry(item, state=None, sweeps=None) -> dict:
     return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
 
 
-def health_healthy_again(sweep, gpus=None) -> bool:
-    return health_steps.healthy_again(sweep or {}, list(gpus or []))
-
-
 def health_validation(sweep, gpus=None, dcgm_level=2, nccl=None, nvbandwidth=None, overrides=None) -> dict:
     return health_return.validation(sweep or {}, list(gpus or []), int(_count(dcgm_level)), nccl, nvbandwidth,
                                     overrides or {})
@@ -149,7 +145,6 @@ class FilterModule:
             "health_audit": health_audit,
             "health_gpu_pods": health_gpu_pods,
             "health_fleet_entry": health_fleet_entry,
-            "health_healthy_again": health_healthy_again,
             "health_step_result": health_step_result,
             "health_sweep_record": health_sweep_record,
             "health_validation": health_validation,

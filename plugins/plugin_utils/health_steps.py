@@ -135,7 +135,8 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
             steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
         # reset first; reboot only when the sweep after the reset still finds a GPU taken out bad
         if settings["reboot"]:
-            steps += [{"kind": "sweep"}, *({**s, "only_if_unhealthy": out} for s in _reboot(host, hplan, settings))]
+            steps += [{"kind": "sweep", "gpus": out},
+                      *({**s, "only_if_unhealthy": out} for s in _reboot(host, hplan, settings))]
     if action == "reboot" and not settings["reboot"]:
         return steps
     # back in service only through the validation run (health_return.py): gpu_health, DCGM diag, thresholds
@@ -397,6 +398,8 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
         sweep = runs.get("resweep") or {}
         found = ({"result": "ok", "detail": f"verdict {sweep.get('verdict')}"} if sweep.get("read_ok") else
                  {"result": "failed", "detail": "the sweep could not read the node again"})
+    if kind == "sweep":  # the reboot after a reset (only_if_unhealthy) runs only when this finds a GPU still bad
+        found["healthy"] = healthy_again(runs.get("resweep") or {}, step.get("gpus") or [])
     if found:
         return found
     for name in _RUNS.get(kind, []):

@@ -325,6 +325,20 @@ def test_healthy_again_needs_a_read_and_every_gpu_taken_out_healthy():
     assert S.healthy_again({**sweep, "verdict": "failed"}, ["0"]) is False
 
 
+def test_the_sweep_after_a_reset_says_whether_the_reboot_after_it_is_needed():
+    """step.yml skips a step with only_if_unhealthy (the reboot after a reset) when the sweep step's result says
+    healthy: the sweep step carries the GPUs taken out, and its result judges them (in check mode too: the sweep is
+    read-only and runs)."""
+    steps = S.host_steps("node-a", {**plan_of(109, "RESET_GPU"), "gpus_out": {"0": {}}}, "compose", MEMBERS)
+    sweep = next(step for step in steps if step["kind"] == "sweep")
+    assert [step["only_if_unhealthy"] for step in steps if "only_if_unhealthy" in step] == [sweep["gpus"]] * 2
+    read = {"read_ok": True, "verdict": "degraded", "gpus": [{"index": 0, "verdict": "healthy"}]}
+    assert S.step_result(sweep, {"resweep": read})["healthy"] is True
+    assert S.step_result(sweep, {"resweep": read}, check_mode=True)["healthy"] is True
+    bad = {**read, "gpus": [{"index": 0, "verdict": "failed"}]}
+    assert S.step_result(sweep, {"resweep": bad})["healthy"] is False
+
+
 def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
     hplan = plan_of(79, "RESTART_BM")
     done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})]
