@@ -83,9 +83,9 @@ def read_cpu_affinity(sysfs_root: str, bus_id: str | None) -> str | None:
 def scan_pci(sysfs_root: str) -> dict:
     """NVIDIA devices under ``<sysfs_root>/bus/pci/devices``.
 
-    Returns ``{"gpus": [...], "nvswitches": [...]}``, each item ``{pci_bus_id, device_id, pci_class,
-    numa_node}``; GPUs are display (0x0300xx) or 3D (0x0302xx) controllers, NVSwitches are
-    "other bridge" (0x0680xx) devices, both with vendor 0x10de. Sorted by bus id, as nvidia-smi orders.
+    Returns ``{"gpus": [...], "nvswitches": [...]}``, each item ``{pci_bus_id}``; GPUs are display (0x0300xx) or
+    3D (0x0302xx) controllers, NVSwitches are "other bridge" (0x0680xx) devices, both with vendor 0x10de. Sorted by
+    bus id, as nvidia-smi orders.
     """
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
     found: dict = {"gpus": [], "nvswitches": []}
@@ -101,14 +101,7 @@ def scan_pci(sysfs_root: str) -> dict:
         kind = {PCI_CLASS_VGA: "gpus", PCI_CLASS_3D: "gpus", PCI_CLASS_BRIDGE_OTHER: "nvswitches"}.get(pci_class >> 8)
         if kind is None:
             continue  # HD audio, USB-C controller and other functions of the card
-        found[kind].append(
-            {
-                "pci_bus_id": canonical_bus_id(name),
-                "device_id": read_text(os.path.join(base, name, "device")),
-                "pci_class": f"0x{pci_class:06x}",
-                "numa_node": read_numa_node(sysfs_root, name),
-            }
-        )
+        found[kind].append({"pci_bus_id": canonical_bus_id(name)})
     found["gpus"].sort(key=lambda item: item["pci_bus_id"] or "")
     found["nvswitches"].sort(key=lambda item: item["pci_bus_id"] or "")
     return found
