@@ -111,11 +111,11 @@ CUDA_RELEASES: tuple[CudaRelease, ...] = (
 
 # Minor-version compatibility (CUDA 11 onwards): within a CUDA major, a driver at or above the floor runs
 # applications built with any toolkit of that major, with a limited feature set. CUDA 10.x has none.
-MINOR_VERSION_FLOORS: tuple[tuple[int, str], ...] = (
-    (11, "450.80.02"),
-    (12, "525.60.13"),
-    (13, "580"),
-)
+MINOR_VERSION_FLOORS: dict[int, str] = {
+    11: "450.80.02",
+    12: "525.60.13",
+    13: "580",
+}
 
 
 class DriverBranch(NamedTuple):
@@ -126,11 +126,11 @@ class DriverBranch(NamedTuple):
 
 # Data-center driver branches NVIDIA still supports (Table 2 of the "Supported Drivers and CUDA Toolkit
 # Versions" page). "All other previous driver branches [...] are end of life" -- no forward compatibility there.
-SUPPORTED_DATACENTER_BRANCHES: tuple[DriverBranch, ...] = (
-    DriverBranch(535, "Long Term Support Branch", "June 2026"),
-    DriverBranch(570, "Production Branch", "February 2026"),
-    DriverBranch(580, "Long Term Support Branch", "August 2028"),
-)
+SUPPORTED_DATACENTER_BRANCHES: dict[int, DriverBranch] = {
+    535: DriverBranch(535, "Long Term Support Branch", "June 2026"),
+    570: DriverBranch(570, "Production Branch", "February 2026"),
+    580: DriverBranch(580, "Long Term Support Branch", "August 2028"),
+}
 
 # GPU names as nvidia-smi prints them, less an "NVIDIA " or "Tesla " prefix; first word (split at space or -).
 DATACENTER_MODELS = frozenset(
@@ -216,20 +216,6 @@ def max_native_cuda(driver: Version) -> str | None:
     return _minor_label(max(supported))
 
 
-def minor_version_floor(cuda_major: int) -> str | None:
-    for major, floor in MINOR_VERSION_FLOORS:
-        if major == cuda_major:
-            return floor
-    return None
-
-
-def supported_branch(driver: Version) -> DriverBranch | None:
-    for branch in SUPPORTED_DATACENTER_BRANCHES:
-        if branch.branch == driver[0]:
-            return branch
-    return None
-
-
 def classify_gpu(gpu_name: str | None) -> tuple[bool | None, str]:
     """Whether a GPU may use forward compatibility: (True/False, why), or (None, why) when no name is given."""
     if gpu_name is None or not gpu_name.strip():
@@ -291,9 +277,9 @@ def _forward_compat(
                 "Ready RTX SKUs and Jetson boards; elsewhere CUDA fails with cudaErrorCompatNotSupportedOnDevice (804)"
             ],
         )
-    branch = supported_branch(driver)
+    branch = SUPPORTED_DATACENTER_BRANCHES.get(driver[0])
     if branch is None:
-        names = ", ".join(f"R{b.branch}" for b in SUPPORTED_DATACENTER_BRANCHES)
+        names = ", ".join(f"R{number}" for number in SUPPORTED_DATACENTER_BRANCHES)
         return (
             False,
             True,
@@ -335,7 +321,7 @@ def check_compat(
     max_cuda = max_native_cuda(driver)
     reasons: list[str] = []
     datacenter, _why = classify_gpu(gpu_name)
-    floor = minor_version_floor(cuda[0])
+    floor = MINOR_VERSION_FLOORS.get(cuda[0])
     wanted = f"CUDA {release.label}"
 
     if version_ge(driver, release.min_driver):
