@@ -169,14 +169,11 @@ def summarise(events, rc: int | None = None, status: str | None = None) -> dict:
             for key in COUNTS:
                 host[key] += tally[key]
             host["failed_tasks"] += [_public(t) | {"play": play["name"]} for t in tally["failed_tasks"]]
-    if fold.stats is not None:
-        for stats_key, key in _STATS_KEYS.items():
-            for name, count in (fold.stats.get(stats_key) or {}).items():
-                hosts.setdefault(name, dict.fromkeys(COUNTS, 0) | {"failed_tasks": []})[key] = count
-        for name, host in hosts.items():
-            for stats_key, key in _STATS_KEYS.items():
-                if name not in (fold.stats.get(stats_key) or {}):
-                    host[key] = 0
+    if fold.stats is not None:  # the PLAY RECAP's counts stand, for every host it or the events name
+        recap = {key: fold.stats.get(stats_key) or {} for stats_key, key in _STATS_KEYS.items()}
+        for name in {*hosts, *(name for counts in recap.values() for name in counts)}:
+            host = hosts.setdefault(name, dict.fromkeys(COUNTS, 0) | {"failed_tasks": []})
+            host |= {key: counts.get(name, 0) for key, counts in recap.items()}
     plays = []
     for play in fold.plays:
         slowest = sorted(play["slowest"], key=lambda t: -t["seconds"])[:5]
