@@ -25,28 +25,17 @@ import time
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
 
-# os-release ID -> ansible_facts['distribution']
+# os-release ID -> (ansible_facts['distribution'], ansible_facts['os_family'])
 _DISTRIBUTIONS = {
-    "debian": "Debian",
-    "ubuntu": "Ubuntu",
-    "rhel": "RedHat",
-    "rocky": "Rocky",
-    "almalinux": "AlmaLinux",
-    "centos": "CentOS",
-    "fedora": "Fedora",
-    "opensuse-leap": "openSUSE Leap",
-    "sles": "SLES",
-}
-_FAMILIES = {
-    "Debian": "Debian",
-    "Ubuntu": "Debian",
-    "RedHat": "RedHat",
-    "Rocky": "RedHat",
-    "AlmaLinux": "RedHat",
-    "CentOS": "RedHat",
-    "Fedora": "RedHat",
-    "openSUSE Leap": "Suse",
-    "SLES": "Suse",
+    "debian": ("Debian", "Debian"),
+    "ubuntu": ("Ubuntu", "Debian"),
+    "rhel": ("RedHat", "RedHat"),
+    "rocky": ("Rocky", "RedHat"),
+    "almalinux": ("AlmaLinux", "RedHat"),
+    "centos": ("CentOS", "RedHat"),
+    "fedora": ("Fedora", "RedHat"),
+    "opensuse-leap": ("openSUSE Leap", "Suse"),
+    "sles": ("SLES", "Suse"),
 }
 # EFI global variable GUID; the SecureBoot variable is 4 attribute bytes then one value byte
 _SECURE_BOOT_VAR = "efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
@@ -99,7 +88,7 @@ def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_roo
     """The OS facts preflight needs, named as in ansible_facts."""
     release = parse_os_release(read_text(os.path.join(root, "etc/os-release")) or "")
     os_id = release.get("ID", "").lower()
-    distribution = _DISTRIBUTIONS.get(os_id, release.get("NAME") or os_id or None)
+    distribution, family = _DISTRIBUTIONS.get(os_id, (release.get("NAME") or os_id or None, None))
     version = release.get("VERSION_ID") or None
     if distribution == "Debian":  # Ansible reports the point release (12.7), as /etc/debian_version has it
         point = read_text(os.path.join(root, "etc/debian_version")) or ""
@@ -111,7 +100,7 @@ def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_roo
         "distribution_version": version,
         "distribution_major_version": version.split(".")[0] if version else None,
         "distribution_release": release.get("VERSION_CODENAME") or None,
-        "os_family": _FAMILIES.get(distribution or ""),
+        "os_family": family,
         "kernel": info.release,
         "architecture": info.machine,
         "secure_boot": secure_boot_state(sysfs_root),
