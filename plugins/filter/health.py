@@ -72,10 +72,6 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
                              bool(_flag(release)), bounds or None)
 
 
-def health_breaker_state(state, plan=None, now: str = "", by: str = "") -> dict:
-    return health_bounds.breaker_state(state or {}, (plan or {}).get("breaker") or {}, now, by or "unknown")
-
-
 def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,
                      timeout: int = 600, report_dir: str = "/var/log/gpuops") -> list:
     if platform not in ("compose", "kubernetes"):
@@ -139,7 +135,6 @@ class FilterModule:
         return {
             "health_problems": health_problems,
             "health_plan": health_plan,
-            "health_breaker_state": health_breaker_state,
             "health_steps": health_steps_for,
             "health_next_state": health_next_state,
             "health_audit": health_audit,

@@ -375,7 +375,7 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
     service at once (those the state already holds out count); the rest are deferred to a later run. ``bounds``
     (health_bounds.py; none: no bound over time): now, fleet_size, breaker_fraction, breaker_window (s),
     breaker_reset, escalate_after, escalate_window (s), remediation (host -> health_remediation), nodes (host ->
-    node_facts, Kubernetes)."""
+    node_facts, Kubernetes), by (who runs it). The breaker's ``record`` is the state's ``breaker`` after the plan."""
     known = (state or {}).get("hosts") or {}
     bounds = {**(bounds or {}), "release": release}
     now = bounds_rules.when(bounds.get("now"))
@@ -409,6 +409,8 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
         for host in held:
             hosts[host].update(status="held", gpus_back=[], restart=[],
                                reason=f"{hosts[host]['reason']} (held: {guard['reason']})")
+        guard["record"] = bounds_rules.breaker_state(state, guard, bounds["now"], bounds.get("by") or "unknown").get(
+            "breaker")
     return {
         "max_unavailable": max_unavailable,
         "breaker": guard,

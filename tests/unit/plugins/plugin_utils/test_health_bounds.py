@@ -15,7 +15,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps
 NODES = ("node-a", "node-b", "node-c")
 MEMBERS = [{"name": "alice", "gpus": [0]}, {"name": "bob", "gpus": [1]}]
 DEFAULTS = {"fleet_size": 3, "breaker_fraction": 0.5, "breaker_window": 300, "escalate_after": 1,
-            "escalate_window": 7 * 86400}
+            "escalate_window": 7 * 86400, "by": "tester"}
 
 
 def sweep(code: int | None = None, bucket: str = "RESTART_BM", gpu: int = 0, time: str = "t1") -> dict:
@@ -34,7 +34,8 @@ def plan(sweeps: dict, state: dict, now: str, **bounds) -> dict:
 
 def applied(state: dict, fleet: dict, now: str, platform: str = "compose", results: dict | None = None) -> dict:
     """Every acting host's steps run ok (``results``: kind -> result instead), its state written, as act.yml does."""
-    state = B.breaker_state(state, fleet["breaker"], now, "tester") if fleet.get("breaker") else state
+    record = (fleet.get("breaker") or {}).get("record")  # the plan's breaker record, as plan.yml writes it
+    state = {**state, "breaker": record} if record else state
     for host, hplan in fleet["hosts"].items():
         steps = S.host_steps(host, hplan, platform, MEMBERS)
         done = [{**s, "result": (results or {}).get(s["kind"], "healthy" if s["kind"] == "back_if_healthy" else "ok")}
