@@ -109,7 +109,7 @@ report-test: host venv
 gpu-test: venv
 	@$(VENV)/bin/pytest -q -p no:cacheprovider -rs tests/gpu
 
-# The acceptance run for one GPU host (scripts/gpu_check.py says what it runs): build/gpu-check/report.{json,md},
+# The acceptance run for one GPU host (scripts/gpu_check.py; its steps: docs/testing.md): build/gpu-check/report.{json,md},
 # non-zero on any failure and on a host without a GPU. WHEELS=DIR sets the venv up from that local wheel directory
 # (pip --no-index; fill it with `python3 scripts/gpu_check.py wheels DIR`), for a host without network; STEP_TIMEOUT=S
 # bounds each command (default 3600 s). record-gpu-check keeps the last report as bench/gpu-check.json, which

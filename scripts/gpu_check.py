@@ -3,38 +3,20 @@
 # Apache License 2.0 (see galaxy.yml)
 """`make gpu-check [WHEELS=DIR]`: the acceptance run for one GPU host, as one report.
 
-    python3 scripts/gpu_check.py [--wheels DIR] [--out DIR]
-        the steps below, in order, each with its exit code and seconds; the report in DIR (build/gpu-check/):
-        report.json and report.md. Exits 1 when a step failed, and on a host without a GPU (every GPU step is then
-        reported as skipped, with the reason): no GPU fails a GPU acceptance run.
+    python3 scripts/gpu_check.py [--wheels DIR] [--out DIR] [--step-timeout S]
+        the steps docs/testing.md lists ("make gpu-check"), in order, each with its exit code and seconds; the report
+        in DIR (build/gpu-check/): report.json and report.md. Exits 1 when a step failed, and on a host without a
+        GPU (every GPU step is then reported as skipped, with the reason): no GPU fails a GPU acceptance run.
+    python3 scripts/gpu_check.py wheels DIR [--python-version 3.12]
+        on a machine with network: DIR filled with the wheels of the --wheels set-up (x86-64 Linux, binary only).
     .venv/bin/python scripts/gpu_check.py probe
         the host's GPUs, driver, CUDA and NVML versions as JSON (null where there is no GPU), through the
         collection's own gpu_facts and nvidia-ml-py; the run above calls it in the venv.
 
-The steps:
-
-1. ``setup``: the venv. With ``--wheels DIR`` (make's ``WHEELS=DIR``), from that local wheel directory only, for a
-   host with no network (an air-gapped site does the same): the packages this run needs (``NEEDS``, at
-   requirements.txt's pins, with their dependencies) by ``pip install --no-index --find-links DIR``, then gpuops-run
-   from this checkout (setuptools, its build backend, comes from DIR too). Fill DIR on a machine with network:
-   ``python3 scripts/gpu_check.py wheels DIR [--python-version 3.12]`` (pip download for x86-64 Linux, binary
-   wheels only). Where the host's Python has no ensurepip, the venv is made without pip and filled by the host
-   Python's own pip (``pip --python``). Without ``--wheels``: ``make venv``, the whole requirements.txt.
-2. ``probe``: ``gpu_check.py probe`` in the venv; where ``nvidia-smi -L`` lists no GPU, the reason is recorded and
-   every step marked GPU below is skipped with it.
-3. ``tests/gpu``: pytest, each skip with its reason (JUnit), outputs kept under DIR/live (``GPUOPS_LIVE_OUT``).
-   Skipped as a whole when no test passed or failed.
-4. GPU: ``gpu_facts`` (with topology and OS facts, as preflight asks), ``gpu_topology``, ``gpu_health`` and
-   ``cuda_compat`` (the probe's driver against its CUDA version) on localhost, each one ``ansible`` ad-hoc call with
-   the result ansible-core prints; the results under DIR/modules/.
-5. GPU: ``playbooks/preflight.yml``, then ``playbooks/health.yml`` as a dry run (read-only: no ``health_apply``), on
-   a generated inventory, DIR/inventory/hosts.yml: localhost in gpu_nodes, local connection, the venv's Python,
-   ``gpuops_platform: compose``; reports under DIR/reports.
-
-Every command runs with ``LC_ALL=C.UTF-8`` (ansible refuses a non-UTF-8 locale) and its output in DIR/logs/.
-``make record-gpu-check`` keeps report.json as bench/gpu-check.json, which README.md and docs/testing.md quote
-(bench/figures.py); the report carries bench/_meta.py's stamp (commit, time, load, cores). Standard library only,
-apart from the probe.
+Every command runs with ``LC_ALL=C.UTF-8`` (ansible refuses a non-UTF-8 locale) and its output in DIR/logs/. The
+report carries bench/_meta.py's stamp (commit, time, load, cores); ``make record-gpu-check`` keeps report.json as
+bench/gpu-check.json, which README.md and docs/testing.md quote (bench/figures.py). Standard library only, apart
+from the probe.
 """
 
 from __future__ import annotations
