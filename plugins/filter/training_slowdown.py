@@ -1,11 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters: ``signals | gpuops.cluster.training_slowdown(thresholds=...)`` (the rule), and the two steps of
-roles/diagnose/tasks/slowdown.yml around it: ``slowdown_queries`` (which series, which window) and
-``slowdown_answer`` (Prometheus's answers -> window means -> causes).
+"""Filters: the two steps of roles/diagnose/tasks/slowdown.yml: ``slowdown_queries`` (which series, which window)
+and ``slowdown_answer`` (Prometheus's answers -> window means -> the rule's causes).
 
-Thin: the rule is plugins/plugin_utils/training_slowdown.py, the Prometheus side plugins/plugin_utils/slowdown_query.py;
-documentation in training_slowdown.yml, slowdown_queries.yml and slowdown_answer.yml.
+Thin: the rule is plugins/plugin_utils/training_slowdown.py (docs/operations.md, "Is training slow?"), the
+Prometheus side plugins/plugin_utils/slowdown_query.py; documentation in slowdown_queries.yml and slowdown_answer.yml.
 """
 
 from __future__ import annotations
@@ -15,13 +14,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 sq = lazy("slowdown_query")
 _training_slowdown = lazy("training_slowdown")
-
-
-def training_slowdown(signals, thresholds=None) -> list[dict]:
-    try:
-        return _training_slowdown.training_slowdown(signals, thresholds)
-    except _training_slowdown.SlowdownInputError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
 
 
 def slowdown_queries(platform, **options) -> dict:
@@ -48,5 +40,4 @@ class FilterModule:
     """gpuops.cluster "is training slow?" filters."""
 
     def filters(self) -> dict:
-        return {"training_slowdown": training_slowdown, "slowdown_queries": slowdown_queries,
-                "slowdown_answer": slowdown_answer}
+        return {"slowdown_queries": slowdown_queries, "slowdown_answer": slowdown_answer}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import training_slowdown as slowdown_filter
+from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import (
     FIXES,
     SlowdownInputError,
@@ -151,9 +151,9 @@ def test_refused_input_says_what_and_the_fix(signals, thresholds, message):
 
 
 def test_filter_turns_input_errors_into_filter_errors():
-    with pytest.raises(AnsibleFilterError, match="unknown signal"):
-        slowdown_filter({"x": 1})
-    assert slowdown_filter(HEALTHY) == []
+    with pytest.raises(AnsibleFilterError, match=r"unknown threshold\(s\) \['memory_util_min'\]"):
+        slowdown_answer({}, thresholds={"memory_util_min": 0.5})
+    assert slowdown_answer({}, thresholds={"memory_bandwidth_util_min": 0.5})["causes"] == []
 
 
 def test_heldout_set_covers_every_cause_and_healthy():
