@@ -40,15 +40,13 @@ options:
     default: nvidia-fabricmanager
   topology:
     description:
-      - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology), so that
-        one module call per host gathers GPUs and topology together.
+      - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology).
       - Read where a driver-backed backend (C(nvml) or C(nvidia-smi)) found one GPU or more (one GPU has no links,
         but its CPU and NUMA affinity make its workspace's cpuset); otherwise RV(ansible_facts.gpu.topology) is null
         and RV(ansible_facts.gpu.notes) says why. Without a driver, each GPU's C(numa_node) and C(cpu_affinity)
         (from sysfs) stand in.
-      - The matrix is read by the same parser as M(gpuops.cluster.gpu_topology), terminal control sequences removed
-        first (driver 580 underlines its header even into a pipe). A failing C(nvidia-smi topo -m), or an output
-        without a matrix, is a warning (with the raw output), a null topology and
+      - The matrix is read by the parser of M(gpuops.cluster.gpu_topology). A failing C(nvidia-smi topo -m), or an
+        output without a matrix, is a warning (with the raw output), a null topology and
         RV(ansible_facts.gpu.topology_error), not a failure; preflight refuses such a host.
     type: bool
     default: false
@@ -106,9 +104,6 @@ notes:
   - C(numa_node) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/numa_node) (C(-1) becomes null),
     for every backend. NVML's C(nvmlDeviceGetNumaNodeId) describes GPUs that are NUMA nodes themselves
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
-  - C(cpu_affinity) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/local_cpulist), for every backend, so a
-    host without a driver yet has its GPUs' CPU lists too.
-  - With O(topology=true), C(nvidia-smi topo -m) is run at most once more, whatever the number of GPUs.
   - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
     or when any GPU reports a fabric state other than C(Not Supported).
 requirements:
