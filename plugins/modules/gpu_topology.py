@@ -25,7 +25,6 @@ description:
     host), the module does not fail; it returns no GPUs and a warning, so that preflight can report the host.
   - When C(nvidia-smi) exits non-zero, or its output (or O(matrix)) holds no matrix at all, the module fails
     and quotes the output.
-  - The module only reads; it never changes the host.
 version_added: 0.1.0
 author:
   - gpuops.cluster maintainers (@gpuops)
