@@ -1,11 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""kubeadm configuration sections both kube_control_plane and kube_join render:
+"""The kubeadm configuration section both kube_control_plane and kube_join render:
 
-* ``registration | gpuops.cluster.kubeadm_node_registration(name)``: a node's ``nodeRegistration``;
-* ``endpoint | gpuops.cluster.kubeadm_discovery``: a join's ``discovery`` (placeholders for the secrets).
+* ``registration | gpuops.cluster.kubeadm_node_registration(name)``: a node's ``nodeRegistration``.
 
-Thin: the logic lives in plugins/plugin_utils/kubeadm.py; documentation in the .yml files next to this one.
+Thin: the logic lives in plugins/plugin_utils/kubeadm.py; documentation in the .yml file next to this one.
 """
 
 from __future__ import annotations
@@ -23,18 +22,10 @@ def kubeadm_node_registration(registration: object, name: object) -> dict:
         raise AnsibleFilterError(f"kubeadm_node_registration: {exc}") from exc
 
 
-def kubeadm_discovery(endpoint: object) -> dict:
-    try:
-        return kubeadm.discovery(str(endpoint or "").strip())
-    except ValueError as exc:
-        raise AnsibleFilterError(f"kubeadm_discovery: {exc}") from exc
-
-
 class FilterModule:
     """gpuops.cluster kubeadm configuration filters."""
 
     def filters(self) -> dict:
         return {
             "kubeadm_node_registration": kubeadm_node_registration,
-            "kubeadm_discovery": kubeadm_discovery,
         }

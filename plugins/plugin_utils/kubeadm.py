@@ -1,12 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The parts of kubeadm's v1beta4 configuration that kube_control_plane and kube_join both render.
+"""The part of kubeadm's v1beta4 configuration that kube_control_plane's init and kube_join's join both render.
 
 A node's ``nodeRegistration`` (name, CRI socket, the taints and labels it has from its first moment in the
-cluster) and a join's ``discovery`` (the endpoint, the one-use token and the CA hash). The registration itself
-(labels, annotations, taints) is what the kube_node role renders from the node's kubelet policy; it is passed to
-both roles as a parameter. A review render has no secrets yet: token and CA hash are placeholders, filled in at
-join time. Used through the filters in plugins/filter/kubeadm.py.
+cluster). The registration itself (labels, annotations, taints) is what the kube_node role renders from the node's
+kubelet policy; it is passed to both roles as a parameter. Used through the filter in plugins/filter/kubeadm.py.
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
-PLACEHOLDER_TOKEN = "review.placeholder00000"
-PLACEHOLDER_CA_HASH = "sha256:" + "0" * 64
 
 
 def node_registration(name: str, registration: Mapping) -> dict:
@@ -40,19 +36,3 @@ def node_registration(name: str, registration: Mapping) -> dict:
         value = ",".join(f"{key}={label}" for key, label in labels.items())
         section["kubeletExtraArgs"] = [{"name": "node-labels", "value": value}]
     return section
-
-
-def discovery(endpoint: str) -> dict:
-    """kubeadm's ``discovery`` for a join through ``endpoint`` (host:port), with placeholders for the secrets.
-
-    kube_join's join steps put this join's token and CA hash in their place (the rendered configuration holds none).
-    """
-    if not endpoint:
-        raise ValueError("the API server endpoint to join through is empty: expected host:port, e.g. 192.0.2.10:6443")
-    return {
-        "bootstrapToken": {
-            "apiServerEndpoint": endpoint,
-            "token": PLACEHOLDER_TOKEN,
-            "caCertHashes": [PLACEHOLDER_CA_HASH],
-        }
-    }

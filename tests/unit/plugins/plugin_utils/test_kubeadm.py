@@ -32,18 +32,3 @@ def test_node_without_labels_has_no_kubelet_flags() -> None:
 def test_unusable_registration_is_refused_with_the_fix(registration) -> None:
     with pytest.raises(ValueError, match=r"registration of cpu-01 (is|has)"):
         kubeadm.node_registration("cpu-01", registration)
-
-
-def test_discovery_placeholders_until_the_join_has_its_secrets() -> None:
-    assert kubeadm.discovery("192.0.2.10:6443") == {
-        "bootstrapToken": {
-            "apiServerEndpoint": "192.0.2.10:6443",
-            "token": "review.placeholder00000",
-            "caCertHashes": ["sha256:" + "0" * 64],
-        }
-    }
-
-
-def test_discovery_without_an_endpoint_is_refused() -> None:
-    with pytest.raises(ValueError, match="endpoint to join through is empty"):
-        kubeadm.discovery("")
