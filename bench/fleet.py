@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from figures import fleet_block
 
 sys.path.insert(0, str(REPO / "tests"))
 from ansible_env import playbook_env
+from container_node import BOOTED, NODE_SETTINGS, booted, docker
 
 WORK = REPO / "build" / "bench"
 IMAGE = "gpuops/debian12-systemd"
@@ -56,52 +56,24 @@ PLAN_VARS = {  # the preflight scenario's plan: a team of 3, GPUs counted across
 }
 
 
-def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=False, capture_output=True, text=True, **kw)
-
-
 def containers() -> list[str]:
-    out = sh("docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split()
-    return sorted(out)
+    return sorted(docker("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split())
 
 
 def remove_all() -> None:
     names = containers()
     if names:
-        sh("docker", "rm", "-f", *names)
+        docker("rm", "-f", *names, check=False, timeout=600)
 
 
 def start(name: str, init: str) -> None:
     """A node as playbooks/tasks/node_container.yml starts one (init=systemd), or the same image and
     settings with ``sleep infinity`` as PID 1 (init=sleep): ping, setup and preflight need python, not systemd."""
     command = ["/lib/systemd/systemd"] if init == "systemd" else ["sleep", "infinity"]
-    argv = [
-        "docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL,
-        "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN",
-        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-        "--cgroupns", "host", "--stop-signal", "SIGRTMIN+3",
-        "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp:exec",
-        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", IMAGE, *command,
-    ]  # fmt: skip
-    run = sh(*argv)
+    run = docker("run", "-d", "--name", name, "--hostname", name, "--label", LABEL, *NODE_SETTINGS, IMAGE, *command,
+                 check=False)
     if run.returncode != 0:
         raise SystemExit(f"bench: could not start {name}: {run.stderr.strip()}")
-
-
-def booted(name: str) -> str:
-    """systemd's state once booted (running/degraded), polled; after BOOT_TIMEOUT, the state and its queued jobs.
-
-    The bench needs only a running container with python, so a boot still "starting" then is reported, not fatal.
-    """
-    deadline = time.monotonic() + BOOT_TIMEOUT
-    state = ""
-    while time.monotonic() < deadline:
-        state = sh("docker", "exec", name, "systemctl", "is-system-running").stdout.strip()
-        if state in ("running", "degraded"):
-            return state
-        time.sleep(2)
-    jobs = sh("docker", "exec", name, "systemctl", "list-jobs", "--no-legend").stdout.strip().splitlines()
-    return f"{state or 'unknown'} after {BOOT_TIMEOUT} s (jobs: {'; '.join(jobs[:3]) or 'none'})"
 
 
 def fleet(size: int, init: str) -> tuple[list[str], float]:
@@ -110,7 +82,7 @@ def fleet(size: int, init: str) -> tuple[list[str], float]:
     wanted = [f"{PREFIX}{index:03d}" for index in range(size)]
     have = set(containers())
     for extra in sorted(have - set(wanted)):
-        sh("docker", "rm", "-f", extra)
+        docker("rm", "-f", extra, check=False)
     missing = [name for name in wanted if name not in have]
     for first in range(0, len(missing), BOOT_BATCH):
         batch = missing[first : first + BOOT_BATCH]
@@ -119,8 +91,9 @@ def fleet(size: int, init: str) -> tuple[list[str], float]:
         if init != "systemd":
             continue
         with ThreadPoolExecutor(len(batch)) as pool:
-            states = dict(zip(batch, pool.map(booted, batch)))
-        late = {n: s for n, s in states.items() if s not in ("running", "degraded")}
+            # the bench needs only a running container with python: a boot still "starting" is reported, not fatal
+            states = dict(zip(batch, pool.map(lambda name: booted(name, BOOT_TIMEOUT), batch)))
+        late = {n: s for n, s in states.items() if s not in BOOTED}
         if late:
             print(f"  bench: systemd still booting (measured anyway): {late}")
     return wanted, time.perf_counter() - t0
