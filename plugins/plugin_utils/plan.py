@@ -77,8 +77,7 @@ _HEALTH_SWEEP = "hosts.<name>.health_sweep"
 # platform.get_var), and the reader then leaves the decision to the owner's default. The kubelet reservations are
 # named by kube_plan.RESERVATIONS and the MPS cap settings by mps.VARIABLES, the modules whose rules they feed.
 ROLE_SETTINGS: dict[str, Setting] = {
-    "gpuops_members": Setting("_gpuops_vars", ("team.members", *_WORKSPACES),
-                              "who gets which GPUs; the workspaces' members where compose_stack_members is unset"),
+    "gpuops_members": Setting("_gpuops_vars", ("team.members", *_WORKSPACES), "who gets which GPUs; the workspaces"),
     "gpuops_teams": Setting("_gpuops_vars", ("team.namespaces",), "each team's namespace (team.namespace_of)"),
     "gpuops_pool": Setting("_gpuops_vars", ("hosts.<name>.pool", "hosts.<name>.kubelet_policy", "hosts.<name>.node",
                                             "pools", "nodes.gpu"),
@@ -122,7 +121,6 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "gpu_health_sweep_timer_enabled": Setting("gpu_health", (_HEALTH_SWEEP,),
                                               "false: no timer, so a host without the DaemonSet has no scheduled "
                                               "sweep (health_sweep)"),
-    "compose_stack_members": Setting("compose_stack", _WORKSPACES, "the workspaces' members, where set"),
     "compose_stack_topology": Setting("compose_stack", _WORKSPACES, "the topology the workspaces are planned on"),
     "compose_stack_member_memory_pool_mb": Setting("compose_stack", _WORKSPACES,
                                                    "the memory the workspaces' default shares divide, where set "
@@ -420,10 +418,12 @@ SCHEMA: dict[str, Any] = {
                     "workspaces": {
                         "type": ["object", "null"],
                         "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
-                        "on compose_stack_members, else gpuops_members, and this host's topology; a GPU's CPU and NUMA "
+                        "on gpuops_members and this host's topology; a GPU's CPU and NUMA "
                         "affinity from the topology, else from sysfs through the GPU facts, so a one-GPU or "
                         "driverless host has cpusets too): members "
-                        "(name -> gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU shared through MPS and "
+                        "(name -> the member's name, uid, gid (the uid where not given), image, shm_size and mounts "
+                        "as gpuops_members gives them, gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU "
+                        "shared through MPS and "
                         "this member's cap of its memory, of which it can allocate the cap minus "
                         "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
@@ -555,16 +555,15 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str)
 
 
 def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | None) -> dict:
-    """The member workspaces of a compose host: compose_stack_members where the inventory sets it, else
-    gpuops_members (the role's default), on compose_stack_topology where set, else this host's topology, else the
+    """The member workspaces of a compose host: gpuops_members (which the team check passed), on
+    compose_stack_topology where set, else this host's topology, else the
     GPUs its facts found, else (a plan from the inventory alone, no facts) GPUs 0..gpuops_gpu_count-1 without CPU
     affinity. A GPU's CPU and NUMA affinity (the member's cpuset) come from the topology when it gives them, else
     from the GPU facts, which read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a
     one-GPU or driverless host gets cpusets too. The members' memory and CPU limits are sized on the pools
     workspaces.host_pools finds (``host``: the OS facts gpu_facts read, memtotal_mb and processor_vcpus), and an
     overcommit is a problem in ``sizing``, which preflight refuses."""
-    members = _setting(hostvars, "compose_stack_members")
-    members = members if isinstance(members, list) else _setting(hostvars, "gpuops_members")
+    members = _setting(hostvars, "gpuops_members")
     if not isinstance(members, list) or not members:
         return {"members": {}, "shared": {}, "problems": [], "warnings": [], "gpu_total": 0}
     given = _setting(hostvars, "compose_stack_topology")
@@ -584,8 +583,13 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | No
         layout = {**topology, "gpus": [with_affinity(entry) for entry in topology["gpus"]]}
     pools = host_pools(_setting(hostvars, "compose_stack_member_memory_pool_mb"),
                        _setting(hostvars, "compose_stack_member_cpus_pool"), host)
-    planned = plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
-                              gpus_found=gpu.get("gpus"), mps_limits=_mps_limits(hostvars))
+    try:
+        planned = plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
+                                  gpus_found=gpu.get("gpus"))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a team the boilerplate play did not check
+        planned = {"members": {}, "shared": {}, "warnings": [], "gpu_total": 0, "problems": [
+            f"gpuops_members cannot be planned into workspaces ({exc!r}). Fix: correct gpuops_members; site.yml's "
+            "boilerplate play names what is wrong (gpuops.cluster.team_problems)"]}
     if not planned["problems"]:  # the GPUs, cpusets and MPS caps hold: size the limits on the host's pools
         sized = size_workspaces(planned, pools["memory_pool_mb"], pools["cpus_pool"])
         pools["problems"] += sized["problems"]

@@ -12,13 +12,14 @@ make the list usable by all three, checked once by the boilerplate play before a
   names, user names and paths, so no shell metacharacters), unique;
 * uids: whole numbers >= 1 (never root), unique; gid likewise when given;
 * ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
-  every compose host, so a GPU listed twice is always an error); on a host whose GPUs are known, each
-  index one of them. ``shared_gpus`` (compose, optional): at most one ``{gpu, memory}`` entry, for a member
-  without ``gpus``: that GPU is shared through MPS, each sharer capped at ``memory``, a cap that must leave the
-  sharer memory after its CUDA context (``plugin_utils/mps``: cap minus ``gpuops_mps_context_reserve`` at least
-  ``gpuops_mps_min_usable``); a GPU is either exclusive to one member or shared, never both. This GPU-assignment
-  rule is ``gpu_assignment_problems``, and the member rules are ``member_problems``: preflight (per host) and the
-  compose workspaces call them rather than keep copies;
+  every compose host, so a GPU listed twice is always an error). ``shared_gpus`` (compose, optional): at most one
+  ``{gpu, memory}`` entry, for a member without ``gpus``: that GPU is shared through MPS, each sharer capped at
+  ``memory``, a cap that must leave the sharer memory after its CUDA context (``plugin_utils/mps``: cap minus
+  ``gpuops_mps_context_reserve`` at least ``gpuops_mps_min_usable``); a GPU is either exclusive to one member or
+  shared, never both. This GPU-assignment rule is ``gpu_assignment_problems`` (preflight's per-host check calls it
+  too);
+* what depends on one host, checked by the workspace planning of each compose host and by preflight: every GPU a
+  member is given or shares is one of the host's (``host_gpu_problems``);
 * ``memory`` (a Docker size such as 64g) and ``cpus`` (a number > 0), optional: the workspace's limits on
   compose (the defaults and the host-wide checks are ``workspaces.plan_workspaces``);
 * team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
@@ -140,17 +141,15 @@ def _label(member: dict, position: int) -> str:
 
 def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None,
                             mps_limits: mps.Limits | None = None) -> list[str]:
-    """The GPU-assignment rule, the one copy: the team check, preflight and the compose workspaces call it.
+    """The GPU-assignment rule, the one copy: the team check and preflight call it.
 
     A member's ``gpus`` (when given) is a list of GPU indexes, whole numbers >= 0; each GPU goes to one member
-    only; with ``host_gpus`` (the indexes of one host's GPUs; empty or None when unknown), every index is one of
-    them. Members without ``gpus`` and entries that are not mappings are left to ``member_problems``. A shared
-    GPU's cap must leave the member memory (``mps.cap_problem`` with ``mps_limits``; None: the defaults).
+    only; with ``host_gpus``, ``host_gpu_problems`` too. Members without ``gpus`` and entries that are not mappings
+    are left to the member rules. A shared GPU's cap must leave the member memory (``mps.cap_problem`` with
+    ``mps_limits``; None: the defaults).
     """
     problems: list[str] = []
     owner: dict[int, str] = {}
-    host = sorted(set(host_gpus or ()))
-    listing = ", ".join(str(i) for i in host)
     for i, member in enumerate(members if isinstance(members, list) else []):
         if not isinstance(member, dict) or "gpus" not in member:
             continue
@@ -166,20 +165,40 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
             elif gpu in owner:
                 problems.append(f"GPU {gpu} is given twice: to {owner[gpu]} and to {label} (gpuops_members[].gpus); "
                                 "each GPU goes to exactly one member. Fix: give one of them another GPU")
-            elif host and gpu not in host:
-                problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {listing} "
-                                f"({where}.gpus); expected indexes as nvidia-smi -L numbers them. "
-                                f"Fix: give {label} one of GPUs {listing}")
             else:
                 owner[gpu] = label
-    return problems + _shared_gpu_problems(members, owner, host, mps_limits or mps.limits())
+    return (problems + _shared_gpu_problems(members, owner, mps_limits or mps.limits())
+            + host_gpu_problems(members, host_gpus))
 
 
-def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int], rule: mps.Limits) -> list[str]:
-    """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or not on this host, or a cap that
-    leaves the member too little memory after its CUDA context."""
-    problems: list[str] = []
+def host_gpu_problems(members: Any, host_gpus: Iterable[int] | None) -> list[str]:
+    """The part of the team rule that depends on one host (``host_gpus``: the indexes of its GPUs; empty or None
+    when unknown): every well-formed GPU index a member is given (``gpus``) or shares (``shared_gpus``) is one of
+    them. The rest of the rule runs once, on the whole team (``team_problems``)."""
+    host = sorted(set(host_gpus or ()))
     listing = ", ".join(str(i) for i in host)
+    problems: list[str] = []
+    for i, member in enumerate(members if host and isinstance(members, list) else []):
+        if not isinstance(member, dict):
+            continue
+        label, gpus, shared = _label(member, i), member.get("gpus"), member.get("shared_gpus")
+        for gpu in gpus if isinstance(gpus, list) else []:
+            if _is_int(gpu) and gpu >= 0 and gpu not in host:
+                problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {listing} "
+                                f"(gpuops_members[{i}].gpus); expected indexes as nvidia-smi -L numbers them. "
+                                f"Fix: give {label} one of GPUs {listing}")
+        for entry in shared if isinstance(shared, list) else []:
+            gpu = entry.get("gpu") if isinstance(entry, dict) else None
+            if _is_int(gpu) and gpu >= 0 and gpu not in host:
+                problems.append(f"member {label} shares GPU {gpu}, but this host has GPUs {listing} "
+                                f"(gpuops_members[{i}].shared_gpus). Fix: share one of GPUs {listing}")
+    return problems
+
+
+def _shared_gpu_problems(members: Any, owner: dict[int, str], rule: mps.Limits) -> list[str]:
+    """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or a cap that leaves the member
+    too little memory after its CUDA context."""
+    problems: list[str] = []
     for i, member in enumerate(members if isinstance(members, list) else []):
         if not isinstance(member, dict) or not isinstance(member.get("shared_gpus"), list):
             continue
@@ -187,15 +206,12 @@ def _shared_gpu_problems(members: Any, owner: dict[int, str], host: list[int], r
         for entry in member["shared_gpus"]:
             gpu = entry.get("gpu") if isinstance(entry, dict) else None
             if not _is_int(gpu) or gpu < 0:
-                continue  # member_problems names the malformed entry
+                continue  # the member rules name the malformed entry
             if gpu in owner:
                 problems.append(f"GPU {gpu} is shared by {label} (gpuops_members[{i}].shared_gpus) and given "
                                 f"exclusively to {owner[gpu]} (gpus); a GPU is either exclusive to one member or "
                                 f"shared through MPS, never both. Fix: take GPU {gpu} out of {owner[gpu]}'s gpus, "
                                 f"or share another GPU")
-            elif host and gpu not in host:
-                problems.append(f"member {label} shares GPU {gpu}, but this host has GPUs {listing} "
-                                f"(gpuops_members[{i}].shared_gpus). Fix: share one of GPUs {listing}")
             cap = size_mib(entry.get("memory"))
             short = cap and mps.cap_problem(
                 f"member {label}'s MPS cap on GPU {gpu} (gpuops_members[{i}].shared_gpus memory "
@@ -261,13 +277,8 @@ def out_of_service_problems(members: Any, out_of_service: Any, host: str = "this
     return problems
 
 
-def member_problems(members: list, team_names: Iterable[str] | None = None,
-                    host_gpus: Iterable[int] | None = None, mps_limits: mps.Limits | None = None) -> list[str]:
-    """Everything wrong with the members themselves: keys, names, uids, gids, teams and GPUs.
-
-    ``team_names``: the teams a member may name (None: not checked, for a member list given to one role alone);
-    ``host_gpus`` and ``mps_limits``: see ``gpu_assignment_problems``.
-    """
+def _member_problems(members: list, team_names: dict[str, int], mps_limits: mps.Limits | None) -> list[str]:
+    """Everything wrong with the members themselves: keys, names, uids, gids, teams (``team_names``) and GPUs."""
     problems: list[str] = []
     names: dict[str, int] = {}
     uids: dict[int, str] = {}
@@ -302,11 +313,11 @@ def member_problems(members: list, team_names: Iterable[str] | None = None,
                             "Fix: give a non-root group id, or leave it out (the uid is used)")
         problems += _limit_problems(where, label, member)
         team = member.get("team")
-        if team_names is not None and (not isinstance(team, str) or team not in team_names):
+        if not isinstance(team, str) or team not in team_names:
             known = ", ".join(team_names) or "none defined"
             problems.append(f"{where}.team is {show(team)} for {label}; expected one of the gpuops_teams names "
                             f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
-    return problems + gpu_assignment_problems(members, host_gpus, mps_limits)
+    return problems + gpu_assignment_problems(members, mps_limits=mps_limits)
 
 
 def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None) -> list[str]:
@@ -324,7 +335,7 @@ def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None
         members = members if isinstance(members, list) else []
     found, team_names = _team_problems(teams)
     problems += found
-    problems += member_problems(members, team_names, mps_limits=mps_limits)
+    problems += _member_problems(members, team_names, mps_limits)
     used = {m["team"] for m in members if isinstance(m, dict) and isinstance(m.get("team"), str)}
     if members:
         for name in team_names:

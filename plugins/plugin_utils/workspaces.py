@@ -5,15 +5,15 @@
 Controller-only (used by ``plugin_utils/plan``).
 The CPU-list grammar is ``module_utils/cpu_list``, shared with the topology parser.
 
-Input is the team list (``gpuops_members``, the role parameter ``compose_stack_members``) and the GPU topology as
-``gpuops.cluster.gpu_facts`` reads it (``gpus: [{index, cpu_affinity, numa_node, ...}]``).
+Input is the team list (``gpuops_members``) and the GPU topology as ``gpuops.cluster.gpu_facts`` reads it
+(``gpus: [{index, cpu_affinity, numa_node, ...}]``).
 
 Rules (also the role's documented behaviour):
 
-* The members must pass the team's rules (``plugin_utils/team``: ``member_problems``, which holds the
-  GPU-assignment rule): a GPU assigned twice, a GPU the host does not have, a bad or duplicate name or
-  uid are *problems*, and so is a member without GPUs (a workspace needs one). The caller refuses to go
-  on (the compose_stack assert stage), listing all of them at once.
+* The team's rules (``plugin_utils/team``: names, uids, GPUs given twice, MPS caps...) ran once, on the whole team,
+  in the boilerplate play (``team.team_problems``); here only what depends on the host: a GPU the host does not have
+  (``team.host_gpu_problems``), and a workspace's own rule, that a member has a GPU. These are *problems*: the
+  caller (compose_stack's inputs) refuses to go on, listing all of them at once.
 * CPUs: GPUs are grouped into pools by NUMA node (by identical CPU affinity when the node is
   unknown). Each pool's CPU list (the union of its GPUs' ``cpu_affinity``) is shared among the
   members holding GPUs in it, in proportion to how many of the pool's GPUs each holds. Every
@@ -35,7 +35,7 @@ Rules (also the role's documented behaviour):
   ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
   GPU the GPU's MPS daemon sees); a cap is a problem when it leaves the member less than ``gpuops_mps_min_usable``
   after the client's CUDA context (``gpuops_mps_context_reserve``; the rule is ``plugin_utils/mps``, applied with
-  the member rules, ``mps_limits``); the daemon's default cap is the smallest sharer's, so it passes when they
+  the team rule); the daemon's default cap is the smallest sharer's, so it passes when they
   do. Caps that add up past the GPU's memory (``memory_total_mib`` of the topology's or ``gpus_found``'s entry)
   are a problem; an unknown GPU memory (no driver yet) is a warning.
 """
@@ -45,13 +45,15 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list, ranges
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.mps import Limits
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import format_mib, member_problems, size_mib
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import format_mib, host_gpu_problems, size_mib
+
+# The member's own keys a workspace is deployed with, as the team list gives them (docs/small-team.md).
+DEPLOYED_KEYS = ("name", "uid", "gid", "image", "shm_size", "mounts")
 
 
-def _member_problems(members: list, known: set[int], mps_limits: Limits | None) -> list[str]:
-    """The team's member and GPU-assignment rules (plugin_utils/team), and a workspace's own: at least one GPU."""
-    problems = member_problems(members, host_gpus=known, mps_limits=mps_limits)
+def _member_problems(members: list, known: set[int]) -> list[str]:
+    """What depends on this host (``team.host_gpu_problems``), and a workspace's own rule: at least one GPU."""
+    problems = host_gpu_problems(members, known)
     for position, member in enumerate(members):
         if isinstance(member, dict) and member.get("gpus", []) == [] and not member.get("shared_gpus"):
             problems.append(f"gpuops_members[{position}].gpus is {member.get('gpus')!r} for "
@@ -180,20 +182,21 @@ def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int
 
 
 def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cpus_total: float = 0,
-                    gpus_found: Any = None, mps_limits: Limits | None = None) -> dict:
-    """Return ``{"members": {name: {gpus, shared_gpus, mps, cpuset, cpus, memory_mb, numa_nodes}}, "shared":
+                    gpus_found: Any = None) -> dict:
+    """Return ``{"members": {name: {name, uid, gid, image, shm_size, mounts, gpus, shared_gpus, mps, cpuset, cpus,
+    memory_mb, numa_nodes}}, "shared":
     {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...], "gpu_total": n}``.
 
     ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (``host_pools``; 0: unknown,
     defaults not set and overcommit not checked);
-    ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``); ``mps_limits``: the MPS cap rule's
-    settings (``mps.limits``; None: the defaults)."""
+    ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``). ``members`` passed the team rule
+    (``team.team_problems``); gid is the uid where not given."""
     if not isinstance(members, list):
         return {"members": {}, "shared": {}, "problems": [f"members must be a list, got {type(members).__name__}"],
                 "warnings": [], "gpu_total": 0}
     gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
     known = {g["index"] for g in gpus}
-    problems = _member_problems(members, known, mps_limits)
+    problems = _member_problems(members, known)
     if not gpus:
         problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
                         "driver loaded, or pass the host's gpu_topology result as compose_stack_topology")
@@ -223,6 +226,8 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
             warnings.append(f"member {name}: GPUs {held} sit on different NUMA nodes/CPU sets; "
                             "traffic between them crosses the CPU interconnect")
         planned[name] = {
+            **{key: member.get(key) for key in DEPLOYED_KEYS},
+            "gid": member.get("gid") or member["uid"],
             "gpus": sorted(exclusive),
             "shared_gpus": [{"gpu": g, "memory_mb": sharers[g][name]} for g in shared_here],
             # The one shared GPU is device 0 of the MPS daemon that serves it (its CUDA_VISIBLE_DEVICES).

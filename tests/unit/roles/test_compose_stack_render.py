@@ -70,7 +70,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> P
     tmp_path = tmp_path_factory.mktemp("render")
     result = run_playbook(tmp_path, {
         "compose_stack_topology": h100_topology,
-        "compose_stack_members": MEMBERS,
+        "gpuops_members": MEMBERS,
         "compose_stack_datasets": [{"name": "imagenet", "src": ""}],
         "gpuops_registry_mirror": "registry.lan:5000",
         "compose_stack_gpu_enabled": False,
@@ -245,14 +245,14 @@ def test_secrets_are_private_and_never_a_default(rendered: Path) -> None:
     assert password not in (rendered / "project" / "compose.yaml").read_text()
 
 
-def test_gpu_assigned_twice_fails_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+def test_a_gpu_the_host_lacks_fails_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+    """What depends on the host is the plan's (a GPU given twice is the team's rule: test_team, tests/bad_input)."""
     result = run_playbook(tmp_path, {
         "compose_stack_topology": h100_topology,
-        "compose_stack_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]},
-                                  {"name": "bob", "uid": 2002, "gpus": [1]}],
+        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]}, {"name": "bob", "uid": 2002, "gpus": [9]}],
     })
     assert result.returncode != 0
-    assert "GPU 1 is given twice: to alice and to bob" in result.stdout
+    assert "member bob is given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7" in result.stdout
     assert "Nothing was changed" in result.stdout
     assert not (tmp_path / "project").exists()
     assert not (tmp_path / "credentials").exists()
@@ -261,7 +261,7 @@ def test_gpu_assigned_twice_fails_before_any_change(tmp_path: Path, h100_topolog
 def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
     result = run_playbook(tmp_path, {
         "compose_stack_topology": h100_topology,
-        "compose_stack_members": [{"name": "alice", "uid": 2001, "gpus": [0], "image": "team/alice:latest"}],
+        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0], "image": "team/alice:latest"}],
     })
     assert result.returncode != 0
     assert 'the image of member alice is \\"team/alice:latest\\"' in result.stdout or \
@@ -295,7 +295,7 @@ def test_compose_file_holds_no_secret_in_clear(rendered: Path) -> None:
 def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100_topology: dict) -> None:
     result = run_playbook(tmp_path, {
         "compose_stack_topology": h100_topology,
-        "compose_stack_members": MEMBERS,
+        "gpuops_members": MEMBERS,
         "compose_stack_expose_publicly": True,
         "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
     }, REVIEW_PLAYBOOK)
@@ -333,13 +333,15 @@ def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Pat
     ({"compose_stack_mlflow_member_passwords": {"alice": "hunter2"}},
      "compose_stack_mlflow_member_passwords.alice is 7 characters long (the value is not shown)"),
     ({"compose_stack_mlflow_member_passwords": {"mallory": "a-long-enough-password"}},
-     "compose_stack_mlflow_member_passwords.mallory is given for no member of compose_stack_members (alice, bob"),
-    ({"compose_stack_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
+     "compose_stack_mlflow_member_passwords.mallory is given for no member of gpuops_members (alice, bob"),
+    ({"gpuops_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
      "a member is named admin, the MLflow admin user"),
+    ({"compose_stack_members": MEMBERS},
+     "compose_stack_members is set for localhost; it is no longer read: compose_stack deploys the plan's workspaces"),
 ])
 def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(tmp_path: Path, h100_topology: dict,
                                                                       extra: dict, message: str) -> None:
-    result = run_playbook(tmp_path, {"compose_stack_topology": h100_topology, "compose_stack_members": MEMBERS,
+    result = run_playbook(tmp_path, {"compose_stack_topology": h100_topology, "gpuops_members": MEMBERS,
                                      **extra})
     assert result.returncode != 0
     assert message in result.stdout, result.stdout[-3000:]

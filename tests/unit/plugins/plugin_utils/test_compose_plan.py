@@ -68,27 +68,19 @@ def test_dgx_a100_nps4_member_across_numa_nodes_is_warned(topology) -> None:
     assert any("different NUMA nodes" in w for w in plan["warnings"])
 
 
-def test_gpu_assigned_twice_is_a_problem_with_both_names(topology) -> None:
-    topo = topology("h100x8_sxm_2numa_noNIC.txt")
-    plan = plan_workspaces([member("alice", 2001, [0, 1]), member("bob", 2002, [1, 2])], topo, 1000)
-    assert plan["members"] == {}
-    assert any("GPU 1 is given twice: to alice and to bob" in p for p in plan["problems"])
-
-
+# The team's own rules (names, uids, GPUs given twice, limits, shared_gpus' shape, MPS caps) ran once, in the
+# boilerplate play (test_team, test_mps); the workspaces check what depends on the host, and a workspace's GPU.
 @pytest.mark.parametrize(
     ("members", "fragment"),
     [
         ([member("alice", 2001, [9])], "given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7"),
-        ([member("alice", 0, [0])], "never run as root"),
-        ([member("alice", 2001, [0]), member("alice", 2002, [1])], "appears twice"),
-        ([member("alice", 2001, [0]), member("bob", 2001, [1])], "uid 2001 of bob is also the uid of alice"),
-        ([member("Alice", 2001, [0])], "lower-case"),
+        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 9, "memory": "1g"}]}], "erin shares GPU 9, but"),
         ([member("alice", 2001, [])], "non-empty list"),
-        ([member("alice", 2001, ["0"])], "gpuops_members[0].gpus lists '0'"),
     ],
 )
 def test_problems_are_refused(topology, members: list, fragment: str) -> None:
     plan = plan_workspaces(members, topology("h100x8_sxm_2numa_noNIC.txt"), 1000)
+    assert plan["members"] == {}
     assert any(fragment in p for p in plan["problems"]), plan["problems"]
 
 
@@ -250,29 +242,3 @@ def test_a_shared_gpus_unknown_memory_is_a_warning_not_a_guess(h100) -> None:
     assert plan["problems"] == []
     assert plan["shared"]["4"]["memory_total_mib"] is None
     assert "GPU 4 is shared (erin 40G) but its memory is not known here" in plan["warnings"][0]
-
-
-@pytest.mark.parametrize(
-    ("members", "fragment"),
-    [
-        ([member("alice", 2001, [4]), {"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]}],
-         "GPU 4 is shared by erin (gpuops_members[1].shared_gpus) and given exclusively to alice (gpus)"),
-        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]}, member("alice", 2001, [4])],
-         "GPU 4 is shared by erin (gpuops_members[0].shared_gpus) and given exclusively to alice (gpus)"),
-        ([{**member("erin", 2005, [0]), "shared_gpus": [{"gpu": 4, "memory": "20g"}]}],
-         "gives erin both gpus [0] and shared_gpus"),
-        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}, {"gpu": 5, "memory": "20g"}]}],
-         "expected a list of at most one entry"),
-        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4}]}], "expected {gpu: <GPU index>, memory:"),
-        ([{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 9, "memory": "1g"}]}], "erin shares GPU 9, but"),
-        ([{**member("alice", 2001, [0]), "memory": "64GB"}], "gpuops_members[0].memory is '64GB' for alice"),
-        ([{**member("alice", 2001, [0]), "memory": "4m"}], "expected a size of at least 6m"),
-        ([{**member("alice", 2001, [0]), "cpus": "8"}], "gpuops_members[0].cpus is '8' for alice"),
-        ([{**member("alice", 2001, [0]), "cpus": 0}], "expected a number of CPUs > 0"),
-    ],
-)
-def test_bad_limits_and_shared_gpus_are_refused(h100, members, fragment) -> None:
-    topo, found = h100
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
-    assert plan["members"] == {}
-    assert fragment in "; ".join(plan["problems"]), plan["problems"]

@@ -43,15 +43,9 @@ def members(cap: str) -> list[dict]:
     return [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]}, sharer(cap)]
 
 
-def workspace_plan(team: list[dict], topology: dict, mps_context_reserve: object = None,
-                   mps_min_usable: object = None) -> dict:
-    """The plan's workspaces of one compose host (plan.host_part), which compose_stack deploys, with the inventory's
-    MPS settings where given."""
-    hostvars = {"gpuops_members": team, "compose_stack_topology": topology}
-    for name, value in ((mps.RESERVE_VAR, mps_context_reserve), (mps.MIN_USABLE_VAR, mps_min_usable)):
-        if value is not None:
-            hostvars[name] = value
-    return plan.host_part("compose", {}, hostvars)["workspaces"]
+def workspace_plan(team: list[dict], topology: dict) -> dict:
+    """The plan's workspaces of one compose host (plan.host_part), which compose_stack deploys."""
+    return plan.host_part("compose", {}, {"gpuops_members": team, "compose_stack_topology": topology})["workspaces"]
 
 
 def capped(problems: list[str]) -> list[str]:
@@ -102,20 +96,21 @@ def test_bad_settings_are_named(reserve, usable, wanted: str) -> None:
     with pytest.raises(ValueError, match=re.escape(wanted)):
         mps.limits(reserve, usable)
     assert team_problems_filter(TEAMS, members("2g"), reserve, usable)[0].startswith(wanted)
-    with pytest.raises(ValueError, match=re.escape(wanted)):
-        workspace_plan(members("2g"), TOPOLOGY, mps_context_reserve=reserve, mps_min_usable=usable)
     pools = {"inference": {"mps_replicas": 4}}
     assert wanted in gpu_operator.problems({"chart_version": "v26.3.2", "pools": pools, "mps_context_reserve": reserve,
                                             "mps_min_usable": usable})[-1]
 
 
-def test_compose_caps_at_the_edge_through_the_team_check_and_the_workspaces() -> None:
+def test_compose_caps_at_the_edge_through_the_team_check_and_preflight() -> None:
+    """The cap rule is the team's (the boilerplate play's team check, preflight's gpu_assignment); the plan's
+    workspaces deploy the caps the team check passed."""
     smallest, below = f"{SMALLEST}m", f"{SMALLEST - 1}m"
     assert not capped(team_problems(TEAMS, members(smallest)))
     assert not capped(gpu_assignment_problems(members(smallest), [0, 1]))
-    assert workspace_plan(members(smallest), TOPOLOGY)["problems"] == []
+    bob = workspace_plan(members(smallest), TOPOLOGY)["members"]["bob"]
+    assert bob["mps"]["pinned_mem_limit"] == f"0={SMALLEST}M"
     for problems in (team_problems(TEAMS, members(below)), gpu_assignment_problems(members(below), [0, 1]),
-                     workspace_plan(members(below), TOPOLOGY)["problems"], team_problems_filter(TEAMS, members(below))):
+                     team_problems_filter(TEAMS, members(below))):
         assert capped(problems) == [
             f"member bob's MPS cap on GPU 1 (gpuops_members[1].shared_gpus memory '{below}') is {SMALLEST - 1} MiB, "
             f"but the client's CUDA context takes {DEFAULTS.reserve_mib} MiB of every MPS cap "
@@ -128,9 +123,7 @@ def test_compose_caps_at_the_edge_through_the_team_check_and_the_workspaces() ->
 def test_compose_caps_follow_the_inventory_settings() -> None:
     """A 300 MiB cap passes when the inventory measured no reserve; a 2 GiB cap is refused when it asks 2 GiB left."""
     assert not capped(team_problems_filter(TEAMS, members("300m"), 0, 300))
-    assert not workspace_plan(members("300m"), TOPOLOGY, mps_context_reserve=0, mps_min_usable=300)["problems"]
     assert capped(team_problems_filter(TEAMS, members("2g"), None, 2048))
-    assert workspace_plan(members("2g"), TOPOLOGY, mps_min_usable=2048)["problems"]
 
 
 def test_a_malformed_cap_is_named_once_by_the_shape_rule() -> None:
@@ -182,13 +175,8 @@ def test_the_plan_reads_the_settings_from_the_inventory() -> None:
     assert plan.gpu_sharing_part("kubernetes", {"gpu-02": {}}, hosts)["inference"]["strategy"] == "mps"
 
 
-def test_preflight_and_the_plans_workspaces_follow_the_inventory_settings() -> None:
-    """Preflight's gpu_assignment check and the plan's compose workspaces judge a cap with the inventory's settings:
-    a 300 MiB cap is refused by default and passes where the inventory measured no reserve."""
+def test_preflight_follows_the_inventory_settings() -> None:
+    """Preflight's gpu_assignment check judges a cap with the inventory's settings: a 300 MiB cap is refused by
+    default and passes where the inventory measured no reserve."""
     assert preflight.gpu_assignment(members("300m"), 2)["ok"] is False
     assert preflight.gpu_assignment(members("300m"), 2, mps.limits(0, 300))["ok"] is True
-    gpu = {"count": 2, "gpus": TOPOLOGY["gpus"]}
-    host = {"gpuops_members": members("300m")}
-    assert capped(plan.host_part("compose", gpu, host)["workspaces"]["problems"])
-    host.update({mps.RESERVE_VAR: 0, mps.MIN_USABLE_VAR: 300})
-    assert not capped(plan.host_part("compose", gpu, host)["workspaces"]["problems"])

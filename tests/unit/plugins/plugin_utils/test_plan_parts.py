@@ -270,9 +270,11 @@ WORKSPACES = {
     "carol": {"gpus": [4, 5, 6], "cpuset": "52-90,156-194", "memory_mb": None, "numa_nodes": [1]},
     "dave": {"gpus": [7], "cpuset": "91-103,195-207", "memory_mb": None, "numa_nodes": [1]},
 }
-# no shared GPUs and no limits of their own in the small team's list: without the host's memory and CPUs, no limits
-for _ws in WORKSPACES.values():
-    _ws.update(cpus=None, shared_gpus=[], mps=None)
+# no shared GPUs and no limits of their own in the small team's list: without the host's memory and CPUs, no limits;
+# each workspace carries its member's own keys (uid 2001.., gid the uid, carol's mounts)
+for _uid, (_name, _ws) in enumerate(WORKSPACES.items(), start=2001):
+    _ws.update(cpus=None, shared_gpus=[], mps=None, name=_name, uid=_uid, gid=_uid, image=None, shm_size=None,
+               mounts=["/srv/code/carol:/code:rw"] if _name == "carol" else None)
 UNKNOWN_POOLS = {
     "memory_pool_mb": 0, "cpus_pool": 0, "problems": [],
     "source": "memory: unknown: no gpu_facts of this host and compose_stack_member_memory_pool_mb unset, so no "
@@ -340,20 +342,33 @@ def test_member_workspaces_pool_that_is_not_an_amount_is_a_problem(value):
         "Fix: set compose_stack_member_memory_pool_mb to the MiB for workspaces, or leave it unset for the host's"]
 
 
-def test_member_workspaces_follow_compose_stack_members_and_say_what_is_wrong():
+def test_member_workspaces_say_what_is_wrong_on_this_host():
     hostvars = _inventory("small-team")
-    hostvars["gpu01"]["compose_stack_members"] = [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 9]}]
+    hostvars["gpu01"]["gpuops_members"] = [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 9]}]
     part = _compose_plan(hostvars)["hosts"]["gpu01"]["workspaces"]
     assert part["members"] == {}
     assert len(part["problems"]) == 1
-    assert "9" in part["problems"][0]
+    assert "member alice is given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7" in part["problems"][0]
+
+
+def test_member_workspaces_of_a_team_no_one_checked_are_a_problem_not_a_crash():
+    """A platform playbook run alone plans from the inventory without site.yml's boilerplate team check: a member
+    entry the planning cannot read is one problem that points at the check."""
+    hostvars = _inventory("small-team")
+    hostvars["gpu01"]["gpuops_members"] = [{"uid": 2001, "team": "vision", "gpus": [0]}]
+    part = _compose_plan(hostvars)["hosts"]["gpu01"]["workspaces"]
+    assert part["members"] == {}
+    assert part["problems"] == ["gpuops_members cannot be planned into workspaces (KeyError('name')). Fix: correct "
+                                "gpuops_members; site.yml's boilerplate play names what is wrong "
+                                "(gpuops.cluster.team_problems)"]
 
 
 # One H200 (../shared/data/nvidia-smi/h200-driver580): its `-q -x` and `topo -m` as recorded, header underlined by
 # driver 580; CPU Affinity 0-15, NUMA 0. One member on its one GPU.
 H200 = ("nvidia-smi", "h200-driver580")
 ONE_MEMBER = [{"name": "alice", "uid": 2001, "team": "vision", "gpus": [0]}]
-ALICE_ON_H200 = {"gpus": [0], "cpuset": "0-15", "memory_mb": None, "numa_nodes": [0], "cpus": None,
+ALICE_ON_H200 = {"name": "alice", "uid": 2001, "gid": 2001, "image": None, "shm_size": None, "mounts": None,
+                 "gpus": [0], "cpuset": "0-15", "memory_mb": None, "numa_nodes": [0], "cpus": None,
                  "shared_gpus": [], "mps": None}
 
 
@@ -373,7 +388,7 @@ def _h200_facts(matrix: str | None, sysfs=None) -> dict:
 
 def _one_member_workspaces(facts: dict) -> dict:
     hostvars = _inventory("small-team")["gpu01"]
-    hostvars["compose_stack_members"] = ONE_MEMBER
+    hostvars["gpuops_members"] = ONE_MEMBER
     return plan.host_part("compose", facts, hostvars, ok=True)["workspaces"]
 
 

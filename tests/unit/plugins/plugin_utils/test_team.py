@@ -56,6 +56,22 @@ def test_a_valid_team_has_no_problems() -> None:
         (lambda t, m: t[0].update(quota=1), ["gpuops_teams[0] has unknown key(s) quota"]),
         (lambda t, m: t.append("ops"), ["gpuops_teams[2] is 'ops'; expected a mapping", "write each team as"]),
         (lambda t, m: m.append("dave"), ["gpuops_members[3] is 'dave'; expected a mapping", "write each member as"]),
+        (lambda t, m: m[0].update(name="Alice"), ["gpuops_members[0].name is 'Alice'", "lower-case"]),
+        # compose's keys: a shared GPU (MPS) and a workspace's limits
+        (lambda t, m: m[1].update(shared_gpus=[{"gpu": 1, "memory": "20g"}]) or m[1].pop("gpus"),
+         ["GPU 1 is shared by bob (gpuops_members[1].shared_gpus) and given exclusively to alice (gpus)"]),
+        (lambda t, m: m[0].update(shared_gpus=[{"gpu": 2, "memory": "20g"}]) or m[0].pop("gpus"),
+         ["GPU 2 is shared by alice (gpuops_members[0].shared_gpus) and given exclusively to bob (gpus)"]),
+        (lambda t, m: m[2].update(shared_gpus=[{"gpu": 5, "memory": "20g"}]),
+         ["gives carol both gpus [4] and shared_gpus"]),
+        (lambda t, m: m[2].update(shared_gpus=[{"gpu": 5, "memory": "20g"}, {"gpu": 6, "memory": "20g"}])
+         or m[2].pop("gpus"), ["expected a list of at most one entry"]),
+        (lambda t, m: m[2].update(shared_gpus=[{"gpu": 5}]) or m[2].pop("gpus"),
+         ["expected {gpu: <GPU index>, memory:"]),
+        (lambda t, m: m[0].update(memory="64GB"), ["gpuops_members[0].memory is '64GB' for alice"]),
+        (lambda t, m: m[0].update(memory="4m"), ["expected a size of at least 6m"]),
+        (lambda t, m: m[0].update(cpus="8"), ["gpuops_members[0].cpus is '8' for alice"]),
+        (lambda t, m: m[0].update(cpus=0), ["expected a number of CPUs > 0"]),
     ],
 )
 def test_each_problem_names_the_variable_the_value_and_the_fix(change, fragments) -> None:
