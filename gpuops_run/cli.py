@@ -89,7 +89,7 @@ def list_tasks(playbook: Path, inventory: str, extra: list[str], root: Path, env
     return parse_list_tasks(proc.stdout) if proc.returncode == 0 else []
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="gpuops-run",
         description="Run a gpuops.cluster playbook with live progress; write summary.json and junit.xml.",
@@ -102,11 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", help="as ansible-playbook --limit")
     parser.add_argument("--tags", help="as ansible-playbook --tags")
     parser.add_argument("--artifacts", help="artifacts directory (default: reports/runs/<UTC timestamp>)")
-    return parser
-
-
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = build_parser()
 
     def error(message: str) -> None:
         raise UsageError(message)
