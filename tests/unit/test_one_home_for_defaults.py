@@ -2,9 +2,9 @@
 
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
-kube_service_cidr, kube_dns_domain, kube_image_repository). This test reads the text of roles/, playbooks/, plugins/
-and molecule/ (comments count too: a default written in a comment is a second home in words) and fails, naming
-file:line, on
+kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir). This test reads the text of roles/,
+playbooks/, plugins/ and molecule/ (comments count too: a default written in a comment is a second home in words) and
+fails, naming file:line, on
 
 * an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
   ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
@@ -40,6 +40,7 @@ SHARED_CLUSTER_SETTINGS = (
     "kube_service_cidr",
     "kube_dns_domain",
     "kube_image_repository",
+    "kube_config_dir",
 )
 JINJA_DEFAULT = re.compile(rf"(?:gpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
