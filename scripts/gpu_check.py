@@ -40,7 +40,7 @@ from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit re
 FORMAT = 1
 VENV = REPO / ".venv"
 OUT = REPO / "build" / "gpu-check"
-MODULES = ("gpu_facts", "gpu_topology", "gpu_health", "cuda_compat")
+MODULES = ("gpu_facts", "gpu_health", "cuda_compat")
 PLAYBOOKS = (
     ("preflight.yml", "playbooks/preflight.yml", ()),
     ("health.yml dry run", "playbooks/health.yml", ("-e", "health_apply=false")),
@@ -361,12 +361,12 @@ def module_problems(name: str, result: dict, host: dict) -> list:
     if name == "gpu_facts":
         gpu = (result.get("ansible_facts") or {}).get("gpu") or {}
         problems = [] if gpu.get("count") == count else [f"count {gpu.get('count')}, nvidia-smi -L lists {count}"]
-        if gpu.get("topology") is None:
+        topology = gpu.get("topology")
+        if topology is None:
             problems.append(f"topology not read: {gpu.get('topology_error')}")
+        elif len(topology.get("gpus") or []) != count:
+            problems.append(f"{len(topology.get('gpus') or [])} GPUs in the matrix, nvidia-smi -L lists {count}")
         return problems
-    if name == "gpu_topology":
-        found = len(result.get("gpus") or [])
-        return [] if found == count else [f"{found} GPUs in the matrix, nvidia-smi -L lists {count}"]
     if name == "gpu_health":
         problems = [] if result.get("read_ok") else ["read_ok false: " + "; ".join(result.get("notes") or [])[:300]]
         return problems + (["verdict failed"] if result.get("verdict") == "failed" else [])
@@ -379,8 +379,6 @@ def module_summary(name: str, result: dict) -> str:
     if name == "gpu_facts":
         gpu = (result.get("ansible_facts") or {}).get("gpu") or {}
         return f"{gpu.get('count')} GPU(s) via {gpu.get('source')}"
-    if name == "gpu_topology":
-        return f"{len(result.get('gpus') or [])} GPU(s) in the matrix"
     if name == "gpu_health":
         return (
             f"verdict {result.get('verdict')}, read_ok {result.get('read_ok')}, state via {result.get('state_source')}"

@@ -7,7 +7,7 @@ removed first (``text.strip_terminal``): driver 580 wraps the header in underlin
 ``\t\x1b[4mGPU0\tCPU Affinity ...\x1b[0m``; a warning that quotes the text quotes it as it came.
 
 The decisions (connection ranks, NVLink peers, nearest NICs, NUMA, placements, the ``-mp`` warning) are the
-documented behaviour of the gpu_topology module (its DOCUMENTATION and RETURN), not repeated here. One is not
+documented behaviour of gpu_facts' ``topology: true`` (its DOCUMENTATION and RETURN), not repeated here. One is not
 visible there: when the text ends inside the matrix, the last field of the last row is ignored, because it may be
 cut (``0-23,48-71`` cut to ``0-23,4`` still looks valid).
 """

@@ -45,9 +45,17 @@ options:
         but its CPU and NUMA affinity make its workspace's cpuset); otherwise RV(ansible_facts.gpu.topology) is null
         and RV(ansible_facts.gpu.notes) says why. Without a driver, each GPU's C(numa_node) and C(cpu_affinity)
         (from sysfs) stand in.
-      - The matrix is read by the parser of M(gpuops.cluster.gpu_topology). A failing C(nvidia-smi topo -m), or an
-        output without a matrix, is a warning (with the raw output), a null topology and
-        RV(ansible_facts.gpu.topology_error), not a failure; preflight refuses such a host.
+      - A failing C(nvidia-smi topo -m), or an output without a matrix, is a warning (with the raw output), a null
+        topology and RV(ansible_facts.gpu.topology_error), not a failure; preflight refuses such a host.
+      - The matrix is read as it really comes, tab- or space-separated, with or without NIC rows, legend, NIC
+        legend, C(NUMA Affinity) or C(GPU NUMA ID) columns, with CR LF line ends or terminal control sequences
+        (driver 580 underlines the header even into a pipe; they are removed before reading). A truncated or
+        terminal-damaged matrix is read as far as it goes; what could not be read is in the topology's C(warnings).
+      - Connection types are ranked, closest first, C(X) (self), C(NV#) (NVLink), C(PIX), C(PXB), C(PHB),
+        C(NODE), C(SYS). The old name C(SOC) ranks with C(SYS).
+      - C(nvidia-smi topo -mp) prints the PCIe-only matrix, which shows no NVLink even where there is some. When
+        the legend (no C(NV#) line) or a command line above the matrix shows that, a warning says so; a
+        multi-GPU matrix without NVLink and without a complete legend gets a weaker warning.
     type: bool
     default: false
   gpus_per_job:
@@ -106,12 +114,17 @@ notes:
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
   - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
     or when any GPU reports a fabric state other than C(Not Supported).
+  - JSON object keys are strings, so the topology's C(gpus[].nvlink_peers) maps the peer GPU index as a string to
+    the link count.
 requirements:
   - "Optional on the target, for the NVML backend: nvidia-ml-py (C(import pynvml))."
 seealso:
   - name: NVIDIA Fabric Manager User Guide
     description: Which systems need Fabric Manager and why its version must match the driver.
     link: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html
+  - name: nvidia-smi documentation
+    description: The C(topo) sub-command and its legend.
+    link: https://docs.nvidia.com/deploy/nvidia-smi/index.html
 """
 
 EXAMPLES = r"""
@@ -277,25 +290,103 @@ ansible_facts:
               sample: 565.57.01
         topology:
           description:
-            - The parsed C(nvidia-smi topo -m) matrix, with the keys M(gpuops.cluster.gpu_topology) returns, documented
-              there (C(gpus), C(nics), C(nvlink_domains), C(nvlink_all_to_all), C(numa_groups), C(placements)),
-              with its C(topology_warnings) as C(warnings); each warning is also an Ansible warning.
+            - The parsed C(nvidia-smi topo -m) matrix; each of its C(warnings) is also an Ansible warning.
             - Null unless O(topology=true) and a driver-backed backend found one GPU or more and the matrix could be
               read; RV(ansible_facts.gpu.notes) says why.
           returned: always
           type: dict
-          sample:
+          contains:
             gpus:
-              - {index: 0, cpu_affinity: "0-51,104-155", numa_node: 0, numa_affinity: "0", gpu_numa_id: null,
-                 nvlink_peers: {"1": 18}, nearest_nics: [], nearest_nic_link: null}
-              - {index: 1, cpu_affinity: "0-51,104-155", numa_node: 0, numa_affinity: "0", gpu_numa_id: null,
-                 nvlink_peers: {"0": 18}, nearest_nics: [], nearest_nic_link: null}
-            nics: []
-            nvlink_domains: [[0, 1]]
-            nvlink_all_to_all: true
-            numa_groups: [{numa_node: 0, gpus: [0, 1]}]
-            placements: [[0, 1]]
-            warnings: []
+              description: One entry per GPU in the matrix header (and any GPU row without a column), by index.
+              type: list
+              elements: dict
+              contains:
+                index:
+                  description: GPU index as nvidia-smi numbers it (C(GPU3) is 3).
+                  type: int
+                  sample: 0
+                cpu_affinity:
+                  description: C(CPU Affinity) as a CPU list; null when absent, C(N/A) or damaged (see warnings).
+                  type: str
+                  sample: "0-51,104-155"
+                numa_node:
+                  description: >-
+                    NUMA node of the GPU; null when C(NUMA Affinity) is absent, C(N/A) or names several nodes.
+                  type: int
+                  sample: 0
+                numa_affinity:
+                  description: C(NUMA Affinity) as printed (for example C(0-3) in some VMs); null when absent.
+                  type: str
+                  sample: "0"
+                gpu_numa_id:
+                  description: >-
+                    C(GPU NUMA ID) (the GPU memory's own NUMA node, on Grace systems); null when C(N/A) or absent.
+                  type: int
+                  sample: null
+                nvlink_peers:
+                  description: Peer GPU index (as a string) to number of bonded NVLinks (C(NV18) is 18).
+                  type: dict
+                  sample: {"1": 18, "2": 18}
+                nearest_nics:
+                  description:
+                    - NICs with the best-ranked connection to this GPU, in column order. Names come from the NIC
+                      Legend, else they are the column names (C(NIC0), or C(mlx5_0) on older drivers).
+                    - Empty when there are no NICs or when any link from this GPU to a NIC is unknown (truncated
+                      capture).
+                  type: list
+                  elements: str
+                  sample: ["mlx5_0", "mlx5_1"]
+                nearest_nic_link:
+                  description: >-
+                    Connection type to the nearest NICs (C(PIX), C(PXB), C(PHB), C(NODE) or C(SYS)); null when none.
+                  type: str
+                  sample: PXB
+            nics:
+              description: NIC names, in column order; NIC Legend names where the legend gives them.
+              type: list
+              elements: str
+              sample: ["mlx5_0", "mlx5_1"]
+            nvlink_domains:
+              description: >-
+                Groups of GPUs connected through NVLink (connected components), each sorted, single GPUs included.
+              type: list
+              elements: list
+              sample: [[0, 1], [2, 3]]
+            nvlink_all_to_all:
+              description:
+                - True when every pair of GPUs is directly NVLinked. True for a single GPU; false when there are no
+                  GPUs or when a pair's link is unknown.
+              type: bool
+              sample: true
+            numa_groups:
+              description: GPUs per NUMA node, sorted by node. GPUs whose NUMA node is unknown are in no group.
+              type: list
+              elements: dict
+              contains:
+                numa_node:
+                  description: NUMA node.
+                  type: int
+                  sample: 0
+                gpus:
+                  description: Indexes of the GPUs on that node, sorted.
+                  type: list
+                  elements: int
+                  sample: [0, 1, 2, 3]
+              sample: [{"numa_node": 0, "gpus": [0, 1, 2, 3]}, {"numa_node": 1, "gpus": [4, 5, 6, 7]}]
+            placements:
+              description:
+                - Disjoint sets of O(gpus_per_job) GPUs whose members are pairwise NVLinked, sorted by lowest index.
+                  Chosen greedily, inside one NUMA node first, then across nodes from the GPUs left.
+                - Empty when O(gpus_per_job) is not set or when no such set exists.
+              type: list
+              elements: list
+              sample: [[0, 1, 2, 3], [4, 5, 6, 7]]
+            warnings:
+              description: What could not be read or looks wrong in the matrix, and why.
+              type: list
+              elements: str
+              sample:
+                - "NUMA Affinity '0-3' of GPU0, GPU1 spans several NUMA nodes (VM or NPS setting?): numa_node is null"
         topology_error:
           description:
             - Set when O(topology=true), a driver-backed backend found GPUs, and C(nvidia-smi topo -m) exited

