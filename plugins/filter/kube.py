@@ -2,8 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters used by the kube_* roles and playbooks/render.yml:
 
-* ``topology | gpuops.cluster.kubelet_policy(pool, ...)``: a node's kubelet policy fields and the reason;
-* ``policy | gpuops.cluster.kube_node_labels_taints(pool, ...)``: the labels, annotations and taints it registers with;
+* ``policy | gpuops.cluster.kube_node_labels_taints(pool, ...)``: the labels, annotations and taints a node registers
+  with (the plan computes a GPU node's kubelet policy and registration; kube_node registers its other nodes with this);
 * ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
 * ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
 * ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins.
@@ -20,36 +20,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 containerd_config = lazy("containerd_config")
 kube_ca = lazy("kube_ca")
 kube_plan = lazy("kube_plan")
-
-
-def _typed(value: object, kind: type) -> object:
-    """A reservation as the function takes it; None (not given) stays None, for kube_node's default."""
-    return None if value is None else kind(value)
-
-
-def kubelet_policy(
-    topology: object,
-    pool: object,
-    reserved_cpus_per_numa: object = None,
-    reserved_system_cpus: object = None,
-    reserved_memory_mib: object = None,
-    eviction_memory_mib: object = None,
-) -> dict:
-    if topology is not None and not isinstance(topology, dict):
-        raise AnsibleFilterError(
-            f"kubelet_policy: topology must be a gpu_topology result (a mapping), got {type(topology).__name__}"
-        )
-    try:
-        return kube_plan.kubelet_policy(
-            topology,
-            str(pool),
-            _typed(reserved_cpus_per_numa, int),
-            _typed(reserved_system_cpus, str),
-            _typed(reserved_memory_mib, int),
-            _typed(eviction_memory_mib, int),
-        )
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"kubelet_policy: {exc}") from exc
 
 
 def kube_node_labels_taints(
@@ -100,7 +70,6 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {
-            "kubelet_policy": kubelet_policy,
             "kube_node_labels_taints": kube_node_labels_taints,
             "kube_cluster_problems": kube_cluster_problems,
             "containerd_systemd_cgroup": containerd_systemd_cgroup,

@@ -2,9 +2,10 @@
 on the collection's own inventories (inventories/cluster, inventories/small-team, read by Ansible's inventory loader)
 with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
 
-Each part is checked twice against the same literal values: as the plan builds it, and as the role run alone gets it
-from the filter it calls (kube_node: kubelet_policy + kube_node_labels_taints; training_stack: pytorchjob_template),
-with the role's inputs; compose_stack reads the plan's workspaces, their memory and CPU limits sized in the plan.
+Each part is checked twice against the same literal values: as the plan builds it, and as the function the plan calls
+gives it for the role's inputs (kube_node: kube_plan.kubelet_policy + the kube_node_labels_taints filter;
+training_stack: pytorchjob_template); compose_stack reads the plan's workspaces, their memory and CPU limits sized in
+the plan.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from ansible_collections.gpuops.cluster.plugins.filter import kube
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, plan, training_jobs
 from ansible_env import inventory_vars
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands, make_pci, no_pynvml
@@ -138,8 +139,8 @@ def _expected_registration(host: str, pool: str, sweep: str = "daemonset") -> di
 def test_node_labels_and_taints_plan_and_role_alone(cluster, host):
     pool = cluster["hosts"][host]["pool"]
     expected = _expected_registration(host, pool)
-    # kube_node run alone: its filters, with its defaults (inventories/cluster sets the same reservations)
-    policy = kube.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
+    # the plan's functions with kube_node's defaults (inventories/cluster sets the same reservations)
+    policy = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
     assert kube.kube_node_labels_taints(policy, pool, False, False, "daemonset") == expected
     # the plan: the same registration, with the GPU Operator's label (kube_addons_gpu_operator: true)
     planned = cluster["hosts"][host]["node"]
@@ -163,7 +164,7 @@ def test_a_mixed_fleet_labels_each_gpu_node_with_its_own_sweep_form(cluster):
         assert part["node"]["labels"] | {"gpuops.io/gpu-health-sweep": "daemonset"} == cluster["hosts"][host]["node"][
             "labels"], host
     # kube_node run alone gives the same label from the same form
-    policy = kube.kubelet_policy(_topology(CAPTURES["gpu-train-02"]), "training", 2, "", 4096, 500)
+    policy = kube_plan.kubelet_policy(_topology(CAPTURES["gpu-train-02"]), "training", 2, "", 4096, 500)
     assert kube.kube_node_labels_taints(policy, "training", False, False, "timer") == _expected_registration(
         "gpu-train-02", "training", "timer")
     assert "gpuops.io/gpu-health-sweep" not in kube.kube_node_labels_taints(policy, "training")["labels"]
@@ -202,7 +203,7 @@ def test_no_node_part_on_compose_or_with_an_unusable_policy():
                                                 ("gpu-train-02", "0-1"), ("gpu-infer-01", "0-1,52-53")])
 def test_kubelet_policy_plan_and_role_alone(cluster, host, reserved):
     pool = cluster["hosts"][host]["pool"]
-    alone = kube.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
+    alone = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
     for policy in (alone, cluster["hosts"][host]["kubelet_policy"]):
         assert policy["topology_manager_policy"] == POLICIES[host][0]
         assert policy["reserved_system_cpus"] == reserved
