@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench"), str(REPO / "tests")]
 from _meta import commit, load1, utc  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
+from ansible_env import playbook_env  # noqa: E402 -- the tests' and benches' ansible environment, tests/ansible_env.py
 from figures import row  # noqa: E402 -- one Markdown table row, bench/figures.py
 from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
 
@@ -172,18 +173,8 @@ def exit_code(report: dict) -> int:
 
 
 def environment() -> dict:
-    env = dict(
-        os.environ,
-        LC_ALL="C.UTF-8",
-        LANG="C.UTF-8",
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        ANSIBLE_FORCE_COLOR="false",
-        NO_COLOR="1",
-        PY_COLORS="0",
-    )
-    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    # the locale: module doc; PY_COLORS keeps pytest's colour out of the logs
+    return playbook_env(bin_dir=VENV / "bin", extra={"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PY_COLORS": "0"})
 
 
 def _last_line(path: Path) -> str:

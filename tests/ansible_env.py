@@ -1,4 +1,5 @@
-"""The environment ansible-playbook runs with in the tests, the benches and the Molecule verifiers: one builder.
+"""The environment ansible runs with in the tests, the benches, `make gpu-check` and the Molecule verifiers: one
+builder.
 
 Every caller runs a checkout's own ansible.cfg and collections/ (``project``, this one by default) with
 ``ANSIBLE_NOCOLOR=1``, on top of the caller's environment. What differs between callers differs on purpose, and is
@@ -18,8 +19,8 @@ play would see them, without running one.
 ``run_playbook`` runs one of the tests' playbooks on localhost with its variables as an extra-vars file: the one
 runner of the role tests under tests/unit/roles that need no inventory.
 
-Importable by name: from tests/ (pyproject's pytest ``pythonpath``), and from bench/ and molecule/resources/, which
-put tests/ on ``sys.path``.
+Importable by name: from tests/ (pyproject's pytest ``pythonpath``), and from bench/, scripts/gpu_check.py and
+molecule/resources/, which put tests/ on ``sys.path``; standard library only until ``inventory_vars`` is called.
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
-
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
-from ansible.vars.manager import VariableManager
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -95,6 +92,11 @@ def play_recap(stdout: str) -> dict[str, dict[str, int]]:
 def inventory_vars(source: Path | str) -> dict[str, dict]:
     """host -> its variables, as the inventory at ``source`` gives them (Ansible's loader: group_vars, host_vars,
     groups; no facts)."""
+    # imported here: scripts/gpu_check.py builds its environment with the host's Python, before the venv exists
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(source)])
     variables = VariableManager(loader=loader, inventory=manager)

@@ -194,6 +194,18 @@ def test_make_gpu_check_on_this_machine_without_a_gpu_runs_end_to_end_and_exits_
     assert (out / "report.md").read_text().startswith("# make gpu-check: FAILED")
 
 
+def test_the_run_starts_with_the_hosts_python_before_the_venv_has_ansible():
+    """`make gpu-check` starts with the host's python3: gpu_check.py and what it imports (bench/_meta.py, figures,
+    test_summary, tests/ansible_env.py for its environment) need no ansible, blocked here as if absent."""
+    code = (
+        "import runpy, sys; sys.modules['ansible'] = None; sys.argv = ['gpu_check.py', '--help']; "
+        f"runpy.run_path({str(REPO / 'scripts' / 'gpu_check.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("usage: gpu_check.py")
+
+
 def test_record_gpu_check_keeps_only_a_gpu_check_report(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(figures, "GPU_CHECK", tmp_path / "kept.json")
     source = tmp_path / "report.json"
