@@ -503,11 +503,6 @@ def _setting(hostvars: Any, name: str) -> Any:
     return get_var(hostvars, name)
 
 
-def _mps_limits(hostvars: Any) -> mps.Limits:
-    """The MPS cap rule with this host's settings (mps.VARIABLES)."""
-    return mps.limits_of({name: _setting(hostvars, name) for name in mps.VARIABLES})
-
-
 def _reservations(hostvars: Any) -> dict:
     """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
     argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""
@@ -761,7 +756,7 @@ def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any)
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
     try:
         return gpu_sharing.plan_part(kube_gpu.plain(pools), _gpu_nodes(gpus, hostvars), source,
-                                     _mps_limits(hostvars[first]))
+                                     mps.limits_of({name: _setting(hostvars[first], name) for name in mps.VARIABLES}))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 
@@ -793,33 +788,33 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
     }
 
 
-def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str,
-               report_dir: str) -> dict:
-    """The plan preflight made: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host: its
-    OS facts (gpu_facts' gpu_host.os), result: its verdict (ok), plan: the arguments preflight judged it with
-    (driver_version, cuda_version)}, ``hostvars`` host -> that host's variables."""
+def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str | None = None,
+               report_dir: str | None = None, source: str = "preflight") -> dict:
+    """The plan: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host: its OS facts
+    (gpu_facts' gpu_host.os), and where preflight judged the host, result: its verdict (ok, driver_judged) and plan:
+    the arguments it was judged with (driver_version, cuda_version)}, ``hostvars`` host -> that host's variables.
+    ``source``: preflight, or inventory (inventory_plan: no verdict; the pins are the inventory's)."""
     first = next(iter(records), None)
     judged = (records[first].get("plan") or {}) if first else {}
     pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
     plan = _fleet_part(fleet, with_play, hostvars[first] if first else {}, pins)
-    plan.update(source="preflight", created=created, report_dir=report_dir)
+    plan.update(source=source, created=created, report_dir=report_dir)
     plan["hosts"] = {
         host: host_part(
             fleet.get("platform"),
             record.get("gpu") or {},
             hostvars[host],
-            ok=bool((record.get("result") or {}).get("ok")),
+            ok=bool(record["result"].get("ok")) if record.get("result") is not None else None,
             driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
             driver_judged=(record.get("result") or {}).get("driver_judged"),
             host=record.get("host"),
         )
         for host, record in records.items()
     }
+    gpus = {host: record.get("gpu") or {} for host, record in records.items()}
     plan["pools"] = pools_part(plan["hosts"], hostvars)
-    plan["gpu_sharing"] = gpu_sharing_part(
-        fleet.get("platform"), {host: record.get("gpu") or {} for host, record in records.items()}, hostvars
-    )
-    plan["nodes"] = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
+    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), gpus, hostvars)
+    plan["nodes"] = nodes_part(gpus, hostvars)
     return plan
 
 
@@ -839,27 +834,15 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
     hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count. ``platform``: the platform the play
     is for (render.yml's Kubernetes plays), planned where the rule leaves the platform undecided (source: play)."""
     hosts = [h for h in gpu_hosts if h in hostvars]
-    detected = {}
-    for host in hosts:
-        count = (get_var(get_var(hostvars[host], "ansible_facts", {}), "gpu", {}) or {}).get("count")
-        detected[host] = None if count is None else int(count)
+    gpus = {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts}
+    detected = {h: None if gpu.get("count") is None else int(gpu["count"]) for h, gpu in gpus.items()}
     fleet = decide_fleet({h: platform_request(hostvars[h]) for h in hosts}, detected) if hosts else {
         "ok": False, "platform": None, "source": "error", "reason": "no host in gpu_nodes", "gpu_count": None}
     if platform in PLATFORMS and not fleet.get("ok"):
         fleet = {**fleet, "ok": True, "platform": platform, "source": "play",
                  "reason": f"{platform}: the platform this play is for (undecided by the rule: {fleet.get('reason')})"}
-    plan = _fleet_part(fleet, list(PLATFORMS) if with_play is None else with_play, hostvars[hosts[0]] if hosts else {})
-    plan.update(source="inventory", created=None, report_dir=None)
-    plan["hosts"] = {
-        h: host_part(fleet.get("platform"), get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {},
-                     hostvars[h], host=_os_facts(hostvars[h]))
-        for h in hosts
-    }
-    plan["pools"] = pools_part(plan["hosts"], hostvars)
-    gpus = {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts}
-    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), gpus, hostvars)
-    plan["nodes"] = nodes_part(gpus, hostvars)
-    return plan
+    records = {h: {"gpu": gpus[h], "host": _os_facts(hostvars[h])} for h in hosts}
+    return build_plan(fleet, records, hostvars, list(PLATFORMS) if with_play is None else with_play, source="inventory")
 
 
 def with_out_of_service(plan: dict, report_dir: str) -> dict:
