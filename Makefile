@@ -92,7 +92,7 @@ docs: venv
 # The README's test figures come from the last full `make test` recorded here (build/ is not tracked): copy its
 # build/test-summary.json to bench/test-summary.json (a full run only), then regenerate the docs; commit both.
 record-test: venv
-	@$(VENV)/bin/python bench/figures.py record build/test-summary.json
+	@$(VENV)/bin/python bench/figures.py record-test build/test-summary.json
 	@$(VENV)/bin/python scripts/gen-role-docs
 
 unit: venv

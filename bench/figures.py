@@ -10,7 +10,7 @@ committed page differs. The prose around the blocks explains; every number is in
 
 A results entry whose generator says ``over_load`` (bench/_meta.py) is shown with its load, never its figures.
 
-    python bench/figures.py record [build/test-summary.json] [--found cold|partial|warm]
+    python bench/figures.py record-test [build/test-summary.json] [--found cold|partial|warm]
         copies the summary of a full `make test` (command "all") to bench/test-summary.json, the tracked copy the
         README's test line is generated from (`make record-test` runs this, then `make docs`); a run whose set-up
         found nothing (setup_found "cold": no venv, no images) is also kept as bench/test-summary-cold.json, so the
@@ -21,6 +21,8 @@ A results entry whose generator says ``over_load`` (bench/_meta.py) is shown wit
         blocks of README.md and docs/testing.md quote: the host's GPU, driver, CUDA and NVML, or plainly that it
         ran without a GPU; each step with its exit code and seconds; each skip with its reason
         (`make record-gpu-check` runs this, then `make docs`).
+Either refuses, with the fix, a file that is not such a run or names no commit (GPUOPS_COMMIT names it where the
+run's checkout had no .git: bench/_meta.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ PAGES = {"docs/performance.md": ("fleet", "converge", "parsers"), "README.md": (
          "docs/testing.md": ("tests", "gpu-check")}
 SUMMARY_FIELDS = ("format", "command", "commit", "ci", "cores", "started", "ended", "seconds", "load_start",
                   "load_end", "passed", "failed", "skipped", "stages")
+GPU_CHECK_FIELDS = ("format", "command", "commit", "ended", "host", "passed", "why", "steps", "skips")
 
 
 def begin(name: str) -> str:
@@ -334,7 +337,7 @@ def gpu_check_block(report: dict | None) -> list[str]:
     if not report:
         return ["No `make gpu-check` is recorded yet. On a GPU host, `make gpu-check`, then `make record-gpu-check` "
                 "keeps its report as `bench/gpu-check.json` and regenerates this block."]
-    host, when = report["host"], f"at commit {_commit({'commit': report['commit'] or 'unknown'})}, {report['ended']}"
+    host, when = report["host"], f"at commit {_commit(report)}, {report['ended']}"
     verdict = "passed" if report["passed"] else "failed"
     if host["no_gpu"]:
         why = "" if report["why"].startswith("no GPU") else f" ({report['why']})"
@@ -382,63 +385,51 @@ def expected_page(page: str, current: str) -> str:
     return render_page(current, PAGES[page], load(RESULTS) or {}, load(TEST_SUMMARY), page)
 
 
-def record_test(source: Path, found: str | None = None) -> int:
-    summary = load(source)
-    if summary is None:
-        print(f"record-test: {source} does not exist. Fix: run `make test` (the full suite) first", file=sys.stderr)
-        return 1
-    missing = [field for field in SUMMARY_FIELDS if field not in summary]
-    if missing or summary["format"] != 1:
-        print(f"record-test: {source} is not a format-1 test summary (missing {missing}, format "
-              f"{summary.get('format')!r}). Fix: rerun `make test` with this checkout", file=sys.stderr)
-        return 1
-    if not summary["commit"]:
-        print(f"record-test: {source} names no commit (run outside a git checkout). Fix: run `make test` in a clone",
-              file=sys.stderr)
-        return 1
-    if summary["command"] != "all":
-        print(f"record-test: {source} records `run-tests.sh {summary['command']}`, not the full suite; only a "
-              "full `make test` (command \"all\") is recorded. Fix: run `make test`", file=sys.stderr)
-        return 1
-    if found and not summary.get("setup_found"):
-        summary = {**summary, "setup_found": found, "setup_found_stated": True}
-    TEST_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
-    if summary.get("setup_found") == "cold":
-        COLD_SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"record-test: a cold run: also {shown(COLD_SUMMARY)}")
-    print(f"record-test: {shown(source)} -> {shown(TEST_SUMMARY)} (commit {summary['commit']}); "
-          "now `make docs`, then commit both")
-    return 0
+def _refusal(kind: str, run: dict | None) -> str | None:
+    """Why `make record-<kind>` keeps no copy of ``run``, with the fix; None when it keeps one."""
+    if run is None:
+        return f"does not exist. Fix: run `make {kind}` first"
+    fields, command = (SUMMARY_FIELDS, "all") if kind == "test" else (GPU_CHECK_FIELDS, "make gpu-check")
+    missing = [field for field in fields if field not in run]
+    if missing or run["format"] != 1:
+        return (f"is not a format-1 `make {kind}` record (missing {missing}, format {run.get('format')!r}). "
+                f"Fix: rerun `make {kind}` with this checkout")
+    if run["command"] != command:
+        return f"records command {run['command']!r}, not {command!r}: only a full `make {kind}` is kept. Fix: run it"
+    if not run["commit"]:
+        return f"names no commit (run outside a git checkout). Fix: run `make {kind}` in a clone, or set GPUOPS_COMMIT"
+    return None
 
 
-def record_gpu_check(source: Path) -> int:
-    report = load(source)
-    if report is None:
-        print(f"record-gpu-check: {source} does not exist. Fix: run `make gpu-check` first", file=sys.stderr)
+def record(kind: str, source: Path, found: str | None = None) -> int:
+    """`make record-test` and `make record-gpu-check` (module doc): ``kind`` "test" or "gpu-check"."""
+    run = load(source)
+    refusal = _refusal(kind, run)
+    if refusal:
+        print(f"record-{kind}: {source} {refusal}", file=sys.stderr)
         return 1
-    if report.get("format") != 1 or report.get("command") != "make gpu-check" or not report.get("steps"):
-        print(f"record-gpu-check: {source} is not a format-1 `make gpu-check` report. Fix: rerun `make gpu-check` "
-              "with this checkout", file=sys.stderr)
-        return 1
-    GPU_CHECK.write_text(json.dumps(report, indent=2) + "\n")
-    where = "without a GPU" if report["host"]["no_gpu"] else f"on {report['host']['gpu_model']}"
-    print(f"record-gpu-check: {source} -> {shown(GPU_CHECK)} (ran {where}, commit {report['commit']}); "
-          "now `make docs`, then commit both")
+    if found and not run.get("setup_found"):
+        run = {**run, "setup_found": found, "setup_found_stated": True}
+    targets = [TEST_SUMMARY] if kind == "test" else [GPU_CHECK]
+    if run.get("setup_found") == "cold":
+        targets.append(COLD_SUMMARY)
+    for target in targets:
+        target.write_text(json.dumps(run, indent=2) + "\n")
+    print(f"record-{kind}: {shown(source)} -> {', '.join(str(shown(target)) for target in targets)} "
+          f"(commit {run['commit']}); now `make docs`, then commit them")
     return 0
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="figures.py", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    record = sub.add_parser("record", help="keep a full `make test`'s summary as bench/test-summary.json")
-    record.add_argument("source", nargs="?", type=Path, default=BUILD_SUMMARY)
-    record.add_argument("--found", choices=("cold", "partial", "warm"), help="what the set-up found, if not recorded")
+    test = sub.add_parser("record-test", help="keep a full `make test`'s summary as bench/test-summary.json")
+    test.add_argument("source", nargs="?", type=Path, default=BUILD_SUMMARY)
+    test.add_argument("--found", choices=("cold", "partial", "warm"), help="what the set-up found, if not recorded")
     gpu_check = sub.add_parser("record-gpu-check", help="keep a `make gpu-check` report as bench/gpu-check.json")
     gpu_check.add_argument("source", nargs="?", type=Path, default=BUILD_GPU_CHECK)
     args = parser.parse_args(argv)
-    if args.what == "record-gpu-check":
-        return record_gpu_check(args.source)
-    return record_test(args.source, args.found)
+    return record(args.what.removeprefix("record-"), args.source, getattr(args, "found", None))
 
 
 if __name__ == "__main__":

@@ -199,36 +199,36 @@ def test_a_page_without_its_markers_is_refused():
     assert out.startswith("# x\n\n")
 
 
-def test_record_test_keeps_only_a_full_run(tmp_path, monkeypatch, capsys):
+def test_record_test_keeps_only_a_full_run_that_names_its_commit(tmp_path, monkeypatch, capsys):
     target = tmp_path / "kept.json"
     monkeypatch.setattr(figures, "TEST_SUMMARY", target)
     monkeypatch.setattr(figures, "REPO", tmp_path)
     base = dict.fromkeys(figures.SUMMARY_FIELDS, 0) | {"format": 1, "stages": {}, "commit": "c" * 40}
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps({**base, "command": "lint"}))
-    assert figures.record_test(partial) == 1
-    assert "not the full suite" in capsys.readouterr().err
+    assert figures.record("test", partial) == 1
+    assert "records command 'lint', not 'all': only a full `make test` is kept" in capsys.readouterr().err
     assert not target.exists()
-    assert figures.record_test(tmp_path / "absent.json") == 1
+    assert figures.record("test", tmp_path / "absent.json") == 1
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"format": 1, "command": "all"}))
-    assert figures.record_test(broken) == 1
+    assert figures.record("test", broken) == 1
     anonymous = tmp_path / "anonymous.json"
     anonymous.write_text(json.dumps({**base, "command": "all", "commit": None}))
-    assert figures.record_test(anonymous) == 1
+    assert figures.record("test", anonymous) == 1
     assert "names no commit" in capsys.readouterr().err
     full = tmp_path / "full.json"
     full.write_text(json.dumps({**base, "command": "all"}))
     cold_target = tmp_path / "cold.json"
     monkeypatch.setattr(figures, "COLD_SUMMARY", cold_target)
-    assert figures.record_test(full) == 0
+    assert figures.record("test", full) == 0
     assert json.loads(target.read_text())["command"] == "all"
     assert not cold_target.exists(), "a run whose set-up is not known to be cold is not kept as the cold one"
-    assert figures.record_test(full, "cold") == 0
+    assert figures.record("test", full, "cold") == 0
     assert json.loads(cold_target.read_text())["setup_found_stated"] is True
     recorded = tmp_path / "recorded.json"
     recorded.write_text(json.dumps({**base, "command": "all", "setup_found": "warm"}))
-    assert figures.record_test(recorded, "cold") == 0
+    assert figures.record("test", recorded, "cold") == 0
     assert json.loads(target.read_text())["setup_found"] == "warm", "--found never overrides a recorded value"
 
 

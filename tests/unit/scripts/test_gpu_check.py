@@ -213,6 +213,11 @@ def test_record_gpu_check_keeps_only_a_gpu_check_report(tmp_path, monkeypatch, c
     assert "Fix: run `make gpu-check` first" in capsys.readouterr().err
     source.write_text(json.dumps({"format": 1, "command": "make test", "steps": []}))
     assert figures.main(["record-gpu-check", str(source)]) == 1
+    assert "is not a format-1 `make gpu-check` record (missing ['commit', 'ended'," in capsys.readouterr().err
+    source.write_text(json.dumps({**report(NO_GPU, [ok("setup", gpu=False)]), "commit": None}))
+    assert figures.main(["record-gpu-check", str(source)]) == 1
+    assert "names no commit" in capsys.readouterr().err
+    assert not (tmp_path / "kept.json").exists()
     source.write_text(json.dumps(report(NO_GPU, [ok("setup", gpu=False)])))
     assert figures.main(["record-gpu-check", str(source)]) == 0
     assert json.loads((tmp_path / "kept.json").read_text())["host"]["no_gpu"] == "no nvidia-smi in PATH"
