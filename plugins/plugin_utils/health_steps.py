@@ -289,7 +289,8 @@ def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: st
 
 
 def audit_records(host: str, done: list[dict], hplan: dict, now: str) -> list[str]:
-    """One JSON line per step run: time, host, GPU, event, action, step, result (the audit log is appended to)."""
+    """One JSON line per step run: time, host, GPU, event, action, step, result (the audit log is appended to);
+    ``by`` where the step names who ran it (the breaker's, host None)."""
     first = next((i for i in hplan.get("items") or [] if i.get("new") and i["action"] == hplan.get("action")), {})
     lines = []
     for step in done:
@@ -300,6 +301,8 @@ def audit_records(host: str, done: list[dict], hplan: dict, now: str) -> list[st
                   "action": step.get("action") or hplan.get("action"), "step": step["kind"],
                   "argv": step.get("argv"), "result": step.get("result"),
                   "detail": step.get("detail") or step.get("reason", "")}
+        if "by" in step:
+            record["by"] = step["by"]
         lines.append(json.dumps(record, sort_keys=True))
     return lines
 

@@ -262,6 +262,15 @@ def test_audit_lines_carry_time_host_gpu_event_action_result():
         ("node-a", ["0"], "Xid 79", "reboot", "mark_out", "ok"),
         ("node-a", None, "Xid 79", "reboot", "reboot", "skipped")]
     assert all(r["time"] == "2026-12-02T05:00:00Z" for r in lines)
+    assert all("by" not in r for r in lines)
+
+
+def test_the_breaker_is_audited_by_the_same_records_with_who_and_no_host():
+    """plan.yml's breaker line (tripped now, or reset) is one of these records: host None, and who ran it."""
+    done = [{"kind": "breaker_reset", "result": "ok", "by": "alice", "detail": "health_breaker_reset=true"}]
+    [line] = [json.loads(line) for line in S.audit_records(None, done, {}, "2026-12-02T05:00:00Z")]
+    assert (line["host"], line["step"], line["by"], line["result"], line["detail"]) == (
+        None, "breaker_reset", "alice", "ok", "health_breaker_reset=true")
 
 
 def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
