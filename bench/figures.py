@@ -296,13 +296,17 @@ def _test_line(summary: dict, title: str) -> str:
             f"Stages: {stages}.")
 
 
+def _skip_items(groups: list[tuple[str, str, str | None]]) -> list[str]:
+    """One item per stage or step and reason, as the test run's closing lines group them (skip_groups): the test
+    skipped for it, or how many; nothing more for a gpu-check step skipped whole."""
+    return [f"- {name}: {reason}" + (f" (`{which}`)" if which else "") for name, reason, which in groups]
+
+
 def _skips(summary: dict) -> list[str]:
-    """The run's skips, one item per stage and reason, as its closing lines printed them."""
     groups = skip_groups(summary["stages"])
     if not groups:
         return ["", "No test skipped in that run."]
-    return ["", "Its skips, each with its reason, as that run recorded them:", "",
-            *(f"- {name}: {reason} (`{which}`)" for name, reason, which in groups)]
+    return ["", "Its skips, each with its reason, as that run recorded them:", "", *_skip_items(groups)]
 
 
 def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
@@ -321,15 +325,13 @@ def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
 
 
 def _gpu_check_skips(report: dict) -> list[str]:
-    """Each step skipped whole, with its reason; the tests' skips grouped by reason, with how many."""
-    lines = [f"- {skip['step']}: {skip['reason']}" for skip in report["skips"] if not skip["test"]]
-    reasons: dict = {}
+    steps: dict = {}
     for skip in report["skips"]:
-        if skip["test"]:
-            reasons.setdefault((skip["step"], skip["reason"]), []).append(skip["test"])
-    lines += [f"- {step} ({len(tests)} test{'s' if len(tests) > 1 else ''}): {reason}"
-              for (step, reason), tests in reasons.items()]
-    return ["", "Its skips, each with its reason:", "", *lines] if lines else ["", "Nothing was skipped."]
+        steps.setdefault(skip["step"], {"skips": []})["skips"].append(skip)
+    groups = skip_groups(steps)
+    if not groups:
+        return ["", "Nothing was skipped."]
+    return ["", "Its skips, each with its reason:", "", *_skip_items(groups)]
 
 
 def gpu_check_block(report: dict | None) -> list[str]:

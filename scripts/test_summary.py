@@ -206,7 +206,8 @@ def summary(args: argparse.Namespace) -> dict:
 
 def skip_groups(stages: dict) -> list[tuple[str, str, str]]:
     """(stage, reason, which) per stage and skip reason, in the stages' order: which is the one test skipped for
-    that reason, or "N tests". The closing lines print them; bench/figures.py quotes the recorded run's."""
+    that reason, or "N tests" (None for a gpu-check step skipped whole). The closing lines print them;
+    bench/figures.py quotes the recorded run's and the recorded gpu-check's."""
     groups = []
     for name, stage in stages.items():
         reasons: dict[str, list[str]] = {}

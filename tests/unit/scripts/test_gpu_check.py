@@ -230,8 +230,12 @@ def test_the_figures_block_says_plainly_when_the_run_had_no_gpu(tmp_path):
     assert "proves nothing about a GPU host" in text
     assert "| module gpu_facts | skipped |  | 0.0 |" in text
     assert "- preflight.yml: no GPU: no nvidia-smi in PATH" in text
-    on_gpu = "\n".join(figures.gpu_check_block(report(H200, [ok("tests/gpu", 12.0)])))
+    tests = ok("tests/gpu", 12.0)
+    tests["skips"] = [{"test": "t::nvlink_a", "reason": "1 GPU"}, {"test": "t::fm", "reason": "no NVSwitch"},
+                      {"test": "t::nvlink_b", "reason": "1 GPU"}]
+    on_gpu = "\n".join(figures.gpu_check_block(report(H200, [tests])))
     assert "ran on 1 x NVIDIA H200, driver 580.159.04, CUDA 13.0, NVML 13.580.159.04" in on_gpu
+    assert on_gpu.endswith("- tests/gpu: 1 GPU (`2 tests`)\n- tests/gpu: no NVSwitch (`t::fm`)"), "as make test's"
     assert "without a GPU" not in on_gpu
     assert "No `make gpu-check` is recorded yet" in figures.gpu_check_block(None)[0]
 
