@@ -47,12 +47,13 @@ def settings_used(text: str, prefix: str) -> set[str]:
 
 
 def entry_point_names(role: str) -> set[str]:
-    """The interface of a role's entry points other than main - their options and what their description says they
-    set ("Sets C(<name>)"): parameters and outputs, not settings, so not in defaults/main.yml."""
+    """The interface of a role's entry points other than main and inputs (which checks main's options, the settings) -
+    their options and what their description says they set ("Sets C(<name>)"): parameters and outputs, not settings,
+    so not in defaults/main.yml."""
     specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     names = set()
     for entry, spec in specs.items():
-        if entry != "main":
+        if entry not in ("main", "inputs"):
             text = " ".join(spec.get("description") or [])
             names |= set(spec.get("options") or {}) | set(re.findall(r"Sets C\((\w+)\)", text))
     return names
@@ -66,8 +67,9 @@ def play_problems(play: dict, roles: list[str], base: Path = REPO / "playbooks")
     problems = [f"play var {name} is a setting: play vars outrank the inventory; make it a default of roles/{roles[0]}"
                 for name in play_vars if not name.startswith("__")]
     listed = [r if isinstance(r, str) else r.get("role", r.get("name")) for r in play.get("roles") or []]
-    listed += [t["ansible.builtin.import_role"]["name"] for t in play.get("pre_tasks") or []
-               if "ansible.builtin.import_role" in t]  # a role imported for its defaults only
+    # a role imported, for its defaults only (pre_tasks) or to run it after the inputs pass (tasks)
+    tasks = (play.get("pre_tasks") or []) + (play.get("tasks") or [])
+    listed += [t["ansible.builtin.import_role"]["name"] for t in tasks if "ansible.builtin.import_role" in t]
     problems += [f"the play does not list gpuops.cluster.{role} in roles: (its defaults would be undefined)"
                  for role in roles if f"gpuops.cluster.{role}" not in listed]
     return problems
@@ -112,6 +114,8 @@ def test_the_checks_find_play_var_settings_and_stray_names() -> None:
     imported = {"pre_tasks": [{"ansible.builtin.import_role": {"name": "gpuops.cluster.validate"}, "when": False}],
                 "roles": ["gpuops.cluster.burnin"]}
     assert play_problems(imported, ["burnin", "validate"]) == []
+    imported["tasks"] = [{"ansible.builtin.import_role": {"name": "gpuops.cluster.burnin"}}]
+    assert play_problems({k: v for k, v in imported.items() if k != "roles"}, ["burnin", "validate"]) == []
     text = ("# validate_in_a_comment\nx: \"{{ validate_timeout }} {{ __validate_rows }}\"\n"
             "y: \"{{ a | gpuops.cluster.validate_rows }}\"  # validate_trailing\nz: tasks/validate_report.yml\n"
             "w: validate_x.yml moves; {{ validate_pod.split('/') }}\n  tags: [validate_report]\n")
