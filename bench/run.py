@@ -22,6 +22,9 @@ from pathlib import Path
 from _meta import REPO, generator, record, started
 from figures import table_lines
 
+sys.path.insert(0, str(REPO / "tests"))
+from gpu import live  # tests/gpu's answer to "is there a GPU here?" (nvidia-smi -L), make gpu-check's too
+
 SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
 TOPO_DIR = SHARED / "nvidia-smi" / "topo"
 QUERY_XML = SHARED / "nvidia-smi" / "query" / "a100-sxm4-80gb_mig-enabled_1of4gpus.xml"
@@ -410,8 +413,8 @@ def _gather_in_fresh_python(backend: str) -> str:
 
 def no_gpu_reason() -> str | None:
     """Why table 4 cannot run here (None on a GPU host where both nvidia-smi and NVML answer)."""
-    if not shutil.which("nvidia-smi"):
-        return "no nvidia-smi in PATH: no NVIDIA driver on this host (the bench fleet's targets have none either)"
+    if live.NO_GPU:
+        return live.NO_GPU
     try:
         _gather_in_fresh_python("nvml")
     except SystemExit as err:
