@@ -22,7 +22,12 @@ from pathlib import Path
 from _meta import REPO, generator, record, started
 from figures import table_lines
 
+sys.path.insert(0, str(REPO / "collections"))  # the collection, imported in place
 sys.path.insert(0, str(REPO / "tests"))
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as GF
+from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as SMI  # the nvidia-smi parsers
+from ansible_collections.gpuops.cluster.plugins.module_utils import topology as TOPOLOGY
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight as PREFLIGHT
 from gpu import live  # tests/gpu's answer to "is there a GPU here?" (nvidia-smi -L), make gpu-check's too
 
 SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -38,22 +43,6 @@ FLEET_GPUS = (1, 8, 64, 512)
 BIG_XML_GPUS = 64  # from this size on, the N-GPU XML takes long enough that fewer repeats do
 FLEET_HOSTS = 1000
 TABLES: list[dict] = []  # every table printed, as recorded in results.json
-
-
-def _collection():
-    """The collection's module_utils and plugin_utils, imported in place (collections/ansible_collections/...)."""
-    sys.path.insert(0, str(REPO / "collections"))
-    from ansible_collections.gpuops.cluster.plugins.module_utils import (  # noqa: PLC0415 -- needs the path above
-        gpu_facts,
-        gpu_facts_smi,
-        topology,
-    )
-    from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight  # noqa: PLC0415 -- needs the path above
-
-    return gpu_facts, gpu_facts_smi, preflight, topology
-
-
-GF, SMI, PREFLIGHT, TOPOLOGY = _collection()  # SMI: the nvidia-smi parsers (gpu_facts imports them when it uses them)
 
 
 # ------------------------------------------------------------------------------------------------- timing

@@ -6,6 +6,10 @@ No figure is checked: the tables are measured by `make bench`, not by a test.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import run
 from conftest import shared_path
@@ -36,3 +40,15 @@ def test_table_4_is_skipped_with_the_reason_without_a_gpu(small, monkeypatch):
     monkeypatch.setattr(run.live, "NO_GPU", "no nvidia-smi in PATH: not a GPU host")  # tests/gpu/live.py's
     assert run.bench_nvml() is False
     assert small[-1]["note"] == "skipped: no nvidia-smi in PATH: not a GPU host"
+
+
+def test_run_py_imports_as_make_bench_starts_it():
+    """`python bench/run.py` starts with only bench/ on its path: the collection and tests/gpu's probe must come from
+    the paths it adds itself (here the test run has both on its path already)."""
+    bench = str(run.REPO / "bench")
+    code = f"import sys; sys.path[0] = {bench!r}; import run; print(run.live.__name__, run.GF.__name__)"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, check=False)
+    assert proc.stdout.split() == ["gpu.live", "ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts"], (
+        proc.stderr
+    )
