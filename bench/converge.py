@@ -27,12 +27,11 @@ from _meta import REPO, generator, load1, record, started, timed
 from figures import converge_block
 
 sys.path.insert(0, str(REPO / "tests"))
-from ansible_env import playbook_env
+from ansible_env import play_recap, playbook_env
 
 LOGS = REPO / "build" / "bench"
 LOCK = "/tmp/gpuops-molecule-demo.lock"
 INVENTORY = "inventories/demo/hosts.yml"
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 TASK_TIME = re.compile(r"^(.+?) -+ (\d+\.\d+)s$", re.M)
 TARGETS_GPU = False  # the demo node (playbooks/demo_node.yml) is a container given no GPU
 
@@ -56,12 +55,9 @@ def playbook(name: str, *argv: str, env: dict[str, str]) -> tuple[float, str]:
 
 
 def recap(out: str) -> dict[str, int]:
-    hosts = RECAP.findall(out)
-    return {
-        "ok": sum(int(h[1]) for h in hosts),
-        "changed": sum(int(h[2]) for h in hosts),
-        "failed": sum(int(h[4]) for h in hosts),
-    }
+    """The PLAY RECAP's ok, changed and failed, summed over the hosts."""
+    hosts = play_recap(out).values()
+    return {key: sum(host[key] for host in hosts) for key in ("ok", "changed", "failed")}
 
 
 def slowest(out: str) -> dict[str, float]:
