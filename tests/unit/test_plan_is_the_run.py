@@ -112,11 +112,9 @@ def test_the_scan_reads_the_roles_and_playbooks():
 # --- the topology is read once, by preflight --------------------------------------------------------------------
 
 # file -> why it may still read the topology itself; add an entry only for a read-only use that reports, or the
-# plan's own input, never one that decides (burnin's was found when gpu_topology was retired into gpu_facts: to move).
+# plan's own input, never one that decides (burn-in, which decides its pairs' NCCL settings, reads the plan's).
 TOPOLOGY_READS_ALLOWED: dict[str, str] = {
     "playbooks/compose.yml": "the plan's input where no preflight ran in this run (tasks/plan.yml plans from it)",
-    "roles/burnin/tasks/node.yml": "day 2: burn-in judges the live node; its pair runs' NCCL settings and report "
-    "read this topology too (the plan holds NCCL settings: a candidate to read from there)",
     "roles/validate/tasks/gather.yml": "day 2, read-only: the NVLink/PCIe expectation is judged on the live matrix",
 }
 GPU_FACTS = ("gpuops.cluster.gpu_facts", "gpu_facts")
