@@ -83,6 +83,17 @@ def test_junit_unreachable_is_an_error_and_failure_names_the_task():
     assert error.get("type") == "unreachable"
     assert error.get("message").startswith("Ping: ")
     assert "Failed to connect to the host via ssh" in error.get("message")
+    counts = ("tests", "failures", "errors", "skipped")
+    suite = root.find("testsuite")
+    assert [root.get(key) for key in counts] == [suite.get(key) for key in counts] == ["2", "1", "1", "0"]
+
+
+def test_junit_a_host_that_skipped_every_task_is_a_skipped_case():
+    host = {"ok": 0, "skipped": 3, "failed_tasks": []}
+    summary = {"plays": [{"name": "GPU nodes", "seconds": None, "hosts": {"cpu1": host, "gpu1": {**host, "ok": 2}}}]}
+    root = ET.fromstring(S.junit_xml(summary))
+    assert [c.get("classname") for c in root.iter("testcase") if c.find("skipped") is not None] == ["cpu1"]
+    assert [root.get(key) for key in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "1"]
 
 
 def test_exit_codes():
