@@ -7,8 +7,7 @@ has figures; ``record()`` stores the entry under the script's key with a ``gener
 
   script            the bench script, relative to the repository (bench/fleet.py)
   command           the exact command line, with the GPUOPS_BENCH_* variables that were set
-  commit            ``commit()``: ``git rev-parse HEAD``, ``-dirty`` when a tracked file other than a recorded figure
-                    file (bench/*.json) differs from it; GPUOPS_COMMIT instead where set
+  commit            ``commit()``: HEAD, ``-dirty`` as that function says; GPUOPS_COMMIT instead where set
   measured_at       UTC start of the measurement, YYYY-MM-DDTHH:MM:SSZ
   cores             os.cpu_count()
   load_1min_before  1-minute load average when the measurement started
