@@ -112,10 +112,10 @@ def test_the_scan_reads_the_roles_and_playbooks():
 # --- the topology is read once, by preflight --------------------------------------------------------------------
 
 # file -> why it may still read the topology itself; add an entry only for a read-only use that reports, or the
-# plan's own input, never one that decides (burn-in, which decides its pairs' NCCL settings, reads the plan's).
+# plan's own input, never one that decides (burn-in and validate judge against the plan's: a link lost since
+# preflight must fail their checks, not lower what they expect).
 TOPOLOGY_READS_ALLOWED: dict[str, str] = {
     "playbooks/compose.yml": "the plan's input where no preflight ran in this run (tasks/plan.yml plans from it)",
-    "roles/validate/tasks/gather.yml": "day 2, read-only: the NVLink/PCIe expectation is judged on the live matrix",
 }
 GPU_FACTS = ("gpuops.cluster.gpu_facts", "gpu_facts")
 
