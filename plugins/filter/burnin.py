@@ -92,7 +92,8 @@ def burnin_markdown(report) -> str:
 
 def _topologies(value, what: str) -> list:
     if not isinstance(value, list):
-        raise AnsibleFilterError(f"{what} needs a list of gpu_topology results, got {type(value).__name__}")
+        raise AnsibleFilterError(f"{what} needs a list of topologies (gpu_facts' topology, one per node), "
+                                 f"got {type(value).__name__}")
     return [t if isinstance(t, dict) else None for t in value]
 
 

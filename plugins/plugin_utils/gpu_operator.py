@@ -115,7 +115,7 @@ def mirror_repository(repository: str, mirror: str) -> str:
 
 
 def _nvlinked(topology: dict | None) -> bool:
-    """NVLink between any two GPUs of the node (gpu_topology's nvlink_domains, or the GPUs' nvlink_peers)."""
+    """NVLink between any two GPUs of the node (the topology's nvlink_domains, or the GPUs' nvlink_peers)."""
     topology = topology or {}
     if any(len(domain) > 1 for domain in topology.get("nvlink_domains") or []):
         return True
@@ -152,9 +152,9 @@ def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits) -
     linked = sorted(node["name"] for node in nodes if _nvlinked(node.get("topology")))
     if linked:
         problems.append(
-            f"{var}.mig_profile is {profile!r} but these nodes of the pool have NVLink-connected GPUs (gpu_topology): "
-            f"{', '.join(linked)}; MIG disables NVLink P2P between them; fix: remove mig_profile for this pool, or "
-            "move the nodes to a pool without MIG"
+            f"{var}.mig_profile is {profile!r} but these nodes of the pool have NVLink-connected GPUs "
+            f"(by their topology): {', '.join(linked)}; MIG disables NVLink P2P between them; fix: remove mig_profile "
+            "for this pool, or move the nodes to a pool without MIG"
         )
     for node in nodes:
         if not mig_capable(node.get("gpu_model")):

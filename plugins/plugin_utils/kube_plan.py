@@ -6,7 +6,7 @@ Pure functions, no Ansible imports, shared by the ``gpuops.cluster.kube_*`` filt
 their unit tests. Problems come back as sentences naming the variable, the value found, what is allowed
 and the fix; the callers refuse the run with them before any host changes.
 
-Kubelet policy (one decision per node, from the node's ``gpu_topology`` result or the inventory's
+Kubelet policy (one decision per node, from the node's topology (gpu_facts') or the inventory's
 ``gpuops_gpu_topology`` declaration, which has the same shape: ``nvlink_domains``, ``numa_groups`` and
 optionally ``gpus`` with ``cpu_affinity``, ``numa_groups[].cpus`` and ``placements``):
 

@@ -1,10 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Training-pool PyTorchJob templates and their NCCL settings, from gpu_topology results: pure builders.
+"""Training-pool PyTorchJob templates and their NCCL settings, from the nodes' topologies: pure builders.
 
 NCCL settings (``nccl_env``):
 
-* ``NCCL_IB_HCA``: the RDMA devices that gpu_topology ranks nearest to the pool's GPUs (``nearest_nics``, the
+* ``NCCL_IB_HCA``: the RDMA devices that the topology ranks nearest to the pool's GPUs (``nearest_nics``, the
   NIC Legend names such as ``mlx5_0``), in the matrix's column order, with NCCL's ``=`` prefix for exact names
   (so ``mlx5_1`` does not also select ``mlx5_10``). NICs that are nearest to no GPU (storage NICs on
   ``SYS``) are left out.
@@ -40,7 +40,7 @@ def _set_socket(env: dict[str, str], ifname: str) -> None:
 
 
 def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any]:
-    """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these gpu_topology results."""
+    """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these topologies (gpu_facts' shape)."""
     env: dict[str, str] = {}
     notes: list[str] = []
     _set_socket(env, socket_ifname)
@@ -49,7 +49,7 @@ def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any
     unknown = False
     undeclared = [t for t in topologies if not isinstance(t, dict) or "nics" not in t]
     if undeclared or not topologies:
-        notes.append("the NICs of some nodes are not known (no gpu_topology result with 'nics'): NCCL_IB_HCA "
+        notes.append("the NICs of some nodes are not known (no topology with 'nics'): NCCL_IB_HCA "
                      "not set, NCCL selects the HCAs itself; run preflight on the hosts or declare 'nics'")
         return {"env": env, "notes": notes}
     for topology in topologies:

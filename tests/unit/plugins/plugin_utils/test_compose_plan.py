@@ -1,7 +1,7 @@
 """Workspace planning (GPUs, NUMA-local cpuset, memory), image mirroring and rule capping.
 
 Topologies come from real `nvidia-smi topo -m` captures in ../shared/data, read with the
-collection's own parser (module_utils.topology), exactly as the gpu_topology module returns them.
+collection's own parser (module_utils.topology), exactly as gpu_facts' topology returns them.
 """
 
 from __future__ import annotations
