@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support, preflight
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import build_plan, with_out_of_service
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS, ReadOnce, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import ReadOnce, decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report import (
     add_sections,
     summary_line,
@@ -32,8 +32,12 @@ ARGUMENT_SPEC = {
     "result_var": {"type": "str", "default": "__preflight_host"},
     "hosts": {"type": "list", "elements": "str"},
     "gpu_group": {"type": "str", "default": "gpu_nodes"},
-    "platforms_with_play": {"type": "list", "elements": "str"},
 }
+
+
+def platforms_with_play() -> list[str]:
+    """The platforms playbooks/vars/run_roles.yml lists roles for: each has its play (playbooks/<platform>.yml)."""
+    return [name for name in os_support.run_roles() if name != os_support.HOST_LAYER]
 
 
 def _no_play(decision: dict, served: list[str]) -> dict:
@@ -79,9 +83,7 @@ class ActionModule(ActionBase):
                 count = (facts.get("gpu") or {}).get("count")
                 detected[host] = None if count is None else int(count)
         fleet = decide_fleet({h: r["preflight"]["request"] for h, r in judged.items()}, detected)
-        # The platforms with a play are said by the plays (playbooks/vars/run_roles.yml, passed by the preflight
-        # play); the role run alone assumes every platform has one.
-        served = list(PLATFORMS) if args["platforms_with_play"] is None else args["platforms_with_play"]
+        served = platforms_with_play()
         if fleet["ok"] and fleet["platform"] not in served:
             fleet = _no_play(fleet, served)
             fleet["hosts"] = {h: _no_play(d, served) for h, d in fleet["hosts"].items()}

@@ -14,8 +14,8 @@ description:
   - "The platform is the fleet's: where C(gpuops_gpu_count) is unset, the GPUs are the sum of those detected
     across O(gpu_group) (hosts outside this run count from their cached facts; with none, the decision is refused).
     Hosts whose plans lead to different platforms are refused, named by platform: one site gets one platform."
-  - A platform without a play (not in O(platforms_with_play)) is refused, so C(site.yml) never ends with only a
-    driver installed.
+  - A platform without a play (one C(playbooks/vars/run_roles.yml) lists no roles for, the file the plays read) is
+    refused, so C(site.yml) never ends with only a driver installed.
   - Writes C(<report_dir>/<UTC run id>/<host>.json) and C(<host>.md) for every host, and C(fleet.json), once.
   - Fails, naming every refused host and its failed checks, when any check failed on any host.
   - Returns the plan (C(gpuops_plan), documented in docs/plan.md), which the preflight role sets on every host of the
@@ -38,12 +38,6 @@ options:
     description: Inventory group whose GPUs the fleet's count sums.
     type: str
     default: gpu_nodes
-  platforms_with_play:
-    description:
-      - Platforms that have a play. The preflight play of C(site.yml) passes those C(playbooks/vars/run_roles.yml)
-        lists roles for; unset, every platform is taken to have one.
-    type: list
-    elements: str
 attributes:
   action:
     support: full
