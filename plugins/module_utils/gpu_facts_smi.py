@@ -134,7 +134,8 @@ def q_get(tree: dict, *path: str) -> str | None:
     return node if isinstance(node, str) else None
 
 
-def _q_gpu(index: int, bus_id: str, tree: dict) -> dict:
+def q_gpu(index: int, bus_id: str, tree: dict) -> dict:
+    """The facts GPU record of one ``-q`` GPU section (``split_nvidia_smi_q``'s tree)."""
     fabric = tree.get("Fabric") if isinstance(tree.get("Fabric"), dict) else {}
     return gpu_record(
         index,
@@ -185,7 +186,7 @@ def parse_nvidia_smi_q(text: str) -> dict:
         "driver_version": value_or_none(q_get(head, "Driver Version")),
         "cuda_driver_version": value_or_none(q_get(head, "CUDA Version")),
         "attached_gpus": int_or_none(q_get(head, "Attached GPUs")),
-        "gpus": [_q_gpu(index, bus, tree) for index, (bus, tree) in enumerate(blocks)],
+        "gpus": [q_gpu(index, bus, tree) for index, (bus, tree) in enumerate(blocks)],
     }
 
 

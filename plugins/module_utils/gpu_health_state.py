@@ -34,6 +34,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     SOURCE_NVIDIA_SMI,
     SOURCE_NVML,
     BackendUnavailable,
+    find_nvidia_smi,
     first_backend,
     import_pynvml,
     int_or_none,
@@ -43,8 +44,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
     parse_nvidia_smi_nvlink_errors,
     parse_nvidia_smi_nvlink_links,
-    parse_nvidia_smi_q,
     q_get,
+    q_gpu,
     split_nvidia_smi_q,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import one_line
@@ -302,14 +303,16 @@ def q_not_supported(tree: dict) -> list:
 
 
 def parse_health_q(text: str) -> list:
-    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` and ``not_supported`` (gpu_facts' parser,
-    then the health keys; its parsers remove terminal control sequences)."""
+    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` and ``not_supported``: gpu_facts' record of
+    each section that ``split_nvidia_smi_q`` parsed once (it removes terminal control sequences), then the health
+    keys from the same tree."""
     _head, blocks = split_nvidia_smi_q(text)
-    records = parse_nvidia_smi_q(text)["gpus"]
-    for record, (_bus, tree) in zip(records, blocks):
-        record.pop("mig_devices", None)
+    records = []
+    for index, (bus, tree) in enumerate(blocks):
+        record = q_gpu(index, bus, tree)
         record["state"] = q_state(tree, record["persistence_mode"])
         record["not_supported"] = q_not_supported(tree)
+        records.append(record)
     return records
 
 
@@ -337,9 +340,7 @@ def add_nvlink(records: list, status_text: str | None, errors_text: str | None) 
 
 def gather_smi_state(run, which, notes: list) -> list:
     """``nvidia-smi -q`` once for all GPUs, then ``nvlink -s`` and ``nvlink -e`` once each."""
-    binary = which("nvidia-smi")
-    if not binary:
-        raise BackendUnavailable("nvidia-smi is not in PATH")
+    binary = find_nvidia_smi(which)
     rc, out, err = run([binary, "-q"])
     if rc != 0:
         raise BackendUnavailable(f"'nvidia-smi -q' exited {rc}: {one_line(out or err)}")
