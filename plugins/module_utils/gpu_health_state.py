@@ -303,9 +303,8 @@ def q_not_supported(tree: dict) -> list:
 
 
 def parse_health_q(text: str) -> list:
-    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` and ``not_supported``: gpu_facts' record of
-    each section that ``split_nvidia_smi_q`` parsed once (it removes terminal control sequences), then the health
-    keys from the same tree."""
+    """GPU records of ``nvidia-smi -q`` text, each with its ``state`` and ``not_supported`` (gpu_facts' record and
+    the health keys, both from the one section tree ``split_nvidia_smi_q`` parsed)."""
     _head, blocks = split_nvidia_smi_q(text)
     records = []
     for index, (bus, tree) in enumerate(blocks):
