@@ -4,8 +4,9 @@ changes, by the one inputs pass (playbooks/tasks/inputs.yml), and never again by
 The pass runs each listed role's `inputs` entry point (include_role tasks_from: inputs): Ansible validates the role's
 own argument spec, then the role's tasks/inputs.yml checks what a spec cannot say. preflight.yml runs it for every
 role of a site.yml run (playbooks/vars/run_roles.yml); a platform playbook run alone runs it from its plan entry point
-(playbooks/tasks/plan.yml, ``plan_roles``). A role a play applies but the list forgets would never be checked; a role
-whose stages include its inputs again would check them twice.
+(playbooks/tasks/plan.yml, ``plan_roles``); a day-2 playbook (burnin.yml, upgrade_driver.yml) names its roles there
+itself. A role a play applies but the list forgets would never be checked; a role whose stages include its inputs
+again would check them twice.
 """
 
 from __future__ import annotations
@@ -23,14 +24,26 @@ ROLE = re.compile(r"^\s*(?:-\s*role|name):\s*gpuops\.cluster\.([a-z][a-z0-9_]*)\
 # A task line (not a comment) that runs a role's tasks/inputs.yml.
 RERUN = re.compile(r"^[^#\n]*(?:_tasks:|file:|tasks_from:)\s*[\"']?inputs(?:\.yml)?\b", re.M)
 ROLE_IMPORT = re.compile(r"ansible\.builtin\.(?:import|include)_role:\n((?:\s{8,}.*\n)+)")
+# A day-2 playbook hands its roles to the plan entry point by name: plan_roles: [burnin].
+DAY2_PLAN_ROLES = re.compile(r"^\s+plan_roles: \[([a-z0-9_, ]+)\]\s*$", re.M)
 
 
 def _listed() -> dict[str, list[str]]:
     return yaml.safe_load((REPO / "playbooks" / "vars" / "run_roles.yml").read_text())["_gpuops_run_roles"]
 
 
+def _day2_plan_roles() -> dict[str, list[str]]:
+    """playbook -> the roles it names in plan_roles (a day-2 playbook's; the platform plays give run_roles.yml's)."""
+    found = {}
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        for names in DAY2_PLAN_ROLES.findall(path.read_text()):
+            found.setdefault(path.name, []).extend(name.strip() for name in names.split(","))
+    return found
+
+
 def _listed_roles() -> list[str]:
-    return sorted({role for roles in _listed().values() for role in roles})
+    day2 = {role for roles in _day2_plan_roles().values() for role in roles}
+    return sorted({role for roles in _listed().values() for role in roles} | day2)
 
 
 @pytest.mark.parametrize("layer", PLAYS)
@@ -109,3 +122,38 @@ def test_no_run_fact_guards_a_check() -> None:
     found = sorted(str(p.relative_to(REPO)) for d in ("roles", "playbooks", "plugins") for p in (REPO / d).rglob("*")
                    if p.is_file() and p.suffix in {".yml", ".py", ".j2"} and "_inputs_checked" in p.read_text())
     assert found == [], f"files guarding a check on a run fact: {found}"
+
+
+def role_runs_validating(tasks: list, role: str) -> list[str]:
+    """The names of the tasks (blocks walked) that run ``role``'s main entry point with its spec validated again."""
+    found = []
+    for task in tasks or []:
+        for part in ("block", "rescue", "always"):
+            found += role_runs_validating(task.get(part), role)
+        call = task.get("ansible.builtin.import_role") or task.get("ansible.builtin.include_role") or {}
+        if (call.get("name") == f"gpuops.cluster.{role}" and "tasks_from" not in call
+                and call.get("rolespec_validate") is not False):
+            found.append(task.get("name"))
+    return found
+
+
+@pytest.mark.parametrize("playbook", sorted(_day2_plan_roles()))
+def test_a_day2_playbook_runs_the_roles_its_inputs_pass_checked_without_validating_them_again(playbook: str) -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    applied = [(entry if isinstance(entry, str) else entry["role"]).removeprefix("gpuops.cluster.")
+               for play in plays for entry in play.get("roles") or []]
+    for role in _day2_plan_roles()[playbook]:
+        assert role not in applied, f"playbooks/{playbook}: roles: entry {role} validates its spec again"
+        in_play = [name for play in plays for key in ("pre_tasks", "tasks", "post_tasks")
+                   for name in role_runs_validating(play.get(key), role)]
+        in_roles = [name for other in applied for path in sorted((REPO / "roles" / other / "tasks").glob("*.yml"))
+                    for name in role_runs_validating(yaml.safe_load(path.read_text()), role)]
+        assert in_play + in_roles == [], f"playbooks/{playbook}: {role} runs with its spec validated again"
+
+
+def test_day2_plan_roles_found_and_a_validating_run_found() -> None:
+    assert {"burnin.yml": ["burnin"], "upgrade_driver.yml": ["nvidia_driver"]}.items() <= _day2_plan_roles().items()
+    include = {"name": "move", "ansible.builtin.include_role": {"name": "gpuops.cluster.nvidia_driver"}}
+    assert role_runs_validating([{"block": [include]}], "nvidia_driver") == ["move"]
+    include["ansible.builtin.include_role"]["rolespec_validate"] = False
+    assert role_runs_validating([{"block": [include]}], "nvidia_driver") == []
