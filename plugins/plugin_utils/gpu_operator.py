@@ -127,7 +127,8 @@ def _mps_limits(config: dict) -> mps.Limits:
     return mps.limits(config.get("mps_context_reserve"), config.get("mps_min_usable"))
 
 
-def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits) -> list[str]:
+def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits, multi_node: bool) -> list[str]:
+    """``multi_node``: gpuops_multi_node_training, which marks the training pool whatever its own settings say."""
     var = f"gpu_operator_pools.{name}"
     problems = gpu_sharing.sharing_problems(name, pool, nodes, rule)
     replicas = pool.get("time_slicing_replicas")
@@ -144,9 +145,11 @@ def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits) -
             f"{var} sets both mig_profile ({profile!r}) and time_slicing_replicas ({replicas!r}); "
             "fix: choose one way to share this pool's GPUs"
         )
-    if pool.get("multi_node_training"):
+    if pool.get("multi_node_training") or (multi_node and name == gpu_sharing.TRAINING_POOL):
+        marked = ("the pool is marked multi_node_training" if pool.get("multi_node_training")
+                  else "the team runs multi-node training in this pool (gpuops_multi_node_training)")
         problems.append(
-            f"{var}.mig_profile is {profile!r} but the pool is marked multi_node_training: NCCL does not run on MIG "
+            f"{var}.mig_profile is {profile!r} but {marked}: NCCL does not run on MIG "
             "and MIG disables NVLink P2P; fix: remove mig_profile, or use a separate pool that is not for training"
         )
     linked = sorted(node["name"] for node in nodes if _nvlinked(node.get("topology")))
@@ -214,7 +217,8 @@ def problems(config: dict) -> list[str]:
     except ValueError as exc:
         return [*found, str(exc)]
     for name in sorted(pools):
-        found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name], rule))
+        found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name], rule,
+                                    bool(config.get("multi_node_training"))))
     try:
         mirror_repository("nvcr.io/nvidia", config.get("registry_mirror") or "")
     except ValueError as exc:

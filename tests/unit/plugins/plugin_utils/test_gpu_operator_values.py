@@ -142,6 +142,20 @@ def test_mig_refused_on_multi_node_training_pool() -> None:
     assert "multi_node_training" in problems[0]
 
 
+def test_mig_refused_on_the_training_pool_of_a_multi_node_team() -> None:
+    """gpuops_multi_node_training marks the training pool even where gpu_operator_pools does not (preflight's own
+    MIG-across-nodes rule, retired with preflight_mig_requested, lives here now); the inference pool stays free."""
+    nodes = [{"name": "gpu-t9", "pool": "training", "gpu_model": "NVIDIA A30", "topology": topology(PCIE)}]
+    training = {"inference": {}, "training": {"mig_profile": "all-1g.6gb"}}
+    assert go.problems(config(pools=training, nodes=nodes)) == []
+    problems = go.problems(config(pools=training, nodes=nodes, multi_node_training=True))
+    assert len(problems) == 1
+    assert "the team runs multi-node training in this pool (gpuops_multi_node_training)" in problems[0]
+    inference = {"inference": {"mig_profile": "all-1g.6gb"}, "training": {}}
+    nodes = [{**nodes[0], "pool": "inference"}]
+    assert go.problems(config(pools=inference, nodes=nodes, multi_node_training=True)) == []
+
+
 @pytest.mark.parametrize("model", ["Tesla V100-SXM2-32GB", "NVIDIA L40S", "NVIDIA A10", "NVIDIA GeForce RTX 4090",
                                    "Tesla T4", None])
 def test_mig_refused_on_incapable_gpu(model: object) -> None:
