@@ -282,12 +282,10 @@ def fleet_hosts(count: int) -> dict[str, list[tuple[dict, dict]]]:
         for i in range(8)
     ]
     kinds = {
-        "HGX 8 GPU, FM, topology, MIG on inference": (
+        "HGX 8 GPU, FM, topology": (
             {
                 "driver_version": "550.90.07",
                 "cuda_version": "12.4",
-                "workload": "inference",
-                "mig_requested": True,
                 "gpu_assignments": [{"name": f"u{i}", "gpus": [i]} for i in range(8)],
                 "team_size": 12,
             },
@@ -322,9 +320,6 @@ def fleet_hosts(count: int) -> dict[str, list[tuple[dict, dict]]]:
             {
                 "driver_version": "470.82.01",
                 "cuda_version": "12.4",
-                "mig_requested": True,
-                "assume_nvlink": True,
-                "time_slicing_replicas": 1,
                 "gpu_assignments": [{"name": "a", "gpus": [0, 1]}, {"name": "b", "gpus": [1]}],
             },
             {"os": {"distribution": "CentOS", "version": "7"}, "gpu": {"present": True, "count": 2, "gpus": []}},

@@ -16,9 +16,9 @@ description:
     role's assert stage reads too; here the host layer's roles, and M(gpuops.cluster.preflight_fleet) adds the decided
     platform's), the driver against the requested CUDA (M(gpuops.cluster.cuda_compat); the pin, else the driver
     running on the host), Fabric Manager at exactly the driver version on NVSwitch hosts, a topology read (or
-    declared) wherever GPUs are seen, MIG refused on NVLink or multi-node training nodes (requested or already
-    enabled), every GPU assigned to at most one member, time-slicing replicas of at least 2, enough free space on
-    the data volumes, and every NFS server reachable.
+    declared) wherever GPUs are seen, MIG already enabled refused on NVLink or multi-node training nodes (planned
+    GPU sharing is judged with the pools that declare it), every GPU assigned to at most one member, enough free
+    space on the data volumes, and every NFS server reachable.
   - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
     task; it reads this task's registered result from every host.
   - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
@@ -35,19 +35,6 @@ options:
   gpu_name:
     description: GPU model for the forward-compatibility rule; defaults to the first GPU found.
     type: str
-  workload:
-    description: What the node runs. MIG is refused on C(training) and C(mixed) nodes with NVLink.
-    type: str
-    choices: [training, inference, mixed]
-    default: training
-  mig_requested:
-    description: Whether the plan enables MIG on this node.
-    type: bool
-    default: false
-  assume_nvlink:
-    description: Treat the node as NVLinked even when no driver can say so yet (fresh servers).
-    type: bool
-    default: false
   multi_node_training:
     description:
       - Whether the team often trains across nodes.
@@ -59,9 +46,6 @@ options:
     type: list
     elements: dict
     default: []
-  time_slicing_replicas:
-    description: Time-slicing replicas per GPU, when time-slicing is configured.
-    type: int
   platform:
     description:
       - C(auto) to let the fleet decision choose from team size and GPUs, or an override.
@@ -120,7 +104,7 @@ options:
         the role with C(rolespec_validate=false), so each host costs one task instead of two. Run as a role
         elsewhere, Ansible validates as well; the check is read-only either way.
       - Each option the task does not give is then read from the role's variable C(<role>_<option>) (the role is the
-        folder above C(meta/); for the preflight role, O(workload) is C(preflight_workload)), as templated and
+        folder above C(meta/); for the preflight role, O(cuda_version) is C(preflight_cuda_version)), as templated and
         checked, so each variable is templated once per host. The preflight role's task passes no other option.
     type: path
 attributes:
@@ -168,7 +152,7 @@ preflight:
         - name: mig
           ok: false
           status: failed
-          msg: "MIG is requested (preflight_mig_requested) on a training node, and GPUs [0, 1] report active NVLink..."
+          msg: "MIG is enabled on GPUs [0, 1], and GPUs [0, 1] report active NVLink links..."
     compat:
       description: The M(gpuops.cluster.cuda_compat) answer, when a driver and CUDA version were given.
       type: dict

@@ -27,8 +27,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import (
     out_of_service_problems,
 )
 
-WORKLOADS = ("training", "inference", "mixed")
-MIN_TIME_SLICING_REPLICAS = 2
 NFS_PORT = 2049
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -186,9 +184,7 @@ def fabric_manager(gpu: dict[str, Any], driver: str) -> dict[str, Any]:
     )
 
 
-def _nvlink_present(gpu: dict[str, Any], topology: dict[str, Any] | None, assume: bool) -> tuple[bool, str]:
-    if assume:
-        return True, "the inventory says this node has NVLink (preflight_assume_nvlink)"
+def _nvlink_present(gpu: dict[str, Any], topology: dict[str, Any] | None) -> tuple[bool, str]:
     linked = [g.get("index") for g in gpu.get("gpus") or [] if (g.get("nvlink") or 0) > 0]
     if linked:
         return True, f"GPUs {linked} report active NVLink links"
@@ -200,26 +196,22 @@ def _nvlink_present(gpu: dict[str, Any], topology: dict[str, Any] | None, assume
 
 
 def mig(plan: dict[str, Any], gpu: dict[str, Any], topology: dict[str, Any] | None) -> dict[str, Any]:
-    workload = plan.get("workload") or "training"
-    requested = bool(plan.get("mig_requested"))
+    """MIG the GPUs already have on (gpu facts): planning MIG is a Kubernetes pool's mig_profile, judged there."""
     enabled = [g.get("index") for g in gpu.get("gpus") or [] if str(g.get("mig_mode") or "").lower() == "enabled"]
-    if not requested and not enabled:
-        return _check("mig", True, "MIG is neither requested nor enabled")
-    nvlink, why = _nvlink_present(gpu, topology, bool(plan.get("assume_nvlink")))
-    multi_node = bool(plan.get("multi_node_training"))
-    training = workload in ("training", "mixed")
-    if training and (nvlink or multi_node):
+    if not enabled:
+        return _check("mig", True, "MIG is not enabled")
+    nvlink, why = _nvlink_present(gpu, topology)
+    if nvlink or plan.get("multi_node_training"):
         serves = why if nvlink else "the team runs multi-node training (gpuops_multi_node_training)"
-        found = "MIG is requested (preflight_mig_requested)" if requested else f"MIG is enabled on GPUs {enabled}"
         return _check(
             "mig",
             False,
-            f"{found} on a {workload} node, and {serves}. MIG disables NVLink and GPU peer-to-peer, so training "
+            f"MIG is enabled on GPUs {enabled}, and {serves}. MIG disables NVLink and GPU peer-to-peer, so training "
             "there would silently fall back to PCIe. Fix: keep whole GPUs on this node (disable MIG: "
-            "nvidia-smi -mig 0), or mark it an inference node (preflight_workload: inference).",
+            "nvidia-smi -mig 0); MIG partitions are a Kubernetes pool's mig_profile, on nodes without NVLink "
+            "and not for multi-node training.",
         )
-    where = "requested" if requested else f"enabled on GPUs {enabled}"
-    return _check("mig", True, f"MIG {where} on a {workload} node: allowed ({why}; no multi-node training)")
+    return _check("mig", True, f"MIG enabled on GPUs {enabled}: allowed ({why}; no multi-node training)")
 
 
 def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int,
@@ -233,20 +225,6 @@ def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int,
         return _check("gpu_assignment", False, "; ".join(problems) + ".")
     owned = {g for entry in assignments for g in entry.get("gpus") or []}
     return _check("gpu_assignment", True, f"{len(owned)} GPUs assigned, each to exactly one member")
-
-
-def time_slicing(replicas: Any) -> dict[str, Any]:
-    if replicas is None:
-        return _check("time_slicing", None, "time-slicing not configured")
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < MIN_TIME_SLICING_REPLICAS:
-        return _check(
-            "time_slicing",
-            False,
-            f"time-slicing replicas is {replicas!r}; expected a whole number >= {MIN_TIME_SLICING_REPLICAS} "
-            "(1 would advertise each GPU once, i.e. no sharing). Fix: set replicas to 2 or more, or turn "
-            "time-slicing off.",
-        )
-    return _check("time_slicing", True, f"each GPU is advertised {replicas} times")
 
 
 def parse_size(value: Any, name: str = "min_free") -> int:
@@ -401,7 +379,6 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     )
     checks.append(mig(plan, gpu, topology))
     checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0), facts.get("mps_limits")))
-    checks.append(time_slicing(plan.get("time_slicing_replicas")))
     if "free_space" in plan:
         checks.append(free_space(plan.get("free_space"), host.get("free_space")))
     if "nfs_datasets" in plan:
@@ -452,12 +429,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "driver_version": {"type": "str", "default": ""},
     "cuda_version": {"type": "str", "default": ""},
     "gpu_name": {"type": "str"},
-    "workload": {"type": "str", "choices": list(WORKLOADS), "default": "training"},
-    "mig_requested": {"type": "bool", "default": False},
-    "assume_nvlink": {"type": "bool", "default": False},
     "multi_node_training": {"type": "bool", "default": False},
     "gpu_assignments": {"type": "list", "elements": "dict", "default": []},
-    "time_slicing_replicas": {"type": "int"},
     "platform": {"type": "str", "choices": ["auto", "compose", "kubernetes"], "default": "auto"},
     "team_size": {"type": "int"},
     "gpu_count": {"type": "int"},

@@ -47,8 +47,6 @@ def host_json(record: dict) -> dict:
         "plan": {
             "driver_version": plan.get("driver_version"),
             "cuda_version": plan.get("cuda_version"),
-            "workload": plan.get("workload"),
-            "mig_requested": plan.get("mig_requested"),
             "platform_requested": plan.get("platform"),
         },
         "result": result,

@@ -92,11 +92,11 @@ def test_a_bad_host_var_is_refused_by_the_options_spec() -> None:
 def test_spec_options_are_the_roles_main_entry_point() -> None:
     spec = yaml.safe_load(ROLE_SPEC.read_text())["argument_specs"]["main"]["options"]
     assert spec_options(str(ROLE_SPEC)) == spec
-    assert "preflight_workload" in spec
+    assert "preflight_cuda_version" in spec
 
 
 @pytest.mark.parametrize(("host", "named"), [
-    ({"preflight_workload": "gaming"}, "preflight_workload"),
+    ({"preflight_topology_required": "maybe"}, "preflight_topology_required"),
     ({"preflight_probe_timeout": "soon"}, "preflight_probe_timeout"),
     ({"preflight_free_space": "lots"}, "preflight_free_space"),
 ])
@@ -114,30 +114,29 @@ def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) 
 
 
 def test_role_variables_are_templated_before_the_check() -> None:
-    host = {"site_workload": "inference", "preflight_workload": trust_as_template("{{ site_workload }}")}
+    host = {"site_cuda": "12.4", "preflight_cuda_version": trust_as_template("{{ site_cuda }}")}
     result = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))
     assert "failed" not in result
     assert "role_argument_spec" not in result["preflight"]["plan"]
 
 
 def test_without_a_spec_the_role_variables_are_not_read() -> None:
-    assert "failed" not in _run({}, {"preflight_workload": "gaming"})
+    assert "failed" not in _run({}, {"preflight_topology_required": "maybe"})
 
 
 def test_options_not_given_are_the_role_variables_as_checked() -> None:
-    host = {"site_workload": "inference", "preflight_workload": trust_as_template("{{ site_workload }}"),
+    host = {"site_cuda": "12.4", "preflight_cuda_version": trust_as_template("{{ site_cuda }}"),
             "preflight_probe_timeout": 5, "preflight_free_space": [{"path": "/data", "min_free": "1G"}]}
     plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
-    expected = ("inference", 5.0, host["preflight_free_space"])
-    assert (plan["workload"], plan["probe_timeout"], plan["free_space"]) == expected
+    expected = ("12.4", 5.0, host["preflight_free_space"])
+    assert (plan["cuda_version"], plan["probe_timeout"], plan["free_space"]) == expected
     assert plan["driver_version"] == ""  # the role's default, templated: nvidia_driver_version is not set
-    assert "time_slicing_replicas" not in plan or plan["time_slicing_replicas"] is None  # null: not given
 
 
 def test_the_role_variables_are_validated_once_by_the_roles_spec() -> None:
     """The role's spec checked preflight_*; the action's options spec then sees only the options given and the
     inventory's platform inputs, never the role's variables a second time."""
-    host = {"preflight_workload": "inference", "preflight_probe_timeout": 5}
+    host = {"preflight_cuda_version": "12.4", "preflight_probe_timeout": 5}
     seen = []
     validate = ActionModule.validate_argument_spec
 
@@ -147,14 +146,14 @@ def test_the_role_variables_are_validated_once_by_the_roles_spec() -> None:
 
     with mock.patch.object(ActionModule, "validate_argument_spec", spy):
         plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
-    assert (plan["workload"], plan["probe_timeout"]) == ("inference", 5.0)
+    assert (plan["cuda_version"], plan["probe_timeout"]) == ("12.4", 5.0)
     assert len(seen) == 1
-    assert not {"workload", "probe_timeout"} & set(seen[0]), seen[0]
+    assert not {"cuda_version", "probe_timeout"} & set(seen[0]), seen[0]
 
 
 def test_a_given_option_wins_over_the_role_variable() -> None:
-    plan = _run({"role_argument_spec": str(ROLE_SPEC), "workload": "inference"}, _role_vars({}))["preflight"]["plan"]
-    assert plan["workload"] == "inference"
+    plan = _run({"role_argument_spec": str(ROLE_SPEC), "cuda_version": "12.4"}, _role_vars({}))["preflight"]["plan"]
+    assert plan["cuda_version"] == "12.4"
 
 
 def test_every_role_variable_is_an_option_or_read_by_the_fleet_task() -> None:

@@ -31,7 +31,6 @@ def test_fresh_server_without_gpu_passes_and_decides_compose():
     c = checks(result)
     assert c["fabric_manager"]["status"] == "skipped"
     assert c["gpu_assignment"]["status"] == "skipped"
-    assert c["time_slicing"]["status"] == "skipped"
     assert result["compat"]["mode"] == "native"
 
 
@@ -94,14 +93,6 @@ def test_disjoint_assignments_pass():
     assert c["ok"] is True
 
 
-@pytest.mark.parametrize(
-    ("replicas", "ok"), [(None, None), (1, False), (0, False), (True, False), (2, True), (8, True)]
-)
-def test_time_slicing_replicas(replicas, ok):
-    c = checks(evaluate(plan(time_slicing_replicas=replicas), {"os": DEBIAN12, "gpu": NO_GPU}))["time_slicing"]
-    assert c["ok"] is ok
-
-
 def test_platform_override_and_bad_team_size():
     assert evaluate(plan(platform="kubernetes"), {"os": DEBIAN12, "gpu": NO_GPU})["platform"] == {
         "platform": "kubernetes",
@@ -139,10 +130,11 @@ def h100_topology() -> dict:
     return parse_topology(shared_path("nvidia-smi", "topo", "h100x8_sxm_2numa_noNIC.txt").read_text())
 
 
-def test_h100_hgx_mig_on_training_node_is_refused():
+def test_h100_hgx_mig_enabled_on_an_nvlinked_node_is_refused():
     gpu = h100_hgx_facts()
+    gpu["gpus"][0]["mig_mode"] = "Enabled"  # the capture, with MIG turned on for GPU 0
     result = evaluate(
-        plan(driver_version=gpu["driver_version"], mig_requested=True, cuda_version=""),
+        plan(driver_version=gpu["driver_version"], cuda_version=""),
         {"os": DEBIAN12, "gpu": gpu, "topology": h100_topology()},
     )
     c = checks(result)["mig"]
@@ -150,15 +142,6 @@ def test_h100_hgx_mig_on_training_node_is_refused():
     assert "MIG disables NVLink" in c["msg"]
     # the topology, not an assumption, proved NVLink here
     assert "NVLink domains [[0, 1, 2, 3, 4, 5, 6, 7]]" in c["msg"]
-
-
-def test_h100_hgx_mig_allowed_on_inference_node():
-    gpu = h100_hgx_facts()
-    result = evaluate(
-        plan(driver_version=gpu["driver_version"], mig_requested=True, workload="inference"),
-        {"os": DEBIAN12, "gpu": gpu, "topology": h100_topology()},
-    )
-    assert checks(result)["mig"]["ok"] is True
 
 
 def test_h100_hgx_fabric_manager_must_match_driver_exactly():
@@ -188,8 +171,9 @@ def test_mig_on_pcie_node_without_multi_node_training_is_allowed():
         "present": True,
         "count": 2,
         "fabric_manager": {},
-        "gpus": [{"index": 0, "mig_mode": "Disabled", "nvlink": 0}, {"index": 1, "mig_mode": "Disabled", "nvlink": 0}],
+        "gpus": [{"index": 0, "mig_mode": "Enabled", "nvlink": 0}, {"index": 1, "mig_mode": "Disabled", "nvlink": 0}],
     }
-    assert checks(evaluate(plan(mig_requested=True), {"os": DEBIAN12, "gpu": gpu}))["mig"]["ok"] is True
-    refused = checks(evaluate(plan(mig_requested=True, multi_node_training=True), {"os": DEBIAN12, "gpu": gpu}))["mig"]
+    assert checks(evaluate(plan(), {"os": DEBIAN12, "gpu": gpu}))["mig"]["ok"] is True
+    refused = checks(evaluate(plan(multi_node_training=True), {"os": DEBIAN12, "gpu": gpu}))["mig"]
     assert refused["ok"] is False
+    assert "gpuops_multi_node_training" in refused["msg"]
