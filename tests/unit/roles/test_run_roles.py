@@ -4,9 +4,9 @@ changes, by the one inputs pass (playbooks/tasks/inputs.yml), and never again by
 The pass runs each listed role's `inputs` entry point (include_role tasks_from: inputs): Ansible validates the role's
 own argument spec, then the role's tasks/inputs.yml checks what a spec cannot say. preflight.yml runs it for every
 role of a site.yml run (playbooks/vars/run_roles.yml); a platform playbook run alone runs it from its plan entry point
-(playbooks/tasks/plan.yml, ``plan_roles``); a day-2 playbook (burnin.yml, upgrade_driver.yml) names its roles there
-itself. A role a play applies but the list forgets would never be checked; a role whose stages include its inputs
-again would check them twice.
+(playbooks/tasks/plan.yml, ``plan_roles``); a day-2 playbook (burnin.yml) names its roles there itself. A role a play
+applies but the list forgets would never be checked; a role whose stages include its inputs again would check them
+twice.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_a_day2_playbook_runs_the_roles_its_inputs_pass_checked_without_validati
 
 
 def test_day2_plan_roles_found_and_a_validating_run_found() -> None:
-    assert {"burnin.yml": ["burnin"], "upgrade_driver.yml": ["nvidia_driver"]}.items() <= _day2_plan_roles().items()
+    assert {"burnin.yml": ["burnin"]}.items() <= _day2_plan_roles().items()
     include = {"name": "move", "ansible.builtin.include_role": {"name": "gpuops.cluster.nvidia_driver"}}
     assert role_runs_validating([{"block": [include]}], "nvidia_driver") == ["move"]
     include["ansible.builtin.include_role"]["rolespec_validate"] = False
