@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """GPU facts from ``nvidia-smi``: the parsers of its outputs (pure functions of text) and the backend.
 
-* ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text, as captured in inventories);
+* ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text: gpu_health's GPU sections);
 * ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
 * ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
 
@@ -177,17 +177,6 @@ def split_nvidia_smi_q(text: str) -> tuple:
             "nvidia-smi -q output", "found neither a 'Driver Version' line nor a 'GPU <bus id>' section", text
         )
     return head, [(bus, _q_tree(body)) for bus, body in blocks]
-
-
-def parse_nvidia_smi_q(text: str) -> dict:
-    """Parse plain-text ``nvidia-smi -q`` (also ``-q -i N``); same shape as parse_nvidia_smi_xml."""
-    head, blocks = split_nvidia_smi_q(text)
-    return {
-        "driver_version": value_or_none(q_get(head, "Driver Version")),
-        "cuda_driver_version": value_or_none(q_get(head, "CUDA Version")),
-        "attached_gpus": int_or_none(q_get(head, "Attached GPUs")),
-        "gpus": [q_gpu(index, bus, tree) for index, (bus, tree) in enumerate(blocks)],
-    }
 
 
 # --------------------------------------------------------------------------- nvidia-smi nvlink -s / -e

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 
 from .live import keep, listed_nonempty, run
 from .nvidia_smi_list import parse_nvidia_smi_list
+from .nvidia_smi_q import parse_nvidia_smi_q
 
 DOTTED = re.compile(r"^\d+\.\d+(\.\d+)?$")
 BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -140,7 +141,7 @@ def test_text_and_xml_forms_agree_on_this_host():
     rc_text, text, err_text = run(["nvidia-smi", "-q"])
     rc_xml, xml, err_xml = run(["nvidia-smi", "-q", "-x"])
     assert (rc_text, rc_xml) == (0, 0), (err_text, err_xml)
-    from_text, from_xml = smi.parse_nvidia_smi_q(text), smi.parse_nvidia_smi_xml(xml)
+    from_text, from_xml = parse_nvidia_smi_q(text), smi.parse_nvidia_smi_xml(xml)
     listed_nonempty(from_text["gpus"], "GPU parsed from `nvidia-smi -q`")
     listed_nonempty(from_xml["gpus"], "GPU parsed from `nvidia-smi -q -x`")
     for key in ("driver_version", "cuda_driver_version", "attached_gpus"):

@@ -13,6 +13,7 @@ import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as smi
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import GpuFactsParseError
 from gpu.nvidia_smi_list import parse_nvidia_smi_list
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 from gpu_facts_helpers import Commands, gather, make_pci
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -154,7 +155,7 @@ CAPTURE_CASES = [
 
 def _parse_capture(path: Path) -> dict:
     text = path.read_text()
-    return smi.parse_nvidia_smi_xml(text) if path.suffix == ".xml" else smi.parse_nvidia_smi_q(text)
+    return smi.parse_nvidia_smi_xml(text) if path.suffix == ".xml" else parse_nvidia_smi_q(text)
 
 
 @pytest.mark.parametrize(("folder", "cases"), [("query", QUERY_CASES), ("mig", MIG_CASES)])
@@ -221,7 +222,7 @@ def _underlined(text: str) -> str:
 @pytest.mark.parametrize(
     ("name", "parse"),
     [
-        ("q.txt", smi.parse_nvidia_smi_q),
+        ("q.txt", parse_nvidia_smi_q),
         ("q.xml", smi.parse_nvidia_smi_xml),
         ("L.txt", parse_nvidia_smi_list),
     ],
@@ -268,7 +269,7 @@ def test_xml_parse_error_carries_raw_output(raw, detail):
 
 def test_text_parse_error_on_unrelated_output():
     with pytest.raises(GpuFactsParseError, match="Raw output:\nbash: nvidia-smi: command not found"):
-        smi.parse_nvidia_smi_q("bash: nvidia-smi: command not found\n")
+        parse_nvidia_smi_q("bash: nvidia-smi: command not found\n")
 
 
 def test_list_parse_error_names_the_line():

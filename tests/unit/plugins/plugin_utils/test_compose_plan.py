@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_q
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.alert_rules import cap_rule_for, parse_duration
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.images import is_pinned, mirror_image, split_reference
@@ -18,6 +17,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     parse_cpu_list,
     plan_workspaces,
 )
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
 
 @pytest.fixture

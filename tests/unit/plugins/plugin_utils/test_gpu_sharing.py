@@ -15,13 +15,11 @@ import jsonschema
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import kube_gpu_nodes
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
-    parse_nvidia_smi_q,
-    parse_nvidia_smi_xml,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_xml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator as go
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
 from conftest import shared_path
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
 H100 = "h100-sxm-80gb-x8_hgx_nvidia-smi-q_fabric-completed.txt"
 A100_MIG = "a100-sxm4-80gb_mig-enabled_1of4gpus.xml"

@@ -20,13 +20,11 @@ from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import (
     gpu_operator_plan,
     kube_gpu_nodes,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
-    parse_nvidia_smi_q,
-    parse_nvidia_smi_xml,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_xml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
 from ansible_env import inventory_vars
 from conftest import shared_path
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
 REPO = Path(__file__).resolve().parents[4]
 NVL = "h100-nvl-x2_nvidia-smi-q.txt"  # 2 x NVIDIA H100 NVL, FB Memory Usage / Total 95830 MiB

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_q
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import evaluate
 from conftest import shared_path
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
 DEBIAN12 = {"distribution": "Debian", "version": "12.7"}
 NO_GPU = {"present": False, "count": 0, "gpus": [], "source": "pci", "fabric_manager": {"required": False}}

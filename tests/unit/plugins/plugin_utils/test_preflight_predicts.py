@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.filter.os_support import os_refusal
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_q
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support, plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import evaluate, finish, host_checks
 from conftest import shared_path
+from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
 REPO = Path(__file__).resolve().parents[4]
 DEBIAN12 = {"distribution": "Debian", "version": "12.7"}
