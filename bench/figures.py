@@ -127,8 +127,8 @@ def fleet_block(entry: dict | None) -> list[str]:
     init = ", ".join(sorted({size["init"] for size in entry["sizes"]})) or "?"
     forks = ", ".join(sorted({str(size["forks"]) for size in entry["sizes"] if "forks" in size})) or "ansible.cfg's"
     header = row("hosts", "rounds", _loads_header(entry["sizes"]), "(a) ping", "(b) setup", "(c) preflight",
-                  f"c/a (target <= {TARGETS['preflight_over_ping']})",
-                  f"c/b (target <= {TARGETS['preflight_over_setup']})")
+                 f"c/a (target <= {TARGETS['preflight_over_ping']})",
+                 f"c/b (target <= {TARGETS['preflight_over_setup']})")
     pipelined = {size.get("pipelining") for size in entry["sizes"]}
     pipelining = "on" if pipelined == {True} else "off" if pipelined <= {False, None} else "mixed"
     lines = [f"Measured by {provenance(gen)}; targets' PID 1: `{init}`; forks: {forks}; pipelining: {pipelining}.",
@@ -182,9 +182,9 @@ def converge_block(entry: dict | None) -> list[str]:
         lines += ["", "| round | first converge | re-run | re-run / first | load at first / re-run start |",
                   "|---|---|---|---|---|"]
         lines += [row(number, f"{r['first_seconds']:.1f} s (changed={r['first_recap']['changed']})",
-                       f"{r['second_seconds']:.1f} s (changed={r['second_recap']['changed']})",
-                       f"{r['second_over_first']:.2f}",
-                       f"{r['load_1min_at_start']['first']} / {r['load_1min_at_start']['second']}")
+                      f"{r['second_seconds']:.1f} s (changed={r['second_recap']['changed']})",
+                      f"{r['second_over_first']:.2f}",
+                      f"{r['load_1min_at_start']['first']} / {r['load_1min_at_start']['second']}")
                   for number, r in enumerate(rounds, 1)]
     if entry.get("second_slowest_tasks"):
         each = " (each task's median over the rounds)" if rounds else ""
