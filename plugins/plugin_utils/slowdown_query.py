@@ -226,7 +226,7 @@ def pcie_gbps(generation) -> float:
     try:
         return PCIE_X16_GBPS[int(generation)]
     except (KeyError, TypeError, ValueError) as exc:
-        raise SlowdownInputError(f"diagnose_pcie_gen {generation!r} is not one of {sorted(PCIE_X16_GBPS)}. Fix: the "
+        raise SlowdownInputError(f"validate_pcie_gen {generation!r} is not one of {sorted(PCIE_X16_GBPS)}. Fix: the "
                                  "GPUs' PCIe generation, or diagnose_pcie_gbps (GB/s, one direction)") from exc
 
 

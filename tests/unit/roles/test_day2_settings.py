@@ -3,10 +3,10 @@
 Play ``vars:`` (and ``vars_files:``) outrank group_vars and host_vars, so a setting written there could be changed
 with ``-e`` only. Each play of a day-2 playbook lists its settings-only roles (``roles/<role>/defaults/main.yml``,
 described in its argument spec) and keeps in its play vars only values derived from those settings (``__<role>_*``).
-burnin.yml also reads validate's CUDA devel image, so its plays list both roles; no play reads a role's files by
-path (test_role_boundaries.py). The parameters and outputs of a role's other entry points (burnin's
-nccl_tests_source, which validate includes) are no settings. What the inventory's value does at run time is
-tested against the demo node in tests/ops/test_gpuops_run_demo.py.
+burnin.yml also reads validate's CUDA devel image, and both it and diagnose.yml validate's PCIe generation, so their
+plays list both roles; no play reads a role's files by path (test_role_boundaries.py). The parameters and outputs of
+a role's other entry points (burnin's nccl_tests_source, which validate includes) are no settings. What the
+inventory's value does at run time is tested against the demo node in tests/ops/test_gpuops_run_demo.py.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ DAY2 = {
                      {"validate_hosts"}),
     "burnin.yml": (["burnin", "validate"], ["burnin.yml", "../roles/burnin/vars/main.yml", *role_tasks("burnin")],
                    {"burnin_hosts"}),
-    "diagnose.yml": (["diagnose"], ["diagnose.yml", *role_tasks("diagnose"), "../roles/diagnose/vars/main.yml"],
-                     {"diagnose_hosts"}),
+    "diagnose.yml": (["diagnose", "validate"],
+                     ["diagnose.yml", *role_tasks("diagnose"), "../roles/diagnose/vars/main.yml"], {"diagnose_hosts"}),
     "upgrade_driver.yml": (["upgrade"], ["upgrade_driver.yml", *role_tasks("upgrade")],
                            {"upgrade_hosts", "upgrade_serial"}),
 }

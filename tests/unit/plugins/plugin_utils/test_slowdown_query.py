@@ -153,7 +153,7 @@ def test_filter_builds_window_selectors_capacities_and_queries():
     assert unknown["nvlink_capacity_known"] is False
     with pytest.raises(AnsibleFilterError, match="unknown option"):
         slowdown_queries("compose", job="alice", member="x")
-    with pytest.raises(AnsibleFilterError, match="diagnose_pcie_gen 6 is not one of"):
+    with pytest.raises(AnsibleFilterError, match="validate_pcie_gen 6 is not one of"):
         slowdown_queries("compose", job="alice", members=MEMBERS, now=T0, pcie_gen=6)
 
 
