@@ -1,17 +1,17 @@
 """The burn-in in the fleet report (the page's "burnin" section), its Markdown, and the example of
-docs/operations.md, which must be scripts/burnin-example's output (generated from a fixture run, not typed)."""
+docs/operations.md, which must be what scripts/gen-role-docs writes (generated from a fixture run, not typed)."""
 
 from __future__ import annotations
 
 import re
-import runpy
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import markdown
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
 
 ROOT = Path(__file__).resolve().parents[4]
-EXAMPLE = runpy.run_path(str(ROOT / "scripts" / "burnin-example"), run_name="burnin_example")
+gen = SourceFileLoader("gen_role_docs", str(ROOT / "scripts" / "gen-role-docs")).load_module()
 
 
 def _rows(html: str, table: str) -> list[str]:
@@ -20,7 +20,7 @@ def _rows(html: str, table: str) -> list[str]:
 
 
 def test_burnin_section_ranks_the_slow_node_and_its_pairs_first() -> None:
-    report = EXAMPLE["report"]("slow_node")
+    report = gen.burnin_report("slow_node")
     html = render_fleet_report([{"host": "gpu-a"}], generated="20261202T050000Z", burnin=report)
     section = html.split("<section class='host' id='burnin'>", 1)[1].split("</section>", 1)[0]
     assert "<span class=\"badge bad\">failed</span>" in section
@@ -42,14 +42,14 @@ def test_no_burnin_no_section() -> None:
 
 
 def test_tcp_fallback_in_the_page_names_the_fix() -> None:
-    html = render_fleet_report([], burnin=EXAMPLE["report"]("tcp_fallback"))
+    html = render_fleet_report([], burnin=gen.burnin_report("tcp_fallback"))
     row = next(r for r in _rows(html, "burnin-pairs") if "data-pair='gpu-a-gpu-c'" in r)
     assert "tcp_fallback" in row
     assert "NCCL_IB_HCA" in row
 
 
 def test_markdown_lists_findings_and_both_rankings() -> None:
-    text = markdown(EXAMPLE["report"]("suspect_link"))
+    text = markdown(gen.burnin_report("suspect_link"))
     assert text.startswith("burn-in: **failed**")
     assert "- suspect link gpu-d-gpu-e" in text
     assert "| gpu-d-gpu-e | slow | 41.5 | 338.8 | IB |" in text
@@ -57,4 +57,4 @@ def test_markdown_lists_findings_and_both_rankings() -> None:
 
 def test_docs_example_is_generated_from_the_fixture_run() -> None:
     doc = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    assert EXAMPLE["block"]() in doc, "docs/operations.md's example differs: run scripts/burnin-example --write"
+    assert gen.expected_burnin_page(doc) == doc, "docs/operations.md's example differs. Fix: make docs, then commit"
