@@ -2,7 +2,6 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of the Kubernetes add-on roles (gpu_operator, kube_tenancy, training_stack):
 
-* ``hostvars_list | gpuops.cluster.kube_gpu_nodes``: name, pool, GPU model, count, memory, MIG and topology per node;
 * ``gpuops_multi_node_training | gpuops.cluster.gpu_operator_default_pools``: gpu_operator_pools' default;
 * ``config | gpuops.cluster.gpu_operator_plan``: problems, Helm values, device-plugin configs, node labels;
 * ``config | gpuops.cluster.kube_tenancy_plan``: problems and the tenancy objects;
@@ -34,10 +33,6 @@ def _mapping(name: str, value: Any) -> dict:
     if not isinstance(value, Mapping):
         raise AnsibleFilterError(f"{name}: expected a mapping, got {type(value).__name__}")
     return kube_gpu.plain(value)
-
-
-def kube_gpu_nodes(hosts: Any) -> list[dict]:
-    return kube_gpu.gpu_nodes(hosts)
 
 
 def gpu_operator_default_pools(multi_node_training: Any = False) -> dict:
@@ -72,7 +67,6 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {
-            "kube_gpu_nodes": kube_gpu_nodes,
             "gpu_operator_default_pools": gpu_operator_default_pools,
             "gpu_operator_plan": gpu_operator_plan,
             "kube_tenancy_plan": kube_tenancy_plan,

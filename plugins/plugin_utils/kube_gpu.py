@@ -5,8 +5,7 @@
 ``gpu_nodes(hosts)`` turns host variables (``hostvars[host]``: the gpu facts preflight read, else the inventory's
 declarations) into one entry per GPU node: name, pool, GPU model, count, the smallest GPU's memory, MIG mode,
 default-route interface and topology. The plan calls it once (``plan.nodes_part``: ``gpuops_plan.nodes.gpu``, which
-gpu_operator, kube_tenancy, training_stack and grow read; ``plan.gpu_sharing_part``); the filter
-``gpuops.cluster.kube_gpu_nodes`` is the same function.
+gpu_operator, kube_tenancy, training_stack and grow read; ``plan.gpu_sharing_part``).
 """
 
 from __future__ import annotations

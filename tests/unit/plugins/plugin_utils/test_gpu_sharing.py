@@ -2,7 +2,7 @@
 time-slicing as the explicit choice without memory isolation, and the refusals.
 
 The GPUs come from real nvidia-smi captures (../shared/data/nvidia-smi/query) parsed by our own parsers and turned
-into nodes by the kube_gpu_nodes filter, so memory and MIG mode are what a real GPU reports. The device-plugin
+into nodes by kube_gpu.gpu_nodes, so memory and MIG mode are what a real GPU reports. The device-plugin
 config is checked by ``device_plugin_accepts``, a labelled stand-in for the device plugin's own config loading
 (github.com/NVIDIA/k8s-device-plugin v0.20.0, api/config/v1: sharing.go, replicas.go, config.go, and
 internal/plugin/mps.go), which cannot run here: it transcribes the rules it applies, not our code.
@@ -14,10 +14,10 @@ import helm_chart
 import jsonschema
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import kube_gpu_nodes
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_xml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator as go
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_gpu import gpu_nodes as kube_gpu_nodes
 from conftest import shared_path
 from gpu.nvidia_smi_q import parse_nvidia_smi_q
 

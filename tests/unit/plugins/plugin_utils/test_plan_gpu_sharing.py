@@ -18,10 +18,10 @@ import yaml
 from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import (
     gpu_operator_default_pools,
     gpu_operator_plan,
-    kube_gpu_nodes,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_xml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_gpu import gpu_nodes as kube_gpu_nodes
 from ansible_env import inventory_vars
 from conftest import shared_path
 from gpu.nvidia_smi_q import parse_nvidia_smi_q
@@ -67,7 +67,7 @@ def _plan(hostvars: dict, captures: dict[str, str] | None = None, platform: str 
 
 
 def _role_config(hostvars: dict, sharing: object = None) -> dict:
-    """gpu_operator's tasks/plan.yml input, with the role's nodes (kube_gpu_nodes over the hosts with their facts)."""
+    """gpu_operator's tasks/plan.yml input, with the role's nodes (kube_gpu.gpu_nodes of the hosts with facts)."""
     hosts = [{**hostvars[host], "inventory_hostname": host, "ansible_facts": {"gpu": _facts(name)}}
              for host, name in CAPTURES.items()]
     return {"chart_version": "v26.3.2", "driver_owner": "host", "registry_mirror": "",

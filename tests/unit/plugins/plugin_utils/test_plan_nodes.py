@@ -3,7 +3,7 @@ own inventories (inventories/cluster, inventories/small-team, read by Ansible's 
 real `nvidia-smi topo -m` captures in ../shared/data.
 
 gpu_operator, kube_tenancy, training_stack and grow's plan read their GPU nodes from ``nodes.gpu``; each entry must be
-what the kube_gpu_nodes filter makes of the host's variables (what those roles' defaults built from hostvars before).
+what kube_gpu.gpu_nodes makes of the host's variables (what those roles' defaults built from hostvars before).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import jsonschema
-from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import kube_gpu_nodes
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_gpu import gpu_nodes as kube_gpu_nodes
 from ansible_env import inventory_vars
 from fleet_fixture import shared_path
 
