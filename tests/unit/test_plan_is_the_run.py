@@ -115,7 +115,7 @@ def test_the_scan_reads_the_roles_and_playbooks():
 # plan's own input, never one that decides (burn-in and validate judge against the plan's: a link lost since
 # preflight must fail their checks, not lower what they expect).
 TOPOLOGY_READS_ALLOWED: dict[str, str] = {
-    "playbooks/compose.yml": "the plan's input where no preflight ran in this run (tasks/plan.yml plans from it)",
+    "playbooks/tasks/plan.yml": "the plan's input where no preflight ran in this run (plan_gpu_topology: compose.yml)",
 }
 GPU_FACTS = ("gpuops.cluster.gpu_facts", "gpu_facts")
 
