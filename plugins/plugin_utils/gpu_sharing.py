@@ -150,7 +150,7 @@ def _memory_problems(var: str, pool: dict, replicas: int, nodes: list[dict], rul
 
 
 def sharing_problems(name: str, pool: dict, nodes: list[dict], mps_limits: mps.Limits | None = None) -> list[str]:
-    """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu_nodes;
+    """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu.gpu_nodes;
     ``mps_limits``: the MPS cap rule's settings, None for the defaults)."""
     var = f"gpu_operator_pools.{name}"
     shares, slicing = (pool.get(key) for key in _KEYS)

@@ -85,8 +85,8 @@ def grow_teams(members: list[dict], teams: list[dict], team_of: dict, defaults: 
 
 
 def counted_workers(config: dict) -> list[dict]:
-    """The GPU workers with their GPU counts: this run's facts or the inventory's topology (``workers``, from the
-    kube_gpu_nodes filter), else the last preflight's plan (``plan_gpu_counts``: host -> its plan entry), else the
+    """The GPU workers with their GPU counts: this run's facts or the inventory's topology (``workers``, from
+    ``kube_gpu.gpu_nodes``), else the last preflight's plan (``plan_gpu_counts``: host -> its plan entry), else the
     fleet's ``gpuops_gpu_count`` shared evenly (``fleet_gpu_count``)."""
     workers = [dict(w) for w in config.get("workers") or []]
     plan_hosts = dict(config.get("plan_gpu_counts") or {})
