@@ -3,20 +3,9 @@
 # Apache License 2.0 (see galaxy.yml)
 """`make gpu-check [WHEELS=DIR]`: the acceptance run for one GPU host, as one report.
 
-    python3 scripts/gpu_check.py [--wheels DIR] [--out DIR] [--step-timeout S]
-        the steps docs/testing.md lists ("make gpu-check"), in order, each with its exit code and seconds; the report
-        in DIR (build/gpu-check/): report.json and report.md. Exits 1 when a step failed, and on a host without a
-        GPU (every GPU step is then reported as skipped, with the reason): no GPU fails a GPU acceptance run.
-    python3 scripts/gpu_check.py wheels DIR [--python-version 3.12]
-        on a machine with network: DIR filled with the wheels of the --wheels set-up (x86-64 Linux, binary only).
-    .venv/bin/python scripts/gpu_check.py probe
-        the host's GPUs, driver, CUDA and NVML versions as JSON (null where there is no GPU), through the
-        collection's own gpu_facts and nvidia-ml-py; the run above calls it in the venv.
-
-Every command runs with ``LC_ALL=C.UTF-8`` (ansible refuses a non-UTF-8 locale) and its output in DIR/logs/. The
-report carries bench/_meta.py's stamp (commit, time, load, cores); ``make record-gpu-check`` keeps report.json as
-bench/gpu-check.json, which README.md and docs/testing.md quote (bench/figures.py). Standard library only, apart
-from the probe.
+Its steps, its set-up (``wheels DIR`` fills a WHEELS directory on a machine with network), its report and its verdict
+are described once, in docs/testing.md ("make gpu-check"). ``probe``, which the run calls in the venv, prints the
+host's GPUs, driver, CUDA and NVML versions as JSON. Standard library only, apart from the probe.
 """
 
 from __future__ import annotations
