@@ -85,16 +85,12 @@ def grow_teams(members: list[dict], teams: list[dict], team_of: dict, defaults: 
 
 
 def counted_workers(config: dict) -> list[dict]:
-    """The GPU workers with their GPU counts: this run's facts or the inventory's topology (``workers``, from
-    ``kube_gpu.gpu_nodes``), else the last preflight's plan (``plan_gpu_counts``: host -> its plan entry), else the
-    fleet's ``gpuops_gpu_count`` shared evenly (``fleet_gpu_count``)."""
+    """The GPU workers with their GPU counts: the plan's GPU nodes (``workers``: the GPUs preflight read, else the
+    inventory's declarations), else the fleet's ``gpuops_gpu_count`` shared evenly (``fleet_gpu_count``)."""
     workers = [dict(w) for w in config.get("workers") or []]
-    plan_hosts = dict(config.get("plan_gpu_counts") or {})
     share = int(config.get("fleet_gpu_count") or 0) // max(len(workers), 1)
     for w in workers:
-        entry = plan_hosts.get(w["name"])
-        from_plan = entry.get("gpu_count") if isinstance(entry, dict) else None
-        w["gpu_count"] = int(w.get("gpu_count") or from_plan or share)
+        w["gpu_count"] = int(w.get("gpu_count") or share)
     return workers
 
 
