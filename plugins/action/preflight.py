@@ -11,6 +11,7 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import ReadOnceHost
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
@@ -27,21 +28,6 @@ def spec_options(path: str) -> dict:
     validation reads them. Read once per task: each host's task runs in a freshly forked worker."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)["argument_specs"]["main"]["options"]
-
-
-class _TaskVars:
-    """The host's variables as this task sees them, each templated when read: the input of the platform rule's
-    one mapping (plugin_utils/platform.py, platform_request). Reading them here costs one templating per variable;
-    templating ``hostvars[inventory_hostname]`` in the task's arguments cost a full variable merge per reference."""
-
-    def __init__(self, task_vars: dict, templar) -> None:
-        self._vars = task_vars
-        self._templar = templar
-
-    def get(self, name: str, default=None):
-        if name not in self._vars:
-            return default
-        return self._templar.template(self._vars[name])
 
 
 class ActionModule(ActionBase):
@@ -90,7 +76,9 @@ class ActionModule(ActionBase):
         # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
         # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
         # The request's keys are the rule's inputs (platform.PLATFORM_INPUTS), each also an option of this action.
-        host_vars = _TaskVars(task_vars or {}, self._templar)
+        # Each read templated once; templating hostvars[inventory_hostname] in the task's arguments cost a full
+        # variable merge per reference.
+        host_vars = ReadOnceHost(task_vars or {}, self._templar, frozenset())
         for key, value in inventory_request(host_vars).items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value

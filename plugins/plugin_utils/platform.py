@@ -203,7 +203,7 @@ class ReadOnce:
             variables = self._hostvars.raw_get(host) if host in self._hostvars else None
             if not isinstance(variables, dict):
                 raise KeyError(host)
-            self._hosts[host] = _ReadOnceHost(variables, self._templar_for(variables), self._data)
+            self._hosts[host] = ReadOnceHost(variables, self._templar_for(variables), self._data)
         return self._hosts[host]
 
     def __contains__(self, host: object) -> bool:
@@ -221,9 +221,9 @@ class ReadOnce:
         return self[host]
 
 
-class _ReadOnceHost:
+class ReadOnceHost:
     """One host's variables, each templated on its first read (module output in ``data`` not at all) and kept for
-    the task (see ReadOnce)."""
+    the task (see ReadOnce); also the preflight action's own task variables."""
 
     def __init__(self, variables: dict, templar: Any, data: frozenset) -> None:
         self._vars = variables
