@@ -277,7 +277,7 @@ SCHEMA: dict[str, Any] = {
             "required": ["gpu", "control_planes", "workers"],
             "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
             "(grow reads them on compose). gpu_operator, kube_tenancy and training_stack read their GPU nodes here "
-            "(gpu_operator_gpu_nodes, training_stack_gpu_nodes, kube_tenancy_cluster_gpus), as does grow's plan. "
+            "(kube_tenancy_cluster_gpus is their GPU count), as does grow's plan. "
             "Optional: a plan.json written before it lacks it.",
             "properties": {
                 "gpu": {
@@ -744,7 +744,7 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
 
 def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any) -> dict | None:
     """``gpu_sharing``: how each Kubernetes pool shares its GPUs (gpu_sharing.plan_part), on the GPU nodes as
-    gpu_operator's gpu_operator_gpu_nodes sees them (kube_gpu.gpu_nodes) with ``gpus`` (host -> the gpu facts
+    gpu_operator reads them from ``nodes.gpu`` (kube_gpu.gpu_nodes) with ``gpus`` (host -> the gpu facts
     preflight read) as their facts. The pools are gpu_operator_pools as the inventory sets it, else the role's
     default (gpu_sharing.default_pools). None unless the platform is kubernetes with kube_addons_gpu_operator."""
     first = next(iter(gpus), None)

@@ -65,7 +65,7 @@ def _cluster() -> dict:
 
 
 def _nodes(hostvars: dict, ifname: str = "") -> list[dict]:
-    """training_stack_gpu_nodes as the role's default builds them (kube_gpu.gpu_nodes), with the capture topologies."""
+    """The plan's GPU nodes as training_stack reads them (kube_gpu.gpu_nodes), with the capture topologies."""
     return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name), "socket_ifname": ifname}
             for host, name in CAPTURES.items()]
 
