@@ -31,59 +31,67 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import one_line, strip_terminal
 
+# --------------------------------------------------------------------------- one GPU, from either output
+
+# A GPU record's fields and where each output prints them: (field, normaliser, `-q -x` XML path, `-q` section path).
+_GPU_FIELDS = (
+    ("name", value_or_none, "product_name", ("Product Name",)),
+    ("uuid", value_or_none, "uuid", ("GPU UUID",)),
+    ("memory_total_mib", parse_mib, "fb_memory_usage/total", ("FB Memory Usage", "Total")),
+    ("mig_mode", normalise_mig_mode, "mig_mode/current_mig", ("MIG Mode", "Current")),
+    ("mig_mode_pending", normalise_mig_mode, "mig_mode/pending_mig", ("MIG Mode", "Pending")),
+    ("persistence_mode", parse_enabled, "persistence_mode", ("Persistence Mode",)),
+)
+_FABRIC_FIELDS = (
+    ("state", normalise_fabric_state, "fabric/state", ("Fabric", "State")),
+    ("status", value_or_none, "fabric/status", ("Fabric", "Status")),
+    ("clique_id", int_or_none, "fabric/cliqueId", ("Fabric", "CliqueId")),
+    ("cluster_uuid", value_or_none, "fabric/clusterUuid", ("Fabric", "ClusterUUID")),
+)
+
+
+def _smi_gpu(index: int, bus_id: str | None, read) -> dict:
+    """The facts GPU record of one GPU of either output; ``read(xml_path, q_path)`` is that output's raw text of a
+    field, or None (numa_node, cpu_affinity and nvlink stay None: neither output carries them)."""
+
+    def fields(table) -> dict:
+        return {name: normalise(read(xml_path, q_path)) for name, normalise, xml_path, q_path in table}
+
+    return gpu_record(
+        index,
+        pci_bus_id=canonical_bus_id(bus_id),
+        fabric=fabric_record(**fields(_FABRIC_FIELDS)),
+        **fields(_GPU_FIELDS),
+    )
+
+
 # --------------------------------------------------------------------------- nvidia-smi -q -x (XML)
 
 
 def _xml_text(node, path: str) -> str | None:
-    if node is None:
-        return None
     found = node.find(path)
     if found is None or found.text is None:
         return None
     return found.text.strip()
 
 
-def _xml_fabric(gpu_node) -> dict:
-    node = gpu_node.find("fabric")
-    if node is None:
-        return fabric_record()
-    clique = _xml_text(node, "cliqueId") or _xml_text(node, "clique_id")
-    cluster = _xml_text(node, "clusterUuid") or _xml_text(node, "cluster_uuid")
-    return fabric_record(
-        state=normalise_fabric_state(_xml_text(node, "state")),
-        status=value_or_none(_xml_text(node, "status")),
-        clique_id=int_or_none(clique),
-        cluster_uuid=value_or_none(cluster),
-    )
-
-
 def parse_nvidia_smi_xml(text: str) -> dict:
-    """Parse ``nvidia-smi -q -x``.
-
-    Returns ``{driver_version, cuda_driver_version, attached_gpus, gpus}``; each GPU is a facts GPU record
-    (numa_node, cpu_affinity and nvlink are None: the XML does not carry them).
-    """
+    """Parse ``nvidia-smi -q -x``: ``{driver_version, cuda_driver_version, attached_gpus, gpus}``, each GPU a facts
+    GPU record (``_smi_gpu``)."""
     try:
         root = ET.fromstring(strip_terminal(text))
     except ET.ParseError as err:
         raise GpuFactsParseError("nvidia-smi -q -x output", f"not well-formed XML ({err})", text) from err
     if root.tag != "nvidia_smi_log":
         raise GpuFactsParseError("nvidia-smi -q -x output", f"root element is <{root.tag}>, not <nvidia_smi_log>", text)
-    gpus = []
-    for index, node in enumerate(root.findall("gpu")):
-        gpus.append(
-            gpu_record(
-                index,
-                name=value_or_none(_xml_text(node, "product_name")),
-                uuid=value_or_none(_xml_text(node, "uuid")),
-                pci_bus_id=canonical_bus_id(_xml_text(node, "pci/pci_bus_id") or node.get("id")),
-                memory_total_mib=parse_mib(_xml_text(node, "fb_memory_usage/total")),
-                mig_mode=normalise_mig_mode(_xml_text(node, "mig_mode/current_mig")),
-                mig_mode_pending=normalise_mig_mode(_xml_text(node, "mig_mode/pending_mig")),
-                persistence_mode=parse_enabled(_xml_text(node, "persistence_mode")),
-                fabric=_xml_fabric(node),
-            )
+    gpus = [
+        _smi_gpu(
+            index,
+            _xml_text(node, "pci/pci_bus_id") or node.get("id"),
+            lambda xml_path, _q_path, node=node: _xml_text(node, xml_path),
         )
+        for index, node in enumerate(root.findall("gpu"))
+    ]
     return {
         "driver_version": value_or_none(_xml_text(root, "driver_version")),
         "cuda_driver_version": value_or_none(_xml_text(root, "cuda_version")),
@@ -136,23 +144,7 @@ def q_get(tree: dict, *path: str) -> str | None:
 
 def q_gpu(index: int, bus_id: str, tree: dict) -> dict:
     """The facts GPU record of one ``-q`` GPU section (``split_nvidia_smi_q``'s tree)."""
-    fabric = tree.get("Fabric") if isinstance(tree.get("Fabric"), dict) else {}
-    return gpu_record(
-        index,
-        name=value_or_none(q_get(tree, "Product Name")),
-        uuid=value_or_none(q_get(tree, "GPU UUID")),
-        pci_bus_id=canonical_bus_id(q_get(tree, "PCI", "Bus Id") or bus_id),
-        memory_total_mib=parse_mib(q_get(tree, "FB Memory Usage", "Total")),
-        mig_mode=normalise_mig_mode(q_get(tree, "MIG Mode", "Current")),
-        mig_mode_pending=normalise_mig_mode(q_get(tree, "MIG Mode", "Pending")),
-        persistence_mode=parse_enabled(q_get(tree, "Persistence Mode")),
-        fabric=fabric_record(
-            state=normalise_fabric_state(q_get(fabric, "State")),
-            status=value_or_none(q_get(fabric, "Status")),
-            clique_id=int_or_none(q_get(fabric, "CliqueId")),
-            cluster_uuid=value_or_none(q_get(fabric, "ClusterUUID")),
-        ),
-    )
+    return _smi_gpu(index, q_get(tree, "PCI", "Bus Id") or bus_id, lambda _xml_path, q_path: q_get(tree, *q_path))
 
 
 def split_nvidia_smi_q(text: str) -> tuple:
