@@ -550,14 +550,8 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str)
 
 
 def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | None) -> dict:
-    """The member workspaces of a compose host: gpuops_members (which the team check passed), on
-    compose_stack_topology where set, else this host's topology, else the
-    GPUs its facts found, else (a plan from the inventory alone, no facts) GPUs 0..gpuops_gpu_count-1 without CPU
-    affinity. A GPU's CPU and NUMA affinity (the member's cpuset) come from the topology when it gives them, else
-    from the GPU facts, which read them from sysfs without a driver (gpu_facts: numa_node, cpu_affinity), so a
-    one-GPU or driverless host gets cpusets too. The members' memory and CPU limits are sized on the pools
-    workspaces.host_pools finds (``host``: the OS facts gpu_facts read, memtotal_mb and processor_vcpus), and an
-    overcommit is a problem in ``sizing``, which preflight refuses."""
+    """``hosts.<name>.workspaces`` of a compose host (SCHEMA): a GPU's CPU and NUMA affinity from the topology where
+    it gives them, else from the GPU facts (sysfs, no driver needed); ``host``: the OS facts gpu_facts read."""
     members = _setting(hostvars, "gpuops_members")
     if not isinstance(members, list) or not members:
         return {"members": {}, "shared": {}, "problems": [], "warnings": [], "gpu_total": 0}
@@ -593,8 +587,7 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | No
 
 
 def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
-    """Whether the host needs Fabric Manager, and why: nvidia_driver_fabric_manager when the inventory sets it true
-    or false, else (auto) whether the GPU facts found NVSwitches; None when they were not read."""
+    """``packages.fabric_manager_needed`` and ``fabric_manager_reason`` (SCHEMA)."""
     wanted = _setting(hostvars, "nvidia_driver_fabric_manager")
     if isinstance(wanted, bool):
         return wanted, f"nvidia_driver_fabric_manager: {str(wanted).lower()}"
@@ -607,11 +600,8 @@ def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
 
 
 def health_sweep(platform: str | None, hostvars: Any) -> dict:
-    """``{form, reason}``: the one scheduled sweep of a GPU host (``HEALTH_SWEEP_FORMS``). On Kubernetes,
-    kube_monitoring's DaemonSet unless kube_monitoring_gpu_health_sweep is false; else (and on every other
-    platform) gpu_health's timer unless gpu_health_sweep_timer_enabled is false, then none. Never both: two sweeps
-    on one node would share one cursor and one metrics file. Both settings may differ per host: a Kubernetes node's
-    form is its label (kube_plan.HEALTH_SWEEP_LABEL, in its ``node`` part), which the DaemonSet selects."""
+    """``hosts.<name>.health_sweep`` (SCHEMA). Never both forms: two sweeps on one node would share one cursor and
+    one metrics file."""
     daemonset = _setting(hostvars, "kube_monitoring_gpu_health_sweep")
     timer = _setting(hostvars, "gpu_health_sweep_timer_enabled")
 
@@ -637,13 +627,8 @@ def host_part(
     driver_judged: dict | None = None,
     host: dict | None = None,
 ) -> dict:
-    """One host's part: GPUs, topology summary, packages, and what derives from them: the kubelet policy, the
-    node's labels and taints, NCCL settings and the member workspaces. The topology is the one preflight read, else
-    the inventory's declaration (gpuops_gpu_topology); ``driver`` is the pin preflight judged, else the inventory's
-    nvidia_driver_version; ``driver_judged`` the driver preflight judged CUDA against ({version, source}: pin or
-    running, preflight.judged_driver), else None; Fabric Manager is needed where nvidia_driver_fabric_manager says
-    so, else where the GPU facts found NVSwitches; ``host`` the OS facts gpu_facts read (memtotal_mb,
-    processor_vcpus: the workspaces' pools), else None."""
+    """``hosts.<name>`` (SCHEMA says what each key holds). ``driver``: the pin preflight judged, else None (the
+    inventory's); ``driver_judged``: preflight.judged_driver's; ``host``: the OS facts gpu_facts read, else None."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = _setting(hostvars, "gpuops_gpu_topology")
@@ -696,9 +681,7 @@ def host_part(
 
 
 def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
-    """``pools``: gpuops_pool -> its hosts (the order of ``parts``) and the NCCL settings of a job across them,
-    by the rule training_stack's job templates follow (training_jobs.nccl_env, pick_socket_ifname over every GPU
-    host's default-route interface). ``hostvars``: host -> that host's variables."""
+    """``pools`` from the host parts ``parts`` (SCHEMA); ``hostvars``: host -> that host's variables."""
     hosts_of: dict[str, list[str]] = {}
     for host, part in parts.items():
         if part.get("pool"):
@@ -725,10 +708,8 @@ def _gpu_nodes(gpus: dict[str, dict], hostvars: Any) -> list[dict]:
 
 
 def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
-    """``nodes``: the site's node lists from the inventory's groups. gpu: every gpu_nodes host as the Kubernetes
-    add-on roles see it (kube_gpu.gpu_nodes), its gpu facts from ``gpus`` (host -> the gpu facts preflight read),
-    else its own (gathered in this play), else its declarations; control_planes: kube_control_plane; workers: the
-    gpu_nodes and kube_nodes hosts outside it. ``hostvars``: host -> that host's variables."""
+    """``nodes`` (SCHEMA); ``gpus``: host -> the gpu facts preflight read (else the host's own, gathered in this
+    play); ``hostvars``: host -> that host's variables."""
     first = next(iter(gpus), None)
     groups = (get_var(hostvars[first], "groups", {}) or {}) if first else {}
     gpu_hosts = [str(h) for h in groups.get("gpu_nodes") or gpus if str(h) in hostvars]
@@ -743,10 +724,7 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
 
 
 def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any) -> dict | None:
-    """``gpu_sharing``: how each Kubernetes pool shares its GPUs (gpu_sharing.plan_part), on the GPU nodes as
-    gpu_operator reads them from ``nodes.gpu`` (kube_gpu.gpu_nodes) with ``gpus`` (host -> the gpu facts
-    preflight read) as their facts. The pools are gpu_operator_pools as the inventory sets it, else the role's
-    default (gpu_sharing.default_pools). None unless the platform is kubernetes with kube_addons_gpu_operator."""
+    """``gpu_sharing`` (SCHEMA); ``gpus``: host -> the gpu facts preflight read."""
     first = next(iter(gpus), None)
     if platform != "kubernetes" or first is None or _setting(hostvars[first], "kube_addons_gpu_operator") is not True:
         return None
