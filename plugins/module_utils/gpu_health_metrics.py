@@ -69,6 +69,8 @@ EVENT_CHECKS = ("xid", "sxid", "fallen_off_bus")
 SELF_CLEARING = ("RESTART_APP", "IGNORE", "CHECK_UVM")
 CLEAR_ALL = "all"
 CLEAR_REQUEST = "clear.json"  # beside the state file: a pending release request (above)
+# The last lines of what the runs released, kept in the state file: gpu_health's release reports those its run added
+RELEASED_KEPT = 100
 _HELD_KEY = ("uuid", "gpu", "check", "action", "step")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's, in a container too (not namespaced)
 
@@ -237,8 +239,9 @@ def _load_state(path: str) -> dict:
         with open(path, encoding="utf-8") as stream:
             state = json.load(stream)
     except FileNotFoundError:
-        return {"cursor": None, "events": [], "held": []}
-    return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", [])}
+        return {"cursor": None, "events": [], "held": [], "released": []}
+    return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", []),
+            "released": state.get("released", [])}
 
 
 def _read_request(path: str) -> dict:
@@ -349,8 +352,11 @@ def _one_run(args, sweep, write_result) -> int:
     boot_id = _boot_id(args.boot_id_file)
     request = os.path.join(os.path.dirname(os.path.abspath(args.state_file)), CLEAR_REQUEST)
     held, cleared = hold(state["held"], result, boot_id, now, _take_request(request))
+    released = [f"gpu_health released: GPU {entry['gpu']} ({entry['uuid']}) {entry['check']} {entry['action']}, "
+                f"held since {entry['since']:.0f}: {entry['why']}" for entry in cleared]
     write_atomic(os.path.join(args.textfile_dir, TEXTFILE_NAME), format_metrics(result, seen, now, held))
-    write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held},
+    write_atomic(args.state_file, json.dumps({"cursor": result["cursor"], "events": seen, "held": held,
+                                              "released": (state["released"] + released)[-RELEASED_KEPT:]},
                                              indent=1) + "\n")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(request + ".taken")  # applied: its record is in the state (gone from held) and in this run's output
@@ -362,9 +368,8 @@ def _one_run(args, sweep, write_result) -> int:
     for entry in held:
         sys.stdout.write(f"gpu_health held: GPU {entry['gpu']} ({entry['uuid']}) {entry['severity']}, "
                          f"{entry['check']} {entry['action']}, since {entry['since']:.0f}: {entry['evidence']}\n")
-    for entry in cleared:
-        sys.stdout.write(f"gpu_health released: GPU {entry['gpu']} ({entry['uuid']}) {entry['check']} "
-                         f"{entry['action']}, held since {entry['since']:.0f}: {entry['why']}\n")
+    for line in released:
+        sys.stdout.write(line + "\n")
     return 0
 
 
