@@ -4,12 +4,8 @@
 documents (nvml, nvidia-smi, pci), then adds each GPU's NUMA node and CPU list from sysfs, Fabric Manager and,
 on request, the topology.
 
-Where things are: ``gpu_facts_common`` (record shape, constants, errors, normalisers), ``gpu_facts_nvml``,
-``gpu_facts_smi`` (``nvidia-smi`` parsers and backend), ``gpu_facts_sysfs`` (PCI bus, /proc/driver/nvidia,
-nv-fabricmanager), ``topology`` (the ``topo -m`` parser).
-
 A backend's code is imported when that backend is tried (NVML's once pynvml imports, nvidia-smi's once the
-binary is found) and the topology parser when a matrix is read or a job size is checked: a module run compiles
+binary is found) and the topology parser when a matrix is read: a module run compiles
 every module it imports from the payload (twice, through zipimport), so a host without a GPU, which preflight
 asks on every node, does not pay for parsers it never calls (docs/performance.md). These imports stay ``from ...
 import`` statements inside the functions (ruff's PLC0415 ignored there), not importlib calls: Ansible puts in the
@@ -81,13 +77,11 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
 
 def check_gpus_per_job(gpus_per_job) -> None:
     """Raise GpuFactsError for a job size below 1 (None means "no placements asked for")."""
-    if gpus_per_job is None:
-        return
-    from ansible_collections.gpuops.cluster.plugins.module_utils.topology import gpus_per_job_problem  # noqa: PLC0415 (module doc)
-
-    problem = gpus_per_job_problem(gpus_per_job)
-    if problem:
-        raise GpuFactsError(problem)
+    if gpus_per_job is not None and gpus_per_job < 1:
+        raise GpuFactsError(
+            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
+            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
+        )
 
 
 def _gpus(count: int) -> str:
@@ -102,16 +96,8 @@ def topology_error(error: str) -> dict:
 def gather_topology(
     source: str, count: int, run, which, gpus_per_job, warnings: list, notes: list
 ) -> tuple[dict | None, dict | None]:
-    """``nvidia-smi topo -m`` once, parsed by ``topology.parse_topology``: ``(topology, topology_error)``.
-
-    Read where a driver-backed source (nvml, nvidia-smi) lists one GPU or more: one GPU has no links, but its CPU
-    and NUMA affinity are what its workspace's cpuset is made of. Not read (None, None, and a note why) without a
-    driver (the GPUs' sysfs affinity stands in), without GPUs, or without the nvidia-smi binary.
-    A failing command or an output without a matrix is a warning, a note and ``topology_error`` (``{command,
-    error}``: the exit status and output, or the parser's error), not a failure: the GPU facts stand and preflight
-    decides. The parser's warnings stay in the returned dict's ``warnings`` and are also added, prefixed
-    ``topology:``, to the caller's ``warnings`` list (which the module shows as Ansible warnings).
-    """
+    """``nvidia-smi topo -m`` once, parsed by ``topology.parse_topology``: ``(topology, topology_error)``, when and
+    as the module's ``topology`` option and return values document; a reason not to read it is a note."""
     if source not in (SOURCE_NVML, SOURCE_NVIDIA_SMI):
         notes.append(f"topology: not read because source is {source}: `{TOPOLOGY_COMMAND}` needs a working driver")
         return None, None
@@ -175,14 +161,7 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     topology: bool = False,
     gpus_per_job: int | None = None,
 ) -> tuple:
-    """All GPU facts in one pass. Returns ``(facts, warnings)``.
-
-    ``backend`` is ``auto`` (nvml, then nvidia-smi, then pci) or one backend name; a named backend
-    that cannot answer raises GpuFactsError instead of falling back.
-    ``topology``: also read ``nvidia-smi topo -m`` once (see ``gather_topology``) into ``facts["topology"]``,
-    which is None when not asked for or not read; ``facts["topology_error"]`` is ``{command, error}`` when the GPUs
-    are seen but the command failed or printed no matrix, else None. ``gpus_per_job`` goes to ``parse_topology``.
-    """
+    """All GPU facts in one pass, as the module's options and return values document: ``(facts, warnings)``."""
     check_gpus_per_job(gpus_per_job)
     nvml_loader = nvml_loader or import_pynvml
     run = run or (lambda argv: (127, "", f"no command runner given for {argv[0]}"))

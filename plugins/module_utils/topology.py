@@ -476,16 +476,6 @@ def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, w
     }
 
 
-def gpus_per_job_problem(gpus_per_job: int | None) -> str | None:
-    """The refusal for a job size below 1, or None when it is acceptable (None means no placements)."""
-    if gpus_per_job is not None and gpus_per_job < 1:
-        return (
-            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
-            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
-        )
-    return None
-
-
 def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
     """Topology facts from the text of ``nvidia-smi topo -m`` (or ``-mp``), terminal control sequences removed
     first; never raises on bad text (see ``warnings``)."""
