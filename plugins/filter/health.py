@@ -91,8 +91,8 @@ def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:
     return health_steps.audit_records(host, done or [], host_plan or {}, now)
 
 
-def health_gpu_pods(pods, node: str = "") -> list:
-    return health_steps.gpu_pods(pods or {}, node)
+def health_gpu_pods(pods, node: str = "", timeout: int = 600) -> list:
+    return health_steps.gpu_pods(pods or {}, node, int(timeout))
 
 
 def health_fleet_entry(item, state=None, sweeps=None) -> dict:

@@ -15,12 +15,9 @@ from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import CLEAR_ALL  # release: every GPU
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import CORDONED_BY, CORDONED_BY_US
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import HEALTH_STATE
 
 TAINT_KEY = "gpuops.io/unhealthy"
 LABEL_KEY = "gpuops.io/health"
-STATE_FILE = HEALTH_STATE  # under the report dir (gpuops_report_dir), on the controller; plan.py reads it
-AUDIT_FILE = "health/audit.jsonl"
 STATE_SCHEMA = 2  # 2 adds remediations, service_required, cordoned_by, stopped_containers, breaker; 1 reads as 2
 REMEDIATIONS_KEPT = 100  # per host, newest last; far more than any escalation window needs
 HELD = ("deferred", "unreadable", "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
@@ -56,10 +53,11 @@ def kubectl(verb: str, node: str, reason: str = "", timeout: int = 600) -> list[
     return argv[verb]
 
 
-def gpu_pods(pods: dict, node: str) -> list[dict]:
+def gpu_pods(pods: dict, node: str, timeout: int = 600) -> list[dict]:
     """The pods on ``node`` that hold GPUs (nvidia.com/gpu in a container's limits or requests) and still run, from
-    ``kubectl get pods -A --field-selector spec.nodeName=<node> -o json``. The kubelet does not say which GPU a pod
-    holds through the API, so every GPU pod on the node is drained: the reset must find no process on the GPU."""
+    ``kubectl get pods -A --field-selector spec.nodeName=<node> -o json``, each with the argv that deletes it. The
+    kubelet does not say which GPU a pod holds through the API, so every GPU pod on the node is drained: the reset
+    must find no process on the GPU."""
     found = []
     for pod in (pods or {}).get("items") or []:
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
@@ -68,12 +66,10 @@ def gpu_pods(pods: dict, node: str) -> list[dict]:
         resources = [c.get("resources") or {} for c in spec.get("containers") or []]
         if any("nvidia.com/gpu" in (r.get("limits") or {}) or "nvidia.com/gpu" in (r.get("requests") or {})
                for r in resources):
-            found.append({"namespace": meta.get("namespace", "default"), "name": meta.get("name")})
+            namespace, name = meta.get("namespace", "default"), meta.get("name")
+            found.append({"namespace": namespace, "name": name, "argv": [
+                "kubectl", "delete", "pod", "-n", namespace, name, "--wait=true", f"--timeout={timeout}s"]})
     return found
-
-
-def delete_pod(pod: dict, timeout: int = 600) -> list[str]:
-    return ["kubectl", "delete", "pod", "-n", pod["namespace"], pod["name"], "--wait=true", f"--timeout={timeout}s"]
 
 
 def holders(members: Any, gpus: list[str]) -> list[str]:

@@ -195,10 +195,8 @@ def test_gpu_pods_are_the_running_pods_on_the_node_that_ask_for_gpus():
          "spec": {"nodeName": "node-a", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}},
         {"metadata": {"namespace": "team-b", "name": "elsewhere"}, "status": {"phase": "Running"},
          "spec": {"nodeName": "node-b", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}]}
-    found = S.gpu_pods(pods, "node-a")
-    assert found == [{"namespace": "team-a", "name": "train-0"}]
-    assert S.delete_pod(found[0], 60) == ["kubectl", "delete", "pod", "-n", "team-a", "train-0", "--wait=true",
-                                          "--timeout=60s"]
+    assert S.gpu_pods(pods, "node-a", 60) == [{"namespace": "team-a", "name": "train-0", "argv": [
+        "kubectl", "delete", "pod", "-n", "team-a", "train-0", "--wait=true", "--timeout=60s"]}]
 
 
 def test_next_state_records_the_gpu_out_and_moves_the_cursor():
