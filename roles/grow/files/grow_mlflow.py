@@ -2,31 +2,17 @@
 # Apache License 2.0 (see galaxy.yml)
 """Copy the Compose MLflow store into the cluster's, and compare the two servers field by field.
 
-Python standard library only: it runs on the Compose host (or in any MLflow image) with plain python3.
+Python standard library only: it runs on the Compose host (or in any MLflow image) with plain python3. What each
+step keeps, merges and refuses, and why: docs/growth.md (steps 3 and 4, "MLflow users: a member is not lost").
 
-  grow_mlflow.py copy SOURCE_DIR TARGET_DIR [--owner UID:GID] [--replace]
-      SOURCE_DIR and TARGET_DIR are MLflow stores laid out as compose_stack and training_stack lay them out:
-      backend/mlflow.db (SQLite) and artifacts/. The database is copied with SQLite's online backup API (a
-      consistent copy while the source server keeps running), the artifacts file by file. Experiment ids, run ids,
-      params, metric histories and tags are rows of the database, so they are kept as they are; artifact URIs of
-      the form mlflow-artifacts:/... are relative to the server's --artifacts-destination, so they stay valid.
-      The schema upgrade is MLflow's own: run `mlflow db upgrade sqlite:///TARGET_DIR/backend/mlflow.db` with the
-      target image's MLflow afterwards. Refuses a TARGET_DIR whose database holds runs or experiments other than
-      MLflow's Default (use --replace); the empty database the cluster's server made at its first start is replaced.
-      --owner gives everything copied to the uid:gid the target server runs as.
-      The users: auth/basic_auth.db (the basic-auth app's database, database_uri of both basic_auth.ini files) of
-      the source is merged into the target's - every source user except --skip-user (the Compose admin), with its
-      password hash, its roles and their permissions (experiment ids are kept by the tracking copy, so the grants
-      still name the same experiments). The target's own users, its admin among them, are left as they are. Refused
-      before anything is copied when a source user's name is taken on the target, when both databases are not at
-      the same auth schema revision (alembic_version_auth), or when the target has no auth database yet. The
-      target's database is backed up first (auth/basic_auth.db.before-grow) and merged in one transaction.
+  grow_mlflow.py copy SOURCE_DIR TARGET_DIR [--owner UID:GID] [--replace] [--skip-user ADMIN]
+      Both stores as compose_stack and training_stack lay them out: backend/mlflow.db (SQLite, copied with the
+      online backup API), artifacts/ and auth/basic_auth.db (the source's users merged into the target's, which is
+      backed up first as auth/basic_auth.db.before-grow). A target holding runs or experiments is refused unless
+      --replace. Run `mlflow db upgrade` with the target image afterwards.
   grow_mlflow.py verify SOURCE_URL TARGET_URL [--user U --password-file F]
-      Reads both servers through MLflow's REST API and compares: the experiments (ids, names, lifecycle), the runs
-      of each (ids, status, lifecycle), every run's params and tags, each metric's history (length, then values),
-      every artifact's SHA-256, and every source user but the admin (--user): present on the target, admin or not,
-      with the same permissions (the auth API's users/permissions/list). Prints a JSON report; exit status 1 when
-      anything differs, 2 on an error.
+      Both servers read through MLflow's REST API and compared; prints a JSON report; exit status 1 when anything
+      differs, 2 on an error.
 """
 
 from __future__ import annotations
