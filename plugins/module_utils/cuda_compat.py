@@ -253,53 +253,37 @@ def _fabric_manager(driver_text: str, driver: Version, fm_text: str | None) -> t
     ]
 
 
-def _forward_compat(
-    driver_text: str, driver: Version, cuda: Version, gpu_name: str | None
-) -> tuple[bool, bool | None, list[str]]:
-    """Whether the cuda-compat package path exists: (possible, datacenter_gpu, reasons)."""
+def _forward_compat(driver_text: str, driver: Version, cuda: Version, gpu_name: str | None) -> tuple[bool, list[str]]:
+    """Whether the cuda-compat package path exists, and why: (possible, reasons)."""
     datacenter, why = classify_gpu(gpu_name)
     package = f"cuda-compat-{cuda[0]}-{cuda[1]}"
-    if datacenter is None:
-        return (
-            False,
-            None,
-            [
-                f"gpu_name was not given, so forward compatibility ({package}, data-center GPUs only) cannot be "
-                "established; pass gpu_name (nvidia-smi --query-gpu=name) to consider it"
-            ],
-        )
-    if not datacenter:
-        return (
-            False,
-            False,
-            [
-                f"{why}: forward compatibility ({package}) applies only to NVIDIA data-center GPUs, select NGC Server "
-                "Ready RTX SKUs and Jetson boards; elsewhere CUDA fails with cudaErrorCompatNotSupportedOnDevice (804)"
-            ],
-        )
     branch = SUPPORTED_DATACENTER_BRANCHES.get(driver[0])
-    if branch is None:
-        names = ", ".join(f"R{number}" for number in SUPPORTED_DATACENTER_BRANCHES)
-        return (
-            False,
-            True,
-            [
-                f"{why}, but driver branch R{driver[0]} ({driver_text}) is end of life: forward compatibility "
-                f"({package}) needs a supported data-center driver branch ({names})"
-            ],
+    if datacenter is None:
+        refusal = (
+            f"gpu_name was not given, so forward compatibility ({package}, data-center GPUs only) cannot be "
+            "established; pass gpu_name (nvidia-smi --query-gpu=name) to consider it"
         )
-    return (
-        True,
-        True,
-        [
+    elif not datacenter:
+        refusal = (
+            f"{why}: forward compatibility ({package}) applies only to NVIDIA data-center GPUs, select NGC Server "
+            "Ready RTX SKUs and Jetson boards; elsewhere CUDA fails with cudaErrorCompatNotSupportedOnDevice (804)"
+        )
+    elif branch is None:
+        names = ", ".join(f"R{number}" for number in SUPPORTED_DATACENTER_BRANCHES)
+        refusal = (
+            f"{why}, but driver branch R{driver[0]} ({driver_text}) is end of life: forward compatibility "
+            f"({package}) needs a supported data-center driver branch ({names})"
+        )
+    else:
+        return True, [
             f"{why} on driver branch R{branch.branch} ({branch.designation}, end of life {branch.end_of_life}): "
             f"CUDA {format_version(cuda)} runs through forward compatibility with the {package} package",
             f"constraints: {package} must be installed (in the container image, or on the host with its compat "
             "directory on the library path) and match the toolkit's minor; the kernel driver stays "
             f"{driver_text}; a mismatch fails with cudaErrorSystemDriverMismatch (803), and features that need a "
             "newer kernel-mode driver stay unavailable",
-        ],
-    )
+        ]
+    return False, [refusal]
 
 
 def check_compat(
@@ -308,12 +292,8 @@ def check_compat(
     gpu_name: str | None = None,
     fabric_manager_version: str | None = None,
 ) -> dict[str, Any]:
-    """Decide how (and whether) CUDA ``cuda_version`` runs on driver ``driver_version``.
-
-    Returns compatible, mode (native, minor_version, forward_compat or incompatible), min_driver, max_cuda,
-    fabric_manager_match, datacenter_gpu, reasons.
-    ``compatible`` covers the CUDA/driver pairing only; a Fabric Manager mismatch is reported separately.
-    """
+    """How (and whether) CUDA ``cuda_version`` runs on driver ``driver_version``: the cuda_compat module's return
+    values (its RETURN)."""
     driver = parse_driver_version(driver_version)
     cuda = parse_cuda_version(cuda_version)
     driver_text = driver_version.strip()
@@ -354,7 +334,7 @@ def check_compat(
                 f"driver {driver_text} is below {floor}, the CUDA {cuda[0]}.x minor-version floor (native minimum for "
                 f"{wanted}: {release.min_driver})"
             )
-        possible, _datacenter, forward = _forward_compat(driver_text, driver, cuda, gpu_name)
+        possible, forward = _forward_compat(driver_text, driver, cuda, gpu_name)
         reasons.extend(forward)
         mode = "forward_compat" if possible else "incompatible"
         if not possible and max_cuda:
