@@ -13,12 +13,6 @@ import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut
 
-NVIDIA_PCI_VENDOR = 0x10DE
-# PCI base class + subclass (class code >> 8)
-PCI_CLASS_VGA = 0x0300
-PCI_CLASS_3D = 0x0302
-PCI_CLASS_BRIDGE_OTHER = 0x0680  # NVSwitch shows up as an "other bridge" with the NVIDIA vendor id
-
 SOURCE_NVML = "nvml"
 SOURCE_NVIDIA_SMI = "nvidia-smi"
 SOURCE_PCI = "pci"
@@ -139,22 +133,19 @@ def cuda_version_from_int(value) -> str | None:
     return f"{value // _CUDA_MAJOR}.{(value % _CUDA_MAJOR) // _CUDA_MINOR}"
 
 
+def _bus_id(value: str | None, form: str) -> str | None:
+    match = _BUS_ID_RE.match((value or "").strip())
+    return form.format(*(int(part, 16) for part in match.groups())) if match else None
+
+
 def canonical_bus_id(value: str | None) -> str | None:
     """Any PCI address form as nvidia-smi prints it: ``00000000:18:00.0`` (8-digit domain, upper case)."""
-    match = _BUS_ID_RE.match((value or "").strip())
-    if not match:
-        return None
-    domain, bus, dev, fn = (int(part, 16) for part in match.groups())
-    return f"{domain:08X}:{bus:02X}:{dev:02X}.{fn:X}"
+    return _bus_id(value, "{:08X}:{:02X}:{:02X}.{:X}")
 
 
 def sysfs_bus_id(value: str | None) -> str | None:
     """Any PCI address form as sysfs names it: ``0000:18:00.0`` (lower case)."""
-    match = _BUS_ID_RE.match((value or "").strip())
-    if not match:
-        return None
-    domain, bus, dev, fn = (int(part, 16) for part in match.groups())
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+    return _bus_id(value, "{:04x}:{:02x}:{:02x}.{:x}")
 
 
 def normalise_mig_mode(value: str | None) -> str | None:

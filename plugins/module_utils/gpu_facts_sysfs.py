@@ -13,10 +13,6 @@ import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
-    NVIDIA_PCI_VENDOR,
-    PCI_CLASS_3D,
-    PCI_CLASS_BRIDGE_OTHER,
-    PCI_CLASS_VGA,
     SOURCE_NONE,
     SOURCE_PCI,
     canonical_bus_id,
@@ -26,6 +22,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     value_or_none,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
+
+NVIDIA_PCI_VENDOR = 0x10DE
+# PCI base class + subclass (class code >> 8) of a GPU (VGA or 3D controller) and of an NVSwitch ("other bridge")
+_PCI_KINDS = {0x0300: "gpus", 0x0302: "gpus", 0x0680: "nvswitches"}
 
 # --------------------------------------------------------------------------- /proc and nv-fabricmanager
 
@@ -98,7 +98,7 @@ def scan_pci(sysfs_root: str) -> dict:
         pci_class = int_or_none(read_text(os.path.join(base, name, "class")))
         if vendor != NVIDIA_PCI_VENDOR or pci_class is None:
             continue
-        kind = {PCI_CLASS_VGA: "gpus", PCI_CLASS_3D: "gpus", PCI_CLASS_BRIDGE_OTHER: "nvswitches"}.get(pci_class >> 8)
+        kind = _PCI_KINDS.get(pci_class >> 8)
         if kind is None:
             continue  # HD audio, USB-C controller and other functions of the card
         found[kind].append({"pci_bus_id": canonical_bus_id(name)})
