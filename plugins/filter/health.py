@@ -1,6 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of playbooks/health.yml: settings check, plan, steps, next state, audit lines, GPU pods, release UUIDs.
+"""Filters of playbooks/health.yml: settings check, plan, steps, step results, next state, audit lines, GPU pods,
+release UUIDs.
 
 Thin: the decisions live in plugins/plugin_utils/health.py and health_steps.py; documentation in the
 health_*.yml files next to this one.
@@ -101,11 +102,6 @@ def health_fleet_entry(item, state=None, sweeps=None) -> dict:
     return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
 
 
-def health_validation(sweep, gpus=None, dcgm_level=2, nccl=None, nvbandwidth=None, overrides=None) -> dict:
-    return health_return.validation(sweep or {}, list(gpus or []), int(_count(dcgm_level)), nccl, nvbandwidth,
-                                    overrides or {})
-
-
 def health_validation_runs(paths, gpu_count=0) -> list:
     return health_return.bench_runs(paths if isinstance(paths, dict) else {}, int(_count(gpu_count) or 0))
 
@@ -119,8 +115,9 @@ def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expect
     return health.sweep_record(read or {}, settings)
 
 
-def health_step_result(step, runs=None, healthy=False, check_mode=False) -> dict:
-    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode))
+def health_step_result(step, runs=None, healthy=False, check_mode=False, dcgm_level=2, thresholds=None) -> dict:
+    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode),
+                                    int(_count(dcgm_level)), thresholds or {})
 
 
 def health_release_uuids(gpus, validation=None, sweep=None) -> list:
@@ -142,7 +139,6 @@ class FilterModule:
             "health_fleet_entry": health_fleet_entry,
             "health_step_result": health_step_result,
             "health_sweep_record": health_sweep_record,
-            "health_validation": health_validation,
             "health_validation_runs": health_validation_runs,
             "health_release_uuids": health_release_uuids,
         }

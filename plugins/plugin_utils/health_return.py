@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Return to service (issue 38 §3): the validation run a node or GPU passes before health.yml gives it back,
 whether through health_release or after its reset or reboot. Pure, controller-side; roles/health/tasks/step.yml
-runs the step ``validate`` (plugins/plugin_utils/health_steps.py) and hands what ran to ``validation``.
+runs the step ``validate`` and health_steps.step_result hands what ran to ``validation``.
 
 The run, on the node:
   gpu_health    the sweep reads the node, no GPU has failed and every GPU going back is healthy;

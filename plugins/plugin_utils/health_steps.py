@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import CLEAR_ALL  # release: every GPU
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import CORDONED_BY, CORDONED_BY_US
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_return import validation
 
 TAINT_KEY = "gpuops.io/unhealthy"
 LABEL_KEY = "gpuops.io/health"
@@ -371,8 +372,11 @@ def _cleared(step: dict, release: dict) -> dict:
     return {"result": "ok", "detail": f"no held finding of GPU(s) {gpus} on the scheduled sweep: nothing to clear"}
 
 
-def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False) -> dict:
-    """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result)."""
+def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False, dcgm_level: int = 2,
+                thresholds: dict | None = None) -> dict:
+    """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result). A validate
+    step's is health_return.validation's judgement of its sweep (at ``dcgm_level``) and benchmarks, with
+    ``thresholds`` (health_return_thresholds)."""
     kind = step["kind"]
     found = None
     if kind in ("notify", "mark_out"):
@@ -388,9 +392,10 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
         # ansible.builtin.reboot's result says why it failed only in msg (failed_when: false clears ``failed``)
         found = {"result": "failed", "detail": f"the reboot did not complete: {str(runs['reboot']['msg'])[:300]}"}
     elif kind == "validate":
-        run = runs.get("validation") or {}
-        found = {"result": "ok" if run.get("ok") else "failed", "detail": run.get("summary") or
-                 "the validation did not run", "validation": run}
+        bench = {(r.get("item") or {}).get("tool"): r for r in (runs.get("bench") or {}).get("results") or []}
+        run = validation(runs.get("resweep") or {}, step.get("gpus"), dcgm_level, bench.get("all_reduce_perf"),
+                         bench.get("nvbandwidth"), thresholds)
+        found = {"result": "ok" if run["ok"] else "failed", "detail": run["summary"], "validation": run}
     elif kind == "clear_held":
         found = _cleared(step, runs.get("release") or {})
     elif kind == "sweep":

@@ -135,6 +135,11 @@ def test_all_reduce_perf_is_judged_against_the_table_or_the_operators_figure(ove
     nccl = next(c for c in by_check(result)["thresholds"]["checks"] if c["check"] == "nccl_busbw_gbps")
     assert (result["ok"], nccl["status"], nccl["measured"]) == (ok, status, 115.93)
     assert result["failed"] == ([] if ok else ["thresholds"])
+    # the validate step's result (health_step_result): its registered benchmark runs found by tool, the overrides
+    bench = {"results": [{"item": {"tool": "all_reduce_perf"}, **ran(NCCL_H100_PCIE_X2)}]}
+    step = S.step_result({"kind": "validate", "gpus": ["0"]}, {"resweep": sweep(), "bench": bench},
+                         thresholds=overrides)
+    assert (step["result"], step["validation"]) == ("ok" if ok else "failed", result)
 
 
 def test_an_nvbandwidth_run_that_printed_no_result_fails():
@@ -196,8 +201,9 @@ def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required(
     back = released(state)["hosts"]["node-a"]
     steps = S.host_steps("node-a", back, "compose", [])
     assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
-    check = R.validation(sweep(dcgmi(226, dcgm_output(fail_gpu=0))), steps[0]["gpus"], 2)
-    result = S.step_result(steps[0], {"validation": check})
+    swept = sweep(dcgmi(226, dcgm_output(fail_gpu=0)))
+    check = R.validation(swept, steps[0]["gpus"], 2)
+    result = S.step_result(steps[0], {"resweep": swept})
     assert (result["result"], result["detail"]) == ("failed", check["summary"])
     after = S.next_state(state, "node-a", back, [{**steps[0], **result}], "c2", "t3", release=True)["hosts"]["node-a"]
     assert sorted(after["out_of_service"]) == ["0", "1"]
@@ -212,8 +218,8 @@ def test_a_passing_validation_on_release_gives_the_gpus_back():
     state, _audit = quarantined_state()
     back = released(state)["hosts"]["node-a"]
     steps = S.host_steps("node-a", back, "compose", [])
-    check = R.validation(sweep(dcgmi(0, dcgm_output())), steps[0]["gpus"], 2)
-    done = [{**steps[0], **S.step_result(steps[0], {"validation": check})}, {**steps[1], "result": "ok"}]
+    done = [{**steps[0], **S.step_result(steps[0], {"resweep": sweep(dcgmi(0, dcgm_output()))})},
+            {**steps[1], "result": "ok"}]
     assert done[0]["result"] == "ok"
     after = S.next_state(state, "node-a", back, done, "c2", "t3", release=True)["hosts"]["node-a"]
     assert (after["out_of_service"], "service_required" in after, after["validation"]["ok"]) == ({}, False, True)
