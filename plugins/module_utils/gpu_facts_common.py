@@ -148,31 +148,24 @@ def sysfs_bus_id(value: str | None) -> str | None:
     return _bus_id(value, "{:04x}:{:02x}:{:02x}.{:x}")
 
 
-def normalise_mig_mode(value: str | None) -> str | None:
-    """ "Enabled" / "Disabled" / "N/A" (GPU without MIG); None when unknown; other text passed through."""
+def _one_of(value: str | None, choices: tuple, placeholder: str) -> str | None:
+    """``value`` spelled as the one of ``choices`` it names (in any case), nvidia-smi's placeholders ("N/A", ...) as
+    ``placeholder``, None when absent; other text passed through."""
     if value is None:
         return None
-    lowered = value.strip().lower()
-    if lowered in ("enabled", "enable"):
-        return MIG_ENABLED
-    if lowered in ("disabled", "disable"):
-        return MIG_DISABLED
-    if lowered in NA_VALUES:
-        return MIG_NOT_SUPPORTED
-    return value.strip()
+    text = value.strip()
+    named = {choice.lower(): choice for choice in choices}.get(text.lower())
+    return named or (placeholder if text.lower() in NA_VALUES else text)
+
+
+def normalise_mig_mode(value: str | None) -> str | None:
+    """MIG_ENABLED, MIG_DISABLED or MIG_NOT_SUPPORTED (a GPU without MIG); None when unknown."""
+    return _one_of(value, (MIG_ENABLED, MIG_DISABLED), MIG_NOT_SUPPORTED)
 
 
 def normalise_fabric_state(value: str | None) -> str | None:
     """Fabric state as one of FABRIC_*; nvidia-smi's "N/A" is a GPU without fabric support."""
-    if value is None:
-        return None
-    lowered = value.strip().lower()
-    for state in (FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED):
-        if lowered == state.lower():
-            return state
-    if lowered in NA_VALUES:
-        return FABRIC_NOT_SUPPORTED
-    return value.strip()
+    return _one_of(value, (FABRIC_NOT_SUPPORTED, *FABRIC_ACTIVE_STATES), FABRIC_NOT_SUPPORTED)
 
 
 def aggregate_fabric_state(states) -> str | None:
