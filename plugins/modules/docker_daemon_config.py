@@ -22,8 +22,8 @@ description:
     12 hex digits of its SHA-1, so a rerun finds the same copy and never overwrites it). Then O(invalid) decides
     whether the module stops or starts over from an empty configuration.
   - The comparison is on parsed content, so a file that differs only in whitespace or key order is not rewritten.
-  - It does not restart dockerd; notify a handler on RV(ignore:changed), or restart in a block whose rescue puts
-    RV(backup_file) back.
+  - It does not restart dockerd; the C(daemon_json) entry point of the gpuops.cluster.docker_engine role does, and
+    puts RV(backup_file) back when dockerd does not start.
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
@@ -94,7 +94,6 @@ EXAMPLES = r"""
         max-file: "5"
       live-restore: true
       data-root: /var/lib/docker
-  notify: Restart docker
 
 - name: Drop a setting someone added
   gpuops.cluster.docker_daemon_config:
