@@ -54,6 +54,10 @@ def kubectl(verb: str, node: str, reason: str = "", timeout: int = 600) -> list[
     return argv[verb]
 
 
+def _kubectl_steps(host: str, *verbs: str) -> list[dict]:
+    return [{"kind": "kubectl", "argv": kubectl(verb, host)} for verb in verbs]
+
+
 def gpu_pods(pods: dict, node: str, timeout: int = 600) -> list[dict]:
     """The pods on ``node`` that hold GPUs (nvidia.com/gpu in a container's limits or requests) and still run, from
     ``kubectl get pods -A --field-selector spec.nodeName=<node> -o json``, each with the argv that deletes it. The
@@ -102,7 +106,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         return steps + _give_back(host, hplan, kube, members)
     ours = kube and not hplan.get("operator_cordon")
     if ours:
-        steps += [{"kind": "kubectl", "argv": kubectl(verb, host)} for verb in ("cordon", "mark")]
+        steps += _kubectl_steps(host, "cordon", "mark")
     elif kube:
         steps.append({"kind": "notify", "message": f"{host} was cordoned by someone else (no {CORDONED_BY}="
                       f"{CORDONED_BY_US}): it stays cordoned; health never uncordons it"})
@@ -138,9 +142,9 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         return steps
     # back in service only through the validation run (health_return.py): gpu_health, DCGM diag, thresholds
     steps.append({"kind": "validate", "gpus": out})
-    steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop,
-                  "argvs": [kubectl("uncordon", host), kubectl("unmark", host)] if ours else []})
+    steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop})
     # only after back_if_healthy found it healthy (a step that fails or finds it unhealthy stops the rest)
+    steps += _kubectl_steps(host, "uncordon", "unmark") if ours else []
     cleared = CLEAR_ALL if whole_node else out or (_reset_gpus(hplan, out) if action == "reset_gpu" else [])
     if cleared:
         steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}"))
@@ -193,9 +197,9 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
     if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those
         steps[1]["containers"] = hplan["containers"]
     if kube:
-        steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("untaint", "unlabel")]
+        steps += _kubectl_steps(host, "untaint", "unlabel")
         if hplan.get("cordoned_by") == "gpuops":  # an operator's cordon stays
-            steps += [{"kind": "kubectl", "argv": kubectl(v, host)} for v in ("uncordon", "unmark")]
+            steps += _kubectl_steps(host, "uncordon", "unmark")
     return steps
 
 
@@ -221,8 +225,6 @@ def _record(entry: dict, out: dict, step: dict, now: str) -> None:
             out.pop(str(gpu), None)
         entry["stopped"] = sorted(set(entry.get("stopped") or []) - set(step.get("members") or []))
         entry["stopped_containers"] = [] if not out else entry.get("stopped_containers") or []
-        if kind == "back_if_healthy" and step.get("argvs"):
-            entry.update(cordoned=False, cordoned_by=None)
     if kind == "kubectl" and result == "ok" and step["argv"][1] in ("cordon", "uncordon"):
         entry["cordoned"] = step["argv"][1] == "cordon"
         entry["cordoned_by"] = "gpuops" if entry["cordoned"] else None
@@ -338,7 +340,7 @@ def _failure(run: Any) -> str | None:
 # the registered results (names in roles/health/tasks/step.yml) each kind of step looks at
 _RUNS = {"kubectl": ["kubectl"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
          ["workspaces", "stop"], "bug_report": ["bug"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
-         "back_if_healthy": ["uncordon", "workspaces", "start"]}
+         "back_if_healthy": ["workspaces", "start"]}
 
 
 def _idle(step: dict, procs: dict) -> dict:

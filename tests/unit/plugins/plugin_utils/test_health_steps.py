@@ -49,11 +49,11 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
 def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
     steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
     assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot",
-                            "validate", "back_if_healthy", "clear_held"]
+                            "validate", "back_if_healthy", "uncordon node-a", "annotate nodes", "clear_held"]
     drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
     assert drain == ["kubectl", "drain", "node-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
-    assert steps[-2]["argvs"] == [["kubectl", "uncordon", "node-a"],
-                                  ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
+    assert [s["argv"] for s in steps[-3:-1]] == [["kubectl", "uncordon", "node-a"],
+                                                 ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
     assert steps[-1]["gpus"] == "all"  # the whole node was rebooted and validated: every held finding ends
 
 
@@ -71,7 +71,6 @@ def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
                             "clear_held"]
     assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
     assert steps[1]["gpus"]["0"]["event"] == "Xid 79"
-    assert steps[-2]["argvs"] == []
 
 
 def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
@@ -311,8 +310,9 @@ def test_no_state_file_means_no_gpu_out_of_service(tmp_path):
     ({"kind": "drain_gpu_pods"}, {"pods": {"rc": 0}, "delete": {"results": [{"rc": 0}, {"rc": 1, "stderr": "x"}]}},
      {}, "failed"),
     ({"kind": "sweep"}, {"resweep": {"read_ok": False}}, {}, "failed"),
-    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"rc": 0}}, {"healthy": True}, "healthy"),
-    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"uncordon": {"skipped": True}}, {"healthy": False}, "unhealthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 0}}, {"healthy": True}, "healthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"skipped": True}}, {"healthy": False}, "unhealthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 1, "stderr": "x"}}, {"healthy": True}, "failed"),
 ])
 def test_step_results(step, runs, kwargs, expected):
     assert S.step_result(step, runs, **kwargs)["result"] == expected
