@@ -33,24 +33,9 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict 
     worst,
 )
 
-DCGM_LEVELS = (0, 1, 2, 3)
-
 
 class GpuHealthError(GpuFactsError):
     """Input the module refuses, or a named backend that cannot answer: the message says what and how to fix."""
-
-
-def check_options(expected_gpus, dcgm_level) -> None:
-    if expected_gpus is not None and expected_gpus < 0:
-        raise GpuHealthError(
-            f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
-            "gpuops_plan.hosts[host].gpu_count); leave it unset to skip the missing-GPU check"
-        )
-    if dcgm_level not in DCGM_LEVELS:
-        raise GpuHealthError(
-            f"dcgm_level is {dcgm_level}: allowed are 0 (no diagnostics), 1, 2 and 3 (`dcgmi diag -r <level>`); "
-            "use 1 for the quick check"
-        )
 
 
 def _gpu_entry(record: dict, findings: list) -> dict:
@@ -83,8 +68,13 @@ def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary inje
     kern_log: str = "/var/log/kern.log",
     boot_id_path: str = "/proc/sys/kernel/random/boot_id",
 ) -> dict:
-    """One host's health: see the module doc. Raises GpuHealthError (or GpuFactsError) for refused input."""
-    check_options(expected_gpus, dcgm_level)
+    """One host's health: see the module doc. Raises GpuHealthError (or GpuFactsError) for refused input;
+    ``dcgm_level`` is one of 0-3 by both callers' argument choices (the module's, the sweep program's)."""
+    if expected_gpus is not None and expected_gpus < 0:
+        raise GpuHealthError(
+            f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
+            "gpuops_plan.hosts[host].gpu_count); leave it unset to skip the missing-GPU check"
+        )
     state = gather_state(backend, run, which, nvml_loader=nvml_loader, state_text=state_text)
     log = read_kernel_log(since_cursor, run, which, text=kernel_log_text, kern_log=kern_log, boot_id_path=boot_id_path)
     events = map_gpus(parse_events(log["lines"]), state["gpus"])

@@ -24,6 +24,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_verdict as verdict
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import EVENT_CHECKS
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import RESULT_SCHEMA
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_bounds as bounds_rules
 
@@ -39,7 +40,6 @@ ACTIONS = ("none", "notify_owner", "review", "restart_fm", "reset_gpu", "reboot"
 RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 DISRUPTIVE = ("restart_fm", "reset_gpu", "reboot", "quarantine")  # take a node (k8s) or GPUs (compose) out
 TAKES_GPU_OUT = ("reset_gpu", "reboot", "quarantine")  # the GPU is marked out of service until healthy again
-EVENT_KINDS = ("xid", "sxid", "fallen_off_bus")
 
 Decision = Callable[[dict, list], "tuple[str, str]"]
 
@@ -277,7 +277,7 @@ def _steps(findings: list) -> dict:
     found = {}
     for finding in findings:
         match = _EVIDENCE.match(str(finding.get("evidence") or ""))
-        if finding.get("check") in EVENT_KINDS and finding.get("step") and match:
+        if finding.get("check") in EVENT_CHECKS and finding.get("step") and match:
             code = int(match.group(1) or match.group(2))
             found[(finding["check"], finding.get("gpu"), code)] = finding["step"]
     return found
@@ -297,7 +297,7 @@ def _items(sweep: dict) -> list[dict]:
                       "step": steps.get((kind, event.get("gpu"), code)),
                       "key": f"{kind}:{code}:{event.get('gpu')}:{event.get('time') or event.get('line')}"})
     for finding in sweep.get("findings") or []:
-        if finding.get("check") in EVENT_KINDS:
+        if finding.get("check") in EVENT_CHECKS:
             continue
         items.append({"source": "finding", "check": finding.get("check"), "gpu": finding.get("gpu"),
                       "bucket": finding.get("action"), "step": finding.get("step"),
