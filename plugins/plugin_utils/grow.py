@@ -2,25 +2,11 @@
 # Apache License 2.0 (see galaxy.yml)
 """The growth path, Compose site -> Kubernetes platform: the plan, built on the controller alone (pure functions).
 
-``plan(config)`` turns the Compose inventory into what the Kubernetes platform needs, and refuses what would not
-carry over, before anything changes:
-
-* **teams**: a member who names a team stays in it; the rest go to ``grow_team_of``'s team, else a team of
-  their own (named after them). Each team's GPU quota is the sum of its members' Compose GPUs. The teams and
-  members are checked by the one team rule (``team.team_problems``) and rendered by the one tenancy builder
-  (``kube_tenancy.plan``); uids and gids carry over unchanged.
-* **datasets**: each Compose dataset must be an NFS export (``server:/path``, fstype nfs or nfs4, under one of
-  ``grow_nfs_exports`` when the operator lists them). A PersistentVolume binds one claim only, so each dataset
-  gets one ReadOnlyMany PV per namespace that uses it (same server and path), pre-bound to that namespace's PVC.
-* **workspaces**: each member's Compose scratch directory becomes the ReadWriteOnce PV that the tenancy's
-  workspace PVC of that member binds to: a local PV on the Compose host (which becomes a GPU worker), or the
-  member's directory on an NFS export, as ``grow_workspace_storage`` says.
-* **mlflow**: the Compose tracking store (SQLite), artifacts and users, and where they go (the training_stack
-  MLflow's store PVC and auth database); refused when the target image's MLflow is older than the source's.
-* **hosts**: which hosts become control planes and GPU workers, and the ordered steps with what stops when.
-
-``member_gpu_problems`` (a member's GPUs must fit one node of the pool, and all of them the pool) and
-``stale_problems`` (a plan older than its sources) are also called on their own by the playbook.
+``plan(config)`` turns the Compose inventory into what the Kubernetes platform needs (teams, datasets, workspaces,
+MLflow, hosts: docs/growth.md says what each part holds) and refuses what would not carry over, before anything
+changes. The teams and members are checked by the one team rule (``team.team_problems``) and rendered by the one
+tenancy builder (``kube_tenancy.plan``). ``stale_problems`` (a plan older than its sources) is also called on its
+own by the playbook.
 """
 
 from __future__ import annotations
