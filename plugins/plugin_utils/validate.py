@@ -204,7 +204,7 @@ def judge_nccl(text: str, rc: int | None, expected: dict, probe=None) -> dict:
 def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: list[dict],
                  pcie_gen: int = 4) -> list[dict]:
     """outputs: docker (the probe), cuda_smi, cuda_check, nccl (registered results), workspaces ({member: result})
-    and host_uuids (index -> UUID); members: [{name, gpus}] on this host."""
+    and host_uuids (index -> UUID, gpu_facts'); members: [{name, gpus}] on this host."""
     rows = []
     probe = outputs.get("docker")
     rc, text = _out(outputs.get("cuda_smi"))
@@ -223,7 +223,7 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
         rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen), probe))
     else:
         rows.append(row(COMPOSE_STEPS[2], "skipped", "skipped: one GPU, nothing to all-reduce across"))
-    uuids = outputs.get("host_uuids") or {}
+    uuids = {str(index): uuid for index, uuid in (outputs.get("host_uuids") or {}).items()}
     results = []
     for member in members:
         rc, text = _out((outputs.get("workspaces") or {}).get(member["name"]))
