@@ -90,18 +90,15 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
 
     config: nodes (name, pool, topology, socket_ifname), namespace, image, gpus_per_node (0 = all of the node's
     GPUs), socket_ifname ("" = the first node's), shm_size, mlflow_uri, workers (default: pool nodes - 1), and
-    plan_pools (``gpuops_plan.pools``): the pool's NCCL settings there are used rather than derived again.
+    plan_pools (``gpuops_plan.pools``), whose NCCL settings the job takes, with the socket interface.
     """
     everyone = config.get("nodes") or []
     nodes = [n for n in everyone if n.get("pool") == pool]
     topologies = [n.get("topology") for n in nodes]
     ifname = pick_socket_ifname(str(config.get("socket_ifname") or ""), [n.get("socket_ifname") for n in everyone])
-    planned = ((config.get("plan_pools") or {}).get(pool) or {}).get("nccl")
-    if isinstance(planned, dict) and isinstance(planned.get("env"), dict):
-        nccl = {"env": dict(planned["env"]), "notes": list(planned.get("notes") or [])}
-        _set_socket(nccl["env"], ifname)
-    else:
-        nccl = nccl_env(topologies, ifname)
+    planned = config["plan_pools"][pool]["nccl"]  # a pool no GPU node is in: refused by training_stack's inputs
+    nccl = {"env": dict(planned["env"]), "notes": list(planned["notes"])}
+    _set_socket(nccl["env"], ifname)
     gpus = int(config.get("gpus_per_node") or 0) or _gpu_count(topologies) or 1
     env = [{"name": k, "value": v} for k, v in sorted(nccl["env"].items())]
     env.append({"name": "MLFLOW_TRACKING_URI", "value": str(config["mlflow_uri"])})

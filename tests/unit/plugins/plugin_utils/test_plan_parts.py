@@ -220,20 +220,21 @@ def test_pool_nccl_plan_and_role_alone(cluster):
         "notes": ["not nearest to any GPU, left out of NCCL_IB_HCA: mlx5_bond_0"],
     }, "mlx5_8/9 are storage NICs on gpu-train-01 but nearest to GPUs on gpu-train-02"
     assert cluster["pools"]["inference"]["nccl"]["env"] == {"NCCL_IB_DISABLE": "1"}
-    # training_stack alone (no plan) and with the plan's pools: the same env; the role adds the interface the
-    # gathered facts name, which a preflight plan (no facts gathered) cannot know
-    for config in ({}, {"plan_pools": cluster["pools"]}):
-        assert _job_env("training", _nodes(hostvars, "eno1"), socket_ifname="", **config) == {
-            "NCCL_IB_HCA": TRAINING_HCA, "NCCL_SOCKET_IFNAME": "=eno1"}
-        assert _job_env("inference", _nodes(hostvars), socket_ifname="bond0", **config) == {
-            "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=bond0"}
+    # training_stack's job templates take the plan's pools; the role adds the interface the gathered facts name,
+    # which a preflight plan (no facts gathered) cannot know
+    config = {"plan_pools": cluster["pools"]}
+    assert _job_env("training", _nodes(hostvars, "eno1"), socket_ifname="", **config) == {
+        "NCCL_IB_HCA": TRAINING_HCA, "NCCL_SOCKET_IFNAME": "=eno1"}
+    assert _job_env("inference", _nodes(hostvars), socket_ifname="bond0", **config) == {
+        "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=bond0"}
 
 
 def test_the_job_template_takes_the_plans_nccl_not_a_second_derivation():
     nodes = [{"name": "a", "pool": "training", "topology": None, "socket_ifname": ""}]
     planned = {"training": {"hosts": ["a"], "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0"}, "notes": ["from the plan"]}}}
     assert _job_env("training", nodes, socket_ifname="", plan_pools=planned) == {"NCCL_IB_HCA": "=mlx5_0"}
-    assert _job_env("training", nodes, socket_ifname="") == {}, "alone: no topology, NCCL picks the HCAs itself"
+    with pytest.raises(KeyError):  # no second derivation: a pool the plan lacks (the role's inputs refuse it first)
+        _job_env("training", nodes, socket_ifname="", plan_pools={})
 
 
 def test_training_stack_socket_ifname_reaches_the_plan():
@@ -246,7 +247,8 @@ def test_training_stack_socket_ifname_reaches_the_plan():
     assert built["hosts"]["gpu-infer-01"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_DISABLE": "1"}
     assert built["pools"]["training"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": TRAINING_HCA}
     # the role given the same variable gives the same env
-    assert _job_env("training", _nodes(hostvars), socket_ifname="bond0") == built["pools"]["training"]["nccl"]["env"]
+    assert _job_env("training", _nodes(hostvars), socket_ifname="bond0", plan_pools=built["pools"]) == (
+        built["pools"]["training"]["nccl"]["env"])
 
 
 def test_each_hosts_own_default_route_interface_when_facts_were_gathered():

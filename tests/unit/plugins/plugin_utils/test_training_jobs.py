@@ -80,12 +80,16 @@ def test_nccl_unions_pool_nodes_in_column_order() -> None:
 
 
 def _config(**extra: object) -> dict:
+    nodes = [
+        {"name": "gpu-a", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
+        {"name": "gpu-b", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
+        {"name": "gpu-c", "pool": "inference", "topology": topology("h100x8_sxm_2numa_noNIC")},
+    ]
     config = {
-        "nodes": [
-            {"name": "gpu-a", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
-            {"name": "gpu-b", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
-            {"name": "gpu-c", "pool": "inference", "topology": topology("h100x8_sxm_2numa_noNIC")},
-        ],
+        "nodes": nodes,
+        # the plan's pools (plan.pools_part): each pool's NCCL settings over its nodes' topologies
+        "plan_pools": {pool: {"nccl": nccl_env([n["topology"] for n in nodes if n["pool"] == pool], "")}
+                       for pool in ("training", "inference")},
         "namespace": "kubeflow",
         "image": "registry.lan:5000/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
         "socket_ifname": "bond0",
