@@ -61,8 +61,8 @@ def test_the_last_plan_is_taken_only_for_its_own_site(tmp_path: Path) -> None:
     assert said["node-b"] == "inventory node-a,node-b"
 
 
-TEAM_PLAY = """\
-- name: A platform play run on its own that deploys the members' workspaces
+PLAY_ALONE = """\
+- name: A platform or day-2 play run on its own
   hosts: gpu_nodes
   connection: local
   gather_facts: false
@@ -79,14 +79,16 @@ TEAM_PLAY = """\
 """
 
 
-def _team_check(tmp_path: Path, members: list, roles: list) -> dict:
-    """The team task's result on node-a: compose.yml-like play, no plan.json (the inventory's plan)."""
+CHECK = "gpuops.cluster._gpuops_vars : Known names, exact types, choices, forms; no retired variable; a usable team"
+
+
+def _check(tmp_path: Path, variables: dict, roles: list) -> dict:
+    """The gpuops_* check's result on node-a: a compose.yml-like play, no plan.json (the inventory's plan)."""
     inventory = {"gpu_nodes": {"hosts": {"node-a": {
         "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
-        "all": {"vars": {"gpuops_platform": "compose", "gpuops_members": members,
-                         "gpuops_teams": [{"name": "research"}]}}}
+        "all": {"vars": {"gpuops_platform": "compose", "gpuops_teams": [{"name": "research"}], **variables}}}
     (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(TEAM_PLAY.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
+    (tmp_path / "play.yml").write_text(PLAY_ALONE.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
                                                         roles=json.dumps(roles)))
     run = subprocess.run(
         [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
@@ -95,26 +97,45 @@ def _team_check(tmp_path: Path, members: list, roles: list) -> dict:
         env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
     )
     results = [task["hosts"]["node-a"] for play in json_document(run.stdout)["plays"] for task in play["tasks"]
-               if task["task"]["name"] == "Plan | the team, where this run's preflight did not check it"]
+               if task["task"]["name"] == CHECK]
     assert len(results) == 1, run.stdout[-3000:] + run.stderr[-2000:]
     return results[0]
 
 
+TWICE = [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]},
+         {"name": "bob", "uid": 2002, "team": "research", "gpus": [0]}]
+
+
 def test_a_platform_play_run_alone_checks_the_team_it_deploys(tmp_path: Path) -> None:
-    """compose.yml on its own, with no preflight on record: the team's rules (site.yml's boilerplate check) run
-    before the plan is carried out, since the workspace planning checks only what depends on the host."""
-    twice = [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]},
-             {"name": "bob", "uid": 2002, "team": "research", "gpus": [0]}]
-    refused = _team_check(tmp_path, twice, ["docker_engine", "compose_stack"])
+    """compose.yml on its own, with no preflight on record: site.yml's boilerplate check (role _gpuops_vars) runs
+    before the plan is carried out, the team's rules with it, since the workspace planning checks only what depends
+    on the host."""
+    refused = _check(tmp_path, {"gpuops_members": TWICE}, ["docker_engine", "compose_stack"])
     assert refused.get("failed") is True
     assert "cannot be used on node-a" in refused["msg"]
     assert "GPU 0 is given twice: to alice and to bob" in refused["msg"]
     assert "Nothing was changed" in refused["msg"]
 
 
-def test_the_team_check_passes_a_usable_team_and_skips_a_play_without_workspaces(tmp_path: Path) -> None:
+def test_the_team_is_checked_only_where_the_play_deploys_it(tmp_path: Path) -> None:
     usable = [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]}]
-    assert _team_check(tmp_path, usable, ["docker_engine", "compose_stack"]).get("failed") is not True
-    twice = [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0]},
-             {"name": "bob", "uid": 2002, "team": "research", "gpus": [0]}]
-    assert _team_check(tmp_path, twice, ["docker_engine"]).get("skipped") is True
+    assert _check(tmp_path, {"gpuops_members": usable}, ["docker_engine", "compose_stack"]).get("failed") is not True
+    assert _check(tmp_path, {"gpuops_members": TWICE}, ["docker_engine"]).get("failed") is not True
+
+
+def test_a_play_run_alone_refuses_what_the_boilerplate_check_refuses(tmp_path: Path) -> None:
+    """burnin.yml on its own (plan_roles [burnin], no team): a retired variable and a typo are refused as site.yml's
+    boilerplate play refuses them, not ignored."""
+    refused = _check(tmp_path, {"burnin_pcie_gen": 5, "gpuops_plattform": "compose"}, ["burnin"])
+    assert refused.get("failed") is True
+    assert "burnin_pcie_gen is set on node-a to 5; it is no longer read. Fix: move it to validate_pcie_gen" in (
+        refused["msg"])
+    assert "unknown variable(s) gpuops_plattform on node-a" in refused["msg"]
+    assert "gpuops_members is []" not in refused["msg"], "the team is not checked where the play deploys none"
+
+
+def test_the_check_is_not_run_again_where_this_runs_preflight_made_the_plan(tmp_path: Path) -> None:
+    """site.yml: the boilerplate play checked the inventory before preflight made the plan (here a gpuops_plan the
+    host already holds, as preflight sets it), so the plan entry point does not check it a second time."""
+    made = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"}, "hosts": {"node-a": {}}}
+    assert _check(tmp_path, {"gpuops_plan": made, "burnin_pcie_gen": 5}, ["burnin"]).get("skipped") is True
