@@ -1,23 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """The Prometheus side of "is training slow?" (roles/diagnose/tasks/slowdown.yml): which series are the job's,
-the range queries, and the window means the rule (training_slowdown.py) reads. Controller-side and pure: the
-playbook sends the queries and hands the JSON answers back here.
-
-Which GPUs are the job's:
-
-* Compose, ``diagnose_job=<member>``: the member's GPU indexes (gpuops_plan.team.members), label ``gpu``, on each
-  host's own Prometheus;
-* Kubernetes, ``diagnose_job=<name>``: the pods ``<name>``, ``<name>-<role>-<n>`` (PyTorchJob/MPIJob replicas)
-  through dcgm-exporter's pod labels ``namespace``/``pod`` (NVIDIA/dcgm-exporter
-  internal/pkg/transformation/const.go). The GPU Operator's ServiceMonitor keeps the chart's honorLabels: false,
-  so Prometheus renames them ``exported_namespace``/``exported_pod`` (the target's own pod label wins); both
-  spellings are asked for, joined with ``or``;
-* ``diagnose_window=<start>/<end>`` with ``diagnose_gpus``: GPU indexes (label ``gpu``) or UUIDs (``UUID``), on
-  Kubernetes indexes restricted to the play's hosts (label ``Hostname``, the node name).
-
-Only the steps where one of the job's GPUs was busy (DCGM_FI_DEV_GPU_UTIL > 0) count, so a window wider than the
-job, or a member idle for part of it, does not read as a GPU starved of data.
+the range queries, and the window means the rule (training_slowdown.py) reads; docs/operations.md ("Is training
+slow?": the signals, which GPUs are the job's) describes them. Controller-side and pure: the playbook sends the
+queries and hands the JSON answers back here.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The "is training slow?" rule over a job's window means, controller-side and pure (docs/operations.md,
-section "Is training slow?").
-
-Input (``signals``), each a mean over the job's window, ``None`` when not measured:
-
-* ``memory_bandwidth_util`` 0-1, DCGM_FI_PROF_DRAM_ACTIVE;
-* ``nvlink_util`` 0-1 of the GPUs' NVLink capacity, ``None`` for a single-GPU job;
-* ``gpu_temp_c`` the hottest GPU of the job;
-* ``pcie_util`` 0-1 of the PCIe link's capacity, in its busier direction;
-* ``sm_active`` 0-1, DCGM_FI_PROF_SM_ACTIVE;
-* ``gpu_count`` the job's GPUs;
-* ``throttle_thermal`` 0-1, the share of the window the clocks were held down for temperature.
-
-The field notes' four signals, as rules (thresholds overridable, ``THRESHOLDS``):
-
-* ``input_bound``: memory-bandwidth utilisation below 60%: the GPU waits for data (loading is the bottleneck);
-* ``topology``: NVLink utilisation below 80% in a job of two or more GPUs: the GPUs talk over a slower path;
-* ``thermal``: temperature held above 80 C, or thermal throttling for more than 10% of the window;
-* ``pcie_bound``: the PCIe link at 70% or more of its capacity while the SMs are active less than 50% of the
-  time: host<->GPU copies, not compute, set the pace (the small-model case: little work per byte moved).
-
-Order when several hold (most likely first): ``thermal`` first; ``topology`` before ``pcie_bound`` before
-``input_bound`` when ``pcie_bound`` holds; otherwise ``topology`` and ``input_bound`` by their relative shortfall
-((threshold - value) / threshold), the larger first, ``topology`` on a tie. ``ORDER_RULES`` says why.
+"""The "is training slow?" rule over a job's window means, controller-side and pure. The signals, the causes with
+their thresholds (``THRESHOLDS``, each overridable) and their order when several hold (``order``) are described once,
+in docs/operations.md, section "Is training slow?".
 """
 
 from __future__ import annotations
@@ -65,17 +44,6 @@ FIXES = {
         "synchronisations (.item(), .cpu() in the loop); check the link runs at its full generation and width "
         "(nvidia-smi -q -d PCIE)"),
 }
-
-ORDER_RULES = (
-    "thermal first: measured throttling slows every step, and the other signals read low while it lasts",
-    "topology before pcie_bound: in a multi-GPU job a full PCIe link is the collectives' traffic taking the "
-    "slow path instead of NVLink",
-    "pcie_bound before input_bound: data arriving as fast as PCIe carries it is what leaves the memory idle",
-    "otherwise topology and input_bound by relative shortfall, the larger first (topology on a tie): starved "
-    "GPUs also move little over NVLink, and GPUs waiting on a slow all-reduce also leave memory idle; the "
-    "signal further below its line is the cause, the other its echo",
-)
-
 
 class SlowdownInputError(ValueError):
     """A signal or threshold that is not usable; the message names it, the value, what is allowed and the fix."""
@@ -180,7 +148,7 @@ def _causes(s: dict, t: dict) -> dict[str, dict]:
 
 
 def order(found: dict[str, dict]) -> list[dict]:
-    """The causes found, most likely first (ORDER_RULES)."""
+    """The causes found, most likely first (docs/operations.md: the order when several hold)."""
     ranked: list[str] = ["thermal"] if "thermal" in found else []
     rest = [c for c in ("topology", "pcie_bound", "input_bound") if c in found]
     if "pcie_bound" not in found and {"topology", "input_bound"} <= set(found):
