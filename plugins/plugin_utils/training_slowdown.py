@@ -45,6 +45,7 @@ FIXES = {
         "(nvidia-smi -q -d PCIE)"),
 }
 
+
 class SlowdownInputError(ValueError):
     """A signal or threshold that is not usable; the message names it, the value, what is allowed and the fix."""
 
