@@ -1,19 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The acceptance thresholds table (issue 38): a host's measured values judged against its GPU model's row of
-gpu_models.yml, each check PASS, WARN, FAIL or UNKNOWN with the threshold, the measured value and the source.
-
-Burn-in, validate and the return-to-service run call, with the outputs their tools printed::
-
-    measured = thresholds.measure(nccl=all_reduce_perf_text, nvbandwidth=nvbandwidth_text,
-                                  health=gpu_health_records, counters={"sram_correctable": ..., ...})
-    verdict = thresholds.judge(gpu_name, measured, overrides=operator_overrides, gpu_count=len(gpus))
-
-``measure`` reads the outputs with the parsers the collection already has (validate.parse_all_reduce for
-nccl-tests, burnin_membw.parse_nvbandwidth for nvbandwidth, gpu_health's records for row remaps and NVLink). A
-check that was not run is absent from ``measured`` and from the verdict; one that ran and printed no result
-fails. A model with no row, or a check its row has no published figure for, is UNKNOWN, never PASS. ``overrides``
-({check: number}) is merged over the row, each overridden figure's source is then the operator.
+"""The acceptance thresholds table (issue 38): a host's measured values (``measure``, from the outputs burn-in,
+validate and the return-to-service run collect) judged against its GPU model's row of gpu_models.yml (``judge``),
+each check PASS, WARN, FAIL or UNKNOWN with the threshold, the measured value and the source. The rules are
+described once, in docs/thresholds.md ("How a host is judged").
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Training-pool PyTorchJob templates and their NCCL settings, from the nodes' topologies: pure builders.
-
-NCCL settings (``nccl_env``):
-
-* ``NCCL_IB_HCA``: the RDMA devices that the topology ranks nearest to the pool's GPUs (``nearest_nics``, the
-  NIC Legend names such as ``mlx5_0``), in the matrix's column order, with NCCL's ``=`` prefix for exact names
-  (so ``mlx5_1`` does not also select ``mlx5_10``). NICs that are nearest to no GPU (storage NICs on
-  ``SYS``) are left out.
-* ``NCCL_IB_DISABLE=1`` when the topology has no NIC rows: NCCL then uses TCP sockets.
-* ``NCCL_SOCKET_IFNAME``: the bootstrap/socket interface. ``nvidia-smi topo -m`` names RDMA devices, not
-  network interfaces, so this comes from ``socket_ifname``: ``training_stack_socket_ifname``, else the first
-  node's default-route interface where facts were gathered (``pick_socket_ifname``), with NCCL's ``=`` exact-match
-  prefix. The plan (``gpuops_plan``) computes it for each host and pool with the same functions; a pool's job
-  template takes the plan's settings (``plan_pools``) and sets the interface the role found when the plan has none.
-* A node whose topology is unknown or declared without ``nics`` sets neither: NCCL detects the HCAs.
-* A capture whose NIC columns have no names (``NIC0`` without a NIC Legend) or unknown GPU-NIC links
-  cannot name HCAs: ``NCCL_IB_HCA`` is left to NCCL's own detection and a note says why.
+"""Training-pool PyTorchJob templates and their NCCL settings, from the nodes' topologies: pure builders. The NCCL
+settings (``nccl_env``: NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME through ``pick_socket_ifname``, and when
+NCCL picks the HCAs itself) are described once, in docs/kubernetes.md; the plan (``gpuops_plan``) computes them for
+each host and pool, and a pool's job template takes the plan's.
 """
 
 from __future__ import annotations
