@@ -3,21 +3,9 @@ the one runner of a measured command (fleet.py, converge.py); the stamp every re
 ``utc``, ``load1``; cores are ``os.cpu_count()``), also for scripts/test_summary.py and scripts/gpu_check.py.
 
 Each bench script (run.py, fleet.py, converge.py) calls ``started()`` before it measures and ``record()`` when it
-has figures; ``record()`` stores the entry under the script's key with a ``generator`` object:
-
-  script            the bench script, relative to the repository (bench/fleet.py)
-  command           the exact command line, with the GPUOPS_BENCH_* variables that were set
-  commit            ``commit()``: HEAD, ``-dirty`` as that function says; GPUOPS_COMMIT instead where set
-  measured_at       UTC start of the measurement, YYYY-MM-DDTHH:MM:SSZ
-  cores             os.cpu_count()
-  load_1min_before  1-minute load average when the measurement started
-  load_1min_after   1-minute load average when it ended
-  load_limit        LOAD_LIMIT_PER_CORE x cores: above it, the figures are recorded but never quoted
-  over_load         true when any load sampled during the measurement was above load_limit
-  targets_gpu       whether the measured targets had a GPU (null: no targets, the code ran in-process; run.py:
-                    true when its table 4 measured this host's GPUs)
-
-docs/performance.md and README.md are generated from these entries (bench/figures.py, through `make docs`).
+has figures; ``record()`` stores the entry under the script's key with a ``generator`` object (``generator()``:
+GENERATOR_FIELDS, described in docs/performance.md), from which `make docs` renders docs/performance.md and README.md
+(bench/figures.py).
 """
 
 from __future__ import annotations
@@ -113,7 +101,9 @@ def started() -> dict:
 
 
 def generator(start: dict, script: str, targets_gpu: bool | None, loads_during: tuple[float, ...] = ()) -> dict:
-    """The generator object of an entry; ``loads_during``: other samples taken while measuring."""
+    """The generator object of an entry; ``targets_gpu``: whether the measured targets had a GPU, None where the code
+    ran in-process (run.py: True when its table 4 measured this host's GPUs); ``loads_during``: other samples taken
+    while measuring."""
     cores = os.cpu_count() or 1
     after = load1()
     return {
