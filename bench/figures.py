@@ -11,18 +11,13 @@ committed page differs. The prose around the blocks explains; every number is in
 A results entry whose generator says ``over_load`` (bench/_meta.py) is shown with its load, never its figures.
 
     python bench/figures.py record-test [build/test-summary.json] [--found cold|partial|warm]
-        copies the summary of a full `make test` (command "all") to bench/test-summary.json, the tracked copy the
-        README's test line is generated from (`make record-test` runs this, then `make docs`); a run whose set-up
-        found nothing (setup_found "cold": no venv, no images) is also kept as bench/test-summary-cold.json, so the
-        cold time stays quoted beside the last run. --found states it for a summary written before the Makefile
-        recorded it (it never overrides a recorded value; the page says who stated it).
     python bench/figures.py record-gpu-check [build/gpu-check/report.json]
-        copies the report of `make gpu-check` (scripts/gpu_check.py) to bench/gpu-check.json, which the gpu-check
-        blocks of README.md and docs/testing.md quote: the host's GPU, driver, CUDA and NVML, or plainly that it
-        ran without a GPU; each step with its exit code and seconds; each skip with its reason
-        (`make record-gpu-check` runs this, then `make docs`).
-Either refuses, with the fix, a file that is not such a run or names no commit (GPUOPS_COMMIT names it where the
-run's checkout had no .git: bench/_meta.py).
+        `make record-test` and `make record-gpu-check` (bench/README.md): a full `make test`'s summary kept as
+        bench/test-summary.json, and also as bench/test-summary-cold.json when its set-up found nothing (setup_found
+        "cold"; --found states that for a summary older than the field, never overriding a recorded value, and the
+        page says who stated it); a `make gpu-check` report kept as bench/gpu-check.json. Either refuses, with the
+        fix, a file that is not such a run or names no commit (GPUOPS_COMMIT names it where the run's checkout had
+        no .git: bench/_meta.py).
 """
 
 from __future__ import annotations
