@@ -2,40 +2,21 @@
 # Apache License 2.0 (see galaxy.yml)
 """The scheduled gpu_health sweep: one read-only sweep since its cursor, written as Prometheus metrics.
 
-A systemd timer (role gpuops.cluster.gpu_health, ``gpu_health_sweep_timer_enabled``) runs this file as a script on
-each GPU host, with the collection's gpu_health module_utils beside it. Each run reads the kernel log since the
-cursor the last run kept, and writes, atomically (a temporary file, then a rename), for node-exporter's textfile
-collector:
+Run as a script on each GPU host by gpu_health's timer or kube_monitoring's DaemonSet, with the collection's gpu_health
+module_utils beside it (docs/monitoring.md, "The GPU health sweep"). Nothing on the host changes but the files this
+script owns: the metrics for node-exporter's textfile collector, written atomically (``format_metrics``: each
+family's HELP says what it is; ``action`` is NVIDIA's bucket, as the gpu_health module returns it), the state file
+(cursor, event tallies, held findings, the last released lines) and, beside it, ``result.json``
+(module_utils/gpu_health_result.py), which health.yml reads instead of sweeping again (``health_sweep_results: last``).
 
-* ``gpuops_gpu_health_verdict`` (host) and ``gpuops_gpu_health_gpu_verdict{gpu,uuid}``: 0 healthy, 1 degraded,
-  2 failed, from the GPUs' state now and the kernel-log events since the last run;
-* ``gpuops_gpu_health_finding{gpu,uuid,code,action}``: 1 per finding of this run (``code`` is the check's name);
-* ``gpuops_gpu_health_events_total{kind,gpu,uuid,code,action}``: kernel-log events (Xid, SXid, fallen off the bus)
-  counted over every run since the state file was created, and
-  ``gpuops_gpu_health_event_last_seen_timestamp_seconds`` with the same labels: when a run last read one;
-* the error counters of the GPUs' state (``row_remap_failure``, ``row_remap_pending``, uncorrectable ECC,
-  pending retired pages), where the GPU has them;
-* ``gpuops_gpu_health_read_ok``, ``gpuops_gpu_health_log_read_ok`` and ``gpuops_gpu_health_last_run_timestamp_seconds``;
-* ``gpuops_gpu_health_held_since_timestamp_seconds{gpu,uuid,code,action}``: a held finding (below) and since when.
-
-A kernel-log event is read once, by the run after it, but what it says about the GPU lasts: a finding from an event
-(Xid, SXid, fallen off the bus) is held in the state file, with its cause, and counts in every later run's verdicts
-and findings until a clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload
-(the GPU's uncorrectable ECC count since the driver loaded went down), or a release request: ``clear.json`` beside
-the state file (``CLEAR_REQUEST``), ``{"gpus": {"<UUID or all>": {"reason": "<who and why>", "at": <epoch>}}}``,
-which gpu_health's ``release`` entry point writes with this program's ``--release`` (health.yml runs it once a GPU
-passed its return-to-service validation: after health_release, a reset or a reboot; an operator may write one by hand,
-0600). The next run applies it, whatever runs it (the timer's unit, which release starts once, or kube_monitoring's
-DaemonSet pod on the same hostPath), and removes it; the cleared record carries the reason. One run at a time on a
-state file: each holds a lock on its directory from reading the state and the request to writing the state and
-removing the request, and ``--release`` holds it while it merges its request with a pending one. A finding
-whose bucket, in NVIDIA's catalog, needs nothing of the GPU (``SELF_CLEARING``: restart the application, ignore) is
-not held: its condition ends by itself.
-
-``action`` is NVIDIA's bucket from the Xid catalog (``IGNORE``, ``RESET_GPU``, ``RESTART_BM``, ...), as the
-gpu_health module returns it. Nothing on the host changes but the three files this script owns: the metrics, the
-state file and, beside it, ``result.json`` (module_utils/gpu_health_result.py): the last result as gpu_health returns
-it, with every event of this boot, which health.yml reads instead of sweeping again (``health_sweep_results: last``).
+A finding from a kernel-log event is held, with its cause, in every later run's verdicts and findings until a
+clearing event (``hold``): a reboot (the kernel's boot id changed), a GPU reset or driver reload (the GPU's
+uncorrectable ECC count since the driver loaded went down), or a release request, ``clear.json`` beside the state file
+(``CLEAR_REQUEST``): ``{"gpus": {"<UUID or all>": {"reason": "<who and why>", "at": <epoch>}}}``, which gpu_health's
+``release`` entry point writes with ``--release`` (an operator may write one by hand, 0600) and the next run applies
+and removes. A finding whose bucket ends by itself (``SELF_CLEARING``) is not held. One run at a time on a state file:
+each holds a lock on its directory from reading the state and the request to writing the state and removing the
+request, and ``--release`` holds it while it merges its request with a pending one.
 """
 
 from __future__ import annotations
