@@ -6,24 +6,11 @@ A finding is ``{gpu, check, severity, evidence, action, step}``: ``gpu`` an inde
 ``degraded`` or ``failed``, ``action`` NVIDIA's bucket (as in the Xid catalog) or a collection action name, ``step``
 the concrete step where NVIDIA's bucket is a workflow (``WORKFLOW_XID_48`` alone -> ``RESET_GPU``), else None.
 
-Xid bucket -> severity (NVIDIA's "Resolution Bucket (Immediate Action)"):
-
-* ``IGNORE`` -> no finding (the event is still listed);
-* ``RESTART_APP``, ``CHECK_UVM``, ``UNKNOWN`` (no bucket in the catalog) -> degraded: the GPU itself may be fine;
-* ``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``, ``CONTACT_SUPPORT``, ``CHECK_MECHANICALS``, ``UPDATE_SWFW``,
-  ``WORKFLOW_NVLINK_ERR`` -> failed;
-* ``WORKFLOW_XID_45`` (the resolution-buckets sheet also spells it ``Solo: RESTART_FM Not Solo: IGNORE ...``):
-  NVIDIA's workflow -- with another Xid on the same GPU, ignore it (step ``IGNORE``: the other one decides);
-  alone, degraded with step ``RESTART_FM``;
-* ``WORKFLOW_XID_48``: failed; step ``DRAIN_AND_RESET`` with Xid 63/64 on the same GPU, else ``RESET_GPU``;
-* ``WORKFLOW_NVLINK5_ERR`` (Xid 144-150): failed when the line says ``Fatal``, degraded when ``Nonfatal``;
-* ``XID_154``: the recovery action it prints decides: ``None`` -> none (step ``IGNORE``), ``Drain P2P`` ->
-  degraded, ``Drain and Reset`` / ``GPU Reset Required`` / ``Node Reboot Required`` -> failed, step
-  ``DRAIN_AND_RESET`` / ``RESET_GPU`` / ``RESTART_BM``; one it does not print, degraded with no step;
-* ``XID_154_EVAL`` (the sheet's row, no catalog code): with an Xid 154 on the same GPU, that one's judgement; else
-  degraded with step ``RESTART_APP``.
-
-These rules live here only: the controller's health plan (plugin_utils/health.py) calls ``xid_context`` and
+Xid bucket -> severity, and NVIDIA's workflows for Xid 45, 48, 144-150 and 154, are as the gpu_health module's
+documentation states them (plugins/modules/gpu_health.py, docs/modules/gpu_health.md); ``XID_154_EVAL`` (the
+resolution-buckets sheet's row, no catalog code) takes the judgement of an Xid 154 on the same GPU, else degraded with
+step ``RESTART_APP``.
+Their code lives here only: the controller's health plan (plugin_utils/health.py) calls ``xid_context`` and
 ``xid_judgement`` for an Xid whose step no finding names, and ``fatal_sxids`` for an SXid.
 
 A ``fallen_off_bus`` line is failed with Xid 79's bucket ``RESTART_BM``. An SXid is host level (it names an
