@@ -1,17 +1,10 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Return to service (issue 38 §3): the validation run a node or GPU passes before health.yml gives it back,
-whether through health_release or after its reset or reboot. Pure, controller-side; roles/health/tasks/step.yml
-runs the step ``validate`` and health_steps.step_result hands what ran to ``validation``.
-
-The run, on the node:
-  gpu_health    the sweep reads the node, no GPU has failed and every GPU going back is healthy;
-  dcgm_diag     ``dcgmi diag -r <health_return_dcgm_level> -j`` (the same gpu_health call) where DCGM is installed;
-                where dcgmi is not, NOT_RUN says so: it is never counted as passed;
-  thresholds    where all_reduce_perf and nvbandwidth are on the node, the single-node burn-in checks, and the
-                sweep's row remaps and inactive NVLinks, judged by thresholds.judge against the model's row.
-Any FAIL keeps the node out; the summary names the check. WARN, UNKNOWN (no published figure) and NOT_RUN are
-reported, never called PASS, and do not hold the node.
+whether through health_release or after its reset or reboot (docs/operations.md, "6. Return to service": what it runs
+and how each check is judged). Pure, controller-side; roles/health/tasks/step.yml runs the step ``validate`` and
+health_steps.step_result hands what ran to ``validation``. Any FAIL keeps the node out; WARN, UNKNOWN (no published
+figure) and NOT_RUN are reported, never called PASS, and do not hold the node.
 """
 
 from __future__ import annotations
