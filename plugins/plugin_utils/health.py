@@ -3,18 +3,14 @@
 """GPU health: NVIDIA's resolution buckets -> the collection's actions -> a bounded plan per host.
 
 Pure functions, no Ansible imports, controller-side. Input: per host the result of the host module
-``gpuops.cluster.gpu_health`` (events since the last cursor, GPUs with their verdicts and findings, ``read_ok``)
-and the controller's health state (``health_state``: what was already done, which GPUs are out of service).
-Output: a plan (``build_plan``), whose steps ``health_steps.host_steps`` renders per platform.
+``gpuops.cluster.gpu_health`` and the controller's health state (``health_state``: what was already done, which GPUs
+are out of service). Output: a plan (``build_plan``), whose steps ``health_steps.host_steps`` renders per platform.
 
-The buckets are NVIDIA's "Resolution Bucket (Immediate Action)" names from the Xid catalog
-(../shared/data/xid/resolution-buckets.csv). Each maps to one of ``ACTIONS``, a fixed one or one decided from the
-event and the other events of the same sweep (the ``WORKFLOW_*`` buckets and the "solo / not solo" ones follow
-NVIDIA's described steps). The concrete step of NVIDIA's Xid 45, 48 and 154 workflows is gpu_health's verdict
-(module_utils/gpu_health_verdict.py, the one home of those rules): a finding's ``step``, or, for an Xid no finding
-names a step for, the same rule called here; that step is acted on. An SXid's action is NVSentinel's mapping, not
-NVIDIA's guidance, so it is never carried out: a fatal SXid (any line of its group says so, the verdict's rule) gets
-the CONTACT_SUPPORT behaviour, a non-fatal one is reviewed, and NVSentinel's suggestion is advice only.
+What each bucket of NVIDIA's Xid catalog (../shared/data/xid/resolution-buckets.csv) leads to, and why an SXid's
+action (NVSentinel's mapping, not NVIDIA's guidance) is never carried out, is docs/operations.md's table "What each
+bucket does"; ``BUCKETS`` is its code. The concrete step of NVIDIA's Xid 45, 48 and 154 workflows is gpu_health's
+verdict (module_utils/gpu_health_verdict.py, the one home of those rules): a finding's ``step``, or, for an Xid no
+finding names a step for, the same rule called here.
 """
 
 from __future__ import annotations
