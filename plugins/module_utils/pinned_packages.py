@@ -418,20 +418,7 @@ def downgrades(resolved, installed, cmp=compare_versions):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What both modules (apt: pinned_packages, dnf: pinned_packages_dnf) report and refuse alike.
-
-
-# The options of both halves of the _pinned_packages role, apt and dnf (doc_fragments/pinned_packages.py).
-SET_OPTIONS = {
-    "versions": {"type": "dict", "default": {}},
-    "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
-    "allow_downgrade": {"type": "bool", "default": False},
-    "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
-    "verify": {"type": "dict"},
-    "hold": {"type": "bool", "default": True},
-    "label": {"type": "str", "default": ""},
-    "fix": {"type": "str", "default": ""},
-}
+# What the apt and the dnf half of the pinned_packages module report and refuse alike.
 
 
 def refusal(label, problems, fix):

@@ -7,100 +7,149 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: pinned_packages
-short_description: Read-only probe and check of a package set to pin - key fingerprint, offered versions, closure
+short_description: Read-only probe and check of a package set to pin (apt or dnf) - key, offered versions, closure
 version_added: "0.2.0"
 description:
-  - The read-only half of the C(_pinned_packages) role. It changes nothing on the host outside a scratch directory
-    it removes again; it reads the files it is given (a key, apt list files, the dpkg status file) and, with
-    O(repo_url), downloads one repository's key and index into that scratch directory.
-  - With O(repo_url), fetches O(key_url), checks O(key_fingerprint) against the key's primary fingerprints, reads the
-    repository's index with a scratch C(apt-get update) that sees only that repository, signed-by that key, and
-    resolves O(versions) against it (as with O(lists_dir)); reports whether O(keyring) already holds that key.
-  - With O(key_file), reports the OpenPGP fingerprints of the key (computed from the key packets, so no C(gpg) is
-    needed on the host) and fails when O(key_fingerprint) is not among the primary keys.
-  - With O(lists_dir), reads every C(*_Packages) index in it (plain, C(.gz) or C(.xz)), resolves each package of
-    O(versions) to the exact apt version offered, and computes the dependency closure of those packages that
-    comes from that index (Depends and Pre-Depends; with O(follow=exact) only C(= version) ones). It fails, naming
-    every problem, when a requested version is not offered (listing the versions that are), when a closure
-    member cannot be pinned to a version that satisfies everything that depends on it (the NVIDIA repository's
-    C(= version) case), and when the set would downgrade an installed package and O(allow_downgrade) is false.
-  - With O(installed_only), resolves O(versions) against the installed packages only (no index is read) and
-    reports RV(complete) - every requested package and its closure installed at a matching version. It never fails;
-    a caller reads the index only when the set is not complete (a re-run reads nothing and refreshes nothing).
-  - With O(verify), compares the installed packages with that package -> version map, their holds, and what
-    C(apt-get -s upgrade) and C(dist-upgrade) would move (simulated, without taking apt's lock).
-  - Pure logic lives in C(plugins/module_utils/pinned_packages.py).
+  - The read-only half of the C(_pinned_packages) role, for apt and, with O(manager=dnf), for dnf. It changes
+    nothing on the host outside a scratch directory it removes again, and O(key_dest).
+  - With O(repo_url), fetches O(key_url), checks O(key_fingerprint) against the key's primary fingerprints, and reads
+    that repository only, with that key only - apt with a scratch C(apt-get update), signed-by the key; dnf through
+    its Python API with C(gpgcheck) and C(repo_gpgcheck), so C(repomd.xml) must carry a valid signature by it.
+    Reports whether O(keyring) already holds the key. Without O(repo_url), apt reads O(lists_dir) and dnf the
+    host's enabled repositories (with their own cache).
+  - Resolves each package of O(versions) to the exact version offered, and computes the dependency closure of those
+    packages that comes from that index (apt - Depends and Pre-Depends; dnf - every requirement; with
+    O(follow=exact) only C(= version) ones). It fails, naming every problem, when a requested version is not
+    offered (listing the versions that are), when a closure member cannot be pinned to a version that satisfies
+    everything that depends on it (the NVIDIA repository's C(= version) case), and when the set would downgrade an
+    installed package and O(allow_downgrade) is false.
+  - With O(key_dest) and no O(repo_url), fetches and checks the key and writes it there (apt - binary OpenPGP, what
+    a C(.gpg) keyring holds; dnf - as served). The fingerprints are computed from the key packets, so no C(gpg) is
+    needed on the host.
+  - apt only - with O(installed_only), resolves O(versions) against the installed packages only (no index is read)
+    and reports RV(complete) - every requested package and its closure installed at a matching version. It never
+    fails; a caller reads the index only when the set is not complete (a re-run reads nothing and refreshes nothing).
+  - With O(verify), compares the installed packages with that package -> version map, their holds (apt-mark hold;
+    dnf - version-locked at the pin), and what an upgrade would move, simulated without apt's lock or a download
+    (C(apt-get -s upgrade) and C(dist-upgrade); C(dnf upgrade) and C(distro-sync) resolved with the host's
+    repositories and dnf's plugins, the versionlock plugin included).
+  - Pure logic lives in C(plugins/module_utils/pinned_packages.py) and C(pinned_packages_dnf.py).
 author:
   - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
-  - gpuops.cluster.pinned_packages
   - gpuops.cluster.read_only
 options:
+  manager:
+    description: The package manager - V(apt) (Debian family) or V(dnf) (RHEL family, dnf 4).
+    type: str
+    choices: [apt, dnf]
+    default: apt
+  versions:
+    description:
+      - Package -> version. A bare version (V(570.86.15)) matches any Debian revision or RPM release of it (the newest
+        is taken); a version with a revision or release (V(1.31.2-1.1), V(2:1.0-1)) must match exactly, epoch
+        included. V("") takes the installed version if offered, else the newest.
+    type: dict
+    default: {}
+  follow:
+    description:
+      - Which dependencies make up the closure - V(all) (every one the repository satisfies, a dedicated repository)
+        or V(exact) (only C(= version) ones).
+    type: str
+    choices: [all, exact]
+    default: all
+  allow_downgrade:
+    description: Accept a set that moves an installed package to an older version.
+    type: bool
+    default: false
+  downgrade_variable:
+    description: The variable that allows a downgrade, named in the refusal of one.
+    type: str
+    default: pinned_packages_allow_downgrade
+  verify:
+    description:
+      - Package -> exact version that must be installed (and, with O(hold), held); see RV(wrong) and RV(moved).
+    type: dict
+  hold:
+    description: With O(verify), every package must be held (apt-mark hold; dnf - version-locked at its pin).
+    type: bool
+    default: true
+  label:
+    description: Prefix of every failure message (which package set, which repository).
+    type: str
+    default: ""
+  fix:
+    description: Appended to a refusal of the version set (what to change).
+    type: str
+    default: ""
   repo_url:
-    description: Repository to probe in a scratch directory (needs O(key_url), O(key_fingerprint), O(suites)).
+    description: Repository to probe in a scratch directory (needs O(key_url), O(key_fingerprint); apt - O(suites)).
     type: str
   suites:
-    description: Suites of O(repo_url).
+    description: apt - suites of O(repo_url).
     type: list
     elements: str
     default: []
   components:
-    description: Components of O(repo_url) (none for a flat repository).
+    description: apt - components of O(repo_url) (none for a flat repository).
     type: list
     elements: str
     default: []
   architectures:
-    description: Architectures to read from O(repo_url) (apt's default when empty).
+    description: apt - architectures to read from O(repo_url) (apt's default when empty).
     type: list
     elements: str
     default: []
   key_url:
-    description: URL of the repository's signing key (armored or binary OpenPGP).
+    description: URL of the repository's signing key (armored or binary OpenPGP; https, http or file).
     type: str
-  keyring:
-    description: The host's keyring for this repository; RV(keyring_current) says whether it already holds the key.
-    type: path
-  key_file:
-    description: Downloaded repository key (armored or binary OpenPGP).
-    type: path
   key_fingerprint:
     description: Expected full fingerprint of the repository key (spaces and colons ignored, any case).
     type: str
-  dearmor_to:
+  keyring:
+    description: The host's copy of the key (apt - binary keyring; dnf - key file); see RV(keyring_current).
+    type: path
+  key_dest:
     description:
-      - Write the key, in binary OpenPGP form (what apt's C(.gpg) keyrings hold), to this path - the only file the
-        module writes outside its scratch directory; callers point it into their own scratch directory.
+      - Without O(repo_url) - write the fetched and checked key here (callers point it into their own scratch
+        directory).
     type: path
   lists_dir:
-    description: apt lists directory of a scratch C(apt-get update) that saw only the repository to pin.
+    description: apt - lists directory of a scratch C(apt-get update) that saw only the repository to pin.
     type: path
   installed_only:
-    description: Resolve O(versions) against the installed packages only and report RV(complete); never fail.
+    description: apt - resolve O(versions) against the installed packages only and report RV(complete); never fail.
     type: bool
     default: false
   status_file:
-    description: dpkg status file read for installed versions and holds.
+    description: apt - dpkg status file read for installed versions and holds.
     type: path
     default: /var/lib/dpkg/status
+  versionlock_conf:
+    description: dnf - the versionlock plugin's configuration (its C(locklist) names the list file).
+    type: path
+    default: /etc/dnf/plugins/versionlock.conf
   timeout:
-    description: Seconds to wait for O(key_url) (the index download follows apt's own timeouts).
+    description: Seconds to wait for O(key_url) (the index download follows apt's or dnf's own timeouts).
     type: int
     default: 30
   set_name:
-    description: Name of the package set, written in the header of RV(pin_content) and RV(sources_content).
+    description: apt - name of the package set, written in the header of RV(pin_content) and RV(sources_content).
     type: str
     default: ""
   pin_file:
     description:
-      - apt preferences file of the set. With resolved versions, RV(pin_content) is its text (every closure member
+      - apt - preferences file of the set. With resolved versions, RV(pin_content) is its text (every closure member
         at its exact version, priority 1001) and RV(pin_current) says whether the file already holds exactly that,
         owned by root, mode 0644 - the caller writes it only when not.
     type: path
   sources_file:
     description:
-      - deb822 sources file of O(repo_url), signed-by O(keyring) only; RV(sources_content) and RV(sources_current)
-        as for O(pin_file).
+      - apt - deb822 sources file of O(repo_url), signed-by O(keyring) only; RV(sources_content) and
+        RV(sources_current) as for O(pin_file).
     type: path
+requirements:
+  - python3-dnf (dnf 4) on the host, for O(manager=dnf)
 """
 
 EXAMPLES = r"""
@@ -114,6 +163,16 @@ EXAMPLES = r"""
     versions:
       nvidia-open: "570.86.15"
   register: probe
+
+- name: The same against a signed RPM repository (dnf)
+  gpuops.cluster.pinned_packages:
+    manager: dnf
+    repo_url: https://mirror.example/gpuops/el9/
+    key_url: https://mirror.example/gpuops/RPM-GPG-KEY-gpuops
+    key_fingerprint: "0123456789ABCDEF0123456789ABCDEF01234567"
+    keyring: /etc/pki/rpm-gpg/RPM-GPG-KEY-gpuops-demo
+    versions:
+      gpuops-demo-tool: "1.0"
 
 - name: Is the distribution set already installed at its pins? (reads nothing else)
   gpuops.cluster.pinned_packages:
@@ -131,20 +190,25 @@ EXAMPLES = r"""
 RETURN = r"""
 fingerprints:
   description: Fingerprints found in the key.
-  returned: when key_file or repo_url is given
+  returned: when key_url is given
   type: dict
   sample: {primary: ["EB693B3035CD5710E231E123A4B469963BF863CC"], subkeys: []}
 keyring_current:
-  description: O(keyring) exists and holds exactly the fetched key (binary form).
-  returned: when repo_url is given
+  description: O(keyring) exists and holds exactly the fetched key (apt - in binary form; dnf - as served).
+  returned: when repo_url and keyring are given
   type: bool
+offered:
+  description: dnf - every version the repository offers of each requested package.
+  returned: when versions are resolved (dnf)
+  type: dict
+  sample: {gpuops-demo-tool: ["1.0-1", "1.1-1"]}
 resolved:
-  description: Every closure member -> exact apt version to pin, install and hold.
+  description: Every closure member -> exact version to pin, install and hold (apt's; dnf's V-R, or E:V-R).
   returned: when versions are resolved
   type: dict
   sample: {nvidia-open: "570.86.15-1", nvidia-kernel-open-dkms: "570.86.15-1"}
 requested:
-  description: The requested packages -> exact apt version.
+  description: The requested packages -> exact version.
   returned: when versions are resolved
   type: dict
 closure_reasons:
@@ -165,44 +229,67 @@ missing:
   returned: when versions are resolved
   type: list
   elements: str
-held:
-  description: Closure members whose dpkg selection is hold.
-  returned: when versions are resolved, or with verify
+install_specs:
+  description: dnf - C(name-V-R) specs of RV(missing), what C(dnf install) takes.
+  returned: when versions are resolved (dnf)
   type: list
   elements: str
+held:
+  description: apt - closure members whose dpkg selection is hold.
+  returned: when versions are resolved, or with verify (apt)
+  type: list
+  elements: str
+locked:
+  description: dnf - closure members locked at exactly their pin.
+  returned: when versions are resolved, or with verify (dnf)
+  type: list
+  elements: str
+stale_locks:
+  description: dnf - versionlock entries of closure members at another version (install deletes them before it moves).
+  returned: when versions are resolved (dnf)
+  type: list
+  elements: str
+lock_entries:
+  description: dnf - closure member -> the versionlock entry (C(name-E:V-R.*)) that locks it at its pin.
+  returned: when versions are resolved (dnf)
+  type: dict
+versionlock:
+  description: dnf - the versionlock plugin is installed (O(versionlock_conf) exists).
+  returned: when versions are resolved, or with verify (dnf)
+  type: bool
 complete:
   description: With O(installed_only), every requested package and its closure are installed at matching versions.
   returned: when installed_only is true
   type: bool
 wrong:
-  description: With O(verify), packages not installed at their version (C(name=version)).
+  description: With O(verify), packages not at their version (apt C(name=version); dnf C(name - installed X, pinned Y)).
   returned: with verify
   type: list
   elements: str
 unheld:
-  description: With O(verify) and O(hold), packages that are not held.
+  description: With O(verify) and O(hold), packages that are not held (dnf - not locked at their pin).
   returned: with verify
   type: list
   elements: str
 moved:
-  description: With O(verify), packages of the set that C(apt-get -s upgrade) or C(dist-upgrade) would move.
+  description: With O(verify), packages a simulated upgrade would move (dnf - C(name X -> Y (upgrade|distro-sync))).
   returned: with verify
   type: list
   elements: str
 pin_content:
-  description: The text O(pin_file) must hold.
+  description: apt - the text O(pin_file) must hold.
   returned: when pin_file is given and versions are resolved
   type: str
 pin_current:
-  description: O(pin_file) holds exactly RV(pin_content), owned by root:root, mode 0644.
+  description: apt - O(pin_file) holds exactly RV(pin_content), owned by root:root, mode 0644.
   returned: when pin_file is given and versions are resolved
   type: bool
 sources_content:
-  description: The text O(sources_file) must hold.
+  description: apt - the text O(sources_file) must hold.
   returned: when sources_file and repo_url are given
   type: str
 sources_current:
-  description: O(sources_file) holds exactly RV(sources_content), owned by root:root, mode 0644.
+  description: apt - O(sources_file) holds exactly RV(sources_content), owned by root:root, mode 0644.
   returned: when sources_file and repo_url are given
   type: bool
 """
@@ -212,9 +299,10 @@ import os
 import shutil
 import tempfile
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.urls import fetch_url
 from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages as pp
+from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages_dnf as ppd
 
 HTTP_OK = 200
 _SCRATCH_APT = (
@@ -258,11 +346,9 @@ def check_key(module, raw, label, where):
     return fingerprints
 
 
-def probe_repository(module, scratch, label, result):
-    """Key -> fingerprint -> scratch sources.list signed-by it -> scratch apt-get update. Returns the lists dir."""
+def fetch_key(module, label, result):
+    """The key at key_url, its fingerprint checked (fingerprints in result): the bytes as served."""
     p = module.params
-    for sub in ("lists/partial", "cache/archives/partial", "parts"):
-        os.makedirs(os.path.join(scratch, sub))
     response, info = fetch_url(module, p["key_url"], timeout=p["timeout"])
     # A file:// URL (a mirror on the host's disk) answers without an HTTP status.
     if response is None or info.get("status") not in (HTTP_OK, None):
@@ -273,7 +359,20 @@ def probe_repository(module, scratch, label, result):
         )
     raw = response.read()
     result["fingerprints"] = check_key(module, raw, label, f"key {p['key_url']}")
-    binary = pp.dearmor(raw)
+    return raw
+
+
+def host_key(module, raw):
+    """The key as the host keeps it: binary OpenPGP for apt's signed-by keyring, as served for dnf and rpm."""
+    return raw if module.params["manager"] == "dnf" else pp.dearmor(raw)
+
+
+def probe_repository(module, scratch, label, result):
+    """Key -> fingerprint -> scratch sources.list signed-by it -> scratch apt-get update. Returns the lists dir."""
+    p = module.params
+    for sub in ("lists/partial", "cache/archives/partial", "parts"):
+        os.makedirs(os.path.join(scratch, sub))
+    binary = host_key(module, fetch_key(module, label, result))
     with open(os.path.join(scratch, "key.gpg"), "wb") as handle:
         handle.write(binary)
     if p["keyring"]:
@@ -295,6 +394,22 @@ def probe_repository(module, scratch, label, result):
             **result,
         )
     return os.path.join(scratch, "lists")
+
+
+def probe_dnf(module, label, result):
+    """The dnf probe: the repository's key into a scratch directory (keyring_current), then module_utils."""
+    p = module.params
+    scratch = tempfile.mkdtemp(prefix="gpuops-pin.")
+    try:
+        if p["repo_url"]:
+            raw = fetch_key(module, label, result)
+            with open(os.path.join(scratch, "key"), "wb") as handle:
+                handle.write(raw)
+            if p["keyring"]:
+                result["keyring_current"] = pp.holds_bytes(p["keyring"], raw)
+        ppd.probe(module, p, result, label, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def apt_errors(text):
@@ -383,43 +498,62 @@ def apt_files(module, result):
 
 def main():
     spec = {
+        "manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
+        "versions": {"type": "dict", "default": {}},
+        "follow": {"type": "str", "choices": ["all", "exact"], "default": "all"},
+        "allow_downgrade": {"type": "bool", "default": False},
+        "downgrade_variable": {"type": "str", "default": "pinned_packages_allow_downgrade"},
+        "verify": {"type": "dict"},
+        "hold": {"type": "bool", "default": True},
+        "label": {"type": "str", "default": ""},
+        "fix": {"type": "str", "default": ""},
         "repo_url": {"type": "str"},
         "suites": {"type": "list", "elements": "str", "default": []},
         "components": {"type": "list", "elements": "str", "default": []},
         "architectures": {"type": "list", "elements": "str", "default": []},
         "key_url": {"type": "str", "no_log": False},  # a public key's URL, not a secret
-        "keyring": {"type": "path"},
-        "key_file": {"type": "path"},
         "key_fingerprint": {"type": "str", "no_log": False},  # a public key fingerprint, not a secret
-        "dearmor_to": {"type": "path"},
+        "keyring": {"type": "path"},
+        "key_dest": {"type": "path"},
         "lists_dir": {"type": "path"},
         "installed_only": {"type": "bool", "default": False},
         "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
+        "versionlock_conf": {"type": "path", "default": "/etc/dnf/plugins/versionlock.conf"},
         "timeout": {"type": "int", "default": 30},
         "set_name": {"type": "str", "default": ""},
         "pin_file": {"type": "path"},
         "sources_file": {"type": "path"},
-        **pp.SET_OPTIONS,
     }
-    module = AnsibleModule(
-        argument_spec=spec,
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     module.run_command_environ_update = {"LC_ALL": "C"}
     p = module.params
     result = {"changed": False}
     label = p["label"] + ": " if p["label"] else ""
-    if p["repo_url"] and not (p["key_url"] and p["key_fingerprint"] and p["suites"]):
-        module.fail_json(msg=f"{label}repo_url needs key_url, key_fingerprint and suites")
+    dnf = p["manager"] == "dnf"
+    keyless = (p["repo_url"] or p["key_dest"]) and not (p["key_url"] and p["key_fingerprint"])
+    if keyless or (p["repo_url"] and not (p["suites"] or dnf)):
+        module.fail_json(msg=f"{label}repo_url needs key_url, key_fingerprint and (apt) suites; key_dest needs "
+                         "key_url and key_fingerprint")
 
-    if p["key_file"]:
-        with open(p["key_file"], "rb") as handle:
-            raw = handle.read()
-        result["fingerprints"] = check_key(module, raw, label, p["key_file"])
-        if p["dearmor_to"]:
-            with open(p["dearmor_to"], "wb") as handle:
-                handle.write(pp.dearmor(raw))
+    if p["key_dest"] and not p["repo_url"]:
+        key = host_key(module, fetch_key(module, label, result))
+        with open(p["key_dest"], "wb") as handle:
+            handle.write(key)
+    elif dnf:
+        if not ppd.HAS_DNF:
+            module.fail_json(msg=label + missing_required_lib("python3-dnf (dnf 4)"),
+                             exception=str(ppd.DNF_IMPORT_ERROR))
+        if p["verify"] is not None:
+            ppd.verify(module, p, result, label)
+        elif p["versions"]:
+            probe_dnf(module, label, result)
+    else:
+        probe_apt(module, label, result)
+    module.exit_json(**result)
 
+
+def probe_apt(module, label, result):
+    p = module.params
     reads_status = p["repo_url"] or p["lists_dir"] or p["installed_only"] or p["verify"] is not None
     status = _status(p["status_file"]) if reads_status else []
     if p["verify"] is not None:
@@ -438,7 +572,6 @@ def main():
     elif p["lists_dir"]:
         resolve_lists(module, p["lists_dir"], status, label, result)
     apt_files(module, result)
-    module.exit_json(**result)
 
 
 if __name__ == "__main__":

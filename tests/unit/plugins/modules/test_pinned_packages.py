@@ -215,6 +215,24 @@ def test_repository_probe_runs_a_scratch_apt_update_and_reports_its_refusal(
     assert result["keyring_current"] is False
 
 
+def test_key_dest_writes_the_checked_key_binary_for_apt_and_as_served_for_dnf(key_server, tmp_path, capsys):
+    """The one key path of both managers (the role's keyring.yml): fetched, fingerprint checked, then written."""
+    served = (FIXTURES / "throwaway-ed25519.asc").read_bytes()
+    args = {"key_url": f"{key_server}/throwaway-ed25519.asc",
+            "key_fingerprint": (FIXTURES / "throwaway-ed25519.fpr").read_text().split()[0]}
+    for manager, expected in (("apt", pp.dearmor(served)), ("dnf", served)):
+        dest = tmp_path / f"key.{manager}"
+        code, result = run_main(module, {**args, "manager": manager, "key_dest": str(dest)}, capsys)
+        assert code == 0, result
+        assert dest.read_bytes() == expected
+    assert pp.dearmor(served) != served, "the fixture is armored, so the two forms differ"
+    wrong = tmp_path / "key.wrong"
+    code, result = run_main(module, {**args, "key_fingerprint": "01" * 20, "key_dest": str(wrong)}, capsys)
+    assert code == 1
+    assert "the repository key has fingerprint" in result["msg"]
+    assert not wrong.exists(), "a key that fails its check is not written"
+
+
 # The two files install writes: the probe renders them and says whether the host holds them already (a re-run
 # then writes and stats neither). apt itself reads the rendered text here, in a scratch configuration.
 
