@@ -5,7 +5,7 @@
 ``gpu_nodes(hosts)`` turns host variables (``hostvars[host]``: the gpu facts preflight read, else the inventory's
 declarations) into one entry per GPU node: name, pool, GPU model, count, the smallest GPU's memory, MIG mode,
 default-route interface and topology. The plan calls it once (``plan.nodes_part``: ``gpuops_plan.nodes.gpu``, which
-gpu_operator, kube_tenancy, training_stack and grow read; ``plan.gpu_sharing_part``).
+gpu_operator, kube_tenancy, training_stack, grow and ``plan.gpu_sharing_part`` read).
 """
 
 from __future__ import annotations

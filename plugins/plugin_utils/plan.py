@@ -695,46 +695,41 @@ def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
     }
 
 
-def _gpu_nodes(gpus: dict[str, dict], hostvars: Any) -> list[dict]:
-    """kube_gpu.gpu_nodes over ``gpus`` (host -> its gpu facts), with each host's declarations (_NODE_VARS) and its
-    default-route interface where facts were gathered."""
-    hosts = []
-    for host, gpu in gpus.items():
-        facts = get_var(hostvars[host], "ansible_facts", {}) or {}
-        route = facts.get("default_ipv4") if hasattr(facts, "get") else None
-        hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
-                      "ansible_facts": {"gpu": gpu or {}, "default_ipv4": kube_gpu.plain(route or {})}})
-    return kube_gpu.gpu_nodes(hosts)
-
-
 def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
     """``nodes`` (SCHEMA); ``gpus``: host -> the gpu facts preflight read (else the host's own, gathered in this
-    play); ``hostvars``: host -> that host's variables."""
+    play); ``hostvars``: host -> that host's variables. A GPU node's entry is kube_gpu.gpu_nodes' on those facts,
+    its declarations (_NODE_VARS) and its default-route interface where facts were gathered."""
     first = next(iter(gpus), None)
     groups = (get_var(hostvars[first], "groups", {}) or {}) if first else {}
     gpu_hosts = [str(h) for h in groups.get("gpu_nodes") or gpus if str(h) in hostvars]
     control_planes = [str(h) for h in groups.get("kube_control_plane") or []]
     workers = [str(h) for h in [*gpu_hosts, *(groups.get("kube_nodes") or [])] if str(h) not in control_planes]
-    found = {h: gpus.get(h) or get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in gpu_hosts}
+    hosts = []
+    for host in gpu_hosts:
+        facts = get_var(hostvars[host], "ansible_facts", {}) or {}
+        route = facts.get("default_ipv4") if hasattr(facts, "get") else None
+        gpu = gpus.get(host) or get_var(facts, "gpu", {}) or {}
+        hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
+                      "ansible_facts": {"gpu": gpu, "default_ipv4": kube_gpu.plain(route or {})}})
     return {
-        "gpu": _gpu_nodes(found, hostvars),
+        "gpu": kube_gpu.gpu_nodes(hosts),
         "control_planes": control_planes,
         "workers": list(dict.fromkeys(workers)),
     }
 
 
-def gpu_sharing_part(platform: str | None, gpus: dict[str, dict], hostvars: Any) -> dict | None:
-    """``gpu_sharing`` (SCHEMA); ``gpus``: host -> the gpu facts preflight read."""
-    first = next(iter(gpus), None)
-    if platform != "kubernetes" or first is None or _setting(hostvars[first], "kube_addons_gpu_operator") is not True:
+def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> dict | None:
+    """``gpu_sharing`` (SCHEMA) on ``nodes``, the plan's ``nodes.gpu`` (the GPU nodes gpu_operator reads too);
+    ``anyvars``: a GPU host's variables."""
+    if platform != "kubernetes" or not nodes or _setting(anyvars, "kube_addons_gpu_operator") is not True:
         return None
-    pools, source = _setting(hostvars[first], "gpu_operator_pools"), "gpu_operator_pools"
+    pools, source = _setting(anyvars, "gpu_operator_pools"), "gpu_operator_pools"
     if not hasattr(pools, "items"):
-        multi_node = str(_setting(hostvars[first], "gpuops_multi_node_training")).lower() in ("true", "yes", "1")
+        multi_node = str(_setting(anyvars, "gpuops_multi_node_training")).lower() in ("true", "yes", "1")
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
     try:
-        return gpu_sharing.plan_part(kube_gpu.plain(pools), _gpu_nodes(gpus, hostvars), source,
-                                     mps.limits_of({name: _setting(hostvars[first], name) for name in mps.VARIABLES}))
+        return gpu_sharing.plan_part(kube_gpu.plain(pools), nodes, source,
+                                     mps.limits_of({name: _setting(anyvars, name) for name in mps.VARIABLES}))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 
@@ -789,10 +784,10 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
         )
         for host, record in records.items()
     }
-    gpus = {host: record.get("gpu") or {} for host, record in records.items()}
+    nodes = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
     plan["pools"] = pools_part(plan["hosts"], hostvars)
-    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), gpus, hostvars)
-    plan["nodes"] = nodes_part(gpus, hostvars)
+    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), nodes["gpu"], hostvars[first] if first else {})
+    plan["nodes"] = nodes
     return plan
 
 

@@ -169,10 +169,11 @@ def test_kubernetes_share_the_capture_measured_is_refused_through_every_caller()
 def test_the_plan_reads_the_settings_from_the_inventory() -> None:
     hosts = {"gpu-02": {"kube_addons_gpu_operator": True, "gpuops_pool": "inference", "gpu_operator_gpu_memory_mib":
                         16384, "gpu_operator_pools": {"inference": {"mps_replicas": 16}, "training": {}}}}
-    refused = plan.gpu_sharing_part("kubernetes", {"gpu-02": {}}, hosts)
+    nodes = plan.nodes_part({"gpu-02": {}}, hosts)["gpu"]
+    refused = plan.gpu_sharing_part("kubernetes", nodes, hosts["gpu-02"])
     assert refused["inference"]["strategy"] is None, refused
     hosts["gpu-02"][mps.RESERVE_VAR] = 0
-    assert plan.gpu_sharing_part("kubernetes", {"gpu-02": {}}, hosts)["inference"]["strategy"] == "mps"
+    assert plan.gpu_sharing_part("kubernetes", nodes, hosts["gpu-02"])["inference"]["strategy"] == "mps"
 
 
 def test_preflight_follows_the_inventory_settings() -> None:
