@@ -162,21 +162,10 @@ def _pin(config: dict, tool: str, version: str) -> dict:
 
 
 def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
-    """What this host runs the single-node checks with, and what burn-in builds for it.
-
-    probe: the tools probe's ``key=value`` lines (roles/burnin/tasks/tools.yml): arch (uname -m), cuda (the
-    CUDA home whose bin/nvcc runs, "" for none), cuda_release (nvcc's), caps (nvidia-smi's compute_cap per
-    GPU), nvbandwidth and all_reduce_perf (where found, "" for none), nccl_version (of config's nccl_home),
-    built (the stamps in tools_dir: those builds are done and left out of ``build``).
-    config: _burnin_config (tools_build, tools_dir, work_dir, nccl_home, nccl_tests_url, nvbandwidth_url,
-    nccl_wheel_url, nccl_wheels by architecture, source_pins by tool and version, ...). nccl-tests is needed on
-    Compose with two GPUs or more (Kubernetes runs it in a Job of burnin_image).
-
-    Returns {cuda, archs, gencode, nccl_home, nvbandwidth, all_reduce_perf, env, build: [{tool, version, dir,
-    archive, stamp, binary, url, checksum, pin (_pin's), argv: [[...], ...]}], nccl_wheel: {url, checksum, dir} |
-    None, problems}. nccl-tests' archive is the one file of its release that the pairs' image and validate unpack
-    too (<work_dir>/nccl-tests-<version>.tar.gz, roles/burnin/tasks/nccl_tests_source.yml); nvbandwidth's is
-    <dir>.tar.gz."""
+    """What this host runs the single-node checks with, and what burn-in builds for it: the filter
+    gpuops.cluster.burnin_tools (plugins/filter/burnin_tools.yml documents the probe's keys and the answer).
+    config: _burnin_config (roles/burnin/vars). nccl-tests is needed on Compose with two GPUs or more (Kubernetes
+    runs it in a Job of burnin_image)."""
     found = _probe(probe)
     cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
     archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
