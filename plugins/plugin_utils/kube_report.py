@@ -2,8 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """Preflight report section: the kubelet policy a Kubernetes GPU node will get, and why.
 
-Registered in ``preflight_report.SECTIONS``. It shows the host's part of ``gpuops_plan`` (``record["planned"]``,
-set by preflight_fleet); a record without one gets it from the same function, ``plan.host_part``.
+A section of the preflight report (``preflight_report.add_sections``). It shows the host's part of ``gpuops_plan``
+(``record["planned"]``, set by preflight_fleet); nothing here derives it again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def kubelet_section(host: str, record: dict, hostvars: Any) -> dict | None:
     platform = ((record.get("result") or {}).get("platform") or {}).get("platform")
     if platform != "kubernetes" or "gpu_nodes" not in (plan.get_var(hostvars, "group_names", []) or []):
         return None
-    part = record.get("planned") or plan.host_part(platform, record.get("gpu") or {}, hostvars)
+    part = record["planned"]
     policy = part.get("kubelet_policy")
     if policy is None:
         return {

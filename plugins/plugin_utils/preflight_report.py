@@ -5,23 +5,20 @@
 ``write_plan(plan, *folders)`` writes ``plan.json`` (gpuops_plan) into each folder. ``write_reports(run_dir, records,
 fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
 ``fleet.json`` and the fleet report page ``index.html`` (plugin_utils/fleet_report.py) for the run. A record
-is one host's judged preflight (see ``preflight_fleet``).
-
-Hook for other reports: append a function to ``SECTIONS``. It is called as ``fn(host, record, hostvars)``
-(``hostvars``: that host's variables) and returns None or ``{"name": str, "title": str, "rows": [[key,
-value], ...], "data": <JSON-able>}``; the data lands in the JSON under ``sections[name]`` and the rows as a
-table under the title in the Markdown.
+is one host's judged preflight (see ``preflight_fleet``). A section (``add_sections``: the kubelet policy of a
+Kubernetes GPU node, plugin_utils/kube_report.py) lands in the JSON under ``sections[name]`` and as a table in the
+Markdown.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_report import kubelet_section
 
-SECTIONS: list[Callable[[str, dict, Any], dict | None]] = []
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 PLAN_FILE = "plan.json"
@@ -121,16 +118,12 @@ def summary_line(host: str, record: dict, report: str) -> str:
 
 
 def add_sections(host: str, record: dict, hostvars: Any) -> None:
-    """Run every SECTIONS hook for this host; the record gets ``sections`` (name -> section)."""
-    sections = {}
-    for hook in SECTIONS:
-        section = hook(host, record, hostvars)
-        if section:
-            sections[section["name"]] = section
-    record["sections"] = {
-        name: {"title": s.get("title"), "rows": s.get("rows") or [], "data": s.get("data")}
-        for name, s in sections.items()
-    }
+    """The record gets ``sections`` (name -> {title, rows, data}): the kubelet section where it applies."""
+    record["sections"] = {}
+    section = kubelet_section(host, record, hostvars)
+    if section:
+        record["sections"][section["name"]] = {
+            "title": section.get("title"), "rows": section.get("rows") or [], "data": section.get("data")}
 
 
 def _write(path: str, text: str) -> None:
@@ -177,9 +170,3 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
     pages = [host_json(records[host]) for host in sorted(records)]
     _write(os.path.join(run_dir, "index.html"), render_fleet_report(pages, os.path.basename(run_dir)))
     return written
-
-
-# Sections other parts of the collection add (imported last: they may import from this module).
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_report import kubelet_section  # noqa: E402
-
-SECTIONS.append(kubelet_section)

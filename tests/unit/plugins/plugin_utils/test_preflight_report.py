@@ -1,4 +1,4 @@
-"""The run's reports, written once by one controller-side function, and the SECTIONS hook."""
+"""The run's reports, written once by one controller-side function, and their sections."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_every_host_gets_json_and_markdown_and_the_run_a_fleet_file(tmp_path):
     assert "<tr class='row-bad' data-host='n2'>" in page, "the refused host is marked on the fleet page"
 
 
-def test_sections_hook_adds_to_json_and_markdown(tmp_path, monkeypatch):
+def test_a_section_lands_in_json_and_markdown(tmp_path, monkeypatch):
     def kubelet(host, rec, hostvars):
         return {
             "name": "kubelet",
@@ -75,7 +75,7 @@ def test_sections_hook_adds_to_json_and_markdown(tmp_path, monkeypatch):
             "data": {"p": 1},
         }
 
-    monkeypatch.setattr(preflight_report, "SECTIONS", [kubelet, lambda *_: None])
+    monkeypatch.setattr(preflight_report, "kubelet_section", kubelet)
     rec = record("n1")
     preflight_report.add_sections("n1", rec, {"policy": "single-numa-node"})
     preflight_report.write_reports(str(tmp_path), {"n1": rec}, {})
