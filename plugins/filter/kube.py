@@ -6,9 +6,11 @@
   with (the plan computes a GPU node's kubelet policy and registration; kube_node registers its other nodes with this);
 * ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
 * ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
-* ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins.
+* ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins;
+* ``registration | gpuops.cluster.kubeadm_node_registration(name)``: the ``nodeRegistration`` of kubeadm's init
+  (kube_control_plane) and join (kube_join) configuration.
 
-Thin: the logic lives in plugins/plugin_utils/kube_plan.py, containerd_config.py and kube_ca.py;
+Thin: the logic lives in plugins/plugin_utils/kube_plan.py, containerd_config.py, kube_ca.py and kubeadm.py;
 documentation in the .yml files next to this one.
 """
 
@@ -20,6 +22,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 containerd_config = lazy("containerd_config")
 kube_ca = lazy("kube_ca")
 kube_plan = lazy("kube_plan")
+kubeadm = lazy("kubeadm")
 
 
 def kube_node_labels_taints(
@@ -65,6 +68,13 @@ def kube_ca_cert_hash(pem: object) -> str:
         raise AnsibleFilterError(f"kube_ca_cert_hash: {exc}") from exc
 
 
+def kubeadm_node_registration(registration: object, name: object) -> dict:
+    try:
+        return kubeadm.node_registration(str(name), registration)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise AnsibleFilterError(f"kubeadm_node_registration: {exc}") from exc
+
+
 class FilterModule:
     """gpuops.cluster Kubernetes filters."""
 
@@ -74,4 +84,5 @@ class FilterModule:
             "kube_cluster_problems": kube_cluster_problems,
             "containerd_systemd_cgroup": containerd_systemd_cgroup,
             "kube_ca_cert_hash": kube_ca_cert_hash,
+            "kubeadm_node_registration": kubeadm_node_registration,
         }

@@ -4,7 +4,7 @@
 
 A node's ``nodeRegistration`` (name, CRI socket, the taints and labels it has from its first moment in the
 cluster). The registration itself (labels, annotations, taints) is what the kube_node role renders from the node's
-kubelet policy; it is passed to both roles as a parameter. Used through the filter in plugins/filter/kubeadm.py.
+kubelet policy; it is passed to both roles as a parameter. Used through the filter in plugins/filter/kube.py.
 """
 
 from __future__ import annotations
