@@ -24,11 +24,13 @@ from figures import table_lines
 
 sys.path.insert(0, str(REPO / "collections"))  # the collection, imported in place
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "unit"))  # gpu_facts_helpers and the fake NVML it imports
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts as GF
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts_smi as SMI  # the nvidia-smi parsers
 from ansible_collections.gpuops.cluster.plugins.module_utils import topology as TOPOLOGY
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight as PREFLIGHT
 from gpu import live  # tests/gpu's answer to "is there a GPU here?" (nvidia-smi -L), make gpu-check's too
+from gpu_facts_helpers import Commands  # the unit tests' stand-in run/which for gather_gpu_facts
 
 SHARED = Path(os.environ.get("GPUOPS_SHARED_DATA", REPO.parent / "shared" / "data"))
 TOPO_DIR = SHARED / "nvidia-smi" / "topo"
@@ -170,22 +172,6 @@ def nvlink_status(gpus: list) -> str:
     return "".join(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})\n" + LINKS for gpu in gpus)
 
 
-class Runner:
-    """The injected ``run``/``which`` of gather_gpu_facts: canned outputs, and a count of commands run."""
-
-    def __init__(self, outputs: dict) -> None:
-        self.outputs = outputs
-        self.calls = 0
-
-    def run(self, argv):
-        self.calls += 1
-        return self.outputs.get(" ".join(argv[1:]), (127, "", "not expected"))
-
-    @staticmethod
-    def which(name):
-        return f"/usr/bin/{name}" if name == "nvidia-smi" else None
-
-
 def spawn(times: int, binary: str) -> None:
     for _ in range(times):
         subprocess.run([binary], check=False)
@@ -204,7 +190,8 @@ def bench_gather() -> None:
     for gpus in FLEET_GPUS:
         xml = fleet_xml(template, gpus)
         parsed = SMI.parse_nvidia_smi_xml(xml)
-        runner = Runner({"-q -x": (0, xml, ""), "nvlink -s": (0, nvlink_status(parsed["gpus"]), "")})
+        outputs = {"nvidia-smi -q -x": (0, xml, ""), "nvidia-smi nvlink -s": (0, nvlink_status(parsed["gpus"]), "")}
+        runner = Commands(outputs, binaries=("nvidia-smi",))
 
         def gather(runner=runner):
             return GF.gather_gpu_facts(
@@ -214,9 +201,9 @@ def bench_gather() -> None:
         facts, _warnings = gather()
         if facts["count"] != gpus:
             raise SystemExit(f"the {gpus}-GPU XML gathered {facts['count']} GPUs")
-        runner.calls = 0
+        runner.ran.clear()
         gather()
-        commands = runner.calls  # what one pass really runs: -q -x and nvlink -s
+        commands = len(runner.ran)  # what one pass really runs: -q -x and nvlink -s
         one_pass = best(gather, repeat=SPAWN_REPEAT if gpus >= BIG_XML_GPUS else REPEAT)
         per_gpu_parse = best(
             lambda gpus=gpus: [SMI.parse_nvidia_smi_xml(one_gpu) for _ in range(gpus)], REPEAT, min_seconds=0
