@@ -12,13 +12,9 @@ description:
   - An action plugin. It runs M(gpuops.cluster.gpu_facts) on the host B(once), asking in the same call for
     the OS facts (so no C(setup) runs), the free space under O(free_space) paths and one bounded TCP probe per
     NFS server of O(nfs_datasets); then it judges the plan in-process on the controller (no module runs there).
-  - Rules are the OS supported by every role the host runs (each role's C(meta/main.yml) platforms, which the
-    role's assert stage reads too; here the host layer's roles, and M(gpuops.cluster.preflight_fleet) adds the decided
-    platform's), the driver against the requested CUDA (M(gpuops.cluster.cuda_compat); the pin, else the driver
-    running on the host), Fabric Manager at exactly the driver version on NVSwitch hosts, a topology read (or
-    declared) wherever GPUs are seen, MIG already enabled refused on NVLink or multi-node training nodes (planned
-    GPU sharing is judged with the pools that declare it), every GPU assigned to at most one member, enough free
-    space on the data volumes, and every NFS server reachable.
+  - The rules (OS, driver and CUDA, Fabric Manager, topology, MIG, GPU assignment, free space, NFS) are listed, with
+    what each refuses, in docs/preflight.md ("Rules"); the OS is judged here against the host layer's roles, and
+    M(gpuops.cluster.preflight_fleet) adds the decided platform's.
   - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
     task; it reads this task's registered result from every host.
   - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
