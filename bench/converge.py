@@ -3,14 +3,10 @@
 
     python bench/converge.py [--rounds 3]
 
-Each round, on a fresh demo node (playbooks/demo_node.yml, then molecule/resources/local_images.yml, as `make demo`
-does), times the first ``ansible-playbook -i inventories/demo/hosts.yml site.yml`` and a second, identical one.
-It prints each round's second/first and the second run's changed count, then the medians over the rounds (target:
-re-run / first <= 0.20 with changed=0 in every round, issue 18). Runs under /tmp/gpuops-molecule-demo.lock, like
-`make demo`; the node stays up afterwards (make demo-clean removes it). Not a test: nothing passes or fails on a
-time. Figures go to bench/results.json ("converge"): the medians, each round, the re-run's slowest tasks (each
-task's median over the rounds, from the profile_tasks recap), and the load average before, at each run's start
-and after (bench/_meta.py).
+What each round runs and what is recorded (the "converge" entry of bench/results.json; target: re-run / first <=
+0.20 with changed=0 in every round, issue 18) is described in docs/performance.md. Runs under
+/tmp/gpuops-molecule-demo.lock, like `make demo`; the node stays up afterwards (make demo-clean removes it). Not a
+test: nothing passes or fails on a time.
 """
 
 from __future__ import annotations

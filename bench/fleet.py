@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
 """make bench, part 2: what preflight costs on a fleet, as RATIOS to ping and setup, measured in one run.
 
-Starts N systemd "hosts" (containers from gpuops/debian12-systemd, reached over the docker connection,
-as in the Molecule scenarios), then times, interleaved round by round:
-  (a) ``ansible gpu_nodes -m ansible.builtin.ping``
-  (b) ``ansible gpu_nodes -m ansible.builtin.setup``  (a full fact gathering)
-  (c) ``ansible-playbook playbooks/preflight.yml``
-with the project's own ansible.cfg, and prints c/a and c/b at each N and the marginal cost per host
-between consecutive Ns. Not a test: nothing passes or fails on a time. Figures go to bench/results.json ("fleet"),
-with the load average before and after each N (bench/_meta.py: a size measured above the load limit is recorded
-as such and docs/performance.md does not quote it).
+What it runs and records (N target containers; ping, setup and preflight.yml interleaved round by round; the
+"fleet" entry of bench/results.json) is described in docs/performance.md. Not a test: nothing passes or fails on a
+time.
 
   bench/fleet.py [--sizes 10,50,100] [--rounds 3] [--forks N] [--keep]
 Environment: GPUOPS_BENCH_SIZES, GPUOPS_BENCH_ROUNDS (same meaning as the flags).
