@@ -1,20 +1,15 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Per-stage results and the closing summary of scripts/run-tests.sh (the format: docs/testing.md).
+"""Per-stage results and the closing summary of scripts/run-tests.sh, described in docs/testing.md ("How the stages
+run", "build/test-summary.json"):
 
-    python3 scripts/test_summary.py counts JUNIT...
-        "passed failed skipped" over the JUnit files (a missing or unreadable file counts 0 0 0)
+    python3 scripts/test_summary.py counts JUNIT...      "passed failed skipped" over the JUnit files
     python3 scripts/test_summary.py stage NAME --rc N --seconds S --passed P --failed F --lane L
-                                    [--log FILE] [--junit FILE]... [--failure TEXT]...
-        build/results/NAME.json: the stage's own checks (P, F) plus what its JUnit files hold, and every skip
-        with its reason (JUnit <skipped message=...>)
-    python3 scripts/test_summary.py probe
-        the speed probe: a fixed single-thread Python workload, timed (best of 3), as JSON
+                                    [--log FILE] [--junit FILE]... [--failure TEXT]...      build/results/NAME.json
+    python3 scripts/test_summary.py probe                the speed probe, as JSON
     python3 scripts/test_summary.py summary --command C --started EPOCH --load-start L [--cpu-start "CPU LINE"]
                                     [--probe-start JSON] --out FILE [--lane STAGE,STAGE...]... STAGE...
-        FILE (build/test-summary.json): the stages in the order given; prints the failures, the skips per
-        stage with their reasons and the closing line "summary: N passed, N failed, N skipped"; exits 1 when
-        anything failed or nothing ran. A stage without a result file (it did not finish) counts as failed.
+        FILE (build/test-summary.json), then the closing lines; exits 1 when anything failed or nothing ran.
 
 Standard library only: it runs before and without the virtualenv's packages. The run's stamp (commit, time, load,
 cores) is bench/_meta.py's, the one every recorded figure carries.
