@@ -139,3 +139,85 @@ def test_the_check_is_not_run_again_where_this_runs_preflight_made_the_plan(tmp_
     host already holds, as preflight sets it), so the plan entry point does not check it a second time."""
     made = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"}, "hosts": {"node-a": {}}}
     assert _check(tmp_path, {"gpuops_plan": made, "burnin_pcie_gen": 5}, ["burnin"]).get("skipped") is True
+
+
+PLAY_FACTS = """\
+- name: A platform play run on its own, after other tasks left GPU facts behind
+  hosts: gpu_nodes
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: The GPU facts a PCI-only read leaves (nvidia_container_toolkit's), from a /sys with one GPU
+      gpuops.cluster.gpu_facts:
+        backend: pci
+        _sysfs_root: {sysfs}
+      when: test_left == 'pci'
+
+    - name: The GPU facts a full read left, with or without the topology (as the fact cache holds them)
+      ansible.builtin.set_fact:
+        gpu: "{{{{ test_left }}}}"
+        cacheable: true
+      when: test_left is mapping
+
+    - name: The plan this run's preflight set, with its facts
+      ansible.builtin.set_fact:
+        gpuops_plan: {planned}
+      when: test_planned | default(false)
+
+    - name: The plan (gpuops_plan)
+      ansible.builtin.import_tasks: {plan}
+      vars:
+        plan_gpu_facts: true
+"""
+READ = "Plan | the GPU facts, where preflight did not run in this play run"
+# A full read's view as gpu_facts' RETURN documents it: topology null unless topology=true found a matrix.
+FULL = {"present": True, "count": 1, "source": "nvidia-smi", "gpus": [{"index": 0, "memory_total_mib": 143771}]}
+TOPOLOGY = {"gpus": [{"index": 0, "numa_node": 0}], "numa_groups": [], "nvlink_domains": [], "warnings": []}
+
+
+def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_path: Path) -> None:
+    """plan_gpu_facts: the facts are read where none are held, and also where the held ones are a PCI-only read (no
+    memory, no MIG mode) or lack the topology plan_gpu_topology wants; not where they give what the plan reads, nor
+    where the host holds its plan already (this run's preflight made it, on its own read)."""
+    sysfs = tmp_path / "sys"
+    device = sysfs / "bus" / "pci" / "devices" / "0000:00:06.0"  # the H200 host's GPU: bus id, 3D controller class
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("0x030200\n")
+    hosts = {
+        "none-held": {"test_left": ""},
+        "pci-read": {"test_left": "pci"},
+        "no-topology-wanted": {"test_left": {**FULL, "topology": None}, "plan_gpu_topology": True},
+        "no-topology-unwanted": {"test_left": {**FULL, "topology": None}},
+        "with-topology": {"test_left": {**FULL, "topology": TOPOLOGY}, "plan_gpu_topology": True},
+        "planned-by-preflight": {"test_left": "pci", "test_planned": True, "plan_gpu_topology": True},
+    }
+    interpreter = {"ansible_python_interpreter": "{{ ansible_playbook_python }}", "gpuops_report_dir": str(tmp_path)}
+    inventory = {"gpu_nodes": {"hosts": {name: {**variables, **interpreter} for name, variables in hosts.items()}},
+                 "all": {"vars": {"gpuops_platform": "compose"}}}
+    planned = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"},
+               "hosts": {"planned-by-preflight": {}}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAY_FACTS.format(
+        sysfs=sysfs, planned=json.dumps(planned), plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+    run = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+         str(tmp_path / "play.yml")],
+        capture_output=True, text=True, check=False,
+        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    plays = json_document(run.stdout)["plays"]
+    left = {name: result for play in plays for task in play["tasks"] for name, result in task["hosts"].items()
+            if task["task"]["name"].startswith("The GPU facts a PCI-only read") and not result.get("skipped")}
+    assert left["pci-read"]["ansible_facts"]["gpu"]["source"] == "pci", "the held view is the PCI backend's"
+    read = {name: not result.get("skipped") for play in plays for task in play["tasks"]
+            for name, result in task["hosts"].items() if task["task"]["name"] == READ}
+    assert read == {
+        "none-held": True,
+        "pci-read": True,
+        "no-topology-wanted": True,
+        "no-topology-unwanted": False,
+        "with-topology": False,
+        "planned-by-preflight": False,
+    }
