@@ -218,15 +218,14 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
                       f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"],
                      ["make", "-C", f"{folder}/build", "-j"]]})
     if "nccl-tests" in needs:
-        version = _version(config["nccl_tests_url"], _VERSION_IN_URL)
-        folder = f"{tools_dir}/nccl-tests-{version}-cuda{release}-nccl{nccl_version or 'unknown'}-{sm}"
+        # The one release of the pairs' image and validate too, fetched to its one file (roles/burnin/vars:
+        # _burnin_nccl_tests: tool, version, url, checksum, archive, pin).
+        source = dict(config["nccl_tests"])
+        folder = f"{tools_dir}/nccl-tests-{source['version']}-cuda{release}-nccl{nccl_version or 'unknown'}-{sm}"
         out["all_reduce_perf"] = f"{folder}/build/all_reduce_perf"
         out["env"] = {"LD_LIBRARY_PATH": f"{nccl_home}/lib:{cuda}/lib64"}
-        archive = f"{str(config['work_dir']).rstrip('/')}/nccl-tests-{version}.tar.gz"
         out["build"].append({
-            "tool": "nccl-tests", "version": version, "dir": folder, "archive": archive, "stamp": f"{folder}/{STAMP}",
-            "binary": out["all_reduce_perf"], "url": str(config["nccl_tests_url"]),
-            "checksum": str(config.get("nccl_tests_checksum") or ""), "pin": _pin(config, "nccl-tests", version),
+            **source, "dir": folder, "stamp": f"{folder}/{STAMP}", "binary": out["all_reduce_perf"],
             "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",
                       f"NVCC_GENCODE={out['gencode']}"]]})
         if not config.get("nccl_home"):

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_jobs
 from ansible_env import json_document, playbook_env
 from ci_skips import skip_by_design
 from conftest import shared_path
@@ -334,11 +333,13 @@ def test_every_default_source_is_a_pinned_release() -> None:
     assert list(PINS["nccl-tests"]) == [urls["nccl-tests"].rsplit("/v", 1)[1].removesuffix(".tar.gz")]
 
 
-def test_the_image_and_validate_read_the_version_as_the_host_build_does() -> None:
-    # The pairs' image and validate's tree (vars/main.yml) and the host build (burnin_jobs.tools) name one release.
-    version = yaml.safe_load((REPO / "roles" / "burnin" / "vars" / "main.yml").read_text())
-    version = version["_burnin_nccl_tests_version"]
-    assert f"regex_search('{burnin_jobs._VERSION_IN_URL.pattern}', " in version, version
+def test_the_host_build_takes_the_release_of_the_image_and_validate() -> None:
+    # The pairs' image and validate's tree (nccl_tests_source.yml) and the host build (burnin_jobs.tools) take one
+    # release, _burnin_nccl_tests of vars/main.yml: tools.yml hands it to the filter, which computes none.
+    tools = (REPO / "roles" / "burnin" / "tasks" / "tools.yml").read_text()
+    assert "_burnin_config | combine({'nccl_tests': _burnin_nccl_tests})" in tools
+    assert "_burnin_nccl_tests" in (REPO / "roles" / "burnin" / "tasks" / "nccl_tests_source.yml").read_text()
+    assert "nccl_tests_url" not in (REPO / "plugins" / "plugin_utils" / "burnin_jobs.py").read_text()
 
 
 # An nccl-tests release named in YAML or Jinja: a GitHub archive or release URL, a versioned file or folder name, a

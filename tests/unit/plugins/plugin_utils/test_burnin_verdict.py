@@ -100,8 +100,11 @@ PROBE = ("arch=x86_64\ncuda=/usr/local/cuda-13.0\ncuda_release=13.0\ncaps=9.0 9.
          "all_reduce_perf=\nbuilt=\n")
 CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools", "work_dir": "/var/cache/gpuops/burnin",
           "cuda_home": "", "nccl_home": "",
-          "nccl_tests_url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz",
-          "nccl_tests_checksum": "", "nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
+          # the one nccl-tests release, as roles/burnin/vars (_burnin_nccl_tests) gives it to tools.yml's call
+          "nccl_tests": {"tool": "nccl-tests", "version": "2.19.6",
+                         "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz",
+                         "checksum": "", "archive": "/var/cache/gpuops/burnin/nccl-tests-2.19.6.tar.gz", "pin": {}},
+          "nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
           "nvbandwidth_checksum": "", "nccl_wheel_url": "", "nccl_wheel_checksum": "",
           "nccl_wheels": {"x86_64": {"url": "https://pypi.example/nvidia_nccl_cu13-2.28.9-py3-none-manylinux_2_18_x86_64.whl",
                                      "checksum": "sha256:e4553a30"}}}
@@ -157,8 +160,9 @@ def test_no_nvcc_no_compute_capability_or_no_wheel_is_a_problem_naming_the_fix()
 def test_a_source_without_a_checksum_carries_its_pin_and_one_with_a_checksum_none() -> None:
     pins = {"nccl-tests": {"2.19.6": {"tag": "v2.19.6", "commit": "a0b82b22", "tar_sha256": "a82a2923"}},
             "nvbandwidth": {"0.8": {"tag": "v0.8", "commit": "66746a3b", "tar_sha256": "8880af55"}}}
-    plan = J.tools(PROBE, CONFIG | {"source_pins": pins}, gpus=8, platform="compose")
+    pinned = CONFIG["nccl_tests"] | {"pin": pins["nccl-tests"]["2.19.6"]}  # nccl-tests' pin: _burnin_nccl_tests'
+    plan = J.tools(PROBE, CONFIG | {"source_pins": pins, "nccl_tests": pinned}, gpus=8, platform="compose")
     assert [b["pin"] for b in plan["build"]] == [pins["nvbandwidth"]["0.8"], pins["nccl-tests"]["2.19.6"]]
-    mirrored = CONFIG | {"source_pins": pins, "nccl_tests_checksum": "sha256:0b1d",
+    mirrored = CONFIG | {"source_pins": pins, "nccl_tests": CONFIG["nccl_tests"] | {"checksum": "sha256:0b1d"},
                          "nvbandwidth_url": "https://mirror.example/nvbandwidth-v0.7.tar.gz"}
     assert [b["pin"] for b in J.tools(PROBE, mirrored, gpus=8, platform="compose")["build"]] == [{}, {}]
