@@ -103,19 +103,11 @@ def problems(config: dict) -> list[str]:
     quantities, members in teams) is the one team rule's, checked before (``team.team_problems``)."""
     teams = config.get("teams") or []
     members = _members(config)
-    found = []
-    for key in ("member_pvc_size",):
-        problem = quantity_problem(f"kube_tenancy_{key}", config.get(key), "100Gi")
-        if problem:
-            found.append(problem)
-    for key, value in sorted((config.get("limit_default") or {}).items()):
-        problem = quantity_problem(f"kube_tenancy_limit_default.{key}", value, "8Gi")
-        if problem:
-            found.append(problem)
-    for key, value in sorted((config.get("limit_default_request") or {}).items()):
-        problem = quantity_problem(f"kube_tenancy_limit_default_request.{key}", value, "500m")
-        if problem:
-            found.append(problem)
+    quantities = [("kube_tenancy_member_pvc_size", config.get("member_pvc_size"), "100Gi")]
+    for key, example in (("limit_default", "8Gi"), ("limit_default_request", "500m")):
+        quantities += [(f"kube_tenancy_{key}.{name}", value, example)
+                       for name, value in sorted((config.get(key) or {}).items())]
+    found = [problem for problem in (quantity_problem(*entry) for entry in quantities) if problem]
     namespaces = config.get("namespaces") or {}
     for index, team in enumerate(teams):
         if not isinstance(team, dict):
