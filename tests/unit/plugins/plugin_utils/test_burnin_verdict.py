@@ -98,7 +98,7 @@ def test_an_operator_override_that_is_no_check_is_refused_naming_the_checks() ->
 # The tools probe (roles/burnin/tasks/tools.yml) of a node like the recorded H200's, with the CUDA 13.0 toolkit.
 PROBE = ("arch=x86_64\ncuda=/usr/local/cuda-13.0\ncuda_release=13.0\ncaps=9.0 9.0 \nnvbandwidth=\n"
          "all_reduce_perf=\nbuilt=\n")
-CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools", "work_dir": "/var/cache/gpuops/burnin",
+CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools",
           "cuda_home": "", "nccl_home": "",
           # the one nccl-tests release, as roles/burnin/vars (_burnin_nccl_tests) gives it to tools.yml's call
           "nccl_tests": {"tool": "nccl-tests", "version": "2.19.6",
