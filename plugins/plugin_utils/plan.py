@@ -680,18 +680,19 @@ def host_part(
     }
 
 
-def pools_part(parts: dict[str, dict], hostvars: Any) -> dict:
-    """``pools`` from the host parts ``parts`` (SCHEMA); ``hostvars``: host -> that host's variables."""
-    hosts_of: dict[str, list[str]] = {}
-    for host, part in parts.items():
-        if part.get("pool"):
-            hosts_of.setdefault(str(part["pool"]), []).append(host)
-    first = next(iter(parts), None)
-    explicit = str(_setting(hostvars[first], "training_stack_socket_ifname") or "") if first else ""
-    ifname = training_jobs.pick_socket_ifname(explicit, [_default_ifname(hostvars[h]) for h in parts])
+def pools_part(nodes: list[dict], anyvars: Any) -> dict:
+    """``pools`` (SCHEMA) on ``nodes``, the plan's ``nodes.gpu``: every gpu_nodes host, under --limit too, as in
+    gpu_sharing and the pools training_stack's inputs accept; ``anyvars``: a GPU host's variables."""
+    members: dict[str, list[dict]] = {}
+    for node in nodes:
+        if node["pool"]:
+            members.setdefault(str(node["pool"]), []).append(node)
+    explicit = str(_setting(anyvars, "training_stack_socket_ifname") or "")
+    ifname = training_jobs.pick_socket_ifname(explicit, [node["socket_ifname"] for node in nodes])
     return {
-        pool: {"hosts": hosts, "nccl": training_jobs.nccl_env([parts[h]["topology"] for h in hosts], ifname)}
-        for pool, hosts in hosts_of.items()
+        pool: {"hosts": [n["name"] for n in pool_nodes],
+               "nccl": training_jobs.nccl_env([n["topology"] for n in pool_nodes], ifname)}
+        for pool, pool_nodes in members.items()
     }
 
 
@@ -785,7 +786,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
         for host, record in records.items()
     }
     nodes = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
-    plan["pools"] = pools_part(plan["hosts"], hostvars)
+    plan["pools"] = pools_part(nodes["gpu"], hostvars[first] if first else {})
     plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), nodes["gpu"], hostvars[first] if first else {})
     plan["nodes"] = nodes
     return plan

@@ -2,10 +2,10 @@
 on the collection's own inventories (inventories/cluster, inventories/small-team, read by Ansible's inventory loader)
 with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
 
-Each part is checked twice against the same literal values: as the plan builds it, and as the function the plan calls
-gives it for the role's inputs (kube_node: kube_plan.kubelet_policy + the kube_node_labels_taints filter;
-training_stack: pytorchjob_template); compose_stack reads the plan's workspaces, their memory and CPU limits sized in
-the plan.
+Each part is checked against literal values as the plan builds it; the roles compute none of it. The kubelet policy
+and node registration are also checked as the rule the plan calls gives them (kube_plan.kubelet_policy, the
+kube_node_labels_taints filter); training_stack's job templates (pytorchjob_template) take the plan's pools as they
+are; compose_stack reads the plan's workspaces, their memory and CPU limits sized in the plan.
 """
 
 from __future__ import annotations
@@ -112,6 +112,27 @@ def test_a_host_without_a_pool_is_in_no_pool():
     assert built["hosts"]["gpu-infer-01"]["node"] is None, "no pool, no kubelet policy: kube_node refuses the node"
 
 
+def test_a_limited_preflight_plans_the_pools_of_every_gpu_node():
+    """preflight --limit gpu-train-01 judges one host, but nodes.gpu (and gpu_sharing) hold every gpu_nodes host
+    and training_stack renders a job template for each of their pools: the pools are the same hosts, the unjudged
+    ones on their inventory topology (gpuops_gpu_topology)."""
+    hostvars = _inventory("cluster")
+    record = {"gpu": {"count": 8, "source": "nvml", "fabric_manager": {"required": True},
+                      "topology": _topology(CAPTURES["gpu-train-01"])},
+              "result": {"ok": True}, "plan": {"driver_version": DRIVER, "cuda_version": "12.4"}}
+    fleet = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "limited", "gpu_count": 8}
+    built = _valid(plan.build_plan(fleet, {"gpu-train-01": record}, hostvars, ["kubernetes"]))
+    assert list(built["hosts"]) == ["gpu-train-01"]
+    assert {pool: part["hosts"] for pool, part in built["pools"].items()} == {
+        "training": ["gpu-train-01", "gpu-train-02"], "inference": ["gpu-infer-01"]}
+    assert {node["pool"] for node in built["nodes"]["gpu"]} == set(built["pools"])
+    declared = hostvars["gpu-infer-01"]["gpuops_gpu_topology"]
+    assert built["pools"]["inference"]["nccl"] == training_jobs.nccl_env([declared], "")
+    for pool in built["pools"]:  # before, a pool of unjudged hosts only was missing: a bare KeyError here
+        assert _job_env(pool, built["nodes"]["gpu"], socket_ifname="", plan_pools=built["pools"]) == built["pools"][
+            pool]["nccl"]["env"]
+
+
 # --- per host: the node's labels and taints (kube_node's render, gpu_operator's labels) --------------------------
 
 # host -> (topology-policy, reason) of the captures' topologies
@@ -136,10 +157,10 @@ def _expected_registration(host: str, pool: str, sweep: str = "daemonset") -> di
 
 
 @pytest.mark.parametrize("host", sorted(CAPTURES))
-def test_node_labels_and_taints_plan_and_role_alone(cluster, host):
+def test_node_labels_and_taints_in_the_plan(cluster, host):
     pool = cluster["hosts"][host]["pool"]
     expected = _expected_registration(host, pool)
-    # the plan's functions with kube_node's defaults (inventories/cluster sets the same reservations)
+    # the rule the plan calls, with kube_node's defaults (inventories/cluster sets the same reservations)
     policy = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
     assert kube.kube_node_labels_taints(policy, pool, False, False, "daemonset") == expected
     # the plan: the same registration, with the GPU Operator's label (kube_addons_gpu_operator: true)
@@ -163,7 +184,7 @@ def test_a_mixed_fleet_labels_each_gpu_node_with_its_own_sweep_form(cluster):
         # the rest of the registration is the uniform cluster's
         assert part["node"]["labels"] | {"gpuops.io/gpu-health-sweep": "daemonset"} == cluster["hosts"][host]["node"][
             "labels"], host
-    # kube_node run alone gives the same label from the same form
+    # the rule the plan calls (the kube_node_labels_taints filter) gives the same label from the same form
     policy = kube_plan.kubelet_policy(_topology(CAPTURES["gpu-train-02"]), "training", 2, "", 4096, 500)
     assert kube.kube_node_labels_taints(policy, "training", False, False, "timer") == _expected_registration(
         "gpu-train-02", "training", "timer")
@@ -197,14 +218,14 @@ def test_no_node_part_on_compose_or_with_an_unusable_policy():
     assert part["node"] is None
 
 
-# --- the kubelet policy kube_node renders: the plan's, or the same function's ------------------------------------
+# --- the kubelet policy kube_node renders: the plan's, as kube_plan.kubelet_policy gives it ---------------------
 
 @pytest.mark.parametrize(("host", "reserved"), [("gpu-train-01", "16-17,48-49,80-81,112-113"),
                                                 ("gpu-train-02", "0-1"), ("gpu-infer-01", "0-1,52-53")])
-def test_kubelet_policy_plan_and_role_alone(cluster, host, reserved):
+def test_kubelet_policy_in_the_plan(cluster, host, reserved):
     pool = cluster["hosts"][host]["pool"]
-    alone = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
-    for policy in (alone, cluster["hosts"][host]["kubelet_policy"]):
+    ruled = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
+    for policy in (ruled, cluster["hosts"][host]["kubelet_policy"]):
         assert policy["topology_manager_policy"] == POLICIES[host][0]
         assert policy["reserved_system_cpus"] == reserved
         assert policy["memory_manager_policy"] == ("Static" if host == "gpu-train-02" else "None")
@@ -213,7 +234,7 @@ def test_kubelet_policy_plan_and_role_alone(cluster, host, reserved):
 
 # --- NCCL: per host and per pool; training_stack_socket_ifname is taken into account ------------------------------
 
-def test_pool_nccl_plan_and_role_alone(cluster):
+def test_pool_nccl_in_the_plan_and_the_job_template(cluster):
     hostvars = _inventory("cluster")
     assert cluster["pools"]["training"]["nccl"] == {
         "env": {"NCCL_IB_HCA": TRAINING_HCA},
@@ -246,7 +267,7 @@ def test_training_stack_socket_ifname_reaches_the_plan():
         "NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": "=" + ",".join(f"mlx5_{n}" for n in range(8))}
     assert built["hosts"]["gpu-infer-01"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_DISABLE": "1"}
     assert built["pools"]["training"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": TRAINING_HCA}
-    # the role given the same variable gives the same env
+    # the job template, given the same variable, takes the plan's env as it is
     assert _job_env("training", _nodes(hostvars), socket_ifname="bond0", plan_pools=built["pools"]) == (
         built["pools"]["training"]["nccl"]["env"])
 
@@ -297,7 +318,7 @@ def _compose_plan(hostvars: dict, host: dict | None = None) -> dict:
                                   "/r/x"))
 
 
-def test_member_workspaces_plan_and_role_alone():
+def test_member_workspaces_in_the_plan():
     hostvars = _inventory("small-team")
     built = _compose_plan(hostvars)
     expected = {"members": WORKSPACES, "shared": {}, "problems": [], "warnings": [], "gpu_total": 8,

@@ -87,7 +87,8 @@ def _config(**extra: object) -> dict:
     ]
     config = {
         "nodes": nodes,
-        # the plan's pools (plan.pools_part): each pool's NCCL settings over its nodes' topologies
+        # the plan's pools as plan.pools_part makes them: each pool's NCCL settings over its nodes' topologies; the
+        # template takes them as they are (no derivation of its own) and adds NCCL_SOCKET_IFNAME
         "plan_pools": {pool: {"nccl": nccl_env([n["topology"] for n in nodes if n["pool"] == pool], "")}
                        for pool in ("training", "inference")},
         "namespace": "kubeflow",
@@ -113,7 +114,7 @@ def test_pytorchjob_template() -> None:
     assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     env = {item["name"]: item["value"] for item in container["env"]}
-    assert env["NCCL_IB_HCA"] == _mlx(*range(8))
+    assert env["NCCL_IB_HCA"] == _mlx(*range(8)), "the plan's training pool"
     assert env["NCCL_SOCKET_IFNAME"] == "=bond0"
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.mlflow.svc.cluster.local:5000"
     assert container["securityContext"]["privileged"] is False
