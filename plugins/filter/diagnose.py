@@ -13,7 +13,8 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 diagnose = lazy("diagnose")
 
 
-def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "") -> dict:
+def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "",
+                   mig: bool = False) -> dict:
     if not isinstance(outputs, dict):
         raise AnsibleFilterError(f"diagnose_chain needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
@@ -24,7 +25,7 @@ def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node:
         except (TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"diagnose_chain: expected_gpus must be a number on kubernetes, got "
                                      f"{expected_gpus!r}") from exc
-        return diagnose.kubernetes_chain(outputs, node, count, pin or "")
+        return diagnose.kubernetes_chain(outputs, node, count, pin or "", bool(mig))
     raise AnsibleFilterError(f"diagnose_chain: platform '{platform}' is not compose or kubernetes")
 
 

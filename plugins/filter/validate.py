@@ -14,7 +14,8 @@ validate = lazy("validate")
 
 
 def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917
-                  node: str = "", replicas: int = 1, pcie_gen: int = 4, no_gpu_reason: str = "") -> list:
+                  node: str = "", replicas: int = 1, pcie_gen: int = 4, no_gpu_reason: str = "",
+                  mig: bool = False) -> list:
     """Keyword arguments mirror the filter's documented options (validate_rows.yml)."""
     if platform not in ("compose", "kubernetes"):
         raise AnsibleFilterError(f"validate_rows: platform '{platform}' is not compose or kubernetes")
@@ -28,7 +29,7 @@ def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topolo
         raise AnsibleFilterError(f"validate_rows needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
         return validate.compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
-    return validate.kubernetes_rows(outputs, node, gpu_count, replicas)
+    return validate.kubernetes_rows(outputs, node, gpu_count, replicas, bool(mig))
 
 
 class FilterModule:

@@ -130,8 +130,10 @@ def device_plugin(pods_json, node: str, logs: str = "") -> dict:
     return result(link, OK, f"{name} is Running and ready on {node}")
 
 
-def allocatable(node_json, expected: int) -> dict:
-    """`kubectl get node NAME -o json`: allocatable nvidia.com/gpu equals the GPUs x time-slicing replicas."""
+def allocatable(node_json, expected: int, mig: bool = False) -> dict:
+    """`kubectl get node NAME -o json`: allocatable nvidia.com/gpu equals ``expected``, the GPUs x the pool's replicas;
+    ``mig``: a MIG pool, where the device plugin (mig.strategy single) advertises each GPU's MIG devices, as many as
+    its profile makes on that GPU, so at least one per GPU (``expected`` is the GPUs)."""
     link = "node allocatable"
     node = _json(node_json)
     if not node:
@@ -141,7 +143,12 @@ def allocatable(node_json, expected: int) -> dict:
     if got in (None, "0"):
         return result(link, BROKEN, f"node {name} advertises no nvidia.com/gpu (allocatable: {got})",
                       "the device plugin has not registered with the kubelet: see its log and nvidia-smi below")
-    if int(got) != int(expected):
+    if mig and int(got) < int(expected):
+        return result(link, BROKEN, f"node {name} allocatable nvidia.com/gpu={got}, expected at least {expected} "
+                      "(MIG: one device or more per GPU)",
+                      "a GPU is missing or unhealthy (nvidia-smi, XID errors), or MIG Manager has not made the "
+                      "pool's MIG devices (nvidia-smi -L lists them)")
+    if not mig and int(got) != int(expected):
         return result(link, BROKEN, f"node {name} allocatable nvidia.com/gpu={got}, expected {expected}",
                       "a GPU is missing or unhealthy (nvidia-smi, XID errors), or the time-slicing replicas differ")
     return result(link, OK, f"node {name} allocatable nvidia.com/gpu={got}")
@@ -365,16 +372,16 @@ def compose_chain(outputs: dict, expected_gpus: list, pin: str = "") -> dict:
     return walk(links)
 
 
-def kubernetes_chain(outputs: dict, node: str, expected_gpus: int, pin: str = "") -> dict:
-    """pod -> scheduler -> device plugin -> allocatable -> containerd -> nvidia-smi -> driver -> Fabric Manager
-    (with no GPU seen: ``no_gpu_chain``)."""
+def kubernetes_chain(outputs: dict, node: str, expected_gpus: int, pin: str = "", mig: bool = False) -> dict:
+    """pod -> scheduler -> device plugin -> allocatable (``allocatable``'s ``expected`` and ``mig``) -> containerd ->
+    nvidia-smi -> driver -> Fabric Manager (with no GPU seen: ``no_gpu_chain``)."""
     if sees_no_gpu(outputs):
         return no_gpu_chain(outputs, pin)
     links = [
         pod_phase(_out(outputs, "pod")),
         scheduling(_out(outputs, "events")),
         device_plugin(_out(outputs, "plugin_pods") or None, node, _out(outputs, "plugin_logs")),
-        allocatable(_out(outputs, "node"), expected_gpus),
+        allocatable(_out(outputs, "node"), expected_gpus, mig),
         containerd_runtime(_out(outputs, "containerd")),
         *node_links(outputs, pin),
         _fabric(outputs),

@@ -250,9 +250,10 @@ def _json(value):
         return None
 
 
-def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1) -> list[dict]:
+def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1, mig: bool = False) -> list[dict]:
     """outputs: nodes (kubectl get nodes -o json), node (kubectl get node NAME -o json), operator_pods
-    (kubectl get pods -n gpu-operator -o json), gpu_pod (the test pod's logs, after it completed)."""
+    (kubectl get pods -n gpu-operator -o json), gpu_pod (the test pod's logs, after it completed); ``mig``: a MIG
+    pool, whose allocatable nvidia.com/gpu is at least the GPUs (diagnose.allocatable)."""
     rows = []
     nodes = (_json(outputs.get("nodes")) or {}).get("items", [])
     ready = [n["metadata"]["name"] for n in nodes
@@ -260,9 +261,11 @@ def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1)
     not_ready = sorted({n["metadata"]["name"] for n in nodes} - set(ready))
     rows.append(row(KUBERNETES_STEPS[0], "ok" if nodes and not not_ready else "failed",
                     f"{len(ready)}/{len(nodes)} Ready" + (f"; not Ready: {', '.join(not_ready)}" if not_ready else "")))
-    alloc = allocatable(_out(outputs.get("node"))[1], gpu_count * replicas)
+    alloc = allocatable(_out(outputs.get("node"))[1], gpu_count if mig else gpu_count * replicas, mig)
+    expected = (f"at least {gpu_count}: {gpu_count} GPUs, MIG devices of each" if mig
+                else f"{gpu_count} GPUs x {replicas} replicas")
     rows.append(row(KUBERNETES_STEPS[1], "ok" if alloc["status"] == "ok" else "failed",
-                    f"{alloc['evidence']} (expected {gpu_count} GPUs x {replicas} replicas)"))
+                    f"{alloc['evidence']} (expected {expected})"))
     pods = (_json(outputs.get("operator_pods")) or {}).get("items", [])
     unhealthy = [p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Running", "Succeeded")
                  or (p["status"].get("phase") == "Running"

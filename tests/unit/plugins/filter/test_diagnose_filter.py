@@ -40,3 +40,15 @@ def test_bad_arguments_are_refused():
         diagnose_chain([], platform="compose")
     with pytest.raises(AnsibleFilterError, match="expected_gpus must be a number"):
         diagnose_chain({}, platform="kubernetes", expected_gpus="eight")
+
+
+def test_kubernetes_walk_takes_mig_to_the_allocatable_link():
+    node = '{"metadata": {"name": "gpu-01"}, "status": {"allocatable": {"nvidia.com/gpu": "56"}}}'
+    outputs = {"node": registered(node), "gpu_facts": {"count": 8, "fabric_manager": {"required": False}}}
+
+    def link(**mig):
+        walked = diagnose_chain(outputs, platform="kubernetes", expected_gpus=8, node="gpu-01", **mig)
+        return next(w for w in walked["walked"] + walked["below"] if w["link"] == "node allocatable")["status"]
+
+    assert link(mig=True) == "ok", "a MIG pool: 7 MIG devices on each of 8 GPUs"
+    assert link() == "broken", "whole GPUs: exactly 8"

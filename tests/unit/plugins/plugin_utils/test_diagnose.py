@@ -111,6 +111,26 @@ def test_allocatable(gpus, expected, status):
     assert D.allocatable("", 8)["status"] == D.UNKNOWN
 
 
+# a MIG pool (mig.strategy single): the device plugin advertises each GPU's MIG devices, as many as the profile makes
+# on that GPU, so the link asks for at least one per GPU
+@pytest.mark.parametrize(("gpus", "status"), [("8", D.OK), ("7", D.BROKEN), ("0", D.BROKEN), (None, D.BROKEN)])
+def test_allocatable_of_a_mig_pool_is_at_least_one_device_per_gpu(gpus, status):
+    out = D.allocatable(node(gpus), 8, mig=True)
+    assert out["status"] == status, out
+    if gpus == "7":
+        assert "expected at least 8 (MIG: one device or more per GPU)" in out["evidence"]
+
+
+def test_allocatable_of_a_mig_pool_counts_every_mig_device():
+    """The GPU Operator docs' H100 80GB with all-1g.10gb lists several MIG devices per GPU (its nvidia-smi -L,
+    ../shared/data/nvidia-smi/mig): 8 such GPUs advertise that many x 8, ok for a MIG pool, not for whole GPUs."""
+    listed = shared_path("nvidia-smi", "mig", "h100-80gb_mig-all-1g.10gb_nvidia-smi-L.txt").read_text()
+    per_gpu = listed.count("MIG 1g.10gb")
+    assert per_gpu > 1, listed
+    assert D.allocatable(node(str(per_gpu * 8)), 8, mig=True)["status"] == D.OK
+    assert D.allocatable(node(str(per_gpu * 8)), 8)["status"] == D.BROKEN, "not a MIG pool: exactly 8"
+
+
 # ---- containerd ----
 @pytest.mark.parametrize(("dump", "status"), [
     (R.CONTAINERD_V2_NVIDIA, D.OK), (R.CONTAINERD_V3_NVIDIA, D.OK), (R.CONTAINERD_NO_NVIDIA, D.BROKEN),

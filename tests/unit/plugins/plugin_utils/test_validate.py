@@ -131,6 +131,22 @@ def test_kubernetes_rows():
     assert "unhealthy: nvidia-device-plugin-daemonset-x" in bad[2]["detail"]
 
 
+def test_kubernetes_rows_of_a_mig_pool():
+    """A MIG pool (mig.strategy single) advertises each GPU's MIG devices, several per H100 80GB with all-1g.10gb
+    (the GPU Operator docs' nvidia-smi -L in ../shared/data/nvidia-smi/mig, which the test pod lists too), so at least
+    one per GPU is expected, never exactly GPUs x 1."""
+    listed = shared_path("nvidia-smi", "mig", "h100-80gb_mig-all-1g.10gb_nvidia-smi-L.txt").read_text()
+    per_gpu = listed.count("MIG 1g.10gb")
+    assert per_gpu > 1, listed
+    rows = V.kubernetes_rows(k8s_outputs(alloc=str(per_gpu * 8), pod_log=listed), "gpu-01", 8, mig=True)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert rows[1]["detail"].endswith("(expected at least 8: 8 GPUs, MIG devices of each)")
+    assert V.kubernetes_rows(k8s_outputs(alloc=str(per_gpu * 8)), "gpu-01", 8)[1]["status"] == "failed", (
+        "not a MIG pool: exactly 8 x 1")
+    for short in ("0", "7"):
+        assert V.kubernetes_rows(k8s_outputs(alloc=short), "gpu-01", 8, mig=True)[1]["status"] == "failed", short
+
+
 # ---- a container step that failed names its cause and the fix ----
 # Real registered results of validate.yml's probe and `docker run` (fixtures/validate_docker/SOURCES.md says where
 # each was captured).
