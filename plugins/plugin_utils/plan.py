@@ -646,9 +646,7 @@ def host_part(
         {g.get("numa_node") for g in (topology or {}).get("gpus") or [] if isinstance(g.get("numa_node"), int)}
         | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
     )
-    ifname = training_jobs.pick_socket_ifname(
-        str(_setting(hostvars, "training_stack_socket_ifname") or ""), [_default_ifname(hostvars)]
-    )
+    ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "") or _default_ifname(hostvars)
     toolkit = str(_setting(hostvars, "nvidia_container_toolkit_version") or "") or None
     sweep = health_sweep(platform, hostvars)
     return {
@@ -687,8 +685,8 @@ def pools_part(nodes: list[dict], anyvars: Any) -> dict:
     for node in nodes:
         if node["pool"]:
             members.setdefault(str(node["pool"]), []).append(node)
-    explicit = str(_setting(anyvars, "training_stack_socket_ifname") or "")
-    ifname = training_jobs.pick_socket_ifname(explicit, [node["socket_ifname"] for node in nodes])
+    ifname = str(_setting(anyvars, "training_stack_socket_ifname") or "") or next(
+        (node["socket_ifname"] for node in nodes if node["socket_ifname"]), "")
     return {
         pool: {"hosts": [n["name"] for n in pool_nodes],
                "nccl": training_jobs.nccl_env([n["topology"] for n in pool_nodes], ifname)}

@@ -1,9 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Training-pool PyTorchJob templates and their NCCL settings, from the nodes' topologies: pure builders. The NCCL
-settings (``nccl_env``: NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME through ``pick_socket_ifname``, and when
-NCCL picks the HCAs itself) are described once, in docs/kubernetes.md; the plan (``gpuops_plan``) computes them for
-each host and pool, and a pool's job template takes the plan's.
+settings (``nccl_env``: NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME, and when NCCL picks the HCAs itself) are
+described once, in docs/kubernetes.md; the plan (``gpuops_plan``) computes them for each host and pool, and a pool's
+job template takes the plan's as they are.
 """
 
 from __future__ import annotations
@@ -15,22 +15,11 @@ from typing import Any, Callable
 _PLACEHOLDER = re.compile(r"^NIC[0-9]+$")
 
 
-def pick_socket_ifname(explicit: str, interfaces: list[str]) -> str:
-    """The socket interface NCCL bootstraps on: ``explicit`` (training_stack_socket_ifname), else the first
-    non-empty one of ``interfaces`` (the nodes' default-route interfaces, where facts were gathered), else ""."""
-    return str(explicit or next((str(name) for name in interfaces if name), ""))
-
-
-def _set_socket(env: dict[str, str], ifname: str) -> None:
-    if ifname:
-        env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
-
-
 def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any]:
-    """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these topologies (gpu_facts' shape)."""
-    env: dict[str, str] = {}
+    """``{"env": {NAME: value}, "notes": [...]}`` for nodes with these topologies (gpu_facts' shape), bootstrapping
+    on ``socket_ifname`` ("" = NCCL picks)."""
+    env: dict[str, str] = {"NCCL_SOCKET_IFNAME": f"={socket_ifname}"} if socket_ifname else {}
     notes: list[str] = []
-    _set_socket(env, socket_ifname)
     nics: list[str] = []
     hcas: list[str] = []
     unknown = False
@@ -75,17 +64,13 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
     """A suspended PyTorchJob template for training pool ``pool``: whole GPUs, GPU-taint toleration, pool
     nodeSelector, /dev/shm in memory, NCCL from the pool's topology and MLflow's in-cluster URI.
 
-    config: nodes (name, pool, topology, socket_ifname), namespace, image, gpus_per_node (0 = all of the node's
-    GPUs), socket_ifname ("" = the first node's), shm_size, mlflow_uri, workers (default: pool nodes - 1), and
-    plan_pools (``gpuops_plan.pools``), whose NCCL settings the job takes, with the socket interface.
+    config: nodes (name, pool, topology), namespace, image, gpus_per_node (0 = all of the node's GPUs), shm_size,
+    mlflow_uri, workers (default: pool nodes - 1), and plan_pools (``gpuops_plan.pools``), whose NCCL settings the job
+    takes as they are.
     """
-    everyone = config.get("nodes") or []
-    nodes = [n for n in everyone if n.get("pool") == pool]
+    nodes = [n for n in config.get("nodes") or [] if n.get("pool") == pool]
     topologies = [n.get("topology") for n in nodes]
-    ifname = pick_socket_ifname(str(config.get("socket_ifname") or ""), [n.get("socket_ifname") for n in everyone])
-    planned = config["plan_pools"][pool]["nccl"]  # a pool no GPU node is in: refused by training_stack's inputs
-    nccl = {"env": dict(planned["env"]), "notes": list(planned["notes"])}
-    _set_socket(nccl["env"], ifname)
+    nccl = config["plan_pools"][pool]["nccl"]  # a pool no GPU node is in: refused by training_stack's inputs
     gpus = int(config.get("gpus_per_node") or 0) or _gpu_count(topologies) or 1
     env = [{"name": k, "value": v} for k, v in sorted(nccl["env"].items())]
     env.append({"name": "MLFLOW_TRACKING_URI", "value": str(config["mlflow_uri"])})

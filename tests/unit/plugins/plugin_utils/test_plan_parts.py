@@ -64,9 +64,9 @@ def _cluster() -> dict:
     return _cluster_plan(_inventory("cluster"))
 
 
-def _nodes(hostvars: dict, ifname: str = "") -> list[dict]:
+def _nodes(hostvars: dict) -> list[dict]:
     """The plan's GPU nodes as training_stack reads them (kube_gpu.gpu_nodes), with the capture topologies."""
-    return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name), "socket_ifname": ifname}
+    return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name), "socket_ifname": ""}
             for host, name in CAPTURES.items()]
 
 
@@ -129,7 +129,7 @@ def test_a_limited_preflight_plans_the_pools_of_every_gpu_node():
     declared = hostvars["gpu-infer-01"]["gpuops_gpu_topology"]
     assert built["pools"]["inference"]["nccl"] == training_jobs.nccl_env([declared], "")
     for pool in built["pools"]:  # before, a pool of unjudged hosts only was missing: a bare KeyError here
-        assert _job_env(pool, built["nodes"]["gpu"], socket_ifname="", plan_pools=built["pools"]) == built["pools"][
+        assert _job_env(pool, built["nodes"]["gpu"], plan_pools=built["pools"]) == built["pools"][
             pool]["nccl"]["env"]
 
 
@@ -241,21 +241,19 @@ def test_pool_nccl_in_the_plan_and_the_job_template(cluster):
         "notes": ["not nearest to any GPU, left out of NCCL_IB_HCA: mlx5_bond_0"],
     }, "mlx5_8/9 are storage NICs on gpu-train-01 but nearest to GPUs on gpu-train-02"
     assert cluster["pools"]["inference"]["nccl"]["env"] == {"NCCL_IB_DISABLE": "1"}
-    # training_stack's job templates take the plan's pools; the role adds the interface the gathered facts name,
-    # which a preflight plan (no facts gathered) cannot know
+    # training_stack's job templates take the plan's pools as they are: no NCCL_SOCKET_IFNAME in a plan made
+    # without facts (preflight gathers none) and without training_stack_socket_ifname, none added by the role
     config = {"plan_pools": cluster["pools"]}
-    assert _job_env("training", _nodes(hostvars, "eno1"), socket_ifname="", **config) == {
-        "NCCL_IB_HCA": TRAINING_HCA, "NCCL_SOCKET_IFNAME": "=eno1"}
-    assert _job_env("inference", _nodes(hostvars), socket_ifname="bond0", **config) == {
-        "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=bond0"}
+    assert _job_env("training", _nodes(hostvars), **config) == {"NCCL_IB_HCA": TRAINING_HCA}
+    assert _job_env("inference", _nodes(hostvars), **config) == {"NCCL_IB_DISABLE": "1"}
 
 
 def test_the_job_template_takes_the_plans_nccl_not_a_second_derivation():
     nodes = [{"name": "a", "pool": "training", "topology": None, "socket_ifname": ""}]
     planned = {"training": {"hosts": ["a"], "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0"}, "notes": ["from the plan"]}}}
-    assert _job_env("training", nodes, socket_ifname="", plan_pools=planned) == {"NCCL_IB_HCA": "=mlx5_0"}
+    assert _job_env("training", nodes, plan_pools=planned) == {"NCCL_IB_HCA": "=mlx5_0"}
     with pytest.raises(KeyError):  # no second derivation: a pool the plan lacks (the role's inputs refuse it first)
-        _job_env("training", nodes, socket_ifname="", plan_pools={})
+        _job_env("training", nodes, plan_pools={})
 
 
 def test_training_stack_socket_ifname_reaches_the_plan():
@@ -267,8 +265,8 @@ def test_training_stack_socket_ifname_reaches_the_plan():
         "NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": "=" + ",".join(f"mlx5_{n}" for n in range(8))}
     assert built["hosts"]["gpu-infer-01"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_DISABLE": "1"}
     assert built["pools"]["training"]["nccl"]["env"] == {"NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": TRAINING_HCA}
-    # the job template, given the same variable, takes the plan's env as it is
-    assert _job_env("training", _nodes(hostvars), socket_ifname="bond0", plan_pools=built["pools"]) == (
+    # the job template takes the plan's env as it is
+    assert _job_env("training", _nodes(hostvars), plan_pools=built["pools"]) == (
         built["pools"]["training"]["nccl"]["env"])
 
 
@@ -280,7 +278,7 @@ def test_each_hosts_own_default_route_interface_when_facts_were_gathered():
     assert built["hosts"]["gpu-train-01"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
     assert built["hosts"]["gpu-train-02"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens2f0"
     assert "NCCL_SOCKET_IFNAME" not in built["hosts"]["gpu-infer-01"]["nccl"]["env"]
-    # a pool's job: the first host's interface, as training_stack picks it
+    # a pool's job: the first host's interface
     assert built["pools"]["training"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
     assert built["pools"]["inference"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
 

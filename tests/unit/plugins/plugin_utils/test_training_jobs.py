@@ -87,13 +87,12 @@ def _config(**extra: object) -> dict:
     ]
     config = {
         "nodes": nodes,
-        # the plan's pools as plan.pools_part makes them: each pool's NCCL settings over its nodes' topologies; the
-        # template takes them as they are (no derivation of its own) and adds NCCL_SOCKET_IFNAME
-        "plan_pools": {pool: {"nccl": nccl_env([n["topology"] for n in nodes if n["pool"] == pool], "")}
+        # the plan's pools as plan.pools_part makes them: each pool's NCCL settings over its nodes' topologies, with
+        # training_stack_socket_ifname; the template takes them as they are (no derivation of its own)
+        "plan_pools": {pool: {"nccl": nccl_env([n["topology"] for n in nodes if n["pool"] == pool], "bond0")}
                        for pool in ("training", "inference")},
         "namespace": "kubeflow",
         "image": "registry.lan:5000/pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
-        "socket_ifname": "bond0",
         "shm_size": "64Gi",
         "mlflow_uri": "http://mlflow.mlflow.svc.cluster.local:5000",
     }
