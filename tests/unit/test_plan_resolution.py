@@ -221,3 +221,62 @@ def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_pa
         "with-topology": False,
         "planned-by-preflight": False,
     }
+
+
+TWO_PLAYS = """\
+- name: A platform play run on its own (compose.yml's docker_engine)
+  hosts: gpu_nodes
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: The plan (gpuops_plan)
+      ansible.builtin.import_tasks: {plan}
+      vars:
+        plan_roles: [docker_engine]
+
+- name: A second playbook imported into the same run (burnin.yml)
+  hosts: gpu_nodes
+  connection: local
+  gather_facts: false
+  pre_tasks:
+    - name: The shared gpuops_* defaults, as burnin.yml imports them
+      ansible.builtin.import_role:
+        name: gpuops.cluster._gpuops_vars
+        rolespec_validate: false
+
+    - name: The CUDA devel image of validate, as burnin.yml reads it (its defaults only)
+      ansible.builtin.import_role:
+        name: gpuops.cluster.validate
+      when: false
+  tasks:
+    - name: The plan (gpuops_plan)
+      ansible.builtin.import_tasks: {plan}
+      vars:
+        plan_roles: [burnin]
+"""
+INPUTS = "Inputs | every role's problem at once"
+
+
+def test_a_second_play_checks_its_own_roles_where_no_preflight_made_the_plan(tmp_path: Path) -> None:
+    """Two playbooks in one ansible-playbook run, no preflight: the first play resolved gpuops_plan (from the
+    inventory), which does not make it this run's preflight's plan, so the second play's roles' inputs are checked
+    too (burnin_timeout 0 is refused), not skipped as if preflight's inputs pass had checked them."""
+    inventory = {"gpu_nodes": {"hosts": {"node-a": {
+        "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
+        "all": {"vars": {"gpuops_platform": "compose", "docker_engine_source": "docker", "burnin_timeout": 0}}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(TWO_PLAYS.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+    run = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+         str(tmp_path / "play.yml")],
+        capture_output=True, text=True, check=False,
+        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
+    )
+    plays = json_document(run.stdout)["plays"]
+    first, second = ([task["hosts"]["node-a"] for task in play["tasks"] if task["task"]["name"] == INPUTS]
+                     for play in plays)
+    assert first, "the first play's roles were not checked: " + run.stdout[-3000:] + run.stderr[-2000:]
+    assert first[0].get("failed") is not True, "docker_engine's inputs pass: " + str(first)
+    assert second, "the second play's roles were not checked: " + run.stdout[-3000:]
+    assert second[0].get("failed") is True
+    assert "burnin_timeout is 0; allowed: 1 or more seconds" in second[0]["msg"]
