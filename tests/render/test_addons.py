@@ -109,6 +109,10 @@ def test_no_pod_template_runs_privileged(rendered_objects):
 def test_training_templates(rendered_objects):
     jobs = [o for o in addon_objects(rendered_objects, "training_stack") if o["kind"] == "PyTorchJob"]
     assert jobs
+    monitor = next(o for o in addon_objects(rendered_objects, "kube_monitoring")
+                   if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == "training-operator")
+    # one namespace, training_stack_namespace: the operator's, where the templates live and the operator is scraped
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == sorted({job["metadata"]["namespace"] for job in jobs})
     for job in jobs:
         assert job["spec"]["runPolicy"]["suspend"] is True
         for spec in pod_specs(job):

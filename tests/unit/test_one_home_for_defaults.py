@@ -2,9 +2,9 @@
 
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
-kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace). This test reads
-the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default written in a comment is a second
-home in words) and fails, naming file:line, on
+kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace,
+training_stack_namespace). This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too:
+a default written in a comment is a second home in words) and fails, naming file:line, on
 
 * an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
   ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
@@ -33,7 +33,8 @@ SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
 MIN_SCANNED_FILES = 400
 MIN_PLAYS = 20  # the same for the plays of playbooks/
 # The home's names that are not gpuops_*: the cluster's release, networks, DNS domain and image repository, read by the
-# kube roles and the kube plan, and the GPU Operator's namespace, read by gpu_operator, validate and diagnose.
+# kube roles and the kube plan, and the GPU Operator's namespace, read by gpu_operator, validate and diagnose, and the
+# Training Operator's, read by training_stack and kube_monitoring.
 SHARED_CLUSTER_SETTINGS = (
     "kube_version",
     "kube_pod_cidr",
@@ -42,6 +43,7 @@ SHARED_CLUSTER_SETTINGS = (
     "kube_image_repository",
     "kube_config_dir",
     "gpu_operator_namespace",
+    "training_stack_namespace",
 )
 JINJA_DEFAULT = re.compile(rf"(?:gpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
