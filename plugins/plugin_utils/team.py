@@ -1,32 +1,14 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The team: one list of members and teams for both platforms (``group_vars/all/team.yml``).
+"""The team: one list of members and teams for both platforms (``group_vars/all/team.yml``; its shape and every
+rule: docs/small-team.md).
 
-``gpuops_teams`` (one Kubernetes namespace each; compose ignores quotas) and ``gpuops_members``
-(name, uid, team; ``gpus`` and the other workspace keys are read by compose only) are read by
-preflight, the compose workspaces and the Kubernetes tenancy. This module holds the rules that
-make the list usable by all three, checked once by the boilerplate play before any host is touched:
-
-* at least one member and one team; every member in a team that exists; every team with members;
-* member names: lower-case letters, digits and ``-``, starting with a letter (they become service
-  names, user names and paths, so no shell metacharacters), unique;
-* uids: whole numbers >= 1 (never root), unique; gid likewise when given;
-* ``gpus`` (when given): a list of GPU indexes >= 0, each GPU to one member only (the list applies to
-  every compose host, so a GPU listed twice is always an error). ``shared_gpus`` (compose, optional): at most one
-  ``{gpu, memory}`` entry, for a member without ``gpus``: that GPU is shared through MPS, each sharer capped at
-  ``memory``, a cap that must leave the sharer memory after its CUDA context (``plugin_utils/mps``: cap minus
-  ``gpuops_mps_context_reserve`` at least ``gpuops_mps_min_usable``); a GPU is either exclusive to one member or
-  shared, never both. This GPU-assignment rule is ``gpu_assignment_problems`` (preflight's per-host check calls it
-  too);
-* what depends on one host, checked by the workspace planning of each compose host and by preflight: every GPU a
-  member is given or shares is one of the host's (``host_gpu_problems``);
-* ``memory`` (a Docker size such as 64g) and ``cpus`` (a number > 0), optional: the workspace's limits on
-  compose (the defaults and the host-wide checks are ``workspaces.plan_workspaces``);
-* team names and namespaces: DNS-1123 labels, unique; quotas: Kubernetes quantities, GPU quota a
-  whole number >= 0;
-* unknown keys are refused (a typo such as ``gpu:`` would otherwise be ignored).
-
-Every problem names the variable path, the value found, what is allowed and the fix.
+``gpuops_teams`` and ``gpuops_members`` are read by preflight, the compose workspaces and the Kubernetes tenancy.
+``team_problems`` holds the rules that make the list usable by all three, run once on the whole team before any
+host is touched (role ``_gpuops_vars``: site.yml's boilerplate play, or ``playbooks/tasks/plan.yml`` where a play
+that deploys the workspaces runs alone); ``host_gpu_problems`` is the part that depends on one host (a GPU it
+lacks), run by each compose host's workspace planning and by preflight. Every problem names the variable path, the
+value found, what is allowed and the fix.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Input is the team list (``gpuops_members``) and the GPU topology as ``gpuops.clu
 Rules (also the role's documented behaviour):
 
 * The team's rules (``plugin_utils/team``: names, uids, GPUs given twice, MPS caps...) ran once, on the whole team,
-  in the boilerplate play (``team.team_problems``); here only what depends on the host: a GPU the host does not have
+  before the plan (``team.team_problems``); here only what depends on the host: a GPU the host does not have
   (``team.host_gpu_problems``), and a workspace's own rule, that a member has a GPU. These are *problems*: the
   caller (compose_stack's inputs) refuses to go on, listing all of them at once.
 * CPUs: GPUs are grouped into pools by NUMA node (by identical CPU affinity when the node is
