@@ -573,7 +573,7 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | No
     pools = host_pools(_setting(hostvars, "compose_stack_member_memory_pool_mb"),
                        _setting(hostvars, "compose_stack_member_cpus_pool"), host)
     try:
-        planned = plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout, 0,
+        planned = plan_workspaces([dict(m) if isinstance(m, dict) else m for m in members], layout,
                                   gpus_found=gpu.get("gpus"))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a team the boilerplate play did not check
         planned = {"members": {}, "shared": {}, "warnings": [], "gpu_total": 0, "problems": [

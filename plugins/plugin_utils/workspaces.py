@@ -181,19 +181,14 @@ def _shared_checks(sharers: dict[int, dict[str, int]], gpu_memory: dict[int, int
     return shared_plan
 
 
-def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cpus_total: float = 0,
-                    gpus_found: Any = None) -> dict:
+def plan_workspaces(members: list[dict], topology: dict, gpus_found: Any = None) -> dict:
     """Return ``{"members": {name: {name, uid, gid, image, shm_size, mounts, gpus, shared_gpus, mps, cpuset, cpus,
     memory_mb, numa_nodes}}, "shared":
-    {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...], "gpu_total": n}``.
+    {gpu: {members: {name: cap MiB}, memory_total_mib}}, "problems": [...], "warnings": [...], "gpu_total": n}``,
+    each member's ``memory_mb`` and ``cpus`` its own (null where not given: ``size_workspaces`` sizes them).
 
-    ``memory_pool_mb``/``cpus_total``: the host's memory and CPUs for workspaces (``host_pools``; 0: unknown,
-    defaults not set and overcommit not checked);
     ``gpus_found``: the GPU facts' ``gpus`` (their ``memory_total_mib``). ``members`` passed the team rule
-    (``team.team_problems``); gid is the uid where not given."""
-    if not isinstance(members, list):
-        return {"members": {}, "shared": {}, "problems": [f"members must be a list, got {type(members).__name__}"],
-                "warnings": [], "gpu_total": 0}
+    (``team.team_problems``); gid is the uid where not given. With problems, members and shared are empty."""
     gpus = [g for g in (topology or {}).get("gpus", []) if isinstance(g, dict) and "index" in g]
     known = {g["index"] for g in gpus}
     problems = _member_problems(members, known)
@@ -240,12 +235,13 @@ def plan_workspaces(members: list[dict], topology: dict, memory_pool_mb: int, cp
             "numa_nodes": nodes,
         }
     shared_plan = _shared_checks(sharers, _gpu_memory(gpus, gpus_found), problems, warnings)
-    return size_workspaces({"members": planned, "shared": shared_plan, "problems": problems, "warnings": warnings,
-                            "gpu_total": len(gpus)}, memory_pool_mb, cpus_total)
+    if problems:
+        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings, "gpu_total": len(gpus)}
+    return {"members": planned, "shared": shared_plan, "problems": [], "warnings": warnings, "gpu_total": len(gpus)}
 
 
 def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float = 0) -> dict:
-    """The last step of ``plan_workspaces``: each member's ``memory_mb`` and ``cpus`` left null get the default
+    """The step after ``plan_workspaces``: each member's ``memory_mb`` and ``cpus`` left null get the default
     share of ``memory_pool_mb`` and ``cpus_total`` (the member's GPU share of the host's ``gpu_total`` GPUs), and
     limits that add up past either are a problem. A limit already set counts as given. With problems, members and
     shared are empty."""

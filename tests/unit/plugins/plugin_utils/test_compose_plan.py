@@ -16,6 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     format_cpu_list,
     parse_cpu_list,
     plan_workspaces,
+    size_workspaces,
 )
 from gpu.nvidia_smi_q import parse_nvidia_smi_q
 
@@ -26,6 +27,11 @@ def topology(shared_data: Path):
         return parse_topology((shared_data / "nvidia-smi" / "topo" / name).read_text())
 
     return read
+
+
+def planned(members: list, topology: dict, memory_pool_mb: int = 0, cpus_total: float = 0, gpus_found=None) -> dict:
+    """The workspaces as the plan holds them (plugin_utils/plan): planned, then sized on the host's pools."""
+    return size_workspaces(plan_workspaces(members, topology, gpus_found=gpus_found), memory_pool_mb, cpus_total)
 
 
 def member(name: str, uid: int, gpus: list) -> dict:
@@ -42,7 +48,7 @@ def test_cpu_lists_round_trip() -> None:
 def test_h100x8_sxm_2numa_noNIC_members_get_numa_local_exclusive_cpus(topology) -> None:
     topo = topology("h100x8_sxm_2numa_noNIC.txt")
     members = [member("alice", 2001, [0, 1]), member("bob", 2002, [2]), member("carol", 2003, [4, 5, 6, 7])]
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200)
+    plan = planned(members, topo, memory_pool_mb=819200)
     assert plan["problems"] == []
     ws = plan["members"]
     # NUMA 0 has 4 GPUs and CPUs 0-51,104-155: alice holds 2/4, bob 1/4; GPU 3 is free (its quarter stays free).
@@ -60,7 +66,7 @@ def test_h100x8_sxm_2numa_noNIC_members_get_numa_local_exclusive_cpus(topology) 
 
 def test_dgx_a100_nps4_member_across_numa_nodes_is_warned(topology) -> None:
     topo = topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05.txt")
-    plan = plan_workspaces([member("alice", 2001, [0, 2])], topo, memory_pool_mb=0)
+    plan = planned([member("alice", 2001, [0, 2])], topo, memory_pool_mb=0)
     assert plan["problems"] == []
     assert plan["members"]["alice"]["cpuset"] == "16-23,48-55,144-151,176-183"
     assert plan["members"]["alice"]["numa_nodes"] == [1, 3]
@@ -79,20 +85,20 @@ def test_dgx_a100_nps4_member_across_numa_nodes_is_warned(topology) -> None:
     ],
 )
 def test_problems_are_refused(topology, members: list, fragment: str) -> None:
-    plan = plan_workspaces(members, topology("h100x8_sxm_2numa_noNIC.txt"), 1000)
+    plan = planned(members, topology("h100x8_sxm_2numa_noNIC.txt"), 1000)
     assert plan["members"] == {}
     assert any(fragment in p for p in plan["problems"]), plan["problems"]
 
 
 def test_no_gpus_in_topology_is_a_problem() -> None:
-    plan = plan_workspaces([member("alice", 2001, [0])], {"gpus": []}, 1000)
+    plan = planned([member("alice", 2001, [0])], {"gpus": []}, 1000)
     assert any("lists no GPUs" in p for p in plan["problems"])
 
 
 def test_fewer_cpus_than_members_share_and_warn() -> None:
     topo = {"gpus": [{"index": 0, "cpu_affinity": "0", "numa_node": 0},
                      {"index": 1, "cpu_affinity": "0", "numa_node": 0}]}
-    plan = plan_workspaces([member("alice", 2001, [0]), member("bob", 2002, [1])], topo, 0)
+    plan = planned([member("alice", 2001, [0]), member("bob", 2002, [1])], topo, 0)
     assert plan["members"]["alice"]["cpuset"] == "0"
     assert plan["members"]["bob"]["cpuset"] == "0"
     assert any("share CPUs" in w for w in plan["warnings"])
@@ -100,7 +106,7 @@ def test_fewer_cpus_than_members_share_and_warn() -> None:
 
 def test_missing_cpu_affinity_gives_no_cpuset() -> None:
     topo = {"gpus": [{"index": 0, "cpu_affinity": None, "numa_node": None}]}
-    plan = plan_workspaces([member("alice", 2001, [0])], topo, 0)
+    plan = planned([member("alice", 2001, [0])], topo, 0)
     assert plan["members"]["alice"]["cpuset"] is None
     assert any("no CPU affinity" in w for w in plan["warnings"])
 
@@ -162,7 +168,7 @@ def test_default_limits_follow_the_gpu_share_and_explicit_ones_win(h100) -> None
     topo, found = h100
     members = [{**member("alice", 2001, [0, 1]), "memory": "64g", "cpus": 8},
                member("bob", 2002, [2, 3]), member("carol", 2003, [4, 5, 6, 7])]
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    plan = planned(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
     assert plan["problems"] == []
     ws = plan["members"]
     assert (ws["alice"]["memory_mb"], ws["alice"]["cpus"]) == (65536, 8.0)
@@ -175,7 +181,7 @@ def test_default_limits_follow_the_gpu_share_and_explicit_ones_win(h100) -> None
 def test_no_host_figures_no_default_limits(h100) -> None:
     """preflight's plan: no host memory or CPU count is read there; only a member's own limits are planned."""
     topo, _found = h100
-    plan = plan_workspaces([{**member("alice", 2001, [0]), "memory": "1g"}, member("bob", 2002, [1])], topo, 0)
+    plan = planned([{**member("alice", 2001, [0]), "memory": "1g"}, member("bob", 2002, [1])], topo, 0)
     assert plan["members"]["alice"]["memory_mb"] == MIB_PER_GIB
     assert plan["members"]["bob"]["memory_mb"] is None
     assert plan["members"]["bob"]["cpus"] is None
@@ -194,7 +200,7 @@ def test_no_host_figures_no_default_limits(h100) -> None:
 def test_limits_that_overcommit_the_host_are_refused_naming_members_and_numbers(h100, change, fragments) -> None:
     topo, found = h100
     members = [{**member("alice", 2001, [0, 1]), **change}, member("bob", 2002, [2, 3])]
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    plan = planned(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
     assert plan["members"] == {}
     text = "; ".join(plan["problems"])
     for fragment in fragments:
@@ -206,7 +212,7 @@ def test_a_shared_gpu_runs_mps_with_each_members_cap(h100) -> None:
     members = [member("alice", 2001, [0, 1]),
                {"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "20g"}]},
                {"name": "frank", "uid": 2006, "shared_gpus": [{"gpu": 4, "memory": "56g"}]}]
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
+    plan = planned(members, topo, memory_pool_mb=819200, cpus_total=208, gpus_found=found)
     assert plan["problems"] == []
     ws = plan["members"]
     assert ws["erin"]["mps"] == {"gpu": 4, "pinned_mem_limit": "0=20G"}
@@ -227,7 +233,7 @@ def test_mps_caps_past_the_gpus_memory_are_refused(h100) -> None:
     topo, found = h100
     members = [{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "40g"}]},
                {"name": "frank", "uid": 2006, "shared_gpus": [{"gpu": 4, "memory": "40g"}]}]
-    plan = plan_workspaces(members, topo, memory_pool_mb=819200, gpus_found=found)
+    plan = planned(members, topo, memory_pool_mb=819200, gpus_found=found)
     assert plan["members"] == {}
     assert plan["problems"] == [
         "the members sharing GPU 4 are given erin 40G, frank 40G of its memory (shared_gpus), 81920 MiB in all, more "
@@ -238,7 +244,7 @@ def test_mps_caps_past_the_gpus_memory_are_refused(h100) -> None:
 def test_a_shared_gpus_unknown_memory_is_a_warning_not_a_guess(h100) -> None:
     topo, _found = h100
     members = [{"name": "erin", "uid": 2005, "shared_gpus": [{"gpu": 4, "memory": "40g"}]}]
-    plan = plan_workspaces(members, topo, 0)
+    plan = planned(members, topo, 0)
     assert plan["problems"] == []
     assert plan["shared"]["4"]["memory_total_mib"] is None
     assert "GPU 4 is shared (erin 40G) but its memory is not known here" in plan["warnings"][0]
