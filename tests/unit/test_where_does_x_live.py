@@ -250,7 +250,7 @@ def _mutated(old: str, new: str) -> str:
         # a plan key the plan does not have
         ("→ `gpuops_plan.pins.registry_mirror`", "→ `gpuops_plan.pins.mirror`", "not in plan.SCHEMA"),
         # a role alias whose default is not the variable
-        ("and `kube_tenancy_teams` (the", "and `kube_tenancy_members` (the", "kube_tenancy_members's default"),
+        ("and `gpuops_teams` (the", "and `kube_tenancy_cluster_gpus` (the", "kube_tenancy_cluster_gpus's default"),
         # a further hop in column 3
         ("to its target);", "to its target) → `roles/nvidia_driver/tasks/pinned.yml`;", "→"),
     ],
@@ -290,7 +290,7 @@ def test_kube_tenancy_reads_the_members_from_the_plan():
     assert "roles/kube_tenancy/tasks/assert.yml" in code, sorted(code)
     assert "roles/kube_tenancy/defaults/main.yml" in code, sorted(code)
     assert inventory_readers("gpuops_members", code) == []
-    assert _reads_key(code["roles/kube_tenancy/defaults/main.yml"], ("team", "members"))
+    assert _reads_key(code["roles/kube_tenancy/tasks/assert.yml"], ("team", "members"))
 
 
 def test_a_role_reading_the_mirror_itself_is_found():
