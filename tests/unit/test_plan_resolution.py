@@ -280,3 +280,29 @@ def test_a_second_play_checks_its_own_roles_where_no_preflight_made_the_plan(tmp
     assert second, "the second play's roles were not checked: " + run.stdout[-3000:]
     assert second[0].get("failed") is True
     assert "burnin_timeout is 0; allowed: 1 or more seconds" in second[0]["msg"]
+
+
+def test_the_last_plan_is_not_taken_where_the_inventory_fixes_another_platform(tmp_path: Path) -> None:
+    """plan.json from the Compose site's preflight plans node-a with platform compose; the inventory now says
+    kubernetes (grow_apply.yml sets it on every cluster host): that plan is not this site's now, the inventory's plan
+    is made instead, for kubernetes. With the inventory on auto, the recorded decision stands."""
+    said = {}
+    for platform in ("kubernetes", "auto"):
+        folder = tmp_path / platform
+        folder.mkdir()
+        inventory = {"gpu_nodes": {"hosts": {"node-a": {
+            "gpuops_report_dir": str(_report_dir(folder, "node-a")),
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
+            "all": {"vars": {"gpuops_platform": platform}}}
+        (folder / "hosts.yml").write_text(json.dumps(inventory))
+        (folder / "play.yml").write_text(PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+        run = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"),
+             str(folder / "play.yml")],
+            capture_output=True, text=True, check=False,
+            env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+        said[platform] = [result["msg"] for play in json_document(run.stdout)["plays"] for task in play["tasks"]
+                          for result in task["hosts"].values() if task["task"]["name"] == "Where it came from"]
+    assert said == {"kubernetes": ["inventory node-a"], "auto": ["preflight node-a"]}

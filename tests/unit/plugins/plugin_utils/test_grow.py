@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow
-from ansible_env import playbook_env
+from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[4]
 SMALL_TEAM = REPO / "inventories" / "small-team"
@@ -228,3 +228,45 @@ def test_a_fresh_plan_passes_the_stale_check(tmp_path: Path) -> None:
                              check=False, timeout=300)
     assert "the plan file is older than" not in applied.stdout
     assert "UNREACHABLE" in applied.stdout, applied.stdout[-3000:]
+
+
+STAGE_0_PLAN = "Plan | this run's plan, else the last preflight's, else the inventory's"
+
+
+def test_apply_gives_the_grown_hosts_a_kubernetes_plan(tmp_path: Path) -> None:
+    """grow.yml -e grow_apply=true on inventories/small-team: gpu01, the Compose host, is also the cluster's control
+    plane and GPU worker. The grow plan play left it holding the Compose site's plan (platform compose), so
+    kubernetes.yml's stage 0 must not keep that plan, or every grown host is "on another platform" and the
+    Kubernetes path is skipped. gpu01 runs locally for the read-only steps (the apply's stat of compose.yaml, stage
+    0 on the controller, which checks the Kubernetes inputs: kube_version from inventories/cluster); a facts module
+    that does not exist is the stand-in that stops the run at stage 1's fact gathering, the first step that would
+    touch the host, so nothing here is changed."""
+    playbook = BIN / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    local = {"all": {"hosts": {"gpu01": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "ansible_become": False, "ansible_facts_modules": ["gpuops.cluster.no_such_facts_module"],
+        "kube_version": KUBE_VERSION}}}}
+    (tmp_path / "inventory").mkdir()
+    (tmp_path / "inventory" / "local.yml").write_text(json.dumps(local))
+    env = playbook_env(REPO, cache="memory", callback="ansible.posix.json")
+    base = [str(playbook), "-i", str(SMALL_TEAM), "-i", str(tmp_path / "inventory" / "local.yml"),
+            str(REPO / "playbooks" / "grow.yml"), "-e", f"gpuops_report_dir={tmp_path / 'reports'}"]
+    planned = subprocess.run([*base, "-e", "grow_plan_only=true"], cwd=REPO, env=env, capture_output=True,
+                             text=True, check=False, timeout=300)
+    assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-2000:]
+    applied = subprocess.run([*base, "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True,
+                             check=False, timeout=300)
+    plays = {play["play"]["name"]: play for play in json_document(applied.stdout)["plays"]}
+    stage_0 = plays.get("Kubernetes | 0. the plan and the inputs, checked on the controller before any host changes")
+    assert stage_0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    platforms = {name: result["ansible_facts"]["gpuops_plan"]["platform"]["name"] for task in stage_0["tasks"]
+                 for name, result in task["hosts"].items() if task["task"]["name"] == STAGE_0_PLAN}
+    assert platforms == {"gpu01": "kubernetes"}
+    stage_1 = plays.get("Kubernetes | 1. nodes (containerd, kubelet, kubeadm, kubectl, cri-tools; host preparation; "
+                        "kubelet policy)")
+    assert stage_1, "stage 0 refused or failed: " + applied.stdout[-3000:]
+    stopped = [result for task in stage_1["tasks"] for result in task["hosts"].values()]
+    assert len(stopped) == 1, "the stand-in must stop stage 1 at its fact gathering: " + str(stopped)
+    assert "no_such_facts_module was not found" in stopped[0]["msg"]
