@@ -93,6 +93,7 @@ def test_the_scheduled_sweep_runs_and_writes_its_metrics_for_node_exporter(host)
     # no kernel log is readable in this container (log_read_ok 0), so the cursor kept is empty: the next run
     # reads the whole boot, as the module does without one
     state = json.loads(host.file("/var/lib/gpuops/gpu_health/sweep.json").content_string)
-    assert set(state) == {"cursor", "events", "held"}, state
+    assert set(state) == {"cursor", "events", "held", "released"}, state
     assert state["held"] == [], state  # no kernel-log event read, so no finding held
+    assert state["released"] == [], state  # nothing was held, so nothing released
     assert "gpuops_gpu_health_log_read_ok 0" in text, text
