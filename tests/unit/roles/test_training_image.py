@@ -1,6 +1,6 @@
 """training_image: the CUDA base is checked against the driver pin, and the build context is right.
 
-Runs the role's own assert and install stages with ansible-playbook on localhost (no Docker);
+Runs the role's inputs entry point and install stage with ansible-playbook on localhost (no Docker);
 the image build itself runs in the `compose` Molecule scenario when present there.
 """
 
