@@ -10,7 +10,6 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import ReadOnceHost
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
@@ -82,6 +81,9 @@ class ActionModule(ActionBase):
         for key, value in inventory_request(host_vars).items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
+        # The members' GPUs are the team's (gpuops_members, checked as a whole by the gpuops_* check before this).
+        if self._task.args.get("gpu_assignments") is None:
+            self._task.args["gpu_assignments"] = host_vars.get("gpuops_members") or []
         # The options given (and the inventory's platform inputs) against the action's spec; the role's variables
         # were checked against the role's spec above and join the plan as checked.
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
@@ -118,8 +120,6 @@ class ActionModule(ActionBase):
                 "name": (task_vars or {}).get("inventory_hostname"),
                 # A topology the inventory declares satisfies the topology rule (plan.host_part uses it).
                 "declared_topology": host_vars.get("gpuops_gpu_topology"),
-                # The MPS cap rule's settings as the inventory gives them (the boilerplate play checked their type).
-                "mps_limits": mps.limits_of(host_vars),
             },
         )
         result.update(

@@ -38,7 +38,10 @@ options:
     type: bool
     default: false
   gpu_assignments:
-    description: Per-member GPU lists to check for double assignment, as C({name, gpus}) items.
+    description:
+      - The members' GPUs (C(gpus), C(shared_gpus)), each checked to be one of this host's GPUs; the rest of the team
+        rule (a GPU given twice, the MPS caps) is the gpuops_* check's, run before preflight.
+      - Not given, the host's C(gpuops_members).
     type: list
     elements: dict
     default: []

@@ -9,9 +9,8 @@ allocated 576 MiB less than the cap each time. So what a member can allocate is 
 ``gpuops_mps_context_reserve``, and a cap whose remainder is below ``gpuops_mps_min_usable`` is refused:
 ``cap_problem`` is that rule. It judges
 
-* a compose member's ``shared_gpus`` cap (``team.gpu_assignment_problems``: the boilerplate play's team check and
-  preflight's ``gpu_assignment`` check); the compose MPS daemon's default cap is the smallest of its GPU's caps, so
-  it passes when they do;
+* a compose member's ``shared_gpus`` cap (``team.gpu_assignment_problems``, part of the team check); the compose
+  MPS daemon's default cap is the smallest of its GPU's caps, so it passes when they do;
 * a Kubernetes MPS replica's share, the GPU's memory / ``mps_replicas``, which is also the MPS control daemon's
   default limit there (``gpu_sharing``: preflight's plan and gpu_operator's assert); a pool's
   ``mps_memory_per_replica_mib``, when larger, is that pool's own floor.

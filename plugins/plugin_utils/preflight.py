@@ -20,12 +20,9 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     parse_driver_version,
     version_eq,
 )
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps, os_support
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import (
-    gpu_assignment_problems,
-    out_of_service_problems,
-)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import host_gpu_problems, out_of_service_problems
 
 NFS_PORT = 2049
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -214,17 +211,17 @@ def mig(plan: dict[str, Any], gpu: dict[str, Any], topology: dict[str, Any] | No
     return _check("mig", True, f"MIG enabled on GPUs {enabled}: allowed ({why}; no multi-node training)")
 
 
-def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int,
-                   mps_limits: mps.Limits | None = None) -> dict[str, Any]:
-    """The team's GPU-assignment rule (``team.gpu_assignment_problems``) on a host with ``gpu_count`` GPUs, with the
-    inventory's MPS cap settings (``mps_limits``; None: their defaults)."""
+def gpu_assignment(assignments: list[dict[str, Any]] | None, gpu_count: int) -> dict[str, Any]:
+    """The part of the team's GPU-assignment rule that depends on this host (``team.host_gpu_problems``): every GPU
+    a member is given or shares is one of its ``gpu_count`` GPUs. The rest of the rule (a GPU given twice, shared
+    and exclusive, the MPS caps) runs once on the whole team, in the gpuops_* check (role _gpuops_vars)."""
     if not assignments:
         return _check("gpu_assignment", None, "no per-member GPU assignments to check")
-    problems = gpu_assignment_problems(assignments, range(gpu_count), mps_limits)
+    problems = host_gpu_problems(assignments, range(gpu_count))
     if problems:
         return _check("gpu_assignment", False, "; ".join(problems) + ".")
-    owned = {g for entry in assignments for g in entry.get("gpus") or []}
-    return _check("gpu_assignment", True, f"{len(owned)} GPUs assigned, each to exactly one member")
+    seen = f"one of this host's {gpu_count}" if gpu_count else "not checked: no GPU seen on this host"
+    return _check("gpu_assignment", True, f"every GPU given to a member: {seen}")
 
 
 def parse_size(value: Any, name: str = "min_free") -> int:
@@ -378,7 +375,7 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         )
     )
     checks.append(mig(plan, gpu, topology))
-    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0), facts.get("mps_limits")))
+    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)))
     if "free_space" in plan:
         checks.append(free_space(plan.get("free_space"), host.get("free_space")))
     if "nfs_datasets" in plan:

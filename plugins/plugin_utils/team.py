@@ -5,10 +5,10 @@ rule: docs/small-team.md).
 
 ``gpuops_teams`` and ``gpuops_members`` are read by preflight, the compose workspaces and the Kubernetes tenancy.
 ``team_problems`` holds the rules that make the list usable by all three, run once on the whole team before any
-host is touched (role ``_gpuops_vars``: site.yml's boilerplate play, or ``playbooks/tasks/plan.yml`` where a play
-that deploys the workspaces runs alone); ``host_gpu_problems`` is the part that depends on one host (a GPU it
-lacks), run by each compose host's workspace planning and by preflight. Every problem names the variable path, the
-value found, what is allowed and the fix.
+host is touched (role ``_gpuops_vars``: site.yml's boilerplate play, ``playbooks/preflight.yml`` run alone, or
+``playbooks/tasks/plan.yml`` where a play that deploys the workspaces runs alone); ``host_gpu_problems`` is the
+part that depends on one host (a GPU it lacks), run by each compose host's workspace planning and by preflight.
+Every problem names the variable path, the value found, what is allowed and the fix.
 """
 
 from __future__ import annotations
@@ -121,14 +121,12 @@ def _label(member: dict, position: int) -> str:
     return name if isinstance(name, str) else f"#{position}"
 
 
-def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None,
-                            mps_limits: mps.Limits | None = None) -> list[str]:
-    """The GPU-assignment rule, the one copy: the team check and preflight call it.
+def gpu_assignment_problems(members: Any, mps_limits: mps.Limits | None = None) -> list[str]:
+    """The GPU-assignment rule of the whole team (what depends on one host is ``host_gpu_problems``).
 
     A member's ``gpus`` (when given) is a list of GPU indexes, whole numbers >= 0; each GPU goes to one member
-    only; with ``host_gpus``, ``host_gpu_problems`` too. Members without ``gpus`` and entries that are not mappings
-    are left to the member rules. A shared GPU's cap must leave the member memory (``mps.cap_problem`` with
-    ``mps_limits``; None: the defaults).
+    only. Members without ``gpus`` and entries that are not mappings are left to the member rules. A shared GPU's
+    cap must leave the member memory (``mps.cap_problem`` with ``mps_limits``; None: the defaults).
     """
     problems: list[str] = []
     owner: dict[int, str] = {}
@@ -149,8 +147,7 @@ def gpu_assignment_problems(members: Any, host_gpus: Iterable[int] | None = None
                                 "each GPU goes to exactly one member. Fix: give one of them another GPU")
             else:
                 owner[gpu] = label
-    return (problems + _shared_gpu_problems(members, owner, mps_limits or mps.limits())
-            + host_gpu_problems(members, host_gpus))
+    return problems + _shared_gpu_problems(members, owner, mps_limits or mps.limits())
 
 
 def host_gpu_problems(members: Any, host_gpus: Iterable[int] | None) -> list[str]:
@@ -299,7 +296,7 @@ def _member_problems(members: list, team_names: dict[str, int], mps_limits: mps.
             known = ", ".join(team_names) or "none defined"
             problems.append(f"{where}.team is {show(team)} for {label}; expected one of the gpuops_teams names "
                             f"({known}). Fix: set team: to an existing team, or add the team to gpuops_teams")
-    return problems + gpu_assignment_problems(members, mps_limits=mps_limits)
+    return problems + gpu_assignment_problems(members, mps_limits)
 
 
 def team_problems(teams: Any, members: Any, mps_limits: mps.Limits | None = None) -> list[str]:

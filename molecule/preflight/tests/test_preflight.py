@@ -103,16 +103,22 @@ def test_readable_summary_written():
 
 def test_bad_plan_is_refused_before_any_change(host):
     mark(host)
-    bad = {
-        "nvidia_driver_version": "470.82.01",
-        "gpuops_cuda_version": "12.4",
-        "preflight_gpu_assignments": [{"name": "alice", "gpus": [0, 1]}, {"name": "bob", "gpus": [1]}],
-    }
+    bad = {"nvidia_driver_version": "470.82.01", "gpuops_cuda_version": "12.4"}
     run = playbook("playbooks/preflight.yml", "-e", json.dumps(bad))
     out = run.stdout + run.stderr
     assert run.returncode != 0, out
     assert "preflight refused gpuops-preflight-node" in out
     assert "CUDA 12.4 cannot run on the pinned driver 470.82.01" in out
+    # The team rule runs once, in preflight.yml's gpuops_* check (site.yml: the boilerplate play's), before any
+    # host is judged or touched.
+    team = {"gpuops_teams": [{"name": "research"}],
+            "gpuops_members": [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0, 1]},
+                               {"name": "bob", "uid": 2002, "team": "research", "gpus": [1]},
+                               {"name": "carol", "uid": 2003, "team": "research", "gpus": [2]}]}
+    run = playbook("playbooks/preflight.yml", "-e", json.dumps(team))
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert "the team in group_vars/all/team.yml cannot be used on gpuops-preflight-node" in out
     assert "GPU 1 is given twice: to alice and to bob" in out
     assert_unchanged(host)
 

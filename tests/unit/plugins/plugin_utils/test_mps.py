@@ -101,15 +101,15 @@ def test_bad_settings_are_named(reserve, usable, wanted: str) -> None:
                                             "mps_min_usable": usable})[-1]
 
 
-def test_compose_caps_at_the_edge_through_the_team_check_and_preflight() -> None:
-    """The cap rule is the team's (the boilerplate play's team check, preflight's gpu_assignment); the plan's
+def test_compose_caps_at_the_edge_through_the_team_check() -> None:
+    """The cap rule is the team's (the gpuops_* check's team part, team_problems); the plan's
     workspaces deploy the caps the team check passed."""
     smallest, below = f"{SMALLEST}m", f"{SMALLEST - 1}m"
     assert not capped(team_problems(TEAMS, members(smallest)))
-    assert not capped(gpu_assignment_problems(members(smallest), [0, 1]))
+    assert not capped(gpu_assignment_problems(members(smallest)))
     bob = workspace_plan(members(smallest), TOPOLOGY)["members"]["bob"]
     assert bob["mps"]["pinned_mem_limit"] == f"0={SMALLEST}M"
-    for problems in (team_problems(TEAMS, members(below)), gpu_assignment_problems(members(below), [0, 1]),
+    for problems in (team_problems(TEAMS, members(below)), gpu_assignment_problems(members(below)),
                      team_problems_filter(TEAMS, members(below))):
         assert capped(problems) == [
             f"member bob's MPS cap on GPU 1 (gpuops_members[1].shared_gpus memory '{below}') is {SMALLEST - 1} MiB, "
@@ -176,8 +176,10 @@ def test_the_plan_reads_the_settings_from_the_inventory() -> None:
     assert plan.gpu_sharing_part("kubernetes", nodes, hosts["gpu-02"])["inference"]["strategy"] == "mps"
 
 
-def test_preflight_follows_the_inventory_settings() -> None:
-    """Preflight's gpu_assignment check judges a cap with the inventory's settings: a 300 MiB cap is refused by
-    default and passes where the inventory measured no reserve."""
-    assert preflight.gpu_assignment(members("300m"), 2)["ok"] is False
-    assert preflight.gpu_assignment(members("300m"), 2, mps.limits(0, 300))["ok"] is True
+def test_the_team_check_follows_the_inventory_settings() -> None:
+    """The team check (the gpuops_* check's team_problems filter, given gpuops_mps_context_reserve and
+    gpuops_mps_min_usable) judges a cap with the inventory's settings: a 300 MiB cap is refused by default and passes
+    where the inventory measured no reserve. Preflight judges only the host's part (its GPUs), not the caps."""
+    assert capped(team_problems_filter(TEAMS, members("300m")))
+    assert not capped(team_problems_filter(TEAMS, members("300m"), 0, 300))
+    assert preflight.gpu_assignment(members("300m"), 2)["ok"] is True
