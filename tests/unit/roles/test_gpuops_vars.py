@@ -43,7 +43,7 @@ def _options() -> dict:
 KNOWN = [name for name in _options() if name.startswith("gpuops_")]
 
 
-def boilerplate(tmp_path: Path, variables: dict) -> tuple[int, str]:
+def boilerplate(tmp_path: Path, variables: dict, play: str = "boilerplate.yml") -> tuple[int, str]:
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
@@ -51,7 +51,7 @@ def boilerplate(tmp_path: Path, variables: dict) -> tuple[int, str]:
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     env = playbook_env(REPO, cache="memory", extra={"ANSIBLE_LOCALHOST_WARNING": "false"})
-    run = subprocess.run([str(playbook), "-i", str(tmp_path / "hosts.yml"), str(REPO / "playbooks" / "boilerplate.yml"),
+    run = subprocess.run([str(playbook), "-i", str(tmp_path / "hosts.yml"), str(REPO / "playbooks" / play),
                           "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO, env=env, capture_output=True, text=True,
                          check=False, timeout=300)
     return run.returncode, run.stdout + run.stderr
@@ -111,3 +111,24 @@ def test_a_shared_gpus_cap_is_judged_with_the_mps_settings(tmp_path: Path) -> No
     assert "member bob's MPS cap on GPU 2 (gpuops_members[1].shared_gpus memory '1g') is 1024 MiB" in flat, out[-3000:]
     code, out = boilerplate(tmp_path, {**TEAM, "gpuops_members": members, "gpuops_mps_context_reserve": 0})
     assert code == 0, out[-3000:]
+
+
+def test_preflight_run_alone_checks_the_team_where_one_is_declared(tmp_path: Path) -> None:
+    """preflight.yml run on its own runs the same check in its first play, before it reads any host: the team rule
+    (a GPU given twice) where gpuops_members is set, which preflight's per-host check no longer repeats; without a
+    team, none is asked for, and a retired name is still refused."""
+    twice = {**TEAM, "gpuops_members": [{"name": "alice", "uid": 2001, "team": "research", "gpus": [0, 1]},
+                                        {"name": "bob", "uid": 2002, "team": "research", "gpus": [1]}]}
+    code, out = boilerplate(tmp_path, twice, "preflight.yml")
+    flat = " ".join(out.split())
+    assert code != 0, out[-3000:]
+    assert f"the team in group_vars/all/team.yml cannot be used on {HOST}: GPU 1 is given twice: to alice and to bob" \
+        in flat, out[-3000:]
+    assert "Gather facts in one remote call" not in out
+    code, out = boilerplate(tmp_path, {"preflight_gpu_assignments": [{"name": "alice", "gpus": [0]}]}, "preflight.yml")
+    flat = " ".join(out.split())
+    assert code != 0, out[-3000:]
+    assert (f"preflight_gpu_assignments is set on {HOST} to [{{\"name\": \"alice\", \"gpus\": [0]}}]; it is no longer "
+            "read. Fix: move it to gpuops_members in group_vars/all/team.yml") in flat, out[-3000:]
+    assert "gpuops_teams is" not in flat
+    assert "Gather facts in one remote call" not in out
