@@ -252,8 +252,8 @@ def _json(value):
 
 def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1, mig: bool = False) -> list[dict]:
     """outputs: nodes (kubectl get nodes -o json), node (kubectl get node NAME -o json), operator_pods
-    (kubectl get pods -n gpu-operator -o json), gpu_pod (the test pod's logs, after it completed); ``mig``: a MIG
-    pool, whose allocatable nvidia.com/gpu is at least the GPUs (diagnose.allocatable)."""
+    (kubectl get pods -n <gpu_operator_namespace> -o json), gpu_pod (the test pod's logs, after it completed);
+    ``mig``: a MIG pool, whose allocatable nvidia.com/gpu is at least the GPUs (diagnose.allocatable)."""
     rows = []
     nodes = (_json(outputs.get("nodes")) or {}).get("items", [])
     ready = [n["metadata"]["name"] for n in nodes
