@@ -3,8 +3,8 @@
 """The Kubernetes GPU nodes, as the add-on roles and the plan see them (pure functions, no Ansible imports).
 
 ``gpu_nodes(hosts)`` turns host variables (``hostvars[host]``: the gpu facts preflight read, else the inventory's
-declarations) into one entry per GPU node: name, pool, GPU model, count, the smallest GPU's memory, MIG mode,
-default-route interface and topology. The plan calls it once (``plan.nodes_part``: ``gpuops_plan.nodes.gpu``, which
+declarations) into one entry per GPU node: name, pool, GPU model, count, the smallest GPU's memory, MIG mode
+and topology. The plan calls it once (``plan.nodes_part``: ``gpuops_plan.nodes.gpu``, which
 gpu_operator, kube_tenancy, training_stack, grow and ``plan.gpu_sharing_part`` read).
 """
 
@@ -57,7 +57,6 @@ def gpu_nodes(hosts: Any) -> list[dict]:
             "pool": host.get("gpuops_pool") or None,  # unset or "" (its shared default): no pool
             "gpu_model": names[0] if names else host.get("gpu_operator_gpu_model"),
             "gpu_count": _gpu_count(gpu, topology) or int(host.get("gpu_operator_gpu_count") or 0),
-            "socket_ifname": str(((facts.get("default_ipv4") or {}).get("interface")) or ""),
             "topology": plain(topology) if isinstance(topology, Mapping) else None,
             "gpu_memory_mib": _gpu_memory(gpu, host.get("gpu_operator_gpu_memory_mib")),
             "mig_enabled": any(g.get("mig_mode") == "Enabled" for g in gpu.get("gpus") or []),

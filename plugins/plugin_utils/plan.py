@@ -129,7 +129,7 @@ ROLE_SETTINGS: dict[str, Setting] = {
                                               "the CPUs the workspaces' default shares divide, where set (else the "
                                               "host's, workspaces.host_pools)"),
     "training_stack_socket_ifname": Setting("training_stack", ("hosts.<name>.nccl", "pools"),
-                                            "NCCL_SOCKET_IFNAME, else the default-route interface"),
+                                            "NCCL_SOCKET_IFNAME (unset: NCCL picks)"),
     "validate_cuda_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
     "validate_cuda_check_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
     "validate_nccl_build_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
@@ -227,8 +227,8 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "gpuops_pool -> the pool's GPU hosts (inventory order) and the NCCL settings a job "
             "spanning them gets (training_jobs.nccl_env over their topologies; NCCL_SOCKET_IFNAME from "
-            "training_stack_socket_ifname, else the first host's default-route interface where facts were "
-            "gathered). training_stack's job templates read nccl here. Hosts without a pool are not listed.",
+            "training_stack_socket_ifname, else none: NCCL picks). training_stack's job templates read nccl here. "
+            "Hosts without a pool are not listed.",
             "additionalProperties": {
                 "type": "object",
                 "required": ["hosts", "nccl"],
@@ -283,8 +283,7 @@ SCHEMA: dict[str, Any] = {
                 "gpu": {
                     "type": "array",
                     "description": "Each gpu_nodes host as the Kubernetes add-on roles see it (kube_gpu.gpu_nodes): "
-                    "name, pool (gpuops_pool), gpu_model, gpu_count, socket_ifname (the default-route interface "
-                    "where facts were gathered, else \"\"), topology, gpu_memory_mib (the smallest GPU's), "
+                    "name, pool (gpuops_pool), gpu_model, gpu_count, topology, gpu_memory_mib (the smallest GPU's), "
                     "mig_enabled; from the gpu facts preflight read, else the inventory's declarations "
                     "(gpuops_gpu_topology, gpu_operator_gpu_model, gpu_operator_gpu_count, "
                     "gpu_operator_gpu_memory_mib).",
@@ -296,7 +295,6 @@ SCHEMA: dict[str, Any] = {
                             "pool": _NULL_STR,
                             "gpu_model": _NULL_STR,
                             "gpu_count": {"type": "integer"},
-                            "socket_ifname": {"type": "string"},
                             "topology": {"type": ["object", "null"]},
                             "gpu_memory_mib": _NULL_INT,
                             "mig_enabled": {"type": "boolean"},
@@ -399,8 +397,8 @@ SCHEMA: dict[str, Any] = {
                     "nccl": {
                         **_NCCL,
                         "description": "NCCL settings of a job on this host alone (training_jobs.nccl_env on its "
-                        "topology; NCCL_SOCKET_IFNAME from training_stack_socket_ifname, else its default-route "
-                        "interface where facts were gathered): env, notes. A pool's job: pools.<pool>.nccl.",
+                        "topology; NCCL_SOCKET_IFNAME from training_stack_socket_ifname, else none: NCCL picks): "
+                        "env, notes. A pool's job: pools.<pool>.nccl.",
                     },
                     "node": {
                         "type": ["object", "null"],
@@ -527,12 +525,6 @@ def _team(members: Any, teams: Any) -> dict:
     }
 
 
-def _default_ifname(hostvars: Any) -> str:
-    """The host's default-route interface, where facts were gathered (preflight gathers none: "")."""
-    facts = get_var(hostvars, "ansible_facts", {}) or {}
-    return str((facts.get("default_ipv4") or {}).get("interface") or "") if hasattr(facts, "get") else ""
-
-
 def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str) -> dict | None:
     """The labels, annotations and taints a Kubernetes GPU node registers with, as kube_node renders them, with the
     GPU Operator's labels where that add-on is on; ``sweep_form`` is the host's health_sweep form (its label)."""
@@ -646,7 +638,7 @@ def host_part(
         {g.get("numa_node") for g in (topology or {}).get("gpus") or [] if isinstance(g.get("numa_node"), int)}
         | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
     )
-    ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "") or _default_ifname(hostvars)
+    ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "")
     toolkit = str(_setting(hostvars, "nvidia_container_toolkit_version") or "") or None
     sweep = health_sweep(platform, hostvars)
     return {
@@ -685,8 +677,7 @@ def pools_part(nodes: list[dict], anyvars: Any) -> dict:
     for node in nodes:
         if node["pool"]:
             members.setdefault(str(node["pool"]), []).append(node)
-    ifname = str(_setting(anyvars, "training_stack_socket_ifname") or "") or next(
-        (node["socket_ifname"] for node in nodes if node["socket_ifname"]), "")
+    ifname = str(_setting(anyvars, "training_stack_socket_ifname") or "")
     return {
         pool: {"hosts": [n["name"] for n in pool_nodes],
                "nccl": training_jobs.nccl_env([n["topology"] for n in pool_nodes], ifname)}
@@ -696,8 +687,8 @@ def pools_part(nodes: list[dict], anyvars: Any) -> dict:
 
 def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
     """``nodes`` (SCHEMA); ``gpus``: host -> the gpu facts preflight read (else the host's own, gathered in this
-    play); ``hostvars``: host -> that host's variables. A GPU node's entry is kube_gpu.gpu_nodes' on those facts,
-    its declarations (_NODE_VARS) and its default-route interface where facts were gathered."""
+    play); ``hostvars``: host -> that host's variables. A GPU node's entry is kube_gpu.gpu_nodes' on those facts
+    and its declarations (_NODE_VARS)."""
     first = next(iter(gpus), None)
     groups = (get_var(hostvars[first], "groups", {}) or {}) if first else {}
     gpu_hosts = [str(h) for h in groups.get("gpu_nodes") or gpus if str(h) in hostvars]
@@ -706,10 +697,9 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
     hosts = []
     for host in gpu_hosts:
         facts = get_var(hostvars[host], "ansible_facts", {}) or {}
-        route = facts.get("default_ipv4") if hasattr(facts, "get") else None
         gpu = gpus.get(host) or get_var(facts, "gpu", {}) or {}
         hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
-                      "ansible_facts": {"gpu": gpu, "default_ipv4": kube_gpu.plain(route or {})}})
+                      "ansible_facts": {"gpu": gpu}})
     return {
         "gpu": kube_gpu.gpu_nodes(hosts),
         "control_planes": control_planes,

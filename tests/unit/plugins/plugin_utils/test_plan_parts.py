@@ -66,7 +66,7 @@ def _cluster() -> dict:
 
 def _nodes(hostvars: dict) -> list[dict]:
     """The plan's GPU nodes as training_stack reads them (kube_gpu.gpu_nodes), with the capture topologies."""
-    return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name), "socket_ifname": ""}
+    return [{"name": host, "pool": hostvars[host]["gpuops_pool"], "topology": _topology(name)}
             for host, name in CAPTURES.items()]
 
 
@@ -242,14 +242,14 @@ def test_pool_nccl_in_the_plan_and_the_job_template(cluster):
     }, "mlx5_8/9 are storage NICs on gpu-train-01 but nearest to GPUs on gpu-train-02"
     assert cluster["pools"]["inference"]["nccl"]["env"] == {"NCCL_IB_DISABLE": "1"}
     # training_stack's job templates take the plan's pools as they are: no NCCL_SOCKET_IFNAME in a plan made
-    # without facts (preflight gathers none) and without training_stack_socket_ifname, none added by the role
+    # without training_stack_socket_ifname (facts never choose it), none added by the role
     config = {"plan_pools": cluster["pools"]}
     assert _job_env("training", _nodes(hostvars), **config) == {"NCCL_IB_HCA": TRAINING_HCA}
     assert _job_env("inference", _nodes(hostvars), **config) == {"NCCL_IB_DISABLE": "1"}
 
 
 def test_the_job_template_takes_the_plans_nccl_not_a_second_derivation():
-    nodes = [{"name": "a", "pool": "training", "topology": None, "socket_ifname": ""}]
+    nodes = [{"name": "a", "pool": "training", "topology": None}]
     planned = {"training": {"hosts": ["a"], "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0"}, "notes": ["from the plan"]}}}
     assert _job_env("training", nodes, plan_pools=planned) == {"NCCL_IB_HCA": "=mlx5_0"}
     with pytest.raises(KeyError):  # no second derivation: a pool the plan lacks (the role's inputs refuse it first)
@@ -270,17 +270,25 @@ def test_training_stack_socket_ifname_reaches_the_plan():
         built["pools"]["training"]["nccl"]["env"])
 
 
-def test_each_hosts_own_default_route_interface_when_facts_were_gathered():
+def test_gathered_facts_never_choose_the_socket_interface_only_the_setting_does():
+    # facts (ansible.cfg's fact cache supplies them even to gather_facts: false plays) never choose the interface:
+    # a host's default route is not the pods' interface (no hostNetwork) nor a Compose peer's, so only
+    # training_stack_socket_ifname sets NCCL_SOCKET_IFNAME, the same on every host; unset, NCCL picks its own
     hostvars = _inventory("cluster")
     hostvars["gpu-train-01"]["ansible_facts"] = {"default_ipv4": {"interface": "ens1f0"}}
     hostvars["gpu-train-02"]["ansible_facts"] = {"default_ipv4": {"interface": "ens2f0"}}
     built = _cluster_plan(hostvars)
-    assert built["hosts"]["gpu-train-01"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
-    assert built["hosts"]["gpu-train-02"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens2f0"
-    assert "NCCL_SOCKET_IFNAME" not in built["hosts"]["gpu-infer-01"]["nccl"]["env"]
-    # a pool's job: the first host's interface
-    assert built["pools"]["training"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
-    assert built["pools"]["inference"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+    assert {host: "NCCL_SOCKET_IFNAME" in built["hosts"][host]["nccl"]["env"] for host in CAPTURES} == dict.fromkeys(
+        CAPTURES, False)
+    assert {pool: "NCCL_SOCKET_IFNAME" in part["nccl"]["env"] for pool, part in built["pools"].items()} == {
+        "training": False, "inference": False}
+    for host in CAPTURES:
+        hostvars[host]["training_stack_socket_ifname"] = "bond0"
+    built = _cluster_plan(hostvars)
+    assert {host: built["hosts"][host]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] for host in CAPTURES} == dict.fromkeys(
+        CAPTURES, "=bond0")
+    assert {pool: part["nccl"]["env"]["NCCL_SOCKET_IFNAME"] for pool, part in built["pools"].items()} == {
+        "training": "=bond0", "inference": "=bond0"}
 
 
 # --- compose: the member workspaces each host runs ---------------------------------------------------------------
