@@ -35,18 +35,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! docker info >/dev/null 2>&1; then
-  if pgrep -x dockerd >/dev/null 2>&1; then
+  # This PID namespace's dockerd only: the molecule nodes' own dockerds show in the host's process list too.
+  if pgrep -x dockerd --ns $$ --nslist pid >/dev/null 2>&1; then
     say "dockerd is starting; waiting for it"
   else
     say "no Docker daemon answers; starting dockerd in the background (log: /var/log/gpuops-dockerd.log)"
     # Without the caller's descriptors above 2: a `flock <lock> make ...` caller's lock would otherwise live on in
-    # dockerd (and its containerd) and hold that lock for as long as the daemon runs.
+    # dockerd (and its containerd) and hold that lock for as long as the daemon runs. In a session of its own
+    # (setsid): a caller's `timeout` or job control that ends its process group would otherwise stop the daemon too.
     (
       for fd in /proc/self/fd/*; do
         fd=${fd##*/}
         [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
       done
-      exec nohup dockerd >/var/log/gpuops-dockerd.log 2>&1
+      exec setsid nohup dockerd >/var/log/gpuops-dockerd.log 2>&1
     ) &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
