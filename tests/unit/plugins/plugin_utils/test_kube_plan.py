@@ -11,7 +11,7 @@ from conftest import SHARED_DATA, shared_path
 TOPO_DIR = ("nvidia-smi", "topo")
 RESERVED_MIB = 4096  # the default system reserve plus eviction threshold
 LABEL_MAX = 63  # Kubernetes label value limit
-PROBLEMS_IN_PLAN = 4
+PROBLEMS_IN_PLAN = 5
 BAD_CIDRS = 2
 
 # capture -> (training policy, reservedSystemCPUs, nvlink-domains label, substring of the reason)
@@ -229,6 +229,7 @@ def test_cluster_problems_lists_everything_at_once():
     for text in (
         "kube_version is '1.34'",
         "2 hosts",
+        "gpu1 is None",
         "kube_control_plane_schedulable is False",
         "overlaps",
     ):
