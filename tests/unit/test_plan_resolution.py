@@ -37,25 +37,37 @@ def _report_dir(root: Path, planned: str) -> Path:
     return folder
 
 
+def _play(folder: Path, inventory: dict, play: str, *options: str) -> tuple[subprocess.CompletedProcess, list]:
+    """Write the inventory and the play into folder, run them (memory fact cache, JSON callback): the run, its plays."""
+    (folder / "hosts.yml").write_text(json.dumps(inventory))
+    (folder / "play.yml").write_text(play)
+    run = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"), *options,
+         str(folder / "play.yml")],
+        capture_output=True, text=True, check=False,
+        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
+    )
+    return run, json_document(run.stdout)["plays"]
+
+
+def _results(plays: list, task: str) -> list[tuple[str, dict]]:
+    """(host, result) of every run of the task named task, in play order."""
+    return [(name, result) for play in plays for each in play["tasks"] if each["task"]["name"] == task
+            for name, result in each["hosts"].items()]
+
+
 def test_the_last_plan_is_taken_only_for_its_own_site(tmp_path: Path) -> None:
     ours, other = _report_dir(tmp_path, "node-a"), _report_dir(tmp_path, "gpuops-demo-node")
     inventory = {"gpu_nodes": {"hosts": {
         "node-a": {"gpuops_report_dir": str(ours), "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
         "node-b": {"gpuops_report_dir": str(other), "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
     }}, "all": {"vars": {"gpuops_platform": "compose"}}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
     said = {}
     for host in ("node-a", "node-b"):
-        run = subprocess.run(
-            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "--limit", host,
-             str(tmp_path / "play.yml")],
-            capture_output=True, text=True, check=False,
-            env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
-        )
+        run, plays = _play(tmp_path, inventory, PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"),
+                           "--limit", host)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        said.update({name: result["msg"] for play in json_document(run.stdout)["plays"] for task in play["tasks"]
-                     for name, result in task["hosts"].items() if task["task"]["name"] == "Where it came from"})
+        said.update({name: result["msg"] for name, result in _results(plays, "Where it came from")})
     assert said["node-a"] == "preflight node-a", "plan.json plans node-a, one of this site's gpu_nodes: taken"
     assert said["node-b"].startswith("inventory "), "plan.json plans only another site's host: not taken"
     assert said["node-b"] == "inventory node-a,node-b"
@@ -87,17 +99,9 @@ def _check(tmp_path: Path, variables: dict, roles: list) -> dict:
     inventory = {"gpu_nodes": {"hosts": {"node-a": {
         "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
         "all": {"vars": {"gpuops_platform": "compose", "gpuops_teams": [{"name": "research"}], **variables}}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY_ALONE.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
-                                                        roles=json.dumps(roles)))
-    run = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-         str(tmp_path / "play.yml")],
-        capture_output=True, text=True, check=False,
-        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
-    )
-    results = [task["hosts"]["node-a"] for play in json_document(run.stdout)["plays"] for task in play["tasks"]
-               if task["task"]["name"] == CHECK]
+    run, plays = _play(tmp_path, inventory, PLAY_ALONE.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
+                                                              roles=json.dumps(roles)))
+    results = [result for _, result in _results(plays, CHECK)]
     assert len(results) == 1, run.stdout[-3000:] + run.stderr[-2000:]
     return results[0]
 
@@ -170,6 +174,7 @@ PLAY_FACTS = """\
         plan_gpu_facts: true
 """
 READ = "Plan | the GPU facts, where preflight did not run in this play run"
+PCI_READ = "The GPU facts a PCI-only read leaves (nvidia_container_toolkit's), from a /sys with one GPU"
 # A full read's view as gpu_facts' RETURN documents it: topology null unless topology=true found a matrix.
 FULL = {"present": True, "count": 1, "source": "nvidia-smi", "gpus": [{"index": 0, "memory_total_mib": 143771}]}
 TOPOLOGY = {"gpus": [{"index": 0, "numa_node": 0}], "numa_groups": [], "nvlink_domains": [], "warnings": []}
@@ -197,22 +202,12 @@ def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_pa
                  "all": {"vars": {"gpuops_platform": "compose"}}}
     planned = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"},
                "hosts": {"planned-by-preflight": {}}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY_FACTS.format(
+    run, plays = _play(tmp_path, inventory, PLAY_FACTS.format(
         sysfs=sysfs, planned=json.dumps(planned), plan=REPO / "playbooks" / "tasks" / "plan.yml"))
-    run = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-         str(tmp_path / "play.yml")],
-        capture_output=True, text=True, check=False,
-        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
-    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    plays = json_document(run.stdout)["plays"]
-    left = {name: result for play in plays for task in play["tasks"] for name, result in task["hosts"].items()
-            if task["task"]["name"].startswith("The GPU facts a PCI-only read") and not result.get("skipped")}
+    left = {name: result for name, result in _results(plays, PCI_READ) if not result.get("skipped")}
     assert left["pci-read"]["ansible_facts"]["gpu"]["source"] == "pci", "the held view is the PCI backend's"
-    read = {name: not result.get("skipped") for play in plays for task in play["tasks"]
-            for name, result in task["hosts"].items() if task["task"]["name"] == READ}
+    read = {name: not result.get("skipped") for name, result in _results(plays, READ)}
     assert read == {
         "none-held": True,
         "pci-read": True,
@@ -264,15 +259,7 @@ def test_a_second_play_checks_its_own_roles_where_no_preflight_made_the_plan(tmp
     inventory = {"gpu_nodes": {"hosts": {"node-a": {
         "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
         "all": {"vars": {"gpuops_platform": "compose", "docker_engine_source": "docker", "burnin_timeout": 0}}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(TWO_PLAYS.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
-    run = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-         str(tmp_path / "play.yml")],
-        capture_output=True, text=True, check=False,
-        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
-    )
-    plays = json_document(run.stdout)["plays"]
+    run, plays = _play(tmp_path, inventory, TWO_PLAYS.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
     first, second = ([task["hosts"]["node-a"] for task in play["tasks"] if task["task"]["name"] == INPUTS]
                      for play in plays)
     assert first, "the first play's roles were not checked: " + run.stdout[-3000:] + run.stderr[-2000:]
@@ -294,15 +281,7 @@ def test_the_last_plan_is_not_taken_where_the_inventory_fixes_another_platform(t
             "gpuops_report_dir": str(_report_dir(folder, "node-a")),
             "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
             "all": {"vars": {"gpuops_platform": platform}}}
-        (folder / "hosts.yml").write_text(json.dumps(inventory))
-        (folder / "play.yml").write_text(PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
-        run = subprocess.run(
-            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"),
-             str(folder / "play.yml")],
-            capture_output=True, text=True, check=False,
-            env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
-        )
+        run, plays = _play(folder, inventory, PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        said[platform] = [result["msg"] for play in json_document(run.stdout)["plays"] for task in play["tasks"]
-                          for result in task["hosts"].values() if task["task"]["name"] == "Where it came from"]
+        said[platform] = [result["msg"] for _, result in _results(plays, "Where it came from")]
     assert said == {"kubernetes": ["inventory node-a"], "auto": ["preflight node-a"]}
