@@ -101,7 +101,7 @@ def _check(tmp_path: Path, variables: dict, roles: list) -> dict:
         "all": {"vars": {"gpuops_platform": "compose", "gpuops_teams": [{"name": "research"}], **variables}}}
     run, plays = _play(tmp_path, inventory, PLAY_ALONE.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
                                                               roles=json.dumps(roles)))
-    results = [result for _, result in _results(plays, CHECK)]
+    results = [pair[1] for pair in _results(plays, CHECK)]
     assert len(results) == 1, run.stdout[-3000:] + run.stderr[-2000:]
     return results[0]
 
@@ -283,5 +283,5 @@ def test_the_last_plan_is_not_taken_where_the_inventory_fixes_another_platform(t
             "all": {"vars": {"gpuops_platform": platform}}}
         run, plays = _play(folder, inventory, PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        said[platform] = [result["msg"] for _, result in _results(plays, "Where it came from")]
+        said[platform] = [pair[1]["msg"] for pair in _results(plays, "Where it came from")]
     assert said == {"kubernetes": ["inventory node-a"], "auto": ["preflight node-a"]}
