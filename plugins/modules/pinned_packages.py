@@ -362,9 +362,16 @@ def fetch_key(module, label, result):
     return raw
 
 
-def host_key(module, raw):
-    """The key as the host keeps it: binary OpenPGP for apt's signed-by keyring, as served for dnf and rpm."""
-    return raw if module.params["manager"] == "dnf" else pp.dearmor(raw)
+def write_key(module, path, label, result):
+    """The key at key_url, checked, written to path as the host keeps it (binary OpenPGP for apt's signed-by
+    keyring, as served for dnf and rpm); where a repository is probed, whether the host's keyring holds it."""
+    p = module.params
+    raw = fetch_key(module, label, result)
+    key = raw if p["manager"] == "dnf" else pp.dearmor(raw)
+    with open(path, "wb") as handle:
+        handle.write(key)
+    if p["repo_url"] and p["keyring"]:
+        result["keyring_current"] = pp.holds_bytes(p["keyring"], key)
 
 
 def probe_repository(module, scratch, label, result):
@@ -372,11 +379,7 @@ def probe_repository(module, scratch, label, result):
     p = module.params
     for sub in ("lists/partial", "cache/archives/partial", "parts"):
         os.makedirs(os.path.join(scratch, sub))
-    binary = host_key(module, fetch_key(module, label, result))
-    with open(os.path.join(scratch, "key.gpg"), "wb") as handle:
-        handle.write(binary)
-    if p["keyring"]:
-        result["keyring_current"] = pp.holds_bytes(p["keyring"], binary)
+    write_key(module, os.path.join(scratch, "key.gpg"), label, result)
     options = f"signed-by={scratch}/key.gpg" + (f" arch={','.join(p['architectures'])}" if p["architectures"] else "")
     with open(os.path.join(scratch, "sources.list"), "w", encoding="utf-8") as handle:
         for suite in p["suites"]:
@@ -402,11 +405,7 @@ def probe_dnf(module, label, result):
     scratch = tempfile.mkdtemp(prefix="gpuops-pin.")
     try:
         if p["repo_url"]:
-            raw = fetch_key(module, label, result)
-            with open(os.path.join(scratch, "key"), "wb") as handle:
-                handle.write(raw)
-            if p["keyring"]:
-                result["keyring_current"] = pp.holds_bytes(p["keyring"], raw)
+            write_key(module, os.path.join(scratch, "key"), label, result)
         ppd.probe(module, p, result, label, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -536,9 +535,7 @@ def main():
                          "key_url and key_fingerprint")
 
     if p["key_dest"] and not p["repo_url"]:
-        key = host_key(module, fetch_key(module, label, result))
-        with open(p["key_dest"], "wb") as handle:
-            handle.write(key)
+        write_key(module, p["key_dest"], label, result)
     elif dnf:
         if not ppd.HAS_DNF:
             module.fail_json(msg=label + missing_required_lib("python3-dnf (dnf 4)"),
