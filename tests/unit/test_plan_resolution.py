@@ -14,19 +14,38 @@ from pathlib import Path
 from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = """\
-- name: Resolve the plan as a play run on its own does
-  hosts: gpu_nodes
-  connection: local
-  gather_facts: false
-  tasks:
-    - name: The plan (gpuops_plan)
-      ansible.builtin.import_tasks: {plan}
+# The test plays are written as JSON (YAML): each builds on the same play, plan task and inventory.
+PLAN = REPO / "playbooks" / "tasks" / "plan.yml"
+GPUOPS_VARS = {"name": "The shared gpuops_* defaults, as the platform plays import them",
+               "ansible.builtin.import_role": {"name": "gpuops.cluster._gpuops_vars", "rolespec_validate": False}}
 
-    - name: Where it came from
-      ansible.builtin.debug:
-        msg: "{{{{ gpuops_plan.source }}}} {{{{ gpuops_plan.hosts | list | sort | join(',') }}}}"
-"""
+
+def _on_gpu_nodes(name: str, tasks: list[dict], pre_tasks: list[dict] | None = None) -> dict:
+    """A play on gpu_nodes, run on the controller."""
+    return {"name": name, "hosts": "gpu_nodes", "connection": "local", "gather_facts": False,
+            **({"pre_tasks": pre_tasks} if pre_tasks else {}), "tasks": tasks}
+
+
+def _plan(**variables) -> dict:
+    """The plan entry point (playbooks/tasks/plan.yml), with its variables."""
+    return {"name": "The plan (gpuops_plan)", "ansible.builtin.import_tasks": str(PLAN),
+            **({"vars": variables} if variables else {})}
+
+
+def _inventory(hosts: dict[str, dict], **all_vars) -> dict:
+    """gpu_nodes: host -> its variables (gpuops_report_dir: the report folder it reads), run by the controller's
+    Python."""
+    python = {"ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    return {"gpu_nodes": {"hosts": {host: {**python, **variables} for host, variables in hosts.items()}},
+            "all": {"vars": all_vars}}
+
+
+WHERE = "Where it came from"
+PLAYBOOK = [_on_gpu_nodes("Resolve the plan as a play run on its own does", [
+    _plan(),
+    {"name": WHERE,
+     "ansible.builtin.debug": {"msg": "{{ gpuops_plan.source }} {{ gpuops_plan.hosts | list | sort | join(',') }}"}},
+])]
 
 
 def _report_dir(root: Path, planned: str) -> Path:
@@ -37,10 +56,11 @@ def _report_dir(root: Path, planned: str) -> Path:
     return folder
 
 
-def _play(folder: Path, inventory: dict, play: str, *options: str) -> tuple[subprocess.CompletedProcess, list]:
-    """Write the inventory and the play into folder, run them (memory fact cache, JSON callback): the run, its plays."""
+def _play(folder: Path, inventory: dict, plays: list[dict], *options: str) -> tuple[subprocess.CompletedProcess, list]:
+    """Write the inventory and the plays into folder, run them (memory fact cache, JSON callback): the run and its
+    plays' results."""
     (folder / "hosts.yml").write_text(json.dumps(inventory))
-    (folder / "play.yml").write_text(play)
+    (folder / "play.yml").write_text(json.dumps(plays))
     run = subprocess.run(
         [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"), *options,
          str(folder / "play.yml")],
@@ -58,37 +78,16 @@ def _results(plays: list, task: str) -> list[tuple[str, dict]]:
 
 def test_the_last_plan_is_taken_only_for_its_own_site(tmp_path: Path) -> None:
     ours, other = _report_dir(tmp_path, "node-a"), _report_dir(tmp_path, "gpuops-demo-node")
-    inventory = {"gpu_nodes": {"hosts": {
-        "node-a": {"gpuops_report_dir": str(ours), "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
-        "node-b": {"gpuops_report_dir": str(other), "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
-    }}, "all": {"vars": {"gpuops_platform": "compose"}}}
+    inventory = _inventory({"node-a": {"gpuops_report_dir": str(ours)}, "node-b": {"gpuops_report_dir": str(other)}},
+                           gpuops_platform="compose")
     said = {}
     for host in ("node-a", "node-b"):
-        run, plays = _play(tmp_path, inventory, PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"),
-                           "--limit", host)
+        run, plays = _play(tmp_path, inventory, PLAYBOOK, "--limit", host)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        said.update({name: result["msg"] for name, result in _results(plays, "Where it came from")})
+        said.update({name: result["msg"] for name, result in _results(plays, WHERE)})
     assert said["node-a"] == "preflight node-a", "plan.json plans node-a, one of this site's gpu_nodes: taken"
     assert said["node-b"].startswith("inventory "), "plan.json plans only another site's host: not taken"
     assert said["node-b"] == "inventory node-a,node-b"
-
-
-PLAY_ALONE = """\
-- name: A platform or day-2 play run on its own
-  hosts: gpu_nodes
-  connection: local
-  gather_facts: false
-  pre_tasks:
-    - name: The shared gpuops_* defaults, as the platform plays import them
-      ansible.builtin.import_role:
-        name: gpuops.cluster._gpuops_vars
-        rolespec_validate: false
-  tasks:
-    - name: The plan (gpuops_plan)
-      ansible.builtin.import_tasks: {plan}
-      vars:
-        plan_roles: {roles}
-"""
 
 
 CHECK = "gpuops.cluster._gpuops_vars : Known names, exact types, choices, forms; no retired variable; a usable team"
@@ -96,11 +95,10 @@ CHECK = "gpuops.cluster._gpuops_vars : Known names, exact types, choices, forms;
 
 def _check(tmp_path: Path, variables: dict, roles: list) -> dict:
     """The gpuops_* check's result on node-a: a compose.yml-like play, no plan.json (the inventory's plan)."""
-    inventory = {"gpu_nodes": {"hosts": {"node-a": {
-        "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
-        "all": {"vars": {"gpuops_platform": "compose", "gpuops_teams": [{"name": "research"}], **variables}}}
-    run, plays = _play(tmp_path, inventory, PLAY_ALONE.format(plan=REPO / "playbooks" / "tasks" / "plan.yml",
-                                                              roles=json.dumps(roles)))
+    inventory = _inventory({"node-a": {"gpuops_report_dir": str(tmp_path)}},
+                           gpuops_platform="compose", gpuops_teams=[{"name": "research"}], **variables)
+    alone = _on_gpu_nodes("A platform or day-2 play run on its own", [_plan(plan_roles=roles)], [GPUOPS_VARS])
+    run, plays = _play(tmp_path, inventory, [alone])
     results = [pair[1] for pair in _results(plays, CHECK)]
     assert len(results) == 1, run.stdout[-3000:] + run.stderr[-2000:]
     return results[0]
@@ -145,34 +143,6 @@ def test_the_check_is_not_run_again_where_this_runs_preflight_made_the_plan(tmp_
     assert _check(tmp_path, {"gpuops_plan": made, "burnin_pcie_gen": 5}, ["burnin"]).get("skipped") is True
 
 
-PLAY_FACTS = """\
-- name: A platform play run on its own, after other tasks left GPU facts behind
-  hosts: gpu_nodes
-  connection: local
-  gather_facts: false
-  tasks:
-    - name: The GPU facts a PCI-only read leaves (nvidia_container_toolkit's), from a /sys with one GPU
-      gpuops.cluster.gpu_facts:
-        backend: pci
-        _sysfs_root: {sysfs}
-      when: test_left == 'pci'
-
-    - name: The GPU facts a full read left, with or without the topology (as the fact cache holds them)
-      ansible.builtin.set_fact:
-        gpu: "{{{{ test_left }}}}"
-        cacheable: true
-      when: test_left is mapping
-
-    - name: The plan this run's preflight set, with its facts
-      ansible.builtin.set_fact:
-        gpuops_plan: {planned}
-      when: test_planned | default(false)
-
-    - name: The plan (gpuops_plan)
-      ansible.builtin.import_tasks: {plan}
-      vars:
-        plan_gpu_facts: true
-"""
 READ = "Plan | the GPU facts, where preflight did not run in this play run"
 PCI_READ = "The GPU facts a PCI-only read leaves (nvidia_container_toolkit's), from a /sys with one GPU"
 # A full read's view as gpu_facts' RETURN documents it: topology null unless topology=true found a matrix.
@@ -197,13 +167,20 @@ def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_pa
         "with-topology": {"test_left": {**FULL, "topology": TOPOLOGY}, "plan_gpu_topology": True},
         "planned-by-preflight": {"test_left": "pci", "test_planned": True, "plan_gpu_topology": True},
     }
-    interpreter = {"ansible_python_interpreter": "{{ ansible_playbook_python }}", "gpuops_report_dir": str(tmp_path)}
-    inventory = {"gpu_nodes": {"hosts": {name: {**variables, **interpreter} for name, variables in hosts.items()}},
-                 "all": {"vars": {"gpuops_platform": "compose"}}}
+    inventory = _inventory({name: {**variables, "gpuops_report_dir": str(tmp_path)}
+                            for name, variables in hosts.items()}, gpuops_platform="compose")
     planned = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"},
                "hosts": {"planned-by-preflight": {}}}
-    run, plays = _play(tmp_path, inventory, PLAY_FACTS.format(
-        sysfs=sysfs, planned=json.dumps(planned), plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+    left_behind = _on_gpu_nodes("A platform play run on its own, after other tasks left GPU facts behind", [
+        {"name": PCI_READ, "gpuops.cluster.gpu_facts": {"backend": "pci", "_sysfs_root": str(sysfs)},
+         "when": "test_left == 'pci'"},
+        {"name": "The GPU facts a full read left, with or without the topology (as the fact cache holds them)",
+         "ansible.builtin.set_fact": {"gpu": "{{ test_left }}", "cacheable": True}, "when": "test_left is mapping"},
+        {"name": "The plan this run's preflight set, with its facts",
+         "ansible.builtin.set_fact": {"gpuops_plan": planned}, "when": "test_planned | default(false)"},
+        _plan(plan_gpu_facts=True),
+    ])
+    run, plays = _play(tmp_path, inventory, [left_behind])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     left = {name: result for name, result in _results(plays, PCI_READ) if not result.get("skipped")}
     assert left["pci-read"]["ansible_facts"]["gpu"]["source"] == "pci", "the held view is the PCI backend's"
@@ -218,37 +195,15 @@ def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_pa
     }
 
 
-TWO_PLAYS = """\
-- name: A platform play run on its own (compose.yml's docker_engine)
-  hosts: gpu_nodes
-  connection: local
-  gather_facts: false
-  tasks:
-    - name: The plan (gpuops_plan)
-      ansible.builtin.import_tasks: {plan}
-      vars:
-        plan_roles: [docker_engine]
-
-- name: A second playbook imported into the same run (burnin.yml)
-  hosts: gpu_nodes
-  connection: local
-  gather_facts: false
-  pre_tasks:
-    - name: The shared gpuops_* defaults, as burnin.yml imports them
-      ansible.builtin.import_role:
-        name: gpuops.cluster._gpuops_vars
-        rolespec_validate: false
-
-    - name: The CUDA devel image of validate, as burnin.yml reads it (its defaults only)
-      ansible.builtin.import_role:
-        name: gpuops.cluster.validate
-      when: false
-  tasks:
-    - name: The plan (gpuops_plan)
-      ansible.builtin.import_tasks: {plan}
-      vars:
-        plan_roles: [burnin]
-"""
+TWO_PLAYS = [
+    _on_gpu_nodes("A platform play run on its own (compose.yml's docker_engine)",
+                  [_plan(plan_roles=["docker_engine"])]),
+    _on_gpu_nodes("A second playbook imported into the same run (burnin.yml)", [_plan(plan_roles=["burnin"])], [
+        GPUOPS_VARS,
+        {"name": "The CUDA devel image of validate, as burnin.yml reads it (its defaults only)",
+         "ansible.builtin.import_role": {"name": "gpuops.cluster.validate"}, "when": False},
+    ]),
+]
 INPUTS = "Inputs | every role's problem at once"
 
 
@@ -256,10 +211,9 @@ def test_a_second_play_checks_its_own_roles_where_no_preflight_made_the_plan(tmp
     """Two playbooks in one ansible-playbook run, no preflight: the first play resolved gpuops_plan (from the
     inventory), which does not make it this run's preflight's plan, so the second play's roles' inputs are checked
     too (burnin_timeout 0 is refused), not skipped as if preflight's inputs pass had checked them."""
-    inventory = {"gpu_nodes": {"hosts": {"node-a": {
-        "gpuops_report_dir": str(tmp_path), "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
-        "all": {"vars": {"gpuops_platform": "compose", "docker_engine_source": "docker", "burnin_timeout": 0}}}
-    run, plays = _play(tmp_path, inventory, TWO_PLAYS.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+    inventory = _inventory({"node-a": {"gpuops_report_dir": str(tmp_path)}},
+                           gpuops_platform="compose", docker_engine_source="docker", burnin_timeout=0)
+    run, plays = _play(tmp_path, inventory, TWO_PLAYS)
     first, second = ([task["hosts"]["node-a"] for task in play["tasks"] if task["task"]["name"] == INPUTS]
                      for play in plays)
     assert first, "the first play's roles were not checked: " + run.stdout[-3000:] + run.stderr[-2000:]
@@ -277,11 +231,9 @@ def test_the_last_plan_is_not_taken_where_the_inventory_fixes_another_platform(t
     for platform in ("kubernetes", "auto"):
         folder = tmp_path / platform
         folder.mkdir()
-        inventory = {"gpu_nodes": {"hosts": {"node-a": {
-            "gpuops_report_dir": str(_report_dir(folder, "node-a")),
-            "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
-            "all": {"vars": {"gpuops_platform": platform}}}
-        run, plays = _play(folder, inventory, PLAYBOOK.format(plan=REPO / "playbooks" / "tasks" / "plan.yml"))
+        inventory = _inventory({"node-a": {"gpuops_report_dir": str(_report_dir(folder, "node-a"))}},
+                               gpuops_platform=platform)
+        run, plays = _play(folder, inventory, PLAYBOOK)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        said[platform] = [pair[1]["msg"] for pair in _results(plays, "Where it came from")]
+        said[platform] = [pair[1]["msg"] for pair in _results(plays, WHERE)]
     assert said == {"kubernetes": ["inventory node-a"], "auto": ["preflight node-a"]}
