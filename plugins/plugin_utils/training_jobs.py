@@ -55,23 +55,17 @@ def nccl_env(topologies: list[dict | None], socket_ifname: str) -> dict[str, Any
     return {"env": env, "notes": notes}
 
 
-def _gpu_count(topologies: list[dict | None]) -> int:
-    counts = [len((t or {}).get("gpus") or []) for t in topologies]
-    return min(counts) if counts and min(counts) > 0 else 0
-
-
 def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
     """A suspended PyTorchJob template for training pool ``pool``: whole GPUs, GPU-taint toleration, pool
     nodeSelector, /dev/shm in memory, NCCL from the pool's topology and MLflow's in-cluster URI.
 
-    config: nodes (name, pool, topology), namespace, image, gpus_per_node (0 = all of the node's GPUs), shm_size,
-    mlflow_uri, workers (default: pool nodes - 1), and plan_pools (``gpuops_plan.pools``), whose NCCL settings the job
-    takes as they are.
+    config: nodes (``gpuops_plan.nodes.gpu``: name, pool, gpu_count), namespace, image, gpus_per_node (0 = the
+    fewest GPUs a node of the pool has, as the plan counted them), shm_size, mlflow_uri, workers (default: pool nodes
+    - 1), and plan_pools (``gpuops_plan.pools``), whose NCCL settings the job takes as they are.
     """
     nodes = [n for n in config.get("nodes") or [] if n.get("pool") == pool]
-    topologies = [n.get("topology") for n in nodes]
     nccl = config["plan_pools"][pool]["nccl"]  # a pool no GPU node is in: refused by training_stack's inputs
-    gpus = int(config.get("gpus_per_node") or 0) or _gpu_count(topologies) or 1
+    gpus = int(config.get("gpus_per_node") or 0) or min((int(n.get("gpu_count") or 0) for n in nodes), default=0) or 1
     env = [{"name": k, "value": v} for k, v in sorted(nccl["env"].items())]
     env.append({"name": "MLFLOW_TRACKING_URI", "value": str(config["mlflow_uri"])})
     container = {

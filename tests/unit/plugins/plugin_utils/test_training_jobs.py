@@ -80,10 +80,12 @@ def test_nccl_unions_pool_nodes_in_column_order() -> None:
 
 
 def _config(**extra: object) -> dict:
+    # as gpuops_plan.nodes.gpu holds them: the GPUs the plan counted (the job takes them, never counts again)
+    dgx = topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")
     nodes = [
-        {"name": "gpu-a", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
-        {"name": "gpu-b", "pool": "training", "topology": topology("dgx-a100_8gpu_10nic_nps4-numa_dgx05")},
-        {"name": "gpu-c", "pool": "inference", "topology": topology("h100x8_sxm_2numa_noNIC")},
+        {"name": "gpu-a", "pool": "training", "gpu_count": 8, "topology": dgx},
+        {"name": "gpu-b", "pool": "training", "gpu_count": 8, "topology": dgx},
+        {"name": "gpu-c", "pool": "inference", "gpu_count": 8, "topology": topology("h100x8_sxm_2numa_noNIC")},
     ]
     config = {
         "nodes": nodes,
@@ -117,6 +119,17 @@ def test_pytorchjob_template() -> None:
     assert env["NCCL_SOCKET_IFNAME"] == "=bond0"
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.mlflow.svc.cluster.local:5000"
     assert container["securityContext"]["privileged"] is False
+
+
+def test_pytorchjob_takes_the_fewest_gpus_the_plan_counted_in_the_pool() -> None:
+    # the plan's gpu_count (facts first, then the topology, then gpu_operator_gpu_count): a node whose facts read 6
+    # GPUs while its declared topology lists 8 gives pods of 6 GPUs, and so the pool's pods fit on either node
+    config = _config()
+    config["nodes"][1]["gpu_count"] = 6
+    container = pytorchjob("training", config)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 6}
+    assert container["args"][:2] == ["--nproc-per-node", "6"]
 
 
 def test_pytorchjob_single_node_pool_without_nic() -> None:
