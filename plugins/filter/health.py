@@ -1,7 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of playbooks/health.yml: settings check, plan, steps, step results, next state, audit lines, GPU pods,
-release UUIDs.
+"""Filters of playbooks/health.yml: settings check, plan, steps, step results, next state, audit lines, GPU pods.
 
 Thin: the decisions live in plugins/plugin_utils/health.py and health_steps.py; documentation in the
 health_*.yml files next to this one.
@@ -120,11 +119,6 @@ def health_step_result(step, runs=None, healthy=False, check_mode=False, dcgm_le
                                     int(_count(dcgm_level)), thresholds or {})
 
 
-def health_release_uuids(gpus, validation=None, sweep=None) -> list:
-    return health_steps.release_uuids(gpus if gpus == health_steps.CLEAR_ALL else list(gpus or []),
-                                      validation or {}, sweep or {})
-
-
 class FilterModule:
     """gpuops.cluster GPU health filters."""
 
@@ -140,5 +134,4 @@ class FilterModule:
             "health_step_result": health_step_result,
             "health_sweep_record": health_sweep_record,
             "health_validation_runs": health_validation_runs,
-            "health_release_uuids": health_release_uuids,
         }

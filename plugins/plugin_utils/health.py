@@ -334,8 +334,11 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, releas
             if (release or not entry.get("pending")) and verdicts.get(gpu) == "healthy" and gpu not in still]
     # the workspaces an earlier run stopped start again once every GPU it took out is back
     restart = list(previous.get("stopped") or []) if back and set(back) == set(held) and not gpus_out else []
+    # each GPU's UUID as this sweep read it: what gpu_health's release takes (a clear_held step)
+    uuids = {str(g.get("index")): g["uuid"] for g in sweep.get("gpus") or [] if g.get("uuid")}
     return {"read_ok": True, "status": "act" if new else "clear", "action": action, "items": items,
             "gpus_out": gpus_out, "gpus_back": back, "restart": restart, "verdict": sweep.get("verdict"),
+            "uuids": uuids,
             "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
 
 

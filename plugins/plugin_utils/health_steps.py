@@ -147,7 +147,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     steps += _kubectl_steps(host, "uncordon", "unmark") if ours else []
     cleared = CLEAR_ALL if whole_node else out or (_reset_gpus(hplan, out) if action == "reset_gpu" else [])
     if cleared:
-        steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}"))
+        steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}", hplan))
     return steps
 
 
@@ -156,26 +156,15 @@ def _reset_gpus(hplan: dict, out: list[str]) -> list[str]:
     return out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None})
 
 
-def clear_held(gpus: list[str] | str, why: str) -> dict:
+def clear_held(gpus: list[str] | str, why: str, hplan: dict) -> dict:
     """The step that ends the scheduled sweep's held findings of ``gpus`` (indexes, or ``all`` after a whole-node
-    remedy) once they are back in service (gpu_health's release entry point), so GpuHealthGpuFailed stops firing."""
-    return {"kind": "clear_held", "gpus": gpus,
+    remedy) once they are back in service (gpu_health's release entry point), so GpuHealthGpuFailed stops firing.
+    ``uuids`` is the release's argument: ``["all"]``, or each GPU's UUID as this run's sweep read it (a GPU going back
+    is one it listed: reset, healthy again; a GPU with no UUID is left out)."""
+    known = hplan.get("uuids") or {}
+    uuids = [CLEAR_ALL] if gpus == CLEAR_ALL else [known[str(g)] for g in gpus if str(g) in known]
+    return {"kind": "clear_held", "gpus": gpus, "uuids": uuids,
             "why": f"back in service after a passed validation ({why.strip(': ')})"[:300]}
-
-
-def release_uuids(gpus: list[str] | str, *sweeps: dict) -> list[str]:
-    """gpu_health's release argument for a clear_held step: ``["all"]``, or the UUIDs of ``gpus`` (indexes) as the
-    first of ``sweeps`` (the validation's gpu_health result, then the run's sweep) that lists each reads them; a
-    GPU no sweep lists has no UUID to release and is left out."""
-    if gpus == CLEAR_ALL:
-        return [CLEAR_ALL]
-    found = []
-    for gpu in gpus or []:
-        uuid = next((g.get("uuid") for sweep in sweeps for g in (sweep or {}).get("gpus") or []
-                     if isinstance(g, dict) and str(g.get("index")) == str(gpu) and g.get("uuid")), None)
-        if uuid:
-            found.append(uuid)
-    return found
 
 
 def _reboot(host: str, hplan: dict, settings: dict) -> list[dict]:
@@ -193,7 +182,7 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
     steps = [{"kind": "validate", "gpus": hplan["gpus_back"]},
              {"kind": "give_back", "gpus": hplan["gpus_back"], "members": start},
-             clear_held(hplan["gpus_back"], "health_release")]
+             clear_held(hplan["gpus_back"], "health_release", hplan)]
     if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those
         steps[1]["containers"] = hplan["containers"]
     if kube:

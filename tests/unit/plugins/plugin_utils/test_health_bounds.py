@@ -185,7 +185,7 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
     give = S.host_steps("node-a", back, "compose", MEMBERS)
     assert give == [{"kind": "validate", "gpus": ["0"]},
                     {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]},
-                    {"kind": "clear_held", "gpus": ["0"],
+                    {"kind": "clear_held", "gpus": ["0"], "uuids": [],
                      "why": "back in service after a passed validation (health_release)"}]
     after = S.next_state(state, "node-a", back, [{**s, "result": "ok"} for s in give], None, "t")["hosts"]["node-a"]
     assert "stopped_containers" not in after

@@ -104,7 +104,8 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
     assert steps[:3] == [
         {"kind": "validate", "gpus": ["1"]},
         {"kind": "give_back", "gpus": ["1"], "members": ["alice"]},
-        {"kind": "clear_held", "gpus": ["1"], "why": "back in service after a passed validation (health_release)"},
+        {"kind": "clear_held", "gpus": ["1"], "uuids": [],  # this hand-made plan read no UUID
+         "why": "back in service after a passed validation (health_release)"},
     ]
 
 
@@ -119,20 +120,25 @@ def test_a_reset_gpu_back_in_service_clears_only_the_gpus_it_reset():
         assert "clear_held" not in kinds(S.host_steps("node-a", hplan, "compose", MEMBERS, settings))
 
 
-# the gpu_health results clear_held reads the UUIDs from: the validation's, then the run's sweep
-VALIDATION = {"read_ok": True, "gpus": [{"index": 0, "uuid": "GPU-5e2c"}, {"index": 1, "uuid": "GPU-77aa"}]}
-FIRST_SWEEP = {"read_ok": True, "gpus": [{"index": 2, "uuid": "GPU-9d01"}]}
+# clear_held's argument for gpu_health's release (UUIDs): each GPU going back, as the run's sweep read it
+SWEPT = {"read_ok": True, "events": [], "findings": [], "gpus": [
+    {"index": 0, "uuid": "GPU-5e2c", "verdict": "healthy"}, {"index": 1, "uuid": "GPU-77aa", "verdict": "healthy"},
+    {"index": 2, "verdict": "healthy"}]}
 
 
-@pytest.mark.parametrize(("gpus", "expected"), [
+@pytest.mark.parametrize(("back", "expected"), [
     (["1"], ["GPU-77aa"]),
     (["0", "1"], ["GPU-5e2c", "GPU-77aa"]),
-    (["2"], ["GPU-9d01"]),  # listed only by the run's sweep
-    (["3"], []),  # no sweep lists it: no UUID to release
-    ("all", ["all"]),
+    (["2"], []),  # the sweep read no UUID for it: no UUID to release
 ])
-def test_release_uuids_are_read_from_the_sweeps(gpus, expected):
-    assert S.release_uuids(gpus, VALIDATION, FIRST_SWEEP) == expected
+def test_clear_held_names_the_uuids_the_sweep_read(back, expected):
+    previous = {"out_of_service": {gpu: {"event": "Xid 95", "pending": None} for gpu in back}}
+    steps = S.host_steps("node-a", H.host_plan(SWEPT, previous, release=True), "compose", [])
+    assert (steps[-1]["kind"], steps[-1]["gpus"], steps[-1]["uuids"]) == ("clear_held", back, expected)
+
+
+def test_a_whole_node_remedy_releases_all():
+    assert S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)[-1]["uuids"] == ["all"]
 
 
 CLEAR = {"kind": "clear_held", "gpus": ["0"], "why": "back in service after a passed validation (health_release)"}
