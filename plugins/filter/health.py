@@ -114,8 +114,8 @@ def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expect
     return health.sweep_record(read or {}, settings)
 
 
-def health_step_result(step, runs=None, healthy=False, check_mode=False, dcgm_level=2, thresholds=None) -> dict:
-    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(healthy), bool(check_mode),
+def health_step_result(step, runs=None, check_mode=False, dcgm_level=2, thresholds=None) -> dict:
+    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(check_mode),
                                     int(_count(dcgm_level)), thresholds or {})
 
 

@@ -143,7 +143,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     # back in service only through the validation run (health_return.py): gpu_health, DCGM diag, thresholds
     steps.append({"kind": "validate", "gpus": out})
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop})
-    # only after back_if_healthy found it healthy (a step that fails or finds it unhealthy stops the rest)
+    # only after back_if_healthy (a failed step, the validation among them, stops the rest)
     steps += _kubectl_steps(host, "uncordon", "unmark") if ours else []
     cleared = CLEAR_ALL if whole_node else out or (_reset_gpus(hplan, out) if action == "reset_gpu" else [])
     if cleared:
@@ -233,7 +233,7 @@ def _remediation(hplan: dict, done: list[dict], now: str) -> dict | None:
 def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: str | None, now: str,
                release: bool = False) -> dict:
     """The health state after this host's run. ``done``: the steps run, each with ``result`` (ok | failed | skipped
-    | healthy | unhealthy). Items are handled (not acted on again) once their steps ran; the cursor moves on unless
+    | healthy). Items are handled (not acted on again) once their steps ran; the cursor moves on unless
     the host was deferred or unreadable (so its events are planned again); ``release``: the operator's
     health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep)."""
     state = json.loads(json.dumps(state or {}))
@@ -363,7 +363,7 @@ def _cleared(step: dict, release: dict) -> dict:
     return {"result": "ok", "detail": f"no held finding of GPU(s) {gpus} on the scheduled sweep: nothing to clear"}
 
 
-def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool = False, dcgm_level: int = 2,
+def step_result(step: dict, runs: dict, check_mode: bool = False, dcgm_level: int = 2,
                 thresholds: dict | None = None) -> dict:
     """{result, detail} of one step from what its tasks registered (``runs``: name -> registered result). A validate
     step's is health_return.validation's judgement of its sweep (at ``dcgm_level``) and benchmarks, with
@@ -402,8 +402,7 @@ def step_result(step: dict, runs: dict, healthy: bool = False, check_mode: bool 
         if why:
             return {"result": "failed", "detail": why}
     if kind == "back_if_healthy":
-        return {"result": "healthy" if healthy else "unhealthy",
-                "detail": "back in service" if healthy else "still unhealthy after the remedy: stays out of service"}
+        return {"result": "healthy", "detail": "back in service"}
     if kind == "stop_workspaces":  # the containers it stopped, and only those, start again (state: stopped_containers)
         ids = list((runs.get("workspaces") or {}).get("stdout_lines") or [])
         return {"result": "ok", "detail": " ".join(ids), "containers": ids}

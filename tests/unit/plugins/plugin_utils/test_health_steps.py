@@ -316,9 +316,10 @@ def test_no_state_file_means_no_gpu_out_of_service(tmp_path):
     ({"kind": "drain_gpu_pods"}, {"pods": {"rc": 0}, "delete": {"results": [{"rc": 0}, {"rc": 1, "stderr": "x"}]}},
      {}, "failed"),
     ({"kind": "sweep"}, {"resweep": {"read_ok": False}}, {}, "failed"),
-    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 0}}, {"healthy": True}, "healthy"),
-    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"skipped": True}}, {"healthy": False}, "unhealthy"),
-    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 1, "stderr": "x"}}, {"healthy": True}, "failed"),
+    # back_if_healthy runs only after a passed validate (a failed one stops the host's steps, step.yml)
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 0}}, {}, "healthy"),
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"skipped": True}}, {}, "healthy"),  # no workspace
+    ({"kind": "back_if_healthy", "gpus": ["0"]}, {"start": {"rc": 1, "stderr": "x"}}, {}, "failed"),
 ])
 def test_step_results(step, runs, kwargs, expected):
     assert S.step_result(step, runs, **kwargs)["result"] == expected
