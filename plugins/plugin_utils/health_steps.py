@@ -3,8 +3,8 @@
 """GPU health: a host's plan (plugin_utils/health.py) -> the steps that carry it out, per platform; the kubectl
 argv and objects; the controller's health state after a run; the audit records.
 
-Pure functions, controller-side. The playbook (playbooks/health.yml, playbooks/tasks/health_step.yml) runs each
-step by its ``kind``; every kubectl call is rendered here as an argv, so the tests check exactly what runs.
+Pure functions, controller-side. The role health runs each step by its ``kind`` (roles/health/tasks/step.yml); every
+kubectl call is rendered here as an argv, so the tests check exactly what runs.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def _failure(run: Any) -> str | None:
 
 
 # the registered results (names in roles/health/tasks/step.yml) each kind of step looks at
-_RUNS = {"kubectl": ["kubectl"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
+_RUNS = {"kubectl": ["command"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
          ["workspaces", "stop"], "bug_report": ["bug"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
          "back_if_healthy": ["workspaces", "start"]}
 
