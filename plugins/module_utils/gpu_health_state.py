@@ -76,34 +76,22 @@ COUNTERS = (
     "row_remap_failure",
     "retired_pages_pending",
 )
+# The PCIe link keys, where nvidia-smi -q prints them under PCI > GPU Link Info
+_SMI_PCIE = (
+    ("pcie_gen_current", ("PCIe Generation", "Current")),
+    ("pcie_gen_max", ("PCIe Generation", "Max")),
+    ("pcie_width_current", ("Link Width", "Current")),
+    ("pcie_width_max", ("Link Width", "Max")),
+)
 # What nvidia-smi prints for a field the GPU does not have, in -q and in the query CSV
 _SMI_NOT_SUPPORTED = ("n/a", "[n/a]", "not supported", "[not supported]")
 _NOT_SUPPORTED = object()  # NvmlCalls.call's answer here for NotSupported / FunctionNotFound
 
 
 def empty_state() -> dict:
-    return {
-        "ecc_uncorrectable_volatile": None,
-        "ecc_uncorrectable_aggregate": None,
-        "row_remap_pending": None,
-        "row_remap_failure": None,
-        "retired_pages_pending": None,
-        "gpu_idle": None,
-        "throttle_thermal": None,
-        "throttle_power": None,
-        "throttle_sw_power_cap": None,
-        "throttle_hw_slowdown": None,
-        "nvlink_crc_errors": None,
-        "nvlink_replay_errors": None,
-        "nvlink_recovery_errors": None,
-        "nvlink_links_active": None,
-        "nvlink_links_down": None,
-        "pcie_gen_current": None,
-        "pcie_gen_max": None,
-        "pcie_width_current": None,
-        "pcie_width_max": None,
-        "persistence_mode": None,
-    }
+    """Every state key (the order the module returns them in), each null."""
+    pcie = [key for key, _path in _SMI_PCIE]
+    return dict.fromkeys((*COUNTERS, *_REASON_KEYS, *_NVLINK_KEYS, *pcie, "persistence_mode"))
 
 
 def smi_not_supported(value) -> bool:
@@ -218,7 +206,8 @@ def _sum_uncorrectable(section) -> int | None:
     return sum(known) if known else None
 
 
-def _width(value: str | None) -> int | None:
+def _link(value: str | None) -> int | None:
+    """A PCIe generation (``4``) or width (``16x``)."""
     return int_or_none((value_or_none(value) or "").rstrip("xX"))
 
 
@@ -243,11 +232,8 @@ def q_state(tree: dict, persistence_mode) -> dict:
         state["throttle_power"] = flags.get("HW Power Brake Slowdown")
         state["throttle_sw_power_cap"] = flags.get("SW Power Cap")
         state["throttle_hw_slowdown"] = flags.get("HW Slowdown")
-    link = ("PCI", "GPU Link Info")
-    state["pcie_gen_current"] = int_or_none(q_get(tree, *link, "PCIe Generation", "Current"))
-    state["pcie_gen_max"] = int_or_none(q_get(tree, *link, "PCIe Generation", "Max"))
-    state["pcie_width_current"] = _width(q_get(tree, *link, "Link Width", "Current"))
-    state["pcie_width_max"] = _width(q_get(tree, *link, "Link Width", "Max"))
+    for key, path in _SMI_PCIE:
+        state[key] = _link(q_get(tree, "PCI", "GPU Link Info", *path))
     state["persistence_mode"] = persistence_mode
     return state
 
@@ -290,15 +276,7 @@ def q_not_supported(tree: dict) -> list:
     reasons = tree.get("Clocks Event Reasons", tree.get("Clocks Throttle Reasons"))
     if smi_not_supported(reasons):
         found += list(_REASON_KEYS)
-    link = ("PCI", "GPU Link Info")
-    for key, path in (
-        ("pcie_gen_current", ("PCIe Generation", "Current")),
-        ("pcie_gen_max", ("PCIe Generation", "Max")),
-        ("pcie_width_current", ("Link Width", "Current")),
-        ("pcie_width_max", ("Link Width", "Max")),
-    ):
-        if smi_not_supported(q_get(tree, *link, *path)):
-            found.append(key)
+    found += [key for key, path in _SMI_PCIE if smi_not_supported(q_get(tree, "PCI", "GPU Link Info", *path))]
     return sorted(found)
 
 
