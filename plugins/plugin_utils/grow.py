@@ -277,11 +277,8 @@ def plan(config: dict) -> dict[str, Any]:
     problems += member_gpu_problems(new_members, workers, pool)
     datasets = list(config.get("datasets") or [])
     problems += dataset_problems(datasets, list(config.get("nfs_exports") or []))
-    storage = config.get("workspace_storage") or "local"
-    if storage not in ("local", "nfs"):
-        problems.append(f"grow_workspace_storage is {_show(storage)}; expected local or nfs. Fix: local (PVs on the "
-                        "Compose host's scratch directories) or nfs with grow_workspace_nfs")
-    elif storage == "nfs" and parse_nfs(config.get("workspace_nfs")) is None:
+    storage = config.get("workspace_storage") or "local"  # local or nfs: the role's argument spec allows no other
+    if storage == "nfs" and parse_nfs(config.get("workspace_nfs")) is None:
         problems.append(f"grow_workspace_nfs is {_show(config.get('workspace_nfs'))}; with grow_workspace_storage: "
                         "nfs, expected the server:/path export that holds one directory per member. Fix: e.g. "
                         "nas.lab.example:/export/workspaces")

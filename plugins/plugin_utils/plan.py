@@ -759,7 +759,8 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     first = next(iter(records), None)
     judged = (records[first].get("plan") or {}) if first else {}
     pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
-    plan = _fleet_part(fleet, with_play, hostvars[first] if first else {}, pins)
+    anyvars = hostvars[first] if first else {}
+    plan = _fleet_part(fleet, with_play, anyvars, pins)
     plan.update(source=source, created=created, report_dir=report_dir)
     plan["hosts"] = {
         host: host_part(
@@ -774,8 +775,8 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
         for host, record in records.items()
     }
     nodes = nodes_part({host: record.get("gpu") or {} for host, record in records.items()}, hostvars)
-    plan["pools"] = pools_part(nodes["gpu"], hostvars[first] if first else {})
-    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), nodes["gpu"], hostvars[first] if first else {})
+    plan["pools"] = pools_part(nodes["gpu"], anyvars)
+    plan["gpu_sharing"] = gpu_sharing_part(fleet.get("platform"), nodes["gpu"], anyvars)
     plan["nodes"] = nodes
     return plan
 
