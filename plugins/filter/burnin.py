@@ -99,15 +99,15 @@ def _topologies(value, what: str) -> list:
 
 def burnin_launch(config, role: str = "single", gpus: int = 1, hosts=None, topologies=None) -> str:
     """A shell command line: V(single) (all_reduce_perf over the node's GPUs), V(sshd) or V(mpirun) of a pair, with
-    the NCCL settings of the pair's topologies (training_jobs.nccl_env)."""
+    the pair's NCCL settings (burnin_jobs.pair_nccl)."""
     config = _dict(config, "burnin_launch's input (the burn-in settings)")
     if role == "single":
         return " ".join(burnin_jobs.single_command(config, int(gpus)))
     if role == "sshd":
         return burnin_jobs.sshd_command(config)
     if role == "mpirun" and isinstance(hosts, list) and len(hosts) == 2:  # noqa: PLR2004
-        env = burnin_jobs.nccl_env(_topologies(topologies or [], "burnin_launch('mpirun')"),
-                                   str(config.get("socket_ifname") or ""))["env"]
+        env = burnin_jobs.pair_nccl(_topologies(topologies or [], "burnin_launch('mpirun')"),
+                                    str(config.get("socket_ifname") or ""))["env"]
         return burnin_jobs.mpirun_command(config, [str(h) for h in hosts], int(gpus), env)
     raise AnsibleFilterError(f"burnin_launch: role '{role}' is not single, sshd or mpirun with two hosts")
 

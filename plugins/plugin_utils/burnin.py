@@ -25,7 +25,7 @@ import re
 from statistics import median
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_jobs import nccl_env
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_jobs import pair_nccl
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
     expected_busbw,
     judge_nccl,
@@ -173,10 +173,10 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
     singles: judge_node results. pairs: {"a,b": registered result ({rc, stdout, stderr})} for each scheduled
     pair. options: expected_gbps (the pair expectation, GB/s; 0 = the median of the measured pairs),
     floor_share (default PAIR_FLOOR), rdma (the fabric has IB/RoCE devices), platform, topologies and
-    socket_ifname (the nodes' NCCL settings, training_jobs.nccl_env, for the fix text).
+    socket_ifname (the pairs' NCCL settings, burnin_jobs.pair_nccl, for the fix text).
     """
     floor_share = float(options.get("floor_share") or PAIR_FLOOR)
-    env = nccl_env(options.get("topologies") or [], str(options.get("socket_ifname") or ""))["env"]
+    env = pair_nccl(options.get("topologies") or [], str(options.get("socket_ifname") or ""))["env"]
     fix = _fix(str(options.get("platform") or "compose"), env.get("NCCL_IB_HCA", ""), env.get("NCCL_SOCKET_IFNAME", ""))
     parsed = {key: parse_all_reduce("\n".join(x for x in (val.get("stdout"), val.get("stderr")) if x))
               for key, val in pairs.items()}

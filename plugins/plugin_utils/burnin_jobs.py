@@ -101,9 +101,18 @@ def single_job(node: str, gpus: int, config: dict) -> dict:
     }
 
 
+def pair_nccl(topologies: list[dict | None], socket_ifname: str) -> dict:
+    """A pair's NCCL settings: training_jobs.nccl_env over its nodes' topologies, with NCCL_SOCKET_IFNAME as the plan
+    holds it (``=<interface>``, gpuops_plan.hosts.<host>.nccl.env; "" leaves it to NCCL)."""
+    nccl = nccl_env(topologies, "")
+    if socket_ifname:
+        nccl["env"]["NCCL_SOCKET_IFNAME"] = socket_ifname
+    return nccl
+
+
 def pair_pytorchjob(pair: list[str], gpus: int, topologies: list[dict | None], config: dict) -> dict:
     """kubeflow.org/v1 PyTorchJob: Master (mpirun) on pair[0], Worker (sshd) on pair[1]."""
-    nccl = nccl_env(topologies, str(config.get("socket_ifname") or ""))
+    nccl = pair_nccl(topologies, str(config.get("socket_ifname") or ""))
     name = f"gpuops-burnin-{_dns(pair[0])}-{_dns(pair[1])}"[:63].rstrip("-")
     hosts = [f"{name}-master-0", f"{name}-worker-0"]
     cfg = {**config, "_pytorch": True}

@@ -18,7 +18,7 @@ from validator import problems
 
 CONFIG = {"namespace": "gpuops-burnin", "image": "registry.lan:5000/gpuops/nccl-tests-mpi:2.19.6",
           "nccl_tests_dir": "/opt/nccl-tests", "min_bytes": "8M", "max_bytes": "1G", "ssh_port": 2222,
-          "ssh_secret": "gpuops-burnin-ssh", "shm_size": "16Gi", "timeout": 1800, "socket_ifname": "ens1f0",
+          "ssh_secret": "gpuops-burnin-ssh", "shm_size": "16Gi", "timeout": 1800, "socket_ifname": "=ens1f0",
           "rdma_resource": "rdma/rdma_shared_device_a"}
 
 
