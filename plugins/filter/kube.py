@@ -1,18 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters used by the kube_* roles and playbooks/render.yml:
-
-* ``policy | gpuops.cluster.kube_node_labels_taints(pool, ...)``: the labels, annotations and taints a node registers
-  with (the plan computes a GPU node's kubelet policy and registration; kube_node registers its other nodes with this);
-* ``plan | gpuops.cluster.kube_cluster_problems``: every refusal for a cluster plan, all at once;
-* ``config_toml | gpuops.cluster.containerd_systemd_cgroup``: config.toml with runc's SystemdCgroup on;
-* ``ca_crt_pem | gpuops.cluster.kube_ca_cert_hash``: the CA public key hash kubeadm join pins;
-* ``registration | gpuops.cluster.kubeadm_node_registration(name)``: the ``nodeRegistration`` of kubeadm's init
-  (kube_control_plane) and join (kube_join) configuration.
-
-Thin: the logic lives in plugins/plugin_utils/kube_plan.py, containerd_config.py, kube_ca.py and kubeadm.py;
-documentation in the .yml files next to this one.
-"""
+"""Filters of the kube_* roles and playbooks/render.yml, thin over plugin_utils kube_plan, containerd_config,
+kube_ca and kubeadm; each is documented in the .yml file of its name next to this one."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of the Kubernetes add-on roles (gpu_operator, kube_tenancy, training_stack):
-
-* ``gpuops_multi_node_training | gpuops.cluster.gpu_operator_default_pools``: gpu_operator_pools' default;
-* ``config | gpuops.cluster.gpu_operator_plan``: problems, Helm values, device-plugin configs, node labels;
-* ``config | gpuops.cluster.kube_tenancy_plan``: problems and the tenancy objects;
-* ``pool | gpuops.cluster.pytorchjob_template(config)``: a training pool's PyTorchJob template with NCCL settings;
-* ``objects | gpuops.cluster.kube_mirror_images(mirror)``: upstream manifests with their images on the mirror.
-
-Thin: the logic lives in plugins/plugin_utils/{kube_gpu,gpu_sharing,gpu_operator,kube_tenancy,training_jobs}.py;
-documentation in the .yml files next to this one.
-"""
+"""Filters of the Kubernetes add-on roles (gpu_operator, kube_tenancy, training_stack), thin over plugin_utils
+kube_gpu, gpu_sharing, gpu_operator, kube_tenancy and training_jobs; each is documented in the .yml file of its name
+next to this one."""
 
 from __future__ import annotations
 

@@ -5,19 +5,9 @@
 Kubernetes semantics (kubernetes.io/docs/concepts/services-networking/network-policies/): a pod is isolated for a
 direction once any policy selects it with that policyType; a connection is then allowed only if some policy's rule
 allows it, on the sender's egress side and on the receiver's ingress side. Policies only add allows, so the set
-reads as a list, one allow per policy, each named after the team:
-
-* ``<team>-default-deny-ingress``, ``<team>-default-deny-egress``: every pod of the namespace is isolated both ways;
-* ``<team>-allow-same-namespace``: the team's own pods, to and from each other, every port (NCCL between a job's
-  workers, a notebook and its team's servers);
-* ``<team>-allow-monitoring``: ingress from the monitoring namespace (Prometheus scrapes);
-* ``<team>-allow-dns``: egress to the cluster DNS (pods ``k8s-app: kube-dns`` in ``kube-system``, as kubeadm's
-  CoreDNS is labelled), UDP and TCP 53;
-* ``<team>-allow-mlflow``: egress to MLflow's pods (``app.kubernetes.io/name: mlflow``) in the MLflow namespace, TCP
-  5000 (training_stack's Service port);
-* ``<team>-allow-nfs``: egress to each NFS server the inventory names, TCP 2049 (NFSv4; v3's portmapper and mountd
-  are not opened);
-* ``<team>-allow-endpoints``: egress to the API endpoints the inventory names for the team, on their ports.
+reads as a list, one allow per policy, each named after the team (the list: kube_tenancy's meta/argument_specs.yml).
+The cluster DNS is the pods ``k8s-app: kube-dns`` in ``kube-system``, as kubeadm's CoreDNS is labelled; the NFS allow
+opens NFSv4's TCP 2049 only (v3's portmapper and mountd are not opened).
 
 Everything else is denied: other teams' pods, the internet, the Kubernetes API, node ports. The two default-deny
 policies are redundant beside ``allow-same-namespace``, which already selects every pod of the namespace both ways

@@ -1,23 +1,12 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Kubernetes tenancy from the teams (``gpuops_teams``) and the plan's team (``gpuops_plan.team``: its members and
-the namespaces it decided with ``team.namespace_of``): pure builders.
+the namespaces it decided with ``team.namespace_of``): pure builders. ``plan(config)`` returns ``{"problems": [...],
+"objects": [...]}``; the objects per team are listed in kube_tenancy's meta/argument_specs.yml (docs/roles).
 
-``plan(config)`` returns ``{"problems": [...], "objects": [...]}``. Per team, in its own namespace:
-
-* a ResourceQuota: ``requests.nvidia.com/gpu`` (extended resources are quota'd on requests only), CPU and
-  memory requests, memory limits, PVC count and storage;
-* a LimitRange whose defaults give every container without its own requests/limits a bounded share, so one
-  tenant's debug pod cannot eat a node's memory;
-* NetworkPolicy: deny all ingress and egress, then allow the team's own pods, monitoring's scrape, DNS, MLflow,
-  and the NFS servers and API endpoints the inventory names (kube_netpol.py: the rules and their semantics);
-* a RoleBinding of the team's group to the ClusterRole ``edit`` in that namespace only;
-* one PVC per member on the team's StorageClass.
-
-Object names carry the team (``<team>-quota``, ``<team>-default-deny-egress``...), so every object has a
-cluster-wide unique kind and name (the render writes one file per kind and name).
-
-Refusals name the variable, the value and the fix; objects are only built when there are none.
+The GPU quota is on ``requests.nvidia.com/gpu``: extended resources are quota'd on requests only. Object names carry
+the team (``<team>-quota``...), so every object has a cluster-wide unique kind and name (the render writes one file per
+kind and name). Refusals name the variable, the value and the fix; objects are only built when there are none.
 """
 
 from __future__ import annotations
