@@ -171,22 +171,11 @@ STEPS = {
     "DRAIN_P2P": ("notify_owner", "DRAIN_P2P: the owner drains the peer-to-peer work; nothing on the node"),
 }
 
-# gpu_health's state findings (not kernel-log events) whose action is no bucket: the collection's default per check.
-CHECK_ACTIONS = {
-    "ecc_dbe": ("reset_gpu", "uncorrectable (double-bit) ECC errors: reset the GPU (WORKFLOW_XID_48)"),
-    "row_remap_failure": ("quarantine", "row remapping failed: the GPU needs service (CONTACT_SUPPORT)"),
-    "row_remap_pending": ("reset_gpu", "a row remap is pending: it takes effect at the next GPU reset"),
-    "retired_pages_pending": ("reset_gpu", "a page retirement is pending: it takes effect at the next GPU reset"),
-    "gpu_missing": ("reboot", "a GPU the plan expects is missing (fallen off the bus?): RESTART_BM"),
-    "nvlink_down": ("quarantine", "an NVLink is down: CHECK_MECHANICALS"),
-    "dcgm_diag": ("quarantine", "DCGM diagnostics failed: out of service"),
-    "throttle_thermal": ("review", "thermal throttling: check cooling and airflow"),
-    "throttle_hw_slowdown": ("review", "hardware slowdown: check power and cooling"),
-    "throttle_power": ("review", "power capping: check the power limit and supply"),
-    "nvlink_errors": ("review", "NVLink error counters rising: watch, decode if it repeats"),
-    "pcie_degraded": ("review", "PCIe link below its maximum: check seating and the slot"),
-    "persistence_off": ("review", "persistence mode is off: enable it (nvidia-persistenced)"),
-}
+# gpu_health's state and DCGM checks: a finding's bucket (gpu_health names one for each, e.g. CHECK_MECHANICALS for
+# pcie_degraded) decides its action as above; health_action_overrides may name the check instead of the bucket.
+CHECKS = ("ecc_dbe", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "gpu_missing", "nvlink_down",
+          "dcgm_diag", "throttle_thermal", "throttle_hw_slowdown", "throttle_power", "nvlink_errors", "pcie_degraded",
+          "persistence_off")
 
 
 def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any,
@@ -206,9 +195,9 @@ def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_sou
                         "{RESTART_BM: quarantine}. Fix: write it as a YAML mapping, or leave it out")
     else:
         for bucket, action in overrides.items():
-            if bucket not in BUCKETS and bucket not in CHECK_ACTIONS:
+            if bucket not in BUCKETS and bucket not in CHECKS:
                 problems.append(f"health_action_overrides names {bucket!r}, which is no bucket or check; expected one "
-                                f"of {', '.join(sorted([*BUCKETS, *CHECK_ACTIONS]))}. Fix: spell it as NVIDIA's "
+                                f"of {', '.join(sorted([*BUCKETS, *CHECKS]))}. Fix: spell it as NVIDIA's "
                                 "catalog does, e.g. RESTART_BM")
             if action not in ACTIONS:
                 problems.append(f"health_action_overrides[{bucket!r}] is {action!r}; expected one of "
@@ -253,8 +242,6 @@ def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str
         why = f"{bucket}: gpu_health's step {why}"
     elif bucket in BUCKETS:
         action, why = BUCKETS[bucket](item, others)
-    elif item.get("check") in CHECK_ACTIONS:
-        action, why = CHECK_ACTIONS[item["check"]]
     elif bucket in ACTIONS:  # gpu_health named a collection action itself
         action, why = bucket, f"gpu_health asks for {bucket}"
     else:

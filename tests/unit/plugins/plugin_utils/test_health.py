@@ -11,6 +11,8 @@ import csv
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import parse_events
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import empty_state
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict import dcgm_findings, state_findings
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from conftest import shared_path
 
@@ -245,6 +247,20 @@ def test_state_findings_map_to_actions_and_kernel_log_findings_are_not_counted_t
                                                            ("finding", "review")]
     assert plan["hosts"]["a"]["action"] == "quarantine"
     assert sorted(plan["hosts"]["a"]["gpus_out"]) == ["0", "1"]
+
+
+def test_a_state_finding_is_acted_on_by_the_bucket_gpu_health_names():
+    """gpu_health names a bucket for each state and DCGM finding (gpu_health_verdict), and that bucket decides: an
+    NVLink down (INVESTIGATE) is reviewed, a narrower PCIe link (CHECK_MECHANICALS) quarantined, a DCGM WARN reviewed
+    and a FAIL quarantined (docs/operations.md, after "What each bucket does")."""
+    state = {**empty_state(), "nvlink_links_active": [0], "nvlink_links_down": [1], "pcie_width_current": 8,
+             "pcie_width_max": 16}
+    found = state_findings({"index": 0, "state": state})
+    result = {"category": "Hardware", "test": "memory", "gpus": [0], "warnings": [], "info": []}
+    found += dcgm_findings({"level": 2, "results": [{**result, "status": "warn"}, {**result, "status": "fail"}]}, {0})
+    items = H.build_plan({"a": sweep(findings=found)}, {}, 1)["hosts"]["a"]["items"]
+    assert [(i["check"], i["action"]) for i in items] == [("nvlink_down", "review"), ("pcie_degraded", "quarantine"),
+                                                          ("dcgm_diag", "review"), ("dcgm_diag", "quarantine")]
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), [
