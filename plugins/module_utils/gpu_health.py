@@ -1,19 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""gpu_health for gpuops.cluster: one read-only sweep of a host's GPUs.
-
-``sweep`` reads, in this order, and changes nothing on the host:
-
-1. the GPUs and their state (``gpu_health_state``: NVML, else ``nvidia-smi -q``; or ``state_text``);
-2. the kernel log since a cursor (``gpu_health_log``; or ``kernel_log_text``), parsed into events
-   (``gpu_health_events``) whose PCI addresses are mapped to the GPUs of step 1;
-3. DCGM diagnostics where ``dcgmi`` is installed (``gpu_health_dcgm``);
-4. findings and verdicts (``gpu_health_verdict``): per GPU, then the host (the worst of its GPUs and host-level
-   findings).
-
-The result has the keys of the agreed interface (docs/modules/gpu_health.md): events, cursor, log_source, gpus,
-findings, verdict, state_source, read_ok, dcgm; plus log_read_ok, notes and warnings. Everything that touches the
-host is injected (``run``, ``which``, ``nvml_loader``, paths).
+"""gpu_health for gpuops.cluster: one read-only sweep of a host's GPUs (``sweep``), its result the module's RETURN
+(docs/modules/gpu_health.md) plus ``warnings``. The GPUs are read first, so that the kernel log's events map to them.
+Everything that touches the host is injected (``run``, ``which``, ``nvml_loader``, paths).
 """
 
 from __future__ import annotations

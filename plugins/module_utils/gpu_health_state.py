@@ -16,12 +16,9 @@ Each GPU record of ``gather_state`` is a gpu_facts record (index, name, uuid, pc
 * ``pcie_gen_current``, ``pcie_gen_max``, ``pcie_width_current``, ``pcie_width_max``;
 * ``persistence_mode``.
 
-Each record also has ``not_supported``, the state keys the GPU does not have (NVML answers NotSupported or
-FunctionNotFound; ``nvidia-smi`` prints ``N/A``, ``[N/A]`` or ``[Not Supported]``; NVLink keys of a GPU without
-links): page retirement on A100 and newer, where row remapping replaces it
-(../shared/data/nvidia-smi/h200-driver580/pynvml-probe.txt), ECC counters with ECC off. And ``unread``, the
-``COUNTERS`` that are null for any other reason (an NVML error, a value missing or garbled in the text): only those
-make ``read_ok`` false, since a host whose error counters were not read cannot be called healthy.
+``not_supported`` and ``unread`` are as the gpu_health module's RETURN (``gpus``) describes them (page retirement is
+not supported on A100 and newer: ../shared/data/nvidia-smi/h200-driver580/pynvml-probe.txt). Only ``unread`` makes
+``read_ok`` false, since a host whose error counters were not read cannot be called healthy.
 
 NVML reads all of it in gpu_facts' NVML session (its ``per_gpu`` hook). The nvidia-smi path reads ``nvidia-smi -q``
 with gpu_facts' own section parser, then ``nvidia-smi nvlink -s`` and ``nvidia-smi nvlink -e`` for the links.

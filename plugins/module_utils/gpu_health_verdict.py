@@ -179,19 +179,9 @@ _FLAG_FINDINGS = (
 
 
 def state_findings(record: dict) -> list:
-    """Findings of one GPU's state:
-
-    * ``ecc_dbe`` (volatile uncorrectable ECC > 0): failed, ``WORKFLOW_XID_48`` (the catalog's bucket for a DBE);
-    * ``row_remap_failure``: failed, ``CONTACT_SUPPORT`` (the flag survives resets; Xid 64's investigatory action);
-    * ``row_remap_pending`` / ``retired_pages_pending``: degraded, ``RESET_GPU`` (the remap waits for a reset);
-    * ``throttle_thermal`` / ``throttle_power`` (HW power brake) / ``throttle_hw_slowdown`` (HW slowdown with no
-      thermal or power-brake reason): degraded, ``INVESTIGATE``; a software power cap is normal at full load and
-      is only reported in ``state``;
-    * ``nvlink_errors`` (CRC, replay or recovery counters > 0) / ``nvlink_down``: degraded, ``INVESTIGATE``;
-    * ``pcie_degraded``: link narrower than its maximum, or a slower generation while the GPU is not idle (an idle
-      GPU lowers its link speed to save power): degraded, ``CHECK_MECHANICALS`` (seating, riser, slot);
-    * ``persistence_off``: degraded, ``INVESTIGATE`` (start nvidia-persistenced; the driver role enables it).
-    """
+    """Findings of one GPU's state (the checks, their severity and bucket: the gpu_health module's documentation).
+    ``ecc_dbe`` takes ``WORKFLOW_XID_48``, the catalog's bucket for a DBE; ``row_remap_failure`` ``CONTACT_SUPPORT``,
+    Xid 64's investigatory action, since the flag survives resets."""
     state, gpu, found = record["state"], record["index"], []
     volatile = state["ecc_uncorrectable_volatile"]
     if volatile:
@@ -230,6 +220,7 @@ def state_findings(record: dict) -> list:
         )
     width, width_max = state["pcie_width_current"], state["pcie_width_max"]
     gen, gen_max = state["pcie_gen_current"], state["pcie_gen_max"]
+    # a slower generation counts only while the GPU is busy: an idle GPU lowers its link speed to save power
     slow = gen is not None and gen_max is not None and gen < gen_max and state["gpu_idle"] is False
     if (width is not None and width_max is not None and width < width_max) or slow:
         found.append(
