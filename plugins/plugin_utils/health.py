@@ -358,10 +358,8 @@ def _bound(host: str, hplan: dict, entry: dict, bounds: dict, now: Any) -> None:
 def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None,
                release: bool = False, bounds: dict | None = None) -> dict:
     """The fleet's plan: every host's plan, and which hosts act now. At most ``max_unavailable`` nodes are out of
-    service at once (those the state already holds out count); the rest are deferred to a later run. ``bounds``
-    (health_bounds.py; none: no bound over time): now, fleet_size, breaker_fraction, breaker_window (s),
-    breaker_reset, escalate_after, escalate_window (s), remediation (host -> health_remediation), nodes (host ->
-    node_facts, Kubernetes), by (who runs it). The breaker's ``record`` is the state's ``breaker`` after the plan."""
+    service at once (those the state already holds out count); the rest are deferred to a later run. ``bounds``: the
+    health_plan filter's option (windows in seconds, ``nodes`` as node_facts); none, no bound over time."""
     known = (state or {}).get("hosts") or {}
     bounds = {**(bounds or {}), "release": release}
     now = bounds_rules.when(bounds.get("now"))
@@ -434,13 +432,8 @@ def _stale_why(record: dict, age: float, settings: dict) -> str | None:
 
 def sweep_record(read: Any, settings: dict) -> dict:
     """Whether a host's sweep is the scheduled sweep's last result (``health_sweep_results: last``) or a new
-    gpu_health call, and why. ``read``: the registered read of the record on the host (``rc``, ``stdout``: the
-    host's clock in seconds, then the record, module_utils/gpu_health_result.py); ``settings``: mode
-    (health_sweep_results), max_age (health_sweep_max_age), dcgm_level (health_dcgm_level; None, its default,
-    takes the sweep's level, whatever it is, and the ``why`` names it), expected_gpus (the plan's), replay
-    (health_kernel_log_text or health_state_text is given), path (the record's). Returns
-    ``{source: sweep | gpu_health, why, age, sweep}``: ``sweep`` is the record's gpu_health result, whose events
-    are the whole boot's (the health state's handled keys say which were acted on), when ``source`` is sweep."""
+    gpu_health call, and why: the health_sweep_record filter's input, options (``settings``) and result. The
+    record's events are the whole boot's (the health state's handled keys say which were acted on)."""
     def again(why: str, age: float | None = None) -> dict:
         return {"source": "gpu_health", "why": why, "age": age, "sweep": None}
 
