@@ -1,19 +1,12 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts for gpuops.cluster: the orchestration that tries the backends in the order the gpu_facts module
-documents (nvml, nvidia-smi, pci), then adds each GPU's NUMA node and CPU list from sysfs, Fabric Manager and,
-on request, the topology.
+"""GPU facts: the gpu_facts module's backends tried in order, each GPU's NUMA node and CPU list from sysfs, Fabric
+Manager and, on request, the topology.
 
-A backend's code is imported when that backend is tried (NVML's once pynvml imports, nvidia-smi's once the
-binary is found) and the topology parser when a matrix is read: a module run compiles
-every module it imports from the payload (twice, through zipimport), so a host without a GPU, which preflight
-asks on every node, does not pay for parsers it never calls (docs/performance.md). These imports stay ``from ...
-import`` statements inside the functions (ruff's PLC0415 ignored there), not importlib calls: Ansible puts in the
-payload the module_utils it finds as import statements anywhere in the file.
-
-Everything that touches the host is injected: the pynvml module (``nvml_loader``), command
-execution (``run(argv) -> (rc, stdout, stderr)``), executable lookup (``which(name)``) and the
-``/sys`` and ``/proc`` roots.
+A backend's code is imported only when that backend is tried, and the topology parser only when a matrix is read: a
+module run compiles every module it imports from the payload, so a host without a GPU does not pay for parsers it
+never calls (docs/performance.md). These imports stay ``from ... import`` statements inside the functions (PLC0415
+ignored there), since Ansible puts in the payload the module_utils it finds as import statements.
 """
 
 from __future__ import annotations
@@ -45,11 +38,8 @@ TOPOLOGY_COMMAND = "nvidia-smi topo -m"
 
 
 def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: str) -> dict:
-    """Is Fabric Manager required (NVSwitch on PCI, or a GPU reporting fabric state), and its state.
-
-    The service state (``systemctl is-active``) and version (``nv-fabricmanager --version``) are only
-    asked for where FM is required, to keep the common path to the GPU query alone.
-    """
+    """``facts["fabric_manager"]``; its service and version are asked only where it is required, to keep the common
+    path to the GPU query alone."""
     states = [gpu["fabric"]["state"] for gpu in gpus]
     required = nvswitch_count > 0 or any(state in FABRIC_ACTIVE_STATES for state in states)
     facts = {
@@ -75,22 +65,8 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
 # --------------------------------------------------------------------------- topology (nvidia-smi topo -m)
 
 
-def check_gpus_per_job(gpus_per_job) -> None:
-    """Raise GpuFactsError for a job size below 1 (None means "no placements asked for")."""
-    if gpus_per_job is not None and gpus_per_job < 1:
-        raise GpuFactsError(
-            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
-            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
-        )
-
-
 def _gpus(count: int) -> str:
     return f"{count} GPU" if count == 1 else f"{count} GPUs"
-
-
-def topology_error(error: str) -> dict:
-    """``facts["topology_error"]`` of a host whose GPUs are seen but whose topology could not be read."""
-    return {"command": TOPOLOGY_COMMAND, "error": error}
 
 
 def gather_topology(
@@ -116,7 +92,7 @@ def gather_topology(
             f"topology is null, check that `{TOPOLOGY_COMMAND}` works on this host"
         )
         notes.append(f"topology: not read because `{TOPOLOGY_COMMAND}` exited {rc}")
-        return None, topology_error(f"exited {rc}: {message}")
+        return None, {"command": TOPOLOGY_COMMAND, "error": f"exited {rc}: {message}"}
     from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology  # noqa: PLC0415 (module doc)
 
     topology = parse_topology(out, gpus_per_job)
@@ -126,7 +102,7 @@ def gather_topology(
             f"topology is null, report this output so the parser can follow. Raw output:\n{cut(out or '')}"
         )
         notes.append(f"topology: not read because `{TOPOLOGY_COMMAND}` printed no matrix")
-        return None, topology_error(topology["warnings"][0])
+        return None, {"command": TOPOLOGY_COMMAND, "error": topology["warnings"][0]}
     if len(topology["gpus"]) != count:
         notes.append(f"topology: the matrix shows {len(topology['gpus'])} GPUs, {source} lists {count}")
     warnings.extend(f"topology: {warning}" for warning in topology["warnings"])
@@ -162,7 +138,11 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
     gpus_per_job: int | None = None,
 ) -> tuple:
     """All GPU facts in one pass, as the module's options and return values document: ``(facts, warnings)``."""
-    check_gpus_per_job(gpus_per_job)
+    if gpus_per_job is not None and gpus_per_job < 1:
+        raise GpuFactsError(
+            f"gpus_per_job is {gpus_per_job}: expected a number of GPUs greater than 0; "
+            "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
+        )
     nvml_loader = nvml_loader or import_pynvml
     run = run or (lambda argv: (127, "", f"no command runner given for {argv[0]}"))
     which = which or (lambda name: None)

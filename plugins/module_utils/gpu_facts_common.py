@@ -1,10 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts, shared by every backend: the record shape, constants, errors and small normalisers.
-
-The backends (``gpu_facts_nvml``, ``gpu_facts_smi``, ``gpu_facts_sysfs``) each fill ``gpu_record``s;
-``gpu_facts.gather_gpu_facts`` tries them in order.
-"""
+"""GPU facts, shared by every backend (nvml, smi, sysfs): the record shape, constants, errors and normalisers."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ def import_pynvml():
 
 
 def find_nvidia_smi(which) -> str:
-    """The nvidia-smi binary ``which`` finds; BackendUnavailable when there is none (gpu_facts.py reads it before
-    it imports the nvidia-smi backend's parsers)."""
+    """The nvidia-smi binary ``which`` finds; BackendUnavailable when there is none (read before the parsers load)."""
     binary = which("nvidia-smi")
     if not binary:
         raise BackendUnavailable("nvidia-smi is not in PATH")
@@ -74,9 +69,8 @@ def find_nvidia_smi(which) -> str:
 
 
 def load_pynvml(nvml_loader):
-    """``nvml_loader()`` (pynvml, or a test's fake); BackendUnavailable when it is not importable. Here, not in
-    gpu_facts_nvml, so that a host without pynvml never loads the NVML backend's code (gpu_facts.py imports it
-    only once pynvml is there)."""
+    """``nvml_loader()`` (pynvml, or a test's fake); BackendUnavailable when it is not importable. Here, so that a
+    host without pynvml never loads the NVML backend's code."""
     try:
         return nvml_loader()
     except ImportError as err:
@@ -84,11 +78,8 @@ def load_pynvml(nvml_loader):
 
 
 def first_backend(backend: str, attempts, notes: list):
-    """(name, answer) of the first of ``attempts`` (name -> callable, in order) that answers, else None.
-
-    Only the names ``backend`` allows are tried (``auto``: all). A backend that is unavailable is noted and the next
-    is tried under ``auto``; a backend asked for by name that cannot answer raises GpuFactsError.
-    """
+    """(name, answer) of the first of ``attempts`` (name -> callable, in order) that answers, else None: the module's
+    ``backend`` option (an unavailable backend is a note under ``auto``, an error when asked for by name)."""
     for name, attempt in attempts.items():
         if backend not in ("auto", name):
             continue
@@ -207,7 +198,7 @@ def fabric_record(state=None, status=None, clique_id=None, cluster_uuid=None) ->
 
 
 def gpu_record(index: int, **fields) -> dict:
-    """One GPU record with every key present; backends fill what they know."""
+    """One GPU record with every key present (the module's RETURN ``gpus``); backends fill what they know."""
     record = {
         "index": index,
         "name": None,

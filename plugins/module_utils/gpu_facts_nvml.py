@@ -1,14 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts from NVML through ``pynvml`` (PyPI ``nvidia-ml-py``): the first backend tried.
-
-Every call goes through ``NvmlCalls``, which turns "not supported" into null and any other NVML
-error on one field into a warning, so one odd GPU never costs the whole answer.
-
-``load_and_gather_nvml`` is the backend as ``gpu_facts`` and ``gpu_health`` use it: import pynvml, gather in one
-NVML session, and turn an API mismatch into "try the next backend". Its ``per_gpu`` hook lets ``gpu_health`` read
-its health fields from the same handles, in the same session.
-"""
+"""GPU facts from NVML through ``pynvml`` (PyPI ``nvidia-ml-py``), for gpu_facts and gpu_health (its ``per_gpu``
+hook reads the health fields from the same handles, in the same session). Every call goes through ``NvmlCalls``, so
+one odd GPU never costs the whole answer."""
 
 from __future__ import annotations
 

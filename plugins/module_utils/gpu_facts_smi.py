@@ -1,14 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts from ``nvidia-smi``: the parsers of its outputs (pure functions of text) and the backend.
-
-* ``nvidia-smi -q -x`` (XML, what the backend runs) and ``nvidia-smi -q`` (text: gpu_health's GPU sections);
-* ``nvidia-smi nvlink -s`` (links per GPU) and ``nvidia-smi nvlink -e`` (link error counters);
-* ``gather_nvidia_smi``: one ``-q -x`` call for all GPUs, then one ``nvlink -s``.
-
-Every parser removes terminal control sequences first (``text.strip_terminal``; driver 580 prints some even into a
-pipe); an error quotes the text as it came.
-"""
+"""GPU facts from ``nvidia-smi``: the backend (``-q -x``, then ``nvlink -s``) and the parsers of its outputs, also
+``-q`` text and ``nvlink -e`` for gpu_health. Every parser removes terminal control sequences first
+(``text.strip_terminal``); an error quotes the text as it came."""
 
 from __future__ import annotations
 
@@ -200,18 +194,10 @@ def parse_nvidia_smi_nvlink_links(text: str) -> list:
     return gpus
 
 
-def parse_nvidia_smi_nvlink_status(text: str) -> list:
-    """Parse ``nvidia-smi nvlink -s``: ``[{index, uuid, active_links}]``.
-
-    A link counts as active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>`` does
-    not. A GPU whose header says it has no NVLink, or that all links are inactive, has 0;
-    a header with nothing after it has None (the driver said nothing).
-    """
-    gpus = []
-    for gpu in parse_nvidia_smi_nvlink_links(text):
-        active = sum(gpu["links"].values()) if gpu["links"] else (0 if gpu["said_none"] else None)
-        gpus.append({"index": gpu["index"], "uuid": gpu["uuid"], "active_links": active})
-    return gpus
+def active_links(gpu: dict) -> int | None:
+    """Active links of one ``parse_nvidia_smi_nvlink_links`` GPU: 0 where its header says it has none, None where
+    the driver said nothing (a header with no links after it)."""
+    return sum(gpu["links"].values()) if gpu["links"] else (0 if gpu["said_none"] else None)
 
 
 def parse_nvidia_smi_nvlink_errors(text: str) -> list:
@@ -238,8 +224,7 @@ def parse_nvidia_smi_nvlink_errors(text: str) -> list:
 
 
 def gather_nvidia_smi(binary: str, run, notes: list) -> dict:
-    """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts. ``binary``: the
-    ``nvidia-smi`` that ``find_nvidia_smi`` found (gpu_facts.py looks for it before importing this module)."""
+    """``nvidia-smi -q -x`` once for all GPUs, then ``nvidia-smi nvlink -s`` once for link counts."""
     rc, out, err = run([binary, "-q", "-x"])
     if rc != 0:
         message = one_line(out or err)
@@ -251,7 +236,7 @@ def gather_nvidia_smi(binary: str, run, notes: list) -> dict:
     if gpus:
         rc, out, err = run([binary, "nvlink", "-s"])
         if rc == 0:
-            by_uuid = {item["uuid"]: item["active_links"] for item in parse_nvidia_smi_nvlink_status(out)}
+            by_uuid = {gpu["uuid"]: active_links(gpu) for gpu in parse_nvidia_smi_nvlink_links(out)}
             for record in gpus:
                 record["nvlink"] = by_uuid.get(record["uuid"])
         else:

@@ -1,19 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The few host facts preflight needs besides the GPUs, read in the same remote call as gpu_facts.
-
-- ``os_facts``: distribution, version, codename, family, kernel, architecture and Secure Boot, read from
-  ``/etc/os-release`` (plus ``/etc/debian_version`` for Debian's point release), ``uname`` and efivarfs, and the
-  memory and CPU count the plan sizes the workspaces with (``/proc/meminfo``, ``/proc/cpuinfo``); the names match
-  ``ansible_facts`` (``Debian``, ``12.7``, ``x86_64``, ``memtotal_mb``, ``processor_vcpus``), so no ``setup`` is
-  needed;
-- ``free_space``: free bytes under each path (the nearest existing parent when the path is not there
-  yet), by ``statvfs``, so a nearly full data volume is refused before anything is written;
-- ``tcp_probe``: one bounded TCP connect (e.g. an NFS server's port 2049), so an unreachable server is
-  refused before a ``hard`` mount can hang the run.
-
-Everything that touches the host is injectable (roots, ``statvfs``, ``connect``, ``uname``) for tests.
-"""
+"""The host facts preflight needs besides the GPUs, in the same remote call: gpu_facts' ``gpu_host`` (os_facts,
+free_space_paths, tcp_probes), named as in ``ansible_facts`` so that no ``setup`` runs. What touches the host is
+injectable (roots, ``statvfs``, ``connect``, ``uname``) for tests."""
 
 from __future__ import annotations
 
@@ -151,22 +140,12 @@ def tcp_probe(host: str, port: int, timeout: float, connect=socket.create_connec
     return result
 
 
-def gather_host_facts(  # noqa: PLR0913, PLR0917 -- each host boundary is injected (roots, statvfs, connect)
-    os_info: bool,
-    paths: list | None,
-    probes: list | None,
-    timeout: float,
-    root: str = "/",
-    sysfs_root: str = "/sys",
-    statvfs=os.statvfs,
-    connect=socket.create_connection,
-    proc_root: str = "/proc",
+def gather_host_facts(
+    os_info: bool, paths: list, probes: list, timeout: float, root: str, sysfs_root: str, proc_root: str
 ) -> dict:
     """What gpu_facts returns as ``ansible_facts.gpu_host``: os, free_space, tcp_probes."""
     return {
         "os": os_facts(root, sysfs_root, proc_root=proc_root) if os_info else None,
-        "free_space": [free_space(str(path), statvfs) for path in paths or []],
-        "tcp_probes": [
-            tcp_probe(str(p["host"]), int(p["port"]), timeout, connect) for p in probes or [] if p.get("host")
-        ],
+        "free_space": [free_space(str(path)) for path in paths],
+        "tcp_probes": [tcp_probe(str(p["host"]), int(p["port"]), timeout) for p in probes if p.get("host")],
     }

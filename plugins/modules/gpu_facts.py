@@ -40,13 +40,9 @@ options:
     default: nvidia-fabricmanager
   topology:
     description:
-      - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology).
-      - Read where a driver-backed backend (C(nvml) or C(nvidia-smi)) found one GPU or more (one GPU has no links,
-        but its CPU and NUMA affinity make its workspace's cpuset); otherwise RV(ansible_facts.gpu.topology) is null
-        and RV(ansible_facts.gpu.notes) says why. Without a driver, each GPU's C(numa_node) and C(cpu_affinity)
-        (from sysfs) stand in.
-      - A failing C(nvidia-smi topo -m), or an output without a matrix, is a warning (with the raw output), a null
-        topology and RV(ansible_facts.gpu.topology_error), not a failure; preflight refuses such a host.
+      - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology) (when it is
+        read, and what a failure gives, is said there and at RV(ansible_facts.gpu.topology_error)). Without a
+        driver, each GPU's C(numa_node) and C(cpu_affinity) (from sysfs) stand in.
       - The matrix is read as it really comes, tab- or space-separated, with or without NIC rows, legend, NIC
         legend, C(NUMA Affinity) or C(GPU NUMA ID) columns, with CR LF line ends or terminal control sequences
         (driver 580 underlines the header even into a pipe; they are removed before reading). A truncated or
@@ -114,8 +110,6 @@ notes:
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
   - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
     or when any GPU reports a fabric state other than C(Not Supported).
-  - JSON object keys are strings, so the topology's C(gpus[].nvlink_peers) maps the peer GPU index as a string to
-    the link count.
 requirements:
   - "Optional on the target, for the NVML backend: nvidia-ml-py (C(import pynvml))."
 seealso:
@@ -291,7 +285,8 @@ ansible_facts:
         topology:
           description:
             - The parsed C(nvidia-smi topo -m) matrix; each of its C(warnings) is also an Ansible warning.
-            - Null unless O(topology=true) and a driver-backed backend found one GPU or more and the matrix could be
+            - Null unless O(topology=true) and a driver-backed backend (C(nvml) or C(nvidia-smi)) found one GPU or more
+              (one GPU has no links, but its CPU and NUMA affinity make its workspace's cpuset) and the matrix could be
               read; RV(ansible_facts.gpu.notes) says why.
           returned: always
           type: dict
@@ -390,9 +385,9 @@ ansible_facts:
         topology_error:
           description:
             - Set when O(topology=true), a driver-backed backend found GPUs, and C(nvidia-smi topo -m) exited
-              non-zero or printed no matrix; null otherwise (also when there is no driver, no GPU or no nvidia-smi
-              binary, which RV(ansible_facts.gpu.notes) names). Preflight refuses a host that has one (warns, with
-              C(preflight_topology_required=false)).
+              non-zero or printed no matrix (also a warning with the raw output, not a failure; preflight refuses such
+              a host); null otherwise (also when there is no driver, no GPU or no nvidia-smi binary, which
+              RV(ansible_facts.gpu.notes) names).
             - C(command) is the command run, C(error) its exit status and output, or the parser's error (which
               quotes the output).
           returned: always

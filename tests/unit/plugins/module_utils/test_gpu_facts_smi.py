@@ -238,7 +238,7 @@ def test_h200_driver580_parsers_strip_terminal_codes(name, parse, capture):
 
 def test_nvlink_parsers_strip_terminal_codes():
     coloured = _underlined(NVLINK_STATUS)
-    assert smi.parse_nvidia_smi_nvlink_status(coloured) == smi.parse_nvidia_smi_nvlink_status(NVLINK_STATUS)
+    assert smi.parse_nvidia_smi_nvlink_links(coloured) == smi.parse_nvidia_smi_nvlink_links(NVLINK_STATUS)
     assert smi.parse_nvidia_smi_nvlink_errors(coloured) == smi.parse_nvidia_smi_nvlink_errors(NVLINK_STATUS)
 
 
@@ -294,11 +294,12 @@ GPU 3: NVIDIA L4 (UUID: GPU-dddd)
 
 
 def test_nvlink_status_counts_links_with_bandwidth():
-    assert smi.parse_nvidia_smi_nvlink_status(NVLINK_STATUS) == [
-        {"index": 0, "uuid": "GPU-aaaa", "active_links": 2},
-        {"index": 1, "uuid": "GPU-bbbb", "active_links": 0},
-        {"index": 2, "uuid": "GPU-cccc", "active_links": 0},
-        {"index": 3, "uuid": "GPU-dddd", "active_links": None},
+    gpus = smi.parse_nvidia_smi_nvlink_links(NVLINK_STATUS)
+    assert [(gpu["index"], gpu["uuid"], smi.active_links(gpu)) for gpu in gpus] == [
+        (0, "GPU-aaaa", 2),
+        (1, "GPU-bbbb", 0),
+        (2, "GPU-cccc", 0),
+        (3, "GPU-dddd", None),
     ]
 
 
