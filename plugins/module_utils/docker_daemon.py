@@ -26,23 +26,16 @@ IsExecutable = Callable[[str], bool]
 STOCK_RUNTIME = "runc"
 
 
-class DaemonConfigError(ValueError):
-    """A daemon.json that cannot be used, with a message that says what to do."""
+class InvalidConfigFile(ValueError):
+    """The existing file is not a JSON object; the message (and ``reason``) is the short fact, e.g. 'not valid
+    JSON (line 1, ...)', which the module puts into its refusal with the backup's name and the fix."""
 
-
-class InvalidConfigFile(DaemonConfigError):
-    """The existing file is not a JSON object. ``reason`` is the short fact, e.g. 'not valid JSON (line 1, ...)'."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason
 
 
-class ValidateUnsupported(DaemonConfigError):
-    """dockerd has no --validate (Docker Engine older than 23.0)."""
-
-
-def load_config(text: str | bytes | None, path: str = "/etc/docker/daemon.json") -> dict:
+def load_config(text: str | bytes | None) -> dict:
     """Parse daemon.json text (or raw bytes). A missing or blank file is an empty configuration.
 
     A file that is not a JSON object raises InvalidConfigFile naming the line and column, because
@@ -52,31 +45,15 @@ def load_config(text: str | bytes | None, path: str = "/etc/docker/daemon.json")
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            reason = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
-            raise InvalidConfigFile(
-                f"{path} is {reason}; dockerd will not start with it either. Expected a JSON object. "
-                f"Fix: repair the file by hand (or move it away to start from an empty configuration), then run again.",
-                reason,
-            ) from exc
+            raise InvalidConfigFile(f"not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     if text is None or not text.strip():
         return {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        reason = f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        raise InvalidConfigFile(
-            f"{path} is {reason}; dockerd will not "
-            f"start with it either. Expected a JSON object. Fix: repair the file by hand (or move it away to "
-            f"start from an empty configuration), then run again.",
-            reason,
-        ) from exc
+        raise InvalidConfigFile(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
     if not isinstance(data, dict):
-        reason = f"a JSON {type(data).__name__}, not an object"
-        raise InvalidConfigFile(
-            f"{path} holds {reason}; expected {{\"key\": value, ...}}. "
-            f"Fix: repair the file by hand (or move it away), then run again.",
-            reason,
-        )
+        raise InvalidConfigFile(f"a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -113,24 +90,6 @@ def merge(existing: dict, desired: dict) -> dict:
 def render(config: dict) -> str:
     """The file text we write: stable key order, two-space indent, trailing newline."""
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
-
-
-def validate(run_command: RunCommand, dockerd: str, config_path: str) -> tuple[bool, str]:
-    """Ask dockerd itself whether a candidate file is acceptable (``dockerd --validate``, Docker >= 23).
-
-    Returns (ok, message). A dockerd too old for --validate raises ValidateUnsupported, so the
-    caller can fall back to ``check_config``.
-    """
-    rc, out, err = run_command([dockerd, "--validate", "--config-file", config_path])
-    text = (out + err).strip()
-    if rc == 0:
-        return True, text or "configuration OK"
-    if "unknown flag: --validate" in text:
-        raise ValidateUnsupported(
-            f"{dockerd} does not support --validate (Docker Engine older than 23.0): {text}. "
-            "Fix: upgrade Docker Engine, or set validate: false to write without validation."
-        )
-    return False, text
 
 
 def _is_int(value: Any) -> bool:
@@ -194,20 +153,22 @@ def validate_candidate(run_command: RunCommand, dockerd: str, config_path: str, 
     ``validated_by`` is ``dockerd`` (``dockerd --validate``, Docker >= 23) or ``builtin``
     (``check_config`` on the parsed candidate, for a dockerd without --validate, e.g. 20.10).
     """
-    try:
-        ok, message = validate(run_command, dockerd, config_path)
-    except ValidateUnsupported:
-        problems = check_config(config, is_executable)
-        if problems:
-            return False, "; ".join(problems), "builtin"
-        return True, (
-            f"{dockerd} has no --validate (Docker Engine older than 23.0); checked instead: runtimes and their "
-            "paths, default-runtime, log-opts values, default-ulimits"
-        ), "builtin"
-    return ok, message, "dockerd"
+    rc, out, err = run_command([dockerd, "--validate", "--config-file", config_path])
+    text = (out + err).strip()
+    if rc == 0:
+        return True, text or "configuration OK", "dockerd"
+    if "unknown flag: --validate" not in text:
+        return False, text, "dockerd"
+    problems = check_config(config, is_executable)
+    if problems:
+        return False, "; ".join(problems), "builtin"
+    return True, (
+        f"{dockerd} has no --validate (Docker Engine older than 23.0); checked instead: runtimes and their "
+        "paths, default-runtime, log-opts values, default-ulimits"
+    ), "builtin"
 
 
-def plan(existing: str | bytes | None, desired: dict, path: str = "/etc/docker/daemon.json") -> dict:
+def plan(existing: str | bytes | None, desired: dict) -> dict:
     """Everything the module needs to decide: parsed before/after, texts, and whether it changes.
 
     ``changed`` compares parsed content, so a file that only differs in whitespace or key order
@@ -217,7 +178,7 @@ def plan(existing: str | bytes | None, desired: dict, path: str = "/etc/docker/d
     """
     invalid = None
     try:
-        before = load_config(existing, path)
+        before = load_config(existing)
     except InvalidConfigFile as exc:
         invalid, before = exc, {}
     after = merge(before, desired)

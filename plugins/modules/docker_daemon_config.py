@@ -252,7 +252,7 @@ def main() -> None:
         data = _read(path)
     except OSError as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}. Fix: check the path and permissions.", path=path)
-    result = plan(data, module.params["config"], path)
+    result = plan(data, module.params["config"])
 
     response = {"changed": result["changed"], "config": result["after"], "path": path}
     backed_up_invalid = False

@@ -11,15 +11,12 @@ import json
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon import (
-    DaemonConfigError,
     InvalidConfigFile,
-    ValidateUnsupported,
     check_config,
     invalid_backup_path,
     load_config,
     merge,
     plan,
-    validate,
     validate_candidate,
 )
 from docker_daemon_samples import DOCKERD_20_10_ANSWER, NOT_UTF8, NVIDIA, NVIDIA_CTK_DAEMON_JSON, OURS, TRUNCATED
@@ -39,10 +36,10 @@ def test_missing_or_blank_file_is_empty_config() -> None:
     ],
 )
 def test_corrupted_file_is_reported(text: str, fragment: str) -> None:
-    with pytest.raises(DaemonConfigError, match="Fix:") as info:
-        load_config(text, "/etc/docker/daemon.json")
-    assert fragment in str(info.value)
-    assert "/etc/docker/daemon.json" in str(info.value)
+    # The module puts the reason into its refusal, with the path, the backup and the fix (test_docker_daemon_config).
+    with pytest.raises(InvalidConfigFile) as info:
+        load_config(text)
+    assert fragment in info.value.reason
 
 
 def test_corrupted_bytes_name_the_reason() -> None:
@@ -97,13 +94,20 @@ def test_plan_ignores_formatting_only_differences() -> None:
 
 
 def test_validate_reports_dockerd_output() -> None:
-    assert validate(lambda argv: (0, "configuration OK\n", ""), "/usr/bin/dockerd", "/x") == (True, "configuration OK")
-    ok, message = validate(lambda argv: (1, "", "unable to configure the Docker daemon: invalid max-size\n"),
-                           "/usr/bin/dockerd", "/x")
-    assert not ok
-    assert "invalid max-size" in message
-    with pytest.raises(ValidateUnsupported, match=r"older than 23\.0"):
-        validate(lambda argv: (1, "", DOCKERD_20_10_ANSWER), "/usr/bin/dockerd", "/x")
+    seen = []
+
+    def dockerd(answer):
+        return lambda argv: seen.append(argv) or answer
+
+    assert validate_candidate(dockerd((0, "", "")), "/usr/bin/dockerd", "/x", {}, bool) == (
+        True, "configuration OK", "dockerd")
+    assert seen[0] == ["/usr/bin/dockerd", "--validate", "--config-file", "/x"]
+    ok, message, by = validate_candidate(
+        dockerd((1, "", "unable to configure the Docker daemon: invalid max-size\n")), "/usr/bin/dockerd", "/x", {},
+        bool)
+    assert (ok, by) == (False, "dockerd")
+    assert message == "unable to configure the Docker daemon: invalid max-size"
+    assert validate_candidate(dockerd((1, "", "")), "/usr/bin/dockerd", "/x", {}, bool) == (False, "", "dockerd")
 
 
 def test_check_config_accepts_what_the_roles_write() -> None:
