@@ -1,12 +1,6 @@
-"""What every entry of bench/results.json carries about how it was made, and the one writer of that file; ``timed``,
-the one runner of a measured command (fleet.py, converge.py); the stamp every recorded figure carries (``commit``,
-``utc``, ``load1``; cores are ``os.cpu_count()``), also for scripts/test_summary.py and scripts/gpu_check.py.
-
-Each bench script (run.py, fleet.py, converge.py) calls ``started()`` before it measures and ``record()`` when it
-has figures; ``record()`` stores the entry under the script's key with a ``generator`` object (``generator()``:
-GENERATOR_FIELDS, described in docs/performance.md), from which `make docs` renders docs/performance.md and README.md
-(bench/figures.py).
-"""
+"""The one writer of bench/results.json and the ``generator`` fields of its entries (bench/README.md,
+docs/performance.md); ``timed``, the one runner of a measured command; the stamp every recorded figure carries
+(``commit``, ``utc``, ``load1``), also scripts/test_summary.py's and scripts/gpu_check.py's."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 #!/usr/bin/env python3
-"""make bench: what the parsers and preflight cost, as RATIOS measured in one run.
-
-Not a test: nothing here passes or fails on a time. Every number is the minimum over several
-repeats (``time.perf_counter``), and the point of each table is a ratio within this one run, so
-that a slow or busy machine shifts all rows together. See bench/README.md. The tables go to
-bench/results.json ("parsers", with bench/_meta.py's generator fields), from which `make docs` renders them.
-"""
+"""make bench, part 1: what the parsers and preflight cost, as RATIOS measured in one run; the tables and how to
+read them: bench/README.md. Written to bench/results.json ("parsers")."""
 
 from __future__ import annotations
 
