@@ -4,6 +4,7 @@ and whether the node may be touched now (GPU processes running)."""
 from __future__ import annotations
 
 import re
+from functools import cmp_to_key
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
 from ansible_collections.gpuops.cluster.plugins.module_utils.versions import compare_versions
@@ -35,11 +36,7 @@ def driver_package_versions(dpkg_output: str) -> set[str]:
 
 def installed_driver(dpkg_output: str) -> str | None:
     """The installed driver version: the highest of ``driver_package_versions``; None when none is installed."""
-    best = None
-    for version in driver_package_versions(dpkg_output):
-        if best is None or compare_versions(version, best) > 0:
-            best = version
-    return best
+    return max(driver_package_versions(dpkg_output), key=cmp_to_key(compare_versions), default=None)
 
 
 def gpu_processes(query_output: str, rc: int | None) -> list[str]:

@@ -16,6 +16,9 @@ def test_installed_driver():
     assert U.installed_driver(R.DPKG_535_261) == "535.261.03"
     assert U.installed_driver(R.DPKG_CUDA_REPO_565) == "565.57.01"
     assert U.installed_driver("nvidia-container-toolkit 1.17.8-1\n") is None
+    # a partial upgrade (packages of two versions at once, in either order): the highest
+    for mixed in (R.DPKG_535_261 + R.DPKG_CUDA_REPO_565, R.DPKG_CUDA_REPO_565 + R.DPKG_535_261):
+        assert U.installed_driver(mixed) == "565.57.01"
     assert U.upstream("1:535.261.03-1~deb12u1") == "535.261.03"
 
 
