@@ -14,7 +14,7 @@ Every problem names the variable path, the value found, what is allowed and the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
@@ -58,26 +58,28 @@ def namespace_of(team: dict) -> str:
     return str(team.get("namespace") or f"team-{team.get('name')}")
 
 
-def _shape_problems(where: str, entry: Any, keys: tuple[str, ...], example: str, kind: str) -> list[str]:
-    """A list entry that is not a mapping, or has keys outside ``keys`` (a team or a member)."""
-    if not isinstance(entry, dict):
-        return [f"{where} is {show(entry)}; expected a mapping such as {example}. Fix: write each {kind} as a mapping"]
-    unknown = sorted(set(entry) - set(keys), key=str)
-    if unknown:
-        return [f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(keys)}. "
-                "Fix: correct the spelling or remove them"]
-    return []
+def _mappings(variable: str, entries: list, keys: tuple[str, ...], example: str, problems: list[str]) -> Iterator:
+    """(where, position, entry) of each mapping of ``entries`` (the teams or the members), for its own rules; an
+    entry that is not a mapping, or keys outside ``keys``, is added to ``problems``."""
+    kind = variable.removeprefix("gpuops_").rstrip("s")
+    for position, entry in enumerate(entries):
+        where = f"{variable}[{position}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where} is {show(entry)}; expected a mapping such as {example}. Fix: write each {kind} "
+                            "as a mapping")
+            continue
+        unknown = sorted(set(entry) - set(keys), key=str)
+        if unknown:
+            problems.append(f"{where} has unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(keys)}. "
+                            "Fix: correct the spelling or remove them")
+        yield where, position, entry
 
 
 def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
     problems: list[str] = []
     names: dict[str, int] = {}
     namespaces: dict[str, str] = {}
-    for i, team in enumerate(teams):
-        where = f"gpuops_teams[{i}]"
-        problems += _shape_problems(where, team, TEAM_KEYS, EXAMPLE_TEAM, "team")
-        if not isinstance(team, dict):
-            continue
+    for where, i, team in _mappings("gpuops_teams", teams, TEAM_KEYS, EXAMPLE_TEAM, problems):
         name = team.get("name")
         if not isinstance(name, str) or not DNS_LABEL.match(name):
             problems.append(f"{where}.name is {show(name)}; expected a DNS-1123 label (lower-case letters, digits "
@@ -121,6 +123,12 @@ def _label(member: dict, position: int) -> str:
     return name if isinstance(name, str) else f"#{position}"
 
 
+def members_of(members: Any) -> list[tuple[int, dict, str]]:
+    """(position, member, label) of each mapping in ``gpuops_members``; the member rules name any other entry."""
+    listed = members if isinstance(members, list) else []
+    return [(i, member, _label(member, i)) for i, member in enumerate(listed) if isinstance(member, dict)]
+
+
 def gpu_assignment_problems(members: Any, mps_limits: mps.Limits | None = None) -> list[str]:
     """The GPU-assignment rule of the whole team (what depends on one host is ``host_gpu_problems``).
 
@@ -130,10 +138,10 @@ def gpu_assignment_problems(members: Any, mps_limits: mps.Limits | None = None) 
     """
     problems: list[str] = []
     owner: dict[int, str] = {}
-    for i, member in enumerate(members if isinstance(members, list) else []):
-        if not isinstance(member, dict) or "gpus" not in member:
+    for i, member, label in members_of(members):
+        if "gpus" not in member:
             continue
-        where, label, gpus = f"gpuops_members[{i}]", _label(member, i), member["gpus"]
+        where, gpus = f"gpuops_members[{i}]", member["gpus"]
         if not isinstance(gpus, list):
             problems.append(f"{where}.gpus is {show(gpus)}; expected a list of GPU indexes such as [0, 1]. "
                             "Fix: e.g. gpus: [0, 1]")
@@ -157,10 +165,8 @@ def host_gpu_problems(members: Any, host_gpus: Iterable[int] | None) -> list[str
     host = sorted(set(host_gpus or ()))
     listing = ", ".join(str(i) for i in host)
     problems: list[str] = []
-    for i, member in enumerate(members if host and isinstance(members, list) else []):
-        if not isinstance(member, dict):
-            continue
-        label, gpus, shared = _label(member, i), member.get("gpus"), member.get("shared_gpus")
+    for i, member, label in members_of(members) if host else []:
+        gpus, shared = member.get("gpus"), member.get("shared_gpus")
         for gpu in gpus if isinstance(gpus, list) else []:
             if _is_int(gpu) and gpu >= 0 and gpu not in host:
                 problems.append(f"member {label} is given GPU {gpu}, but this host has GPUs {listing} "
@@ -178,11 +184,8 @@ def _shared_gpu_problems(members: Any, owner: dict[int, str], rule: mps.Limits) 
     """A GPU in a member's ``shared_gpus`` that is also someone's exclusive GPU, or a cap that leaves the member
     too little memory after its CUDA context."""
     problems: list[str] = []
-    for i, member in enumerate(members if isinstance(members, list) else []):
-        if not isinstance(member, dict) or not isinstance(member.get("shared_gpus"), list):
-            continue
-        label = _label(member, i)
-        for entry in member["shared_gpus"]:
+    for i, member, label in members_of(members):
+        for entry in member["shared_gpus"] if isinstance(member.get("shared_gpus"), list) else []:
             gpu = entry.get("gpu") if isinstance(entry, dict) else None
             if not _is_int(gpu) or gpu < 0:
                 continue  # the member rules name the malformed entry
@@ -240,13 +243,10 @@ def out_of_service_problems(members: Any, out_of_service: Any, host: str = "this
     action, since}, as gpuops_plan.hosts.<host>.out_of_service holds it); each problem names the GPU and the event."""
     out = out_of_service if isinstance(out_of_service, dict) else {}
     problems = []
-    for i, member in enumerate(members if isinstance(members, list) else []):
-        if not isinstance(member, dict) or not isinstance(member.get("gpus"), list):
-            continue
-        for gpu in member["gpus"]:
+    for i, member, label in members_of(members):
+        for gpu in member["gpus"] if isinstance(member.get("gpus"), list) else []:
             why = out.get(str(gpu))
             if _is_int(gpu) and isinstance(why, dict):
-                label = _label(member, i)
                 problems.append(f"member {label} is given GPU {gpu} of {host}, which is out of service since "
                                 f"{why.get('since') or '?'}: {why.get('event') or 'a health event'} "
                                 f"({why.get('action') or 'health'}, playbooks/health.yml). Fix: give {label} another "
@@ -261,11 +261,7 @@ def _member_problems(members: list, team_names: dict[str, int], mps_limits: mps.
     problems: list[str] = []
     names: dict[str, int] = {}
     uids: dict[int, str] = {}
-    for i, member in enumerate(members):
-        where = f"gpuops_members[{i}]"
-        problems += _shape_problems(where, member, MEMBER_KEYS, EXAMPLE_MEMBER, "member")
-        if not isinstance(member, dict):
-            continue
+    for where, i, member in _mappings("gpuops_members", members, MEMBER_KEYS, EXAMPLE_MEMBER, problems):
         name = member.get("name")
         label = _label(member, i)
         if not isinstance(name, str) or not MEMBER_NAME.match(name):

@@ -22,22 +22,12 @@ Rules (also the role's documented behaviour):
   A member whose GPUs span pools gets its share of each, and a warning.
 * When a pool has fewer CPUs in a range than members, members share that range (warning).
 * A GPU without ``cpu_affinity`` leaves its member without a cpuset (warning), never a guess.
-* GPU share: an exclusive GPU counts 1, a shared GPU (``shared_gpus``) 1/n for each of its n sharers.
-* Memory: a member's ``memory`` when given, else ``memory_pool_mb`` in proportion to the member's GPU share out
-  of all the host's GPUs (memory of unassigned GPUs stays free). CPUs (``cpus``, Docker's CPU quota): the
-  member's ``cpus`` when given, else ``cpus_total`` in the same proportion (floored to 0.01, at least 0.01).
-  Limits that add up past ``memory_pool_mb`` or ``cpus_total`` are a *problem* naming each member and the
-  numbers (0: the host's amount is unknown, not checked; the defaults alone never overcommit). The amounts are
-  ``host_pools``: the inventory's ``compose_stack_member_memory_pool_mb`` and ``compose_stack_member_cpus_pool``,
-  else 80% of the host's memory and all its CPUs as gpu_facts read them in preflight (``memtotal_mb``,
-  ``processor_vcpus``), else (a plan from the inventory alone) 0.
+* Limits (``size_workspaces``, on the amounts of ``host_pools``): a member's own ``memory`` and ``cpus``, else its
+  GPU share of the host's (an exclusive GPU counts 1, a shared one 1/n for each of its n sharers).
 * Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
-  ``memory`` cap on the GPU becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one
-  GPU the GPU's MPS daemon sees); a cap is a problem when it leaves the member less than ``gpuops_mps_min_usable``
-  after the client's CUDA context (``gpuops_mps_context_reserve``; the rule is ``plugin_utils/mps``, applied with
-  the team rule); the daemon's default cap is the smallest sharer's, so it passes when they
-  do. Caps that add up past the GPU's memory (``memory_total_mib`` of the topology's or ``gpus_found``'s entry)
-  are a problem; an unknown GPU memory (no driver yet) is a warning.
+  ``memory`` cap becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one GPU the GPU's
+  MPS daemon sees); the cap's floor is the team rule's (``plugin_utils/mps``); caps past the GPU's memory are
+  ``_shared_checks``'.
 """
 
 from __future__ import annotations
