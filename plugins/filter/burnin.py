@@ -17,6 +17,7 @@ burnin_jobs = lazy("burnin_jobs")
 burnin = lazy("burnin")
 _burnin_membw = lazy("burnin_membw")
 _thresholds = lazy("thresholds")
+_diagnose = lazy("diagnose")
 
 
 def _dict(value, what: str) -> dict:
@@ -35,7 +36,7 @@ def _text(result) -> str | None:
     """A registered command's output, or None where it did not run."""
     if not isinstance(result, dict) or result.get("skipped") or "rc" not in result:
         return None
-    return "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+    return _diagnose.output(result)
 
 
 def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None) -> dict:

@@ -26,6 +26,7 @@ from statistics import median
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_jobs import pair_nccl
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
     expected_busbw,
     judge_nccl,
@@ -143,7 +144,7 @@ def _fix(platform: str, hcas: str, ifname: str) -> str:
 
 def _pair_row(pair: list[str], result: dict, expected: float | None, floor_share: float, rdma: bool,
               fix: str) -> dict:
-    text = "\n".join(x for x in (result.get("stdout"), result.get("stderr")) if x)
+    text = output(result)
     rc = result.get("rc")
     parsed = parse_all_reduce(text)
     used = transport(text)
@@ -178,8 +179,7 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
     floor_share = float(options.get("floor_share") or PAIR_FLOOR)
     env = pair_nccl(options.get("topologies") or [], str(options.get("socket_ifname") or ""))["env"]
     fix = _fix(str(options.get("platform") or "compose"), env.get("NCCL_IB_HCA", ""), env.get("NCCL_SOCKET_IFNAME", ""))
-    parsed = {key: parse_all_reduce("\n".join(x for x in (val.get("stdout"), val.get("stderr")) if x))
-              for key, val in pairs.items()}
+    parsed = {key: parse_all_reduce(output(val)) for key, val in pairs.items()}
     measured = [p["peak_busbw"] for p in parsed.values() if p["rows"]]
     expected = float(options.get("expected_gbps") or 0) or (round(median(measured), 1) if measured else None)
     source = ("burnin_pair_expected_busbw" if options.get("expected_gbps")

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
 
 __all__ = ["GPU_MODELS", "MEMBW_FLOOR", "TESTCASE", "expected_membw", "gpu_model", "judge_membw", "parse_nvbandwidth"]
 
@@ -92,10 +93,6 @@ def parse_nvbandwidth(text: str) -> dict:
     return out
 
 
-def _text(result: dict) -> str:
-    return "\n".join(str(x) for x in (result.get("stdout"), result.get("stderr")) if x)
-
-
 def judge_membw(node: str, result: dict | None, gpu_names: list[str], options: dict | None = None) -> dict:
     """One node's nvbandwidth ``device_local_copy`` run against its GPUs' HBM peak.
 
@@ -114,11 +111,11 @@ def judge_membw(node: str, result: dict | None, gpu_names: list[str], options: d
         where = options.get("binary") or "nvbandwidth in PATH"
         row["detail"] = f"skipped: nvbandwidth not found ({where}; set burnin_nvbandwidth to its path)"
         return row
-    parsed = parse_nvbandwidth(_text(result))
+    parsed = parse_nvbandwidth(output(result))
     copies = (parsed["results"].get(TESTCASE) or {}).get("values") or []
     rc = result.get("rc")
     if rc not in (0, None) or not copies:
-        lines = [ln.strip() for ln in _text(result).splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in output(result).splitlines() if ln.strip()]
         why = (parsed["errors"] or lines or ["no output"])[-1]
         row.update(status="failed", detail=f"nvbandwidth -t {TESTCASE} gave no result (exit {rc}): {why[:200]}")
         return row

@@ -24,7 +24,7 @@ def result(link: str, status: str, evidence: str, fix: str = "") -> dict:
     return {"link": link, "status": status, "evidence": evidence.strip(), "fix": fix.strip()}
 
 
-def _json(text):
+def parse_json(text):
     if isinstance(text, (dict, list)):
         return text
     if not text or not str(text).strip():
@@ -39,7 +39,7 @@ def _json(text):
 def pod_phase(pod_json) -> dict:
     """`kubectl get pod NAME -o json`: Running/Succeeded is ok; Pending goes on to the events."""
     link = "pod"
-    pod = _json(pod_json)
+    pod = parse_json(pod_json)
     if not pod:
         return result(link, UNKNOWN, "no pod given (kubectl get pod returned nothing)")
     name = pod.get("metadata", {}).get("name", "?")
@@ -68,7 +68,7 @@ _QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: ([^,]+), used: ([^,]+)
 def scheduling(events_json) -> dict:
     """`kubectl get events -o json` for the pod and its owner (Job/ReplicaSet): the scheduler's reason."""
     link = "scheduler"
-    events = _json(events_json)
+    events = parse_json(events_json)
     items = (events or {}).get("items", []) if isinstance(events, dict) else (events or [])
     messages = [str(e.get("message", "")) for e in items if e.get("type") == "Warning"]
     for msg in messages:
@@ -107,7 +107,7 @@ def device_plugin(pods_json, node: str, logs: str = "") -> dict:
     """`kubectl get pods -n <operator ns> -l app=nvidia-device-plugin-daemonset -o json` and the logs of the
     node's pod: present, Ready, and no known error in its log."""
     link = "device plugin"
-    pods = _json(pods_json)
+    pods = parse_json(pods_json)
     items = [p for p in (pods or {}).get("items", []) if p.get("spec", {}).get("nodeName") == node]
     if pods is None:
         return result(link, UNKNOWN, "no device-plugin pod list given")
@@ -135,7 +135,7 @@ def allocatable(node_json, expected: int, mig: bool = False) -> dict:
     ``mig``: a MIG pool, where the device plugin (mig.strategy single) advertises each GPU's MIG devices, as many as
     its profile makes on that GPU, so at least one per GPU (``expected`` is the GPUs)."""
     link = "node allocatable"
-    node = _json(node_json)
+    node = parse_json(node_json)
     if not node:
         return result(link, UNKNOWN, "no node object given")
     name = node.get("metadata", {}).get("name", "?")
@@ -272,12 +272,12 @@ def workspace_gpus(rc: int | None, output: str, expected: list[str]) -> dict:
 def docker_runtime(runtimes_json, daemon_json: str = "") -> dict:
     """`docker info --format '{{json .Runtimes}}'` (and /etc/docker/daemon.json for the evidence)."""
     link = "docker runtime"
-    runtimes = _json(runtimes_json)
+    runtimes = parse_json(runtimes_json)
     if runtimes is None:
         return result(link, UNKNOWN, "docker info gave no runtimes (is docker running?)")
     nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None
     if not nvidia:
-        cfg = _json(daemon_json) or {}
+        cfg = parse_json(daemon_json) or {}
         return result(link, BROKEN, f"docker has no nvidia runtime (runtimes: {', '.join(sorted(runtimes))}; "
                       f"daemon.json runtimes: {', '.join(sorted(cfg.get('runtimes', {}))) or 'none'})",
                       "rerun the nvidia_container_toolkit role (runtimes: [docker]): it merges "
@@ -310,14 +310,17 @@ def walk(results: list[dict]) -> dict:
     return {"broken": None, "walked": list(results), "below": []}
 
 
-def _out(outputs: dict, name: str) -> str:
-    """An output as text: {rc, out}, or a registered command result (stdout, then stderr)."""
-    value = outputs.get(name)
+def output(value) -> str:
+    """An output as text: {rc, out}, or a registered command result (stdout, then stderr); validate, burnin too."""
     if not isinstance(value, dict):
         return value or ""
     if "out" in value:
         return value["out"] or ""
-    return "\n".join(x for x in (value.get("stdout"), value.get("stderr")) if x)
+    return "\n".join(str(x) for x in (value.get("stdout"), value.get("stderr")) if x)
+
+
+def _out(outputs: dict, name: str) -> str:
+    return output(outputs.get(name))
 
 
 def _rc(outputs: dict, name: str) -> int | None:

@@ -11,7 +11,13 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import allocatable, docker_runtime, workspace_gpus
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import (
+    allocatable,
+    docker_runtime,
+    output,
+    parse_json,
+    workspace_gpus,
+)
 
 NO_GPU = "skipped: no GPU"
 # Unidirectional GB/s per NVLink (NVLink 3 on A100 and NVLink 4 on H100 both give 25 GB/s per link per
@@ -67,8 +73,7 @@ def _why(text: str) -> str:
 def _out(value) -> tuple[int | None, str]:
     if not isinstance(value, dict) or value.get("skipped"):
         return None, ""
-    text = "\n".join(x for x in (value.get("stdout"), value.get("stderr")) if x)
-    return value.get("rc"), value.get("out", text)
+    return value.get("rc"), output(value)
 
 
 def _because(cause: str, evidence: str, fix: str) -> str:
@@ -243,11 +248,7 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
 
 
 def _json(value):
-    _rc, text = _out(value)
-    try:
-        return json.loads(text) if text.strip() else None
-    except ValueError:
-        return None
+    return parse_json(_out(value)[1])
 
 
 def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1, mig: bool = False) -> list[dict]:
