@@ -118,18 +118,12 @@ MINOR_VERSION_FLOORS: dict[int, str] = {
 }
 
 
-class DriverBranch(NamedTuple):
-    branch: int
-    designation: str
-    end_of_life: str
-
-
 # Data-center driver branches NVIDIA still supports (Table 2 of the "Supported Drivers and CUDA Toolkit
 # Versions" page). "All other previous driver branches [...] are end of life" -- no forward compatibility there.
-SUPPORTED_DATACENTER_BRANCHES: dict[int, DriverBranch] = {
-    535: DriverBranch(535, "Long Term Support Branch", "June 2026"),
-    570: DriverBranch(570, "Production Branch", "February 2026"),
-    580: DriverBranch(580, "Long Term Support Branch", "August 2028"),
+SUPPORTED_DATACENTER_BRANCHES: dict[int, str] = {  # branch -> its designation and end of life
+    535: "Long Term Support Branch, end of life June 2026",
+    570: "Production Branch, end of life February 2026",
+    580: "Long Term Support Branch, end of life August 2028",
 }
 
 # GPU names as nvidia-smi prints them, less an "NVIDIA " or "Tesla " prefix; first word (split at space or -).
@@ -276,7 +270,7 @@ def _forward_compat(driver_text: str, driver: Version, cuda: Version, gpu_name: 
         )
     else:
         return True, [
-            f"{why} on driver branch R{branch.branch} ({branch.designation}, end of life {branch.end_of_life}): "
+            f"{why} on driver branch R{driver[0]} ({branch}): "
             f"CUDA {format_version(cuda)} runs through forward compatibility with the {package} package",
             f"constraints: {package} must be installed (in the container image, or on the host with its compat "
             "directory on the library path) and match the toolkit's minor; the kernel driver stays "

@@ -1,10 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""GPU facts without a driver: NVIDIA devices on the PCI bus (sysfs), /proc/driver/nvidia, nv-fabricmanager.
-
-``gather_pci`` is the last backend: it needs no driver at all, so a host whose driver is missing
-or broken still reports its GPUs (``source: pci``), and a host without one reports ``source: none``.
-"""
+"""GPU facts without a driver: NVIDIA devices on the PCI bus (sysfs), /proc/driver/nvidia, nv-fabricmanager; and
+``gather_pci``, the last backend (``source: pci``, or ``none`` without a GPU)."""
 
 from __future__ import annotations
 
@@ -57,23 +54,21 @@ def parse_fabricmanager_version(text: str) -> str | None:
 # --------------------------------------------------------------------------- sysfs / procfs readers
 
 
+def _pci_attribute(sysfs_root: str, bus_id: str | None, attribute: str) -> str | None:
+    name = sysfs_bus_id(bus_id)
+    return read_text(os.path.join(sysfs_root, "bus", "pci", "devices", name, attribute)) if name else None
+
+
 def read_numa_node(sysfs_root: str, bus_id: str | None) -> int | None:
     """NUMA node of a PCI device from sysfs; -1 (no NUMA affinity) and absence are None."""
-    name = sysfs_bus_id(bus_id)
-    if name is None:
-        return None
-    value = int_or_none(read_text(os.path.join(sysfs_root, "bus", "pci", "devices", name, "numa_node")))
+    value = int_or_none(_pci_attribute(sysfs_root, bus_id, "numa_node"))
     return value if value is not None and value >= 0 else None
 
 
 def read_cpu_affinity(sysfs_root: str, bus_id: str | None) -> str | None:
-    """CPUs local to a PCI device (sysfs ``local_cpulist``) as a CPU list (``0-51,104-155``), the form of
-    ``topology``'s ``cpu_affinity``; None when absent or not a CPU list. Needs no driver, so a fresh server's first
-    plan has cpusets."""
-    name = sysfs_bus_id(bus_id)
-    if name is None:
-        return None
-    text = read_text(os.path.join(sysfs_root, "bus", "pci", "devices", name, "local_cpulist"))
+    """CPUs local to a PCI device (sysfs ``local_cpulist``) in the form of ``topology``'s ``cpu_affinity``; None when
+    absent or not a CPU list. Needs no driver, so a fresh server's first plan has cpusets."""
+    text = _pci_attribute(sysfs_root, bus_id, "local_cpulist")
     try:
         return format_cpu_list(parse_cpu_list(text)) if text else None
     except ValueError:

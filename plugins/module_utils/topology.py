@@ -124,7 +124,7 @@ def _read_header(line: str, warnings: list[str]) -> tuple[list[str], list[str]]:
 
 
 class _Capture:
-    """What the text says, before any conclusion is drawn."""
+    """What the text says (read_capture), then the links and GPU fields read from its rows (interpret)."""
 
     def __init__(self) -> None:
         self.devices: list[str] = []  # header device columns, in order
@@ -136,6 +136,14 @@ class _Capture:
         self.mp_command = False  # "-mp" on a command line above the matrix
         self.last_row: str | None = None  # label of a row that is the last non-blank line of the text
         self.cut_row: str | None = None  # last_row, once its last field was dropped as possibly cut
+        self.links: dict[tuple[str, str], str] = {}  # (row label, column label) -> cell
+        self.gpus: list[str] = []  # GPU labels, sorted by index
+        self.nics: list[str] = []  # NIC labels, in column order then row order
+        self.fields: dict[str, dict[str, str]] = {}  # GPU label -> info key -> raw value
+
+    def link(self, first: str, second: str) -> str | None:
+        cell = self.links.get((first, second))
+        return cell if cell is not None else self.links.get((second, first))
 
 
 def _read_sections(lines: list[str], header: int, capture: _Capture, warnings: list[str]) -> None:
@@ -192,20 +200,6 @@ def read_capture(text: str, warnings: list[str]) -> _Capture | None:
 # ------------------------------------------------------------------------------------------ interpreting
 
 
-class _Topology:
-    """Links between device labels, GPUs and NICs in order, and per-GPU affinity fields."""
-
-    def __init__(self) -> None:
-        self.links: dict[tuple[str, str], str] = {}
-        self.gpus: list[str] = []  # labels, sorted by index
-        self.nics: list[str] = []  # labels, in column order then row order
-        self.fields: dict[str, dict[str, str]] = {}  # GPU label -> info key -> raw value
-
-    def link(self, first: str, second: str) -> str | None:
-        cell = self.links.get((first, second))
-        return cell if cell is not None else self.links.get((second, first))
-
-
 def _devices(capture: _Capture, warnings: list[str]) -> tuple[list[str], list[str]]:
     gpus = [label for label in capture.devices if gpu_index(label) is not None]
     nics = [label for label in capture.devices if gpu_index(label) is None]
@@ -221,18 +215,18 @@ def _devices(capture: _Capture, warnings: list[str]) -> tuple[list[str], list[st
     return gpus, nics
 
 
-def _read_row(label: str, tokens: list[str], capture: _Capture, topology: _Topology, warnings: list[str]) -> None:
+def _read_row(label: str, tokens: list[str], capture: _Capture, warnings: list[str]) -> None:
     columns = capture.devices
     bad = []
     for column, cell in zip(columns, tokens):
         if link_rank(cell) is None:
             bad.append(f"{cell!r} under {column}")
         else:
-            topology.links[(label, column)] = cell
+            capture.links[(label, column)] = cell
     if bad:
         warnings.append(f"row {label}: cells that are not link types, ignored: {_names(bad)}")
-    if label in columns and topology.links.get((label, label), "X") != "X":
-        warnings.append(f"row {label} is misaligned: expected X under {label}, found {topology.links[(label, label)]}")
+    if label in columns and capture.links.get((label, label), "X") != "X":
+        warnings.append(f"row {label} is misaligned: expected X under {label}, found {capture.links[(label, label)]}")
     values = tokens[len(columns) :]
     is_gpu = gpu_index(label) is not None
     if len(tokens) < len(columns):
@@ -245,12 +239,11 @@ def _read_row(label: str, tokens: list[str], capture: _Capture, topology: _Topol
     elif not is_gpu and values:
         warnings.append(f"row {label}: extra fields ignored: {cut_line(' '.join(values))}")
     if is_gpu:
-        topology.fields[label] = dict(zip(capture.info, values))
+        capture.fields[label] = dict(zip(capture.info, values))
 
 
-def interpret(capture: _Capture, warnings: list[str]) -> _Topology:
-    topology = _Topology()
-    topology.gpus, topology.nics = _devices(capture, warnings)
+def interpret(capture: _Capture, warnings: list[str]) -> None:
+    capture.gpus, capture.nics = _devices(capture, warnings)
     missing = [label for label in capture.devices if label not in capture.rows]
     if missing:
         warnings.append(
@@ -264,15 +257,14 @@ def interpret(capture: _Capture, warnings: list[str]) -> _Topology:
                 f"the text ends inside row {capture.last_row}: its last field {cut!r} is ignored, it may be cut"
             )
     for label in capture.row_order:
-        _read_row(label, capture.rows[label], capture, topology, warnings)
-    _check_symmetry(topology, warnings)
-    return topology
+        _read_row(label, capture.rows[label], capture, warnings)
+    _check_symmetry(capture, warnings)
 
 
-def _check_symmetry(topology: _Topology, warnings: list[str]) -> None:
+def _check_symmetry(capture: _Capture, warnings: list[str]) -> None:
     odd = []
-    for (first, second), cell in topology.links.items():
-        other = topology.links.get((second, first))
+    for (first, second), cell in capture.links.items():
+        other = capture.links.get((second, first))
         if first < second and other is not None and other != cell:
             odd.append(f"{first}-{second} {cell}/{other}")
     if odd:
@@ -282,45 +274,41 @@ def _check_symmetry(topology: _Topology, warnings: list[str]) -> None:
 # ------------------------------------------------------------------------------------------- conclusions
 
 
-def _numa(label: str, raw: str | None, notes: dict[str, dict[str, list[str]]]) -> int | None:
+# an affinity field that gives no value: its warning, for all the GPUs whose field reads so
+_NUMA_NA = "NUMA Affinity is N/A for {gpus}: numa_node is null"
+_NUMA_MULTI = (
+    "NUMA Affinity {raw!r} of {gpus} spans several NUMA nodes (VM or NPS setting?): "
+    "numa_node is null, the text is kept in numa_affinity"
+)
+_NUMA_BAD = "NUMA Affinity {raw!r} of {gpus} is not a NUMA node (damaged capture?): numa_node is null"
+_CPU_NA = "CPU Affinity is N/A for {gpus}: cpu_affinity is null"
+_CPU_BAD = "CPU Affinity {raw!r} of {gpus} is not a CPU list (damaged capture?): cpu_affinity is null"
+
+
+def _numa(label: str, raw: str | None, unread: dict[tuple[str, str], list[str]]) -> int | None:
     if raw is None:
         return None
     if ascii_digits(raw):
         return int(raw)
-    kind = "na" if raw == _NOT_AVAILABLE else "multi" if is_cpu_list(raw) else "bad"
-    notes[kind].setdefault(raw, []).append(label)
+    text = _NUMA_NA if raw == _NOT_AVAILABLE else _NUMA_MULTI if is_cpu_list(raw) else _NUMA_BAD
+    unread.setdefault((text, raw), []).append(label)
     return None
 
 
-def _cpu_affinity(label: str, raw: str | None, notes: dict[str, dict[str, list[str]]]) -> str | None:
+def _cpu_affinity(label: str, raw: str | None, unread: dict[tuple[str, str], list[str]]) -> str | None:
     if raw is None or is_cpu_list(raw):
         return raw
-    kind = "cpu_na" if raw == _NOT_AVAILABLE else "cpu_bad"
-    notes[kind].setdefault(raw, []).append(label)
+    unread.setdefault((_CPU_NA if raw == _NOT_AVAILABLE else _CPU_BAD, raw), []).append(label)
     return None
 
 
-def _affinity_warnings(notes: dict[str, dict[str, list[str]]], warnings: list[str]) -> None:
-    texts = {
-        "na": "NUMA Affinity is N/A for {gpus}: numa_node is null",
-        "multi": "NUMA Affinity {raw!r} of {gpus} spans several NUMA nodes (VM or NPS setting?): "
-        "numa_node is null, the text is kept in numa_affinity",
-        "bad": "NUMA Affinity {raw!r} of {gpus} is not a NUMA node (damaged capture?): numa_node is null",
-        "cpu_na": "CPU Affinity is N/A for {gpus}: cpu_affinity is null",
-        "cpu_bad": "CPU Affinity {raw!r} of {gpus} is not a CPU list (damaged capture?): cpu_affinity is null",
-    }
-    for kind, text in texts.items():
-        for raw, labels in notes[kind].items():
-            warnings.append(text.format(raw=raw, gpus=_names(labels)))
-
-
-def _nearest_nics(topology: _Topology, gpu: str, names: dict[str, str]) -> tuple[list[str], str | None]:
-    cells = [topology.link(gpu, nic) for nic in topology.nics]
+def _nearest_nics(capture: _Capture, gpu: str, names: dict[str, str]) -> tuple[list[str], str | None]:
+    cells = [capture.link(gpu, nic) for nic in capture.nics]
     if not cells or None in cells:
         return [], None
     ranks = [link_rank(cell) or 0 for cell in cells if cell is not None]
     best = min(ranks)
-    nearest = [names[nic] for nic, rank in zip(topology.nics, ranks) if rank == best]
+    nearest = [names[nic] for nic, rank in zip(capture.nics, ranks) if rank == best]
     return nearest, next(cell for cell, rank in zip(cells, ranks) if rank == best)
 
 
@@ -398,22 +386,22 @@ def _mp_warning(capture: _Capture, gpu_count: int, has_nvlink: bool) -> str | No
     )
 
 
-def _nic_names(topology: _Topology, capture: _Capture, warnings: list[str]) -> dict[str, str]:
-    unnamed = [nic for nic in topology.nics if _is_nic_label(nic) and nic not in capture.nic_names]
+def _nic_names(capture: _Capture, warnings: list[str]) -> dict[str, str]:
+    unnamed = [nic for nic in capture.nics if _is_nic_label(nic) and nic not in capture.nic_names]
     if unnamed:
         warnings.append(f"no NIC Legend entry for {_names(unnamed)}: those NICs keep their column names")
-    return {nic: capture.nic_names.get(nic, nic) for nic in topology.nics}
+    return {nic: capture.nic_names.get(nic, nic) for nic in capture.nics}
 
 
-def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, warnings: list[str]) -> dict:
-    names = _nic_names(topology, capture, warnings)
-    label_of = {gpu_index(label) or 0: label for label in topology.gpus}
+def conclude(capture: _Capture, gpus_per_job: int | None, warnings: list[str]) -> dict:
+    names = _nic_names(capture, warnings)
+    label_of = {gpu_index(label) or 0: label for label in capture.gpus}
     indexes = sorted(label_of)
     peers: dict[int, set[int]] = {index: set() for index in indexes}
     unknown_pairs = []
     for position, first in enumerate(indexes):
         for second in indexes[position + 1 :]:
-            cell = topology.link(label_of[first], label_of[second])
+            cell = capture.link(label_of[first], label_of[second])
             if cell is None:
                 unknown_pairs.append(f"GPU{first}-GPU{second}")
             elif nvlink_count(cell):
@@ -424,31 +412,31 @@ def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, w
     if unknown_pairs and sum(len(linked) for linked in peers.values()) == 2 * (pair_count - len(unknown_pairs)):
         warnings.append(f"nvlink_all_to_all is false because these GPU pairs are unknown: {_names(unknown_pairs)}")
 
-    notes: dict[str, dict[str, list[str]]] = {key: {} for key in ("na", "multi", "bad", "cpu_na", "cpu_bad")}
+    unread: dict[tuple[str, str], list[str]] = {}  # (warning, raw field) -> GPU labels
     gpus, numa = [], {}
     for index in indexes:
         label = label_of[index]
-        fields = topology.fields.get(label, {})
-        numa[index] = _numa(label, fields.get("numa_affinity"), notes)
+        fields = capture.fields.get(label, {})
+        numa[index] = _numa(label, fields.get("numa_affinity"), unread)
         gpu_numa_id = fields.get("gpu_numa_id")
-        nearest, nearest_link = _nearest_nics(topology, label, names)
+        nearest, nearest_link = _nearest_nics(capture, label, names)
         gpus.append(
             {
                 "index": index,
-                "cpu_affinity": _cpu_affinity(label, fields.get("cpu_affinity"), notes),
+                "cpu_affinity": _cpu_affinity(label, fields.get("cpu_affinity"), unread),
                 "numa_node": numa[index],
                 "numa_affinity": fields.get("numa_affinity"),
                 "gpu_numa_id": int(gpu_numa_id) if gpu_numa_id and ascii_digits(gpu_numa_id) else None,
                 "nvlink_peers": {
-                    str(peer): nvlink_count(topology.link(label, label_of[peer]) or "") or 0
+                    str(peer): nvlink_count(capture.link(label, label_of[peer]) or "") or 0
                     for peer in sorted(peers[index])
                 },
                 "nearest_nics": nearest,
                 "nearest_nic_link": nearest_link,
             }
         )
-    _affinity_warnings(notes, warnings)
-    if topology.fields and "numa_affinity" not in capture.info:
+    warnings.extend(text.format(raw=raw, gpus=_names(labels)) for (text, raw), labels in unread.items())
+    if capture.fields and "numa_affinity" not in capture.info:
         warnings.append("no NUMA Affinity column (older nvidia-smi?): numa_node is null for every GPU")
 
     mp_warning = _mp_warning(capture, len(indexes), any(peers.values()))
@@ -467,7 +455,7 @@ def conclude(capture: _Capture, topology: _Topology, gpus_per_job: int | None, w
             groups.setdefault(node, []).append(index)
     return {
         "gpus": gpus,
-        "nics": [names[nic] for nic in topology.nics],
+        "nics": [names[nic] for nic in capture.nics],
         "nvlink_domains": _domains(indexes, peers),
         "nvlink_all_to_all": all_to_all,
         "numa_groups": [{"numa_node": node, "gpus": sorted(groups[node])} for node in sorted(groups)],
@@ -491,5 +479,5 @@ def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
                 f"got {cut_line(text or '')}"
             ]
         )
-    topology = interpret(capture, warnings)
-    return conclude(capture, topology, gpus_per_job, warnings)
+    interpret(capture, warnings)
+    return conclude(capture, gpus_per_job, warnings)

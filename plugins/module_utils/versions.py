@@ -1,11 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Dotted-version helpers: parse strictly, compare numerically.
-
-Pure functions, no Ansible imports, so modules, filters and tests can all use them.
-Versions are compared as tuples of integers padded with zeros, so ``570.26`` == ``570.26.0``
-and ``570.26`` < ``570.124.06`` (NVIDIA's middle number is a plain integer, not a decimal).
-"""
+"""Dotted-version helpers: parse strictly, compare numerically, as tuples of integers padded with zeros, so
+``570.26`` == ``570.26.0`` and ``570.26`` < ``570.124.06`` (NVIDIA's middle number is a plain integer)."""
 
 from __future__ import annotations
 
@@ -71,16 +67,10 @@ def parse_cuda_version(value: object, name: str = "cuda_version") -> Version:
     return parse_version(value, name=name, min_parts=2, max_parts=3, example="12.4.1")
 
 
-def as_version(value: VersionLike) -> Version:
-    """Accept an already-parsed tuple or a dotted string."""
-    if isinstance(value, tuple):
-        return value
-    return parse_version(value)
-
-
 def compare_versions(left: VersionLike, right: VersionLike) -> int:
-    """-1, 0 or 1 as left is older than, equal to or newer than right (missing parts count as 0)."""
-    a, b = as_version(left), as_version(right)
+    """-1, 0 or 1 as left is older than, equal to or newer than right (each a parsed tuple or a dotted string; missing
+    parts count as 0)."""
+    a, b = (value if isinstance(value, tuple) else parse_version(value) for value in (left, right))
     width = max(len(a), len(b))
     a = a + (0,) * (width - len(a))
     b = b + (0,) * (width - len(b))
