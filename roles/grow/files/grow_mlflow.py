@@ -31,8 +31,6 @@ import urllib.request
 from pathlib import Path
 
 PAGE = 1000
-# Tags MLflow's server may set on its own on either side; none today, kept as the one place to list them.
-IGNORED_TAGS: frozenset[str] = frozenset()
 AUTH_DB = Path("auth") / "basic_auth.db"
 # What MLflow's basic-auth app reads since its migration e5f6a7b8c9d0 (MLflow 3.x RBAC): users, their roles and the
 # roles' permissions. The older per-resource tables (experiment_permissions...) are kept by MLflow as a paused
@@ -195,22 +193,14 @@ def copy_store(source: Path, target: Path, replace: bool = False, owner: str | N
     with sqlite3.connect(f"file:{src_db}?mode=ro", uri=True) as src, sqlite3.connect(partial) as dst:
         src.backup(dst)
     partial.replace(dst_db)
-    files = 0
-    size = 0
     src_art, dst_art = source / "artifacts", target / "artifacts"
     dst_art.mkdir(parents=True, exist_ok=True)
     if src_art.is_dir():
-        for path in sorted(src_art.rglob("*")):
-            out = dst_art / path.relative_to(src_art)
-            if path.is_dir():
-                out.mkdir(parents=True, exist_ok=True)
-            elif path.is_file():
-                out.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, out)
-                files += 1
-                size += path.stat().st_size
+        shutil.copytree(src_art, dst_art, dirs_exist_ok=True)
+    files = [path for path in src_art.rglob("*") if path.is_file()]
     _chown([target, dst_db.parent, dst_db, dst_art, *dst_art.rglob("*")], owner)
-    report = {"database": str(dst_db), "artifact_files": files, "artifact_bytes": size, "users": []}
+    report = {"database": str(dst_db), "artifact_files": len(files),
+              "artifact_bytes": sum(path.stat().st_size for path in files), "users": []}
     if auth_source is not None and auth_target is not None:
         report.update(_merge_users(auth_source, dst_auth, skip, owner))
     return report
@@ -267,62 +257,45 @@ class Server:
                 digest.update(chunk)
         return digest.hexdigest()
 
-    def experiments(self) -> list[dict]:
-        found, token = [], None
+    def pages(self, path: str, key: str, body: dict | None = None, query: dict | None = None) -> list:
+        """Every ``key`` entry of a paged search (next_page_token), ``body`` for a POST, else ``query``."""
+        found, token = [], {}
         while True:
-            body = {"max_results": PAGE, "view_type": "ALL", **({"page_token": token} if token else {})}
-            page = self.call("/api/2.0/mlflow/experiments/search", body)
-            found += page.get("experiments", [])
-            token = page.get("next_page_token")
-            if not token:
+            page = (self.call(path, {**body, **token}) if body is not None
+                    else self.call(path, query={**(query or {}), **token}))
+            found += page.get(key, [])
+            if not page.get("next_page_token"):
                 return found
+            token = {"page_token": page["next_page_token"]}
+
+    def experiments(self) -> list[dict]:
+        return self.pages("/api/2.0/mlflow/experiments/search", "experiments",
+                          {"max_results": PAGE, "view_type": "ALL"})
 
     def runs(self, experiment_id: str) -> list[dict]:
-        found, token = [], None
-        while True:
-            body = {"experiment_ids": [experiment_id], "max_results": PAGE, "run_view_type": "ALL",
-                    **({"page_token": token} if token else {})}
-            page = self.call("/api/2.0/mlflow/runs/search", body)
-            found += page.get("runs", [])
-            token = page.get("next_page_token")
-            if not token:
-                return found
+        return self.pages("/api/2.0/mlflow/runs/search", "runs",
+                          {"experiment_ids": [experiment_id], "max_results": PAGE, "run_view_type": "ALL"})
 
     def history(self, run_id: str, key: str) -> list[tuple]:
-        found, token = [], None
-        while True:
-            query = {"run_id": run_id, "metric_key": key, "max_results": 25000,
-                     **({"page_token": token} if token else {})}
-            page = self.call("/api/2.0/mlflow/metrics/get-history", query=query)
-            found += [(m.get("step", 0), m.get("timestamp"), m.get("value")) for m in page.get("metrics", [])]
-            token = page.get("next_page_token")
-            if not token:
-                return sorted(found, key=lambda m: (m[0], m[1] or 0, str(m[2])))
+        metrics = self.pages("/api/2.0/mlflow/metrics/get-history", "metrics",
+                             query={"run_id": run_id, "metric_key": key, "max_results": 25000})
+        return sorted(((m.get("step", 0), m.get("timestamp"), m.get("value")) for m in metrics),
+                      key=lambda m: (m[0], m[1] or 0, str(m[2])))
 
     def artifacts(self, run: dict) -> dict[str, str]:
-        """Relative path -> SHA-256 of every artifact file of ``run``."""
-        uri = run["info"].get("artifact_uri") or ""
-        proxied = uri.startswith("mlflow-artifacts:")
-        root = uri.split(":", 1)[1].lstrip("/") if proxied else ""
+        """Relative path -> SHA-256 of every artifact file of ``run``. The server resolves the run's artifact root
+        itself, a proxied one (mlflow-artifacts:, --serve-artifacts, as both our servers run) included."""
+        run_id = run["info"]["run_id"]
         found: dict[str, str] = {}
         pending = [""]
         while pending:
             sub = pending.pop()
-            if proxied:
-                listing = self.call("/api/2.0/mlflow-artifacts/artifacts",
-                                    query={"path": f"{root}/{sub}".rstrip("/")})
-            else:
-                query = {"run_id": run["info"]["run_id"], **({"path": sub} if sub else {})}
-                listing = self.call("/api/2.0/mlflow/artifacts/list", query=query)
-            for entry in listing.get("files", []):
-                rel = f"{sub}/{entry['path'].rsplit('/', 1)[-1]}".lstrip("/") if proxied else entry["path"]
+            query = {"run_id": run_id, **({"path": sub} if sub else {})}
+            for entry in self.call("/api/2.0/mlflow/artifacts/list", query=query).get("files", []):
                 if entry.get("is_dir"):
-                    pending.append(rel)
-                elif proxied:
-                    found[rel] = self.sha256(f"/api/2.0/mlflow-artifacts/artifacts/{urllib.parse.quote(root)}/"
-                                             f"{urllib.parse.quote(rel)}")
+                    pending.append(entry["path"])
                 else:
-                    found[rel] = self.sha256("/get-artifact", {"path": rel, "run_uuid": run["info"]["run_id"]})
+                    found[entry["path"]] = self.sha256("/get-artifact", {"path": entry["path"], "run_uuid": run_id})
         return found
 
 
@@ -357,7 +330,7 @@ def snapshot(server: Server) -> dict:
                 "status": info.get("status"), "lifecycle_stage": info.get("lifecycle_stage"),
                 "start_time": info.get("start_time"), "end_time": info.get("end_time"),
                 "params": {p["key"]: p["value"] for p in data.get("params", [])},
-                "tags": {t["key"]: t["value"] for t in data.get("tags", []) if t["key"] not in IGNORED_TAGS},
+                "tags": {t["key"]: t["value"] for t in data.get("tags", [])},
                 "metric_history_lengths": {k: len(v) for k, v in histories.items()},
                 "metric_histories": histories,
                 "artifacts": server.artifacts(run),
