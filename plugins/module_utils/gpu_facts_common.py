@@ -98,21 +98,14 @@ def first_backend(backend: str, attempts, notes: list):
 # --------------------------------------------------------------------------- small normalisers
 
 
-def text_value(value) -> str | None:
-    """pynvml returns bytes before nvidia-ml-py 11.515 and str after; accept both."""
+def value_or_none(value) -> str | None:
+    """A text field of any backend, None for nvidia-smi's placeholders ("N/A", "[Not Supported]", empty); pynvml's
+    bytes (before nvidia-ml-py 11.515) decoded, a C string's trailing NULs dropped."""
     if value is None:
         return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    value = str(value).strip().rstrip("\x00")
-    return value or None
-
-
-def value_or_none(value: str | None) -> str | None:
-    """None for nvidia-smi's placeholders ("N/A", "[Not Supported]", empty)."""
-    if value is None:
-        return None
-    value = value.strip()
+    value = str(value).rstrip("\x00").strip()
     return None if value.lower() in NA_VALUES else value
 
 

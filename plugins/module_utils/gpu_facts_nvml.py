@@ -24,7 +24,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     fabric_record,
     gpu_record,
     load_pynvml,
-    text_value,
+    value_or_none,
 )
 
 # NVML nvmlGpuFabricState_t values
@@ -158,9 +158,9 @@ def _nvml_gpu(calls: NvmlCalls, index: int, per_gpu=None) -> dict:
     mig_mode, mig_pending = calls.mig_modes(label, handle)
     record = gpu_record(
         index,
-        name=text_value(calls.call(label, "nvmlDeviceGetName", handle)),
-        uuid=text_value(calls.call(label, "nvmlDeviceGetUUID", handle)),
-        pci_bus_id=canonical_bus_id(text_value(getattr(pci, "busId", None))),
+        name=value_or_none(calls.call(label, "nvmlDeviceGetName", handle)),
+        uuid=value_or_none(calls.call(label, "nvmlDeviceGetUUID", handle)),
+        pci_bus_id=canonical_bus_id(value_or_none(getattr(pci, "busId", None))),
         memory_total_mib=int(memory.total) // MIB if memory is not None else None,
         mig_mode=mig_mode,
         mig_mode_pending=mig_pending,
@@ -188,7 +188,7 @@ def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
         raise BackendUnavailable(f"nvmlInit failed: {err}") from err
     try:
         calls = NvmlCalls(nvml, warnings)
-        driver = text_value(calls.call("the system", "nvmlSystemGetDriverVersion"))
+        driver = value_or_none(calls.call("the system", "nvmlSystemGetDriverVersion"))
         cuda = _nvml_cuda_version(calls)
         try:
             count = int(nvml.nvmlDeviceGetCount())

@@ -15,11 +15,12 @@ description:
   - V(native) - the driver is at or above the minimum Linux driver of that exact toolkit release
     (NVIDIA CUDA release notes, Table 3).
   - V(minor_version) - same CUDA major, the driver is below the native minimum but at or above the major's
-    minor-version compatibility floor (11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580). Runs with a limited
-    feature set (no PTX JIT; some APIs return C(cudaErrorCallRequiresNewerDriver)).
+    minor-version compatibility floor (C(MINOR_VERSION_FLOORS) in the table). Runs with a limited feature set (no
+    PTX JIT; some APIs return C(cudaErrorCallRequiresNewerDriver)).
   - V(forward_compat) - the driver is too old for that CUDA major, but the GPU is a data-center GPU (or Jetson) and
-    the driver is on a supported data-center branch (R535, R570, R580), so the C(cuda-compat-<major>-<minor>) package
-    can carry the newer CUDA. Needs O(gpu_name); without it forward compatibility cannot be established.
+    the driver is on a data-center branch NVIDIA still supports (C(SUPPORTED_DATACENTER_BRANCHES) in the table), so
+    the C(cuda-compat-<major>-<minor>) package can carry the newer CUDA. Needs O(gpu_name); without it forward
+    compatibility cannot be established.
   - V(incompatible) otherwise. Incompatibility is an answer (RV(compatible=false)), not a task failure.
   - A bare O(cuda_version) such as V(12.4) is checked as that minor's GA release (what C(nvidia-smi) reports as
     "CUDA Version"); give V(12.4.1) to check an update exactly.
@@ -45,7 +46,7 @@ options:
   cuda_version:
     description:
       - CUDA toolkit version the workloads are built with, V(major.minor) or V(major.minor.update), for example
-        V(12.4) or V(12.4.1). Covers CUDA 10.0 to 13.2 Update 2.
+        V(12.4) or V(12.4.1), a release in the table (C(CUDA_RELEASES)).
       - Quote it in YAML (an unquoted V(12.10) would be read as the number 12.1).
     type: str
     required: true

@@ -108,8 +108,6 @@ notes:
   - C(numa_node) always comes from sysfs C(/sys/bus/pci/devices/<bdf>/numa_node) (C(-1) becomes null),
     for every backend. NVML's C(nvmlDeviceGetNumaNodeId) describes GPUs that are NUMA nodes themselves
     (coherent CPU-GPU platforms), not the CPU socket a PCIe GPU is attached to.
-  - Fabric Manager is required when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus,
-    or when any GPU reports a fabric state other than C(Not Supported).
 requirements:
   - "Optional on the target, for the NVML backend: nvidia-ml-py (C(import pynvml))."
 seealso:
@@ -261,7 +259,9 @@ ansible_facts:
           type: complex
           contains:
             required:
-              description: True when an NVSwitch is on the PCI bus or a GPU reports an active fabric state.
+              description: >-
+                True when an NVSwitch (vendor C(0x10de), PCI class C(0x0680xx)) is on the PCI bus, or a GPU reports a
+                fabric state other than C(Not Supported).
               type: bool
               sample: true
             nvswitch_count:
