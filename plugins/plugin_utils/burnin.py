@@ -1,22 +1,9 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""burnin.yml's judgements: pure functions over nccl-tests ``all_reduce_perf`` output and ``NCCL_DEBUG=INFO`` lines.
-
-* ``transport``: which network and which intra-node paths NCCL used, read from its INFO lines.
-* ``judge_node``: one node's single-node run against what its NVLink or PCIe should give (validate.py's
-  ``expected_busbw`` and ``judge_nccl``, reused), with its gpu_health verdict and its memory-bandwidth test
-  (nvbandwidth, burnin_membw.py).
-* ``pair_schedule``: the 2-node pairs, each node paired with at least two others (ring, then offset-2 pairs).
-* ``judge_fleet``: slow nodes, suspect links, NCCL on TCP sockets on an RDMA fabric, and the ranking of nodes
-  and pairs with measured and expected GB/s.
-
-Every check of the report (``judge_fleet``'s ``checks``: per node the health sweep, the single-node run against
-its path, the memory bandwidth and the thresholds table's checks; per pair its run) is PASS, WARN, FAIL or UNKNOWN
-(thresholds.py), and the report's ``verdict`` is the worst of them with gpuops-run's ``exit_code``.
-
-A node is **slow** when every pair that contains it (two at least) is below the expectation while some pair is
-not; a **suspect link** is a slow pair that no slow node explains. When every pair is slow, no node is blamed:
-the fabric, or the expectation, is wrong.
+"""burnin.yml's judgements: pure functions over nccl-tests ``all_reduce_perf`` output and ``NCCL_DEBUG=INFO`` lines -
+each node (``judge_node``), the pairs (``pair_schedule``) and the fleet (``judge_fleet``: slow nodes, suspect links,
+TCP fallback on an RDMA fabric, the rankings, and every check PASS, WARN, FAIL or UNKNOWN with the worst as the
+``verdict``, thresholds.py). The rules, with examples: docs/operations.md (burnin.yml).
 """
 
 from __future__ import annotations
