@@ -129,8 +129,7 @@ class _Capture:
     def __init__(self) -> None:
         self.devices: list[str] = []  # header device columns, in order
         self.info: list[str] = []  # header info columns, in order
-        self.rows: dict[str, list[str]] = {}  # row label -> tokens after the label
-        self.row_order: list[str] = []
+        self.rows: dict[str, list[str]] = {}  # row label -> tokens after the label, in text order
         self.legend: set[str] = set()  # codes seen in "Legend:" (X, SYS, ..., NV#)
         self.nic_names: dict[str, str] = {}  # NIC0 -> mlx5_0
         self.mp_command = False  # "-mp" on a command line above the matrix
@@ -175,7 +174,6 @@ def _read_sections(lines: list[str], header: int, capture: _Capture, warnings: l
                 warnings.append(f"row {label} appears twice: the second one (line {number + 1}) is ignored")
             else:
                 capture.rows[label] = tokens[1:]
-                capture.row_order.append(label)
                 if number == last_nonblank:
                     capture.last_row = label
 
@@ -201,18 +199,16 @@ def read_capture(text: str, warnings: list[str]) -> _Capture | None:
 
 
 def _devices(capture: _Capture, warnings: list[str]) -> tuple[list[str], list[str]]:
-    gpus = [label for label in capture.devices if gpu_index(label) is not None]
-    nics = [label for label in capture.devices if gpu_index(label) is None]
-    extra = [label for label in capture.row_order if label not in capture.devices]
+    """GPU labels sorted by index, and NIC labels: the header's columns, then rows that have none."""
+    extra = [label for label in capture.rows if label not in capture.devices]
     if extra:
         warnings.append(
             f"rows {_names(extra)} have no column in the header (terminal-damaged capture?): "
             "their links to other rows' devices are unknown"
         )
-    gpus += [label for label in extra if gpu_index(label) is not None]
-    nics += [label for label in extra if gpu_index(label) is None]
-    gpus = sorted(set(gpus), key=lambda label: gpu_index(label) or 0)
-    return gpus, nics
+    labels = [*capture.devices, *extra]
+    gpus = sorted({label for label in labels if gpu_index(label) is not None}, key=lambda label: gpu_index(label) or 0)
+    return gpus, [label for label in labels if gpu_index(label) is None]
 
 
 def _read_row(label: str, tokens: list[str], capture: _Capture, warnings: list[str]) -> None:
@@ -256,7 +252,7 @@ def interpret(capture: _Capture, warnings: list[str]) -> None:
             warnings.append(
                 f"the text ends inside row {capture.last_row}: its last field {cut!r} is ignored, it may be cut"
             )
-    for label in capture.row_order:
+    for label in capture.rows:
         _read_row(label, capture.rows[label], capture, warnings)
     _check_symmetry(capture, warnings)
 
@@ -349,15 +345,11 @@ def _clique(candidates: list[int], peers: dict[int, set[int]], size: int, budget
     return extend([], 0)
 
 
-def plan_placements(
-    indexes: list[int], peers: dict[int, set[int]], numa: dict[int, int | None], size: int, warnings: list[str]
-) -> list[list[int]]:
-    """Greedy disjoint pairwise-NVLinked sets of ``size`` GPUs, inside one NUMA node first."""
+def plan_placements(pools: list[list[int]], peers: dict[int, set[int]], size: int, warnings: list) -> list[list[int]]:
+    """Greedy disjoint pairwise-NVLinked sets of ``size`` GPUs, from each pool in turn (each NUMA node's, then all)."""
     used: set[int] = set()
     placements: list[list[int]] = []
     budget = [_CLIQUE_BUDGET]
-    nodes = sorted({node for node in numa.values() if node is not None})
-    pools = [[gpu for gpu in indexes if numa.get(gpu) == node] for node in nodes] + [indexes]
     for pool in pools:
         while True:
             found = _clique([gpu for gpu in pool if gpu not in used], peers, size, budget)
@@ -443,22 +435,20 @@ def conclude(capture: _Capture, gpus_per_job: int | None, warnings: list[str]) -
     if mp_warning:
         warnings.append(mp_warning)
 
+    nodes = sorted({node for node in numa.values() if node is not None})
+    numa_groups = [{"numa_node": node, "gpus": [gpu for gpu in indexes if numa[gpu] == node]} for node in nodes]
     placements: list[list[int]] = []
     if gpus_per_job:
-        placements = plan_placements(indexes, peers, numa, gpus_per_job, warnings)
+        pools = [group["gpus"] for group in numa_groups] + [indexes]
+        placements = plan_placements(pools, peers, gpus_per_job, warnings)
         if not placements:
             warnings.append(f"no set of {gpus_per_job} pairwise NVLinked GPUs exists: placements is empty")
-
-    groups: dict[int, list[int]] = {}
-    for index, node in numa.items():
-        if node is not None:
-            groups.setdefault(node, []).append(index)
     return {
         "gpus": gpus,
         "nics": [names[nic] for nic in capture.nics],
         "nvlink_domains": _domains(indexes, peers),
         "nvlink_all_to_all": all_to_all,
-        "numa_groups": [{"numa_node": node, "gpus": sorted(groups[node])} for node in sorted(groups)],
+        "numa_groups": numa_groups,
         "placements": placements,
         "warnings": warnings,
     }
