@@ -238,7 +238,10 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
             "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",
                       f"NVCC_GENCODE={out['gencode']}"]]})
         if not config.get("nccl_home"):
-            out["nccl_wheel"] = dict(wheel, dir=f"{tools_dir}/nccl-{wheel_version}", version=wheel_version)
+            # A source release too (tasks/sources.yml): a zip, unpacked as it is, with its checksum always.
+            folder = f"{tools_dir}/nccl-{wheel_version}"
+            out["nccl_wheel"] = dict(wheel, tool="nccl", version=wheel_version, dir=folder, archive=f"{folder}.whl",
+                                     pin={}, extra_opts=[], creates=f"{nccl_home}/include/nccl.h")
     built = set(found.get("built", "").split())
     out["build"] = [b for b in out["build"] if b["stamp"] not in built]
     if not any(b["tool"] == "nccl-tests" for b in out["build"]):
