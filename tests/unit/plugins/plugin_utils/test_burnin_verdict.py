@@ -123,8 +123,11 @@ def test_the_h200_recipe_nccl_tests_make_mpi0_against_the_wheels_nccl() -> None:
     assert plan["build"][1]["argv"] == [["make", "-C", NCCL_TESTS, "-j", "MPI=0", "CUDA_HOME=/usr/local/cuda-13.0",
                                          f"NCCL_HOME={nccl_home}",
                                          "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"]]
+    # A source release for tasks/sources.yml: fetched with its checksum, unzipped as it is.
     assert plan["nccl_wheel"] == {"url": CONFIG["nccl_wheels"]["x86_64"]["url"], "checksum": "sha256:e4553a30",
-                                  "dir": "/var/cache/gpuops/burnin-tools/nccl-2.28.9", "version": "2.28.9"}
+                                  "tool": "nccl", "dir": "/var/cache/gpuops/burnin-tools/nccl-2.28.9",
+                                  "version": "2.28.9", "archive": "/var/cache/gpuops/burnin-tools/nccl-2.28.9.whl",
+                                  "pin": {}, "extra_opts": [], "creates": f"{nccl_home}/include/nccl.h"}
     assert (plan["all_reduce_perf"], plan["env"]) == (
         f"{NCCL_TESTS}/build/all_reduce_perf", {"LD_LIBRARY_PATH": f"{nccl_home}/lib:/usr/local/cuda-13.0/lib64"})
 
