@@ -99,7 +99,8 @@ def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_roo
 
 
 def free_space(path: str, statvfs=os.statvfs) -> dict:
-    """Free bytes (for an unprivileged writer) on the filesystem that holds ``path`` or will hold it."""
+    """Free bytes (for an unprivileged writer) on the filesystem that holds ``path`` or will hold it, so that a nearly
+    full data volume is refused before anything is written."""
     probe = os.path.abspath(path or "/")
     while True:
         try:
@@ -122,7 +123,8 @@ def free_space(path: str, statvfs=os.statvfs) -> dict:
 
 
 def tcp_probe(host: str, port: int, timeout: float, connect=socket.create_connection, clock=time.monotonic) -> dict:
-    """One TCP connect, bounded by ``timeout`` seconds (capped at PROBE_TIMEOUT_MAX)."""
+    """One TCP connect, bounded by ``timeout`` seconds (capped at PROBE_TIMEOUT_MAX), so that an unreachable server
+    (NFS) is refused before a ``hard`` mount can hang the run."""
     timeout = max(0.1, min(float(timeout), PROBE_TIMEOUT_MAX))
     started = clock()
     result = {"host": host, "port": int(port), "timeout": timeout, "reachable": False, "error": None}
