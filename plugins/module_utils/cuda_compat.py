@@ -151,11 +151,8 @@ def _minor_label(version: Version) -> str:
 
 
 def find_release(cuda: Version) -> CudaRelease:
-    """The table row for a parsed CUDA version; ValueError for a release the table does not know.
-
-    ``12.4`` means the GA release of 12.4 (the driver whose nvidia-smi says "CUDA Version: 12.4" runs it);
-    ``12.4.1`` means exactly 12.4 Update 1. For 10.x the third number is a build number and is ignored.
-    """
+    """The table row for a parsed CUDA version (a bare major.minor is its GA release, as the module's doc says; for
+    10.x the third number is a build number and is ignored); ValueError for a release the table does not know."""
     same_minor = [r for r in CUDA_RELEASES if r.version[:2] == cuda[:2]]
     if not same_minor:
         newest, oldest = CUDA_RELEASES[0], CUDA_RELEASES[-1]
@@ -199,11 +196,7 @@ def later_updates(release: CudaRelease, driver: Version) -> list[CudaRelease]:
 
 
 def max_native_cuda(driver: Version) -> str | None:
-    """Newest CUDA toolkit major.minor whose GA release this driver runs natively; None if older than all.
-
-    Usually what nvidia-smi prints as "CUDA Version", but that is the driver's API version and may name a
-    minor with no toolkit release (565.57.01 prints 12.7; the newest toolkit it runs natively is 12.6).
-    """
+    """The module's ``max_cuda``: newest CUDA toolkit major.minor whose GA release this driver runs natively."""
     supported = [r.version[:2] for r in CUDA_RELEASES if version_ge(driver, r.min_driver)]
     if not supported:
         return None
