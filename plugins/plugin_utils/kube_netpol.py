@@ -5,7 +5,7 @@
 Kubernetes semantics (kubernetes.io/docs/concepts/services-networking/network-policies/): a pod is isolated for a
 direction once any policy selects it with that policyType; a connection is then allowed only if some policy's rule
 allows it, on the sender's egress side and on the receiver's ingress side. Policies only add allows, so the set
-reads as a list, one allow per policy, each named after the team (the list: kube_tenancy's meta/argument_specs.yml).
+reads as a list, one allow per policy, each named after the team (the list: docs/security.md).
 The cluster DNS is the pods ``k8s-app: kube-dns`` in ``kube-system``, as kubeadm's CoreDNS is labelled; the NFS allow
 opens NFSv4's TCP 2049 only (v3's portmapper and mountd are not opened).
 
