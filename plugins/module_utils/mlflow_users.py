@@ -6,12 +6,9 @@ Standard library only, so one file serves both platforms: the gpuops.cluster.mlf
 Compose host, and it runs as a plain script (``python3 mlflow_users.py URL SECRETS_DIR``) where there is no
 Ansible, e.g. in the MLflow image of Kubernetes' users Job.
 
-Per user, its password is tried first, on an endpoint every authenticated user may call (``GET experiments/search``):
-200 - the user exists with that password, and is left unchanged. Otherwise (401), as the admin, ``GET users/get``
-tells a missing user (404: created, ``POST users/create``) from a wrong password (200: set, ``PATCH
-users/update-password``). The admin's login is checked in every run: by that ``users/get``, or, when every user was
-unchanged, by one ``users/get`` of the admin itself. So a second run changes nothing and makes one call per user and
-one as the admin (each call costs MLflow a password-hash check), and check mode only reads.
+Per user, its password is tried first; only a refused one leads to calls as the admin, whose login is checked in
+every run. What each call is, and why a second run changes nothing: the module's documentation
+(docs/modules/mlflow_users.md).
 """
 
 from __future__ import annotations
