@@ -1,11 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The part of kubeadm's v1beta4 configuration that kube_control_plane's init and kube_join's join both render.
-
-A node's ``nodeRegistration`` (name, CRI socket, the taints and labels it has from its first moment in the
-cluster). The registration itself (labels, annotations, taints) is what the kube_node role renders from the node's
-kubelet policy; it is passed to both roles as a parameter. Used through the filter in plugins/filter/kube.py.
-"""
+"""The part of kubeadm's v1beta4 configuration that kube_control_plane's init and kube_join's join both render: a
+node's ``nodeRegistration`` (filter gpuops.cluster.kubeadm_node_registration, documented in its .yml)."""
 
 from __future__ import annotations
 
