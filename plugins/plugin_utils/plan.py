@@ -7,12 +7,8 @@ judged; ``inventory_plan()`` builds the same shape from the inventory alone, for
 (``playbooks/tasks/plan.yml``: render, a platform play run alone). The shape is ``SCHEMA`` (JSON Schema), from which
 ``docs/plan.md`` is generated (``scripts/gen-role-docs``); ``SCHEMA_VERSION`` changes whenever a key changes meaning.
 A key added without changing another's meaning keeps the version; it is then optional in SCHEMA (a plan.json written
-before it lacks it) and readers take its absence as "not planned".
-
-Each part comes from the function the roles call themselves (three hops: inventory variable -> this module -> the
-function): kubelet policy ``kube_plan.kubelet_policy``, the node's labels and taints ``kube_plan.node_registration``
-and ``gpu_operator.node_labels``, NCCL ``training_jobs.nccl_env``, member workspaces ``workspaces.plan_workspaces``,
-each Kubernetes pool's GPU sharing ``gpu_sharing.plan_part`` on ``kube_gpu.gpu_nodes``.
+before it lacks it) and readers take its absence as "not planned". Each part comes from the function the roles call
+themselves (three hops: inventory variable -> this module -> the function); docs/plan.md names them.
 """
 
 from __future__ import annotations
