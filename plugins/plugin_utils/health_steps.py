@@ -121,7 +121,9 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         if kube:
             steps += [{"kind": "kubectl", "argv": kubectl("taint", host, reason), "object": taint(reason)},
                       {"kind": "kubectl", "argv": kubectl("label", host, "quarantined")}]
-        steps.append({"kind": "bug_report", "dest": f"{settings['report_dir']}/nvidia-bug-report"})
+        dest = f"{settings['report_dir']}/nvidia-bug-report"
+        script = 'mkdir -p "$(dirname "$1")" && nvidia-bug-report.sh --output-file "$1-$(date -u +%Y%m%dT%H%M%SZ)"'
+        steps.append({"kind": "bug_report", "dest": dest, "argv": ["sh", "-c", script, "sh", dest]})
         return steps
     if kube:
         steps.append({"kind": "kubectl", "argv": kubectl("drain", host, timeout=timeout)} if whole_node else
@@ -133,7 +135,8 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     else:
         for gpu in _reset_gpus(hplan, out):
             reset = ["nvidia-smi", "-r", "-i", str(gpu)]
-            steps += [{"kind": "gpu_idle", "gpu": gpu}, {"kind": "command", "gpu": gpu, "argv": reset}]
+            idle = ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", str(gpu)]
+            steps += [{"kind": "gpu_idle", "gpu": gpu, "argv": idle}, {"kind": "command", "gpu": gpu, "argv": reset}]
         # reset first; reboot only when the sweep after the reset still finds a GPU taken out bad
         if settings["reboot"]:
             steps += [{"kind": "sweep", "gpus": out},
@@ -328,7 +331,7 @@ def _failure(run: Any) -> str | None:
 
 # the registered results (names in roles/health/tasks/step.yml) each kind of step looks at
 _RUNS = {"kubectl": ["command"], "command": ["command"], "drain_gpu_pods": ["pods", "delete"], "stop_workspaces":
-         ["workspaces", "stop"], "bug_report": ["bug"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
+         ["workspaces", "stop"], "bug_report": ["command"], "reboot": ["reboot"], "give_back": ["workspaces", "start"],
          "back_if_healthy": ["workspaces", "start"]}
 
 
@@ -375,7 +378,7 @@ def step_result(step: dict, runs: dict, check_mode: bool = False, dcgm_level: in
     elif check_mode:
         found = {"result": "skipped", "detail": "check mode: nothing was run"}
     elif kind == "gpu_idle":
-        found = _idle(step, runs.get("procs") or {})
+        found = _idle(step, runs.get("command") or {})
     elif kind == "reboot" and not step.get("enabled", True):
         found = {"result": "skipped", "detail": f"health_reboot is false: reboot {step.get('host') or 'the node'} by "
                  "hand, then gpuops-run health --limit <host> -e health_apply=true -e health_release=true"}

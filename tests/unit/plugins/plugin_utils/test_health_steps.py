@@ -42,6 +42,7 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
     taint = next(s["object"] for s in steps if "object" in s)
     assert taint == {"key": "gpuops.io/unhealthy", "value": "Xid-61", "effect": "NoSchedule"}
     assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "taint nodes", "label nodes", "bug_report"]
+    assert steps[-1]["argv"][-2:] == ["sh", "/var/log/gpuops/nvidia-bug-report"]  # -<UTC time> appended on the node
     assert next(s for s in steps if s["kind"] == "mark_out")["pending"] == "support"
     assert "reboot" not in kinds(steps)
 
@@ -61,7 +62,8 @@ def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
     steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "kubernetes", MEMBERS, {"timeout": 120})
     assert kinds(steps)[:7] == ["cordon node-a", "annotate nodes", "mark_out", "drain_gpu_pods", "gpu_idle", "command",
                                 "sweep"]
-    assert steps[4] == {"kind": "gpu_idle", "gpu": "2"}
+    assert steps[4] == {"kind": "gpu_idle", "gpu": "2", "argv": [
+        "nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", "2"]}
     assert steps[5]["argv"] == ["nvidia-smi", "-r", "-i", "2"]
 
 
@@ -304,9 +306,9 @@ def test_no_state_file_means_no_gpu_out_of_service(tmp_path):
 
 
 @pytest.mark.parametrize(("step", "runs", "kwargs", "expected"), [
-    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3\n"}}, {}, "failed"),
-    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": ""}}, {}, "ok"),
-    ({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 9, "stderr": "No devices were found"}}, {}, "failed"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"command": {"rc": 0, "stdout": "1843, /usr/bin/python3\n"}}, {}, "failed"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"command": {"rc": 0, "stdout": ""}}, {}, "ok"),
+    ({"kind": "gpu_idle", "gpu": "2"}, {"command": {"rc": 9, "stderr": "No devices were found"}}, {}, "failed"),
     ({"kind": "reboot", "enabled": False, "host": "node-a"}, {"reboot": {"skipped": True}}, {}, "skipped"),
     ({"kind": "kubectl", "argv": ["kubectl", "cordon", "a"]}, {"command": {"rc": 1, "stderr": "forbidden"}}, {},
      "failed"),
@@ -326,7 +328,7 @@ def test_step_results(step, runs, kwargs, expected):
 
 
 def test_a_busy_gpu_is_not_reset_and_says_who_holds_it():
-    found = S.step_result({"kind": "gpu_idle", "gpu": "2"}, {"procs": {"rc": 0, "stdout": "1843, /usr/bin/python3"}})
+    found = S.step_result({"kind": "gpu_idle", "gpu": "2"}, {"command": {"rc": 0, "stdout": "1843, /usr/bin/python3"}})
     assert found["detail"].startswith("GPU 2 is held by 1843, /usr/bin/python3: not reset")
 
 
