@@ -8,7 +8,6 @@ health_*.yml files next to this one.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 health = lazy("health")
@@ -56,8 +55,6 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
 
 
 def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None) -> dict:
-    if not isinstance(sweeps, dict):
-        raise AnsibleFilterError("health_plan needs a dict host -> gpu_health result")
     bounds = dict(bounds or {})
     for key in ("breaker_window", "escalate_window"):
         if key in bounds:
@@ -74,8 +71,7 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
 
 def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,
                      timeout: int = 600, report_dir: str = "/var/log/gpuops") -> list:
-    if platform not in ("compose", "kubernetes"):
-        raise AnsibleFilterError(f"health_steps: platform is {platform!r}; expected compose or kubernetes")
+    """``platform``: the plan's (preflight decided it, compose or kubernetes)."""
     return health_steps.host_steps(host, host_plan or {}, platform, members or [],
                                    {"reboot": bool(_flag(reboot)), "timeout": int(timeout),
                                     "report_dir": report_dir})
