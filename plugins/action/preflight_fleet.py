@@ -27,12 +27,9 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report im
 # folder, nested its reports there and wrote the last plan (plan.json) there instead of in the report folder.
 RUN_DIR_FACT = "preflight_run_dir"
 
-ARGUMENT_SPEC = {
-    "report_dir": {"type": "path", "required": True},
-    "result_var": {"type": "str", "default": "__preflight_host"},
-    "hosts": {"type": "list", "elements": "str"},
-    "gpu_group": {"type": "str", "default": "gpu_nodes"},
-}
+ARGUMENT_SPEC = {"report_dir": {"type": "path", "required": True}}
+# What the preflight role registers each host's gpuops.cluster.preflight result as (roles/preflight/tasks/gather.yml).
+RESULT_VAR = "__preflight_host"
 
 
 def platforms_with_play() -> list[str]:
@@ -63,19 +60,19 @@ class ActionModule(ActionBase):
         # Every host's variables are read by several steps below (the plan, the pools, the report sections): once.
         # Its facts and its preflight result are module output, read as they are (not walked by a templar).
         hostvars = ReadOnce(task_vars["hostvars"], lambda variables: Templar(loader=self._loader, variables=variables),
-                            data=("ansible_facts", args["result_var"]))
-        hosts = args["hosts"] or list(task_vars.get("ansible_play_hosts") or [])
+                            data=("ansible_facts", RESULT_VAR))
+        hosts = list(task_vars.get("ansible_play_hosts") or [])
         judged = {}
         for host in hosts:
-            registered = hostvars[host].get(args["result_var"]) if host in hostvars else None
+            registered = hostvars[host].get(RESULT_VAR) if host in hostvars else None
             if not isinstance(registered, dict) or "preflight" not in registered:
                 raise AnsibleActionFail(
-                    f"{host} has no preflight result in {args['result_var']}: run gpuops.cluster.preflight on every "
-                    "host first (register: __preflight_host), then this task with run_once: true"
+                    f"{host} has no preflight result in {RESULT_VAR}: run gpuops.cluster.preflight on every "
+                    f"host first (register: {RESULT_VAR}), then this task with run_once: true"
                 )
             judged[host] = registered
         detected = {}
-        for host in list(task_vars.get("groups", {}).get(args["gpu_group"], [])) + hosts:
+        for host in list(task_vars.get("groups", {}).get("gpu_nodes", [])) + hosts:
             if host in judged:
                 detected[host] = int((judged[host]["ansible_facts"].get("gpu") or {}).get("count") or 0)
             elif host not in detected:

@@ -9,10 +9,11 @@ module: preflight_fleet
 short_description: Decide one platform for the whole fleet, write every host's preflight report, refuse a bad plan
 version_added: 0.2.0
 description:
-  - An action plugin, run once per run (C(run_once) C(true)) after M(gpuops.cluster.preflight) ran on every host.
+  - An action plugin, run once per run (C(run_once) C(true)) after M(gpuops.cluster.preflight) ran on every host of
+    the play, its result registered as C(__preflight_host) (as the preflight role does).
     Everything happens in-process on the controller; no module runs anywhere.
   - "The platform is the fleet's: where C(gpuops_gpu_count) is unset, the GPUs are the sum of those detected
-    across O(gpu_group) (hosts outside this run count from their cached facts; with none, the decision is refused).
+    across C(gpu_nodes) (hosts outside this run count from their cached facts; with none, the decision is refused).
     Hosts whose plans lead to different platforms are refused, named by platform: one site gets one platform."
   - A platform without a play (one C(playbooks/vars/run_roles.yml) lists no roles for, the file the plays read) is
     refused, so C(site.yml) never ends with only a driver installed.
@@ -26,18 +27,6 @@ options:
     description: Controller directory for the reports; each run writes a timestamped subdirectory.
     type: path
     required: true
-  result_var:
-    description: The variable each host registered M(gpuops.cluster.preflight)'s result in.
-    type: str
-    default: __preflight_host
-  hosts:
-    description: Hosts to judge; defaults to the play's active hosts (C(ansible_play_hosts)).
-    type: list
-    elements: str
-  gpu_group:
-    description: Inventory group whose GPUs the fleet's count sums.
-    type: str
-    default: gpu_nodes
 attributes:
   action:
     support: full
