@@ -19,7 +19,7 @@ def node_registration(name: str, registration: Mapping) -> dict:
         raise ValueError(
             f"the node registration of {name} is {registration!r}: expected a mapping with labels, annotations "
             "and taints. Fix: run the kube_node role (or its render entry point, which sets kube_node_registration) "
-            "on this host first, or pass the registration to the role as a parameter"
+            "on this host first"
         )
     labels, taints = registration["labels"], registration["taints"]
     if not isinstance(labels, Mapping) or not isinstance(taints, list):
