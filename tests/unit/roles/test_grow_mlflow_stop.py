@@ -1,0 +1,88 @@
+"""The grow role's mlflow_stop: the one way the apply (before its copy) and the rollback (before it empties the store)
+stop the cluster's MLflow - deployment/mlflow scaled to 0, then its pods waited for until gone, so the store is never
+replaced beside a live server.
+
+kubectl is a LABELLED TEST STAND-IN first on PATH: it records its arguments and answers the wait as the test says
+(the two answers are kubectl's own wording: a pod that outlived the timeout, and no pod left to wait for). The real
+kubectl against an API server is not run here; molecule/grow runs the rollback with a stand-in that stops a real
+MLflow container.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_env import run_playbook
+
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "grow_mlflow_stop.yml"
+KUBECTL = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "-n", "mlflow"]
+SCALE = [*KUBECTL, "scale", "deployment/mlflow", "--replicas=0"]
+WAIT = [*KUBECTL, "wait", "--for=delete", "pod",
+        "--selector=app.kubernetes.io/name=mlflow,app.kubernetes.io/managed-by=gpuops", "--timeout=300s"]
+TIMED_OUT = "error: timed out waiting for the condition on pods/mlflow-7d9f8b6c5-x2x4q"
+NO_POD = "error: no matching resources found"
+PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
+
+
+def run_stop(tmp_path: Path, wait_rc: int, wait_stderr: str) -> tuple[int, list[list[str]], str]:
+    """Run mlflow_stop with the stand-in; the wait exits ``wait_rc`` with ``wait_stderr``. Returns the playbook's exit
+    status, the kubectl calls in order and the run's output."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(
+        "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
+        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
+        f"[ \"$5\" = wait ] && {{ echo '{wait_stderr}' >&2; exit {wait_rc}; }}\n"
+        "echo deployment.apps/mlflow scaled\n")
+    kubectl.chmod(0o755)
+    out = run_playbook(PLAYBOOK, {}, tmp_path, cache="memory", bin_dir=bin_dir)
+    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    return out.returncode, calls, out.stdout
+
+
+@pytest.mark.parametrize(("wait_rc", "wait_stderr"), [(0, ""), (1, NO_POD)], ids=["pods-deleted", "no-pod-left"])
+def test_scaled_to_zero_then_its_pods_waited_for(tmp_path: Path, wait_rc: int, wait_stderr: str) -> None:
+    rc, calls, out = run_stop(tmp_path, wait_rc, wait_stderr)
+    assert rc == 0, out[-3000:]
+    assert calls == [SCALE, WAIT]
+
+
+def test_a_pod_still_there_fails_the_run(tmp_path: Path) -> None:
+    rc, calls, out = run_stop(tmp_path, 1, TIMED_OUT)
+    assert rc == PLAYBOOK_FAILED, out[-3000:]
+    assert calls == [SCALE, WAIT]
+    assert "timed out waiting for the condition" in out
+
+
+def _tasks_from(task: dict) -> str | None:
+    include = task.get("ansible.builtin.include_role") or {}
+    return include.get("tasks_from") or task.get("ansible.builtin.include_tasks")
+
+
+def test_the_apply_stops_and_waits_before_its_copy() -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / "grow_apply.yml").read_text(encoding="utf-8"))
+    step = next(task for play in plays for task in play.get("tasks", [])
+                if any(_tasks_from(inner) == "mlflow_copy" for inner in task.get("block", [])))
+    order = [_tasks_from(task) for task in step["block"]]
+    assert order.index("mlflow_stop") < order.index("mlflow_copy"), order
+    stop = step["block"][order.index("mlflow_stop")]
+    assert stop["vars"]["training_stack_mlflow_namespace"] == "{{ grow_plan_on_file.mlflow.target.namespace }}"
+
+
+def test_the_rollback_stops_and_waits_before_it_touches_the_store() -> None:
+    tasks = yaml.safe_load((REPO / "roles" / "grow" / "tasks" / "mlflow_rollback.yml").read_text(encoding="utf-8"))
+    assert _tasks_from(tasks[0]) == "mlflow_stop.yml", tasks[0]
+    assert tasks[0]["when"] == "grow_mlflow_target_dir | length > 0"
+
+
+def test_one_way_to_stop_it() -> None:
+    """No second scale of deployment/mlflow to 0 beside mlflow_stop's (the apply's own had no wait)."""
+    sources = [*(REPO / "playbooks").rglob("*.yml"), *(REPO / "roles").rglob("*.yml")]
+    scaling = sorted(str(path.relative_to(REPO)) for path in sources
+                     if re.search(r"deployment/mlflow,\s*--replicas=0", path.read_text(encoding="utf-8")))
+    assert scaling == ["roles/grow/tasks/mlflow_stop.yml"]
