@@ -287,10 +287,10 @@ def test_only_the_plan_reads_the_registry_mirror():
 def test_kube_tenancy_reads_the_members_from_the_plan():
     """gpuops_members: inventory -> plan (team.members) -> kube_tenancy, which reads the plan's team only."""
     code = {path: text for path, text in _role_code().items() if path.startswith("roles/kube_tenancy/")}
-    assert "roles/kube_tenancy/tasks/assert.yml" in code, sorted(code)
+    assert "roles/kube_tenancy/tasks/plan.yml" in code, sorted(code)
     assert "roles/kube_tenancy/defaults/main.yml" in code, sorted(code)
     assert inventory_readers("gpuops_members", code) == []
-    assert _reads_key(code["roles/kube_tenancy/tasks/assert.yml"], ("team", "members"))
+    assert _reads_key(code["roles/kube_tenancy/tasks/plan.yml"], ("team", "members"))
 
 
 def test_a_role_reading_the_mirror_itself_is_found():
