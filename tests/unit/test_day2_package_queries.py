@@ -13,6 +13,7 @@ from pathlib import Path
 import diagnose_recorded as R
 import pytest
 import yaml
+from ansible.parsing.yaml.loader import AnsibleLoader
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import diagnose as D
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
 
@@ -27,7 +28,8 @@ def _upgrade_command() -> str:
 
 
 def _diagnose_commands() -> dict:
-    return yaml.safe_load((REPO / "roles" / "diagnose" / "vars" / "main.yml").read_text())["_diagnose_node_commands"]
+    vars_file = (REPO / "roles" / "diagnose" / "vars" / "main.yml").read_text()
+    return yaml.load(vars_file, Loader=AnsibleLoader)["_diagnose_node_commands"]  # !unsafe values: Go templates
 
 
 def _run(command: str, tmp_path: Path, tools: dict[str, str], shell: str = "/bin/sh") -> tuple[str, dict]:

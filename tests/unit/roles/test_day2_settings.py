@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.parsing.yaml.loader import AnsibleLoader  # vars files carry !unsafe values (docker's Go templates)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -89,8 +90,8 @@ def test_day2_settings_are_role_defaults_not_play_vars(playbook: str) -> None:
         missing = sorted(used - set(defaults) - keywords - entry_point_names(role))
         assert not missing, f"{playbook} reads {missing}, which roles/{role}/defaults/main.yml does not define"
         role_vars = REPO / "roles" / role / "vars" / "main.yml"  # role vars outrank the inventory too
-        settings = [n for n in (yaml.safe_load(role_vars.read_text()) if role_vars.is_file() else None) or {}
-                    if not n.startswith(f"_{role}_")]
+        role_vars = yaml.load(role_vars.read_text(), Loader=AnsibleLoader) if role_vars.is_file() else None
+        settings = [n for n in role_vars or {} if not n.startswith(f"_{role}_")]
         assert settings == [], f"roles/{role}/vars/main.yml holds {settings}: only derived _{role}_* values go there"
 
 
