@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 name: monitoring_assets
 author:
   - gpuops.cluster maintainers (@gpuops)
-version_added: "0.1.0"
+version_added: "0.2.0"
 short_description: Locate the shared GPU monitoring assets (rules, dashboards, counters)
 description:
   - Returns the directory that holds the collection's one set of GPU monitoring assets (the data-only role

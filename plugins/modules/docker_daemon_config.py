@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: docker_daemon_config
 short_description: Merge settings into Docker's daemon.json, validate, back up, then swap in
-version_added: "0.1.0"
+version_added: "0.2.0"
 description:
   - Merges O(config) into the Docker daemon configuration file (C(/etc/docker/daemon.json)), keeping every key
     it does not set, such as the C(runtimes) entry that C(nvidia-ctk runtime configure) writes.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: mlflow_users
 short_description: MLflow basic-auth users exist, each with the given password (MLflow's auth REST API, as the admin)
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - For each entry of O(users), from the managed host (so a loopback-bound MLflow is reachable) - tries the user's
     password on C(experiments/search); when MLflow refuses it, reads the user as the admin (C(users/get)), creates a

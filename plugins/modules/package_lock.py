@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: package_lock
 short_description: Wait, bounded, until no other process holds apt's and dpkg's locks; fail naming the holder
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Reads C(/proc/locks) and matches each lock to the lock files (device and inode). While one is held it waits,
     at most O(timeout) seconds, polling every O(sleep) seconds.
