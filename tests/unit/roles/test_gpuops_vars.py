@@ -32,7 +32,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "gpuops_mps_context_reserve": 576, "gpuops_mps_min_usable": 0, "kube_version": "1.34.2",
         "kube_pod_cidr": "10.32.0.0/16", "kube_service_cidr": "10.100.0.0/16", "kube_dns_domain": "gpu.lan",
         "kube_image_repository": "registry.lan:5000", "kube_config_dir": "/etc/kubernetes/site",
-        "gpu_operator_namespace": "nvidia-gpu-operator", "training_stack_namespace": "training-operator"}
+        "gpu_operator_namespace": "nvidia-gpu-operator", "training_stack_namespace": "training-operator",
+        "kube_monitoring_namespace": "prometheus"}
 
 
 def _options() -> dict:

@@ -20,6 +20,7 @@ from netpol_table import POLICIES, TEAMS
 
 REPO = Path(__file__).resolve().parents[4]
 DEFAULTS = yaml.safe_load((REPO / "roles/kube_tenancy/defaults/main.yml").read_text(encoding="utf-8"))
+SHARED = yaml.safe_load((REPO / "roles/_gpuops_vars/defaults/main.yml").read_text(encoding="utf-8"))
 
 
 def cluster_config() -> dict:
@@ -35,8 +36,9 @@ def cluster_config() -> dict:
 
     return {"teams": hostvars["gpuops_teams"], "members": hostvars["gpuops_members"], "cluster_gpus": 24,
             "namespaces": {t["name"]: namespace_of(t) for t in hostvars["gpuops_teams"]},
+            "monitoring_namespace": hostvars.get("kube_monitoring_namespace", SHARED["kube_monitoring_namespace"]),
             **{key: var(key) for key in ("member_pvc_size", "extra_pvcs", "limit_default", "limit_default_request",
-                                         "monitoring_namespace", "default_storage_class", "mlflow_namespace",
+                                         "default_storage_class", "mlflow_namespace",
                                          "nfs_servers", "egress_endpoints")}}
 
 
