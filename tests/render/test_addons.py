@@ -75,6 +75,24 @@ def test_crd_validation_can_fail(rendered_objects):
     assert problems(broken)
 
 
+def test_tenants_admit_monitoring_and_reach_mlflow_where_they_run(rendered_objects):
+    """One namespace each (_gpuops_vars): the tenants' allows name the namespaces kube_monitoring and training_stack
+    deploy Prometheus and MLflow in."""
+    tenancy = addon_objects(rendered_objects, "kube_tenancy")
+    prometheus = {o["metadata"]["namespace"] for o in addon_objects(rendered_objects, "kube_monitoring")
+                  if o["kind"] == "PrometheusRule"}
+    mlflow = {o["metadata"]["namespace"] for o in addon_objects(rendered_objects, "training_stack")
+              if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow"}
+    admitted = {peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                for o in tenancy if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-allow-monitoring")
+                for rule in o["spec"]["ingress"] for peer in rule["from"]}
+    reached = {peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+               for o in tenancy if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-allow-mlflow")
+               for rule in o["spec"]["egress"] for peer in rule["to"]}
+    assert len(prometheus) == len(mlflow) == 1
+    assert (admitted, reached) == (prometheus, mlflow)
+
+
 def test_every_tenant_namespace_is_fenced(rendered_objects):
     objects = addon_objects(rendered_objects, "kube_tenancy")
     team = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/all/team.yml").read_text(encoding="utf-8"))

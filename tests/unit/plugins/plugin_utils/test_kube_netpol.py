@@ -34,11 +34,15 @@ def cluster_config() -> dict:
     def var(name: str) -> object:
         return hostvars.get(f"kube_tenancy_{name}", DEFAULTS[f"kube_tenancy_{name}"])
 
+    def shared(name: str) -> object:  # a namespace homed in _gpuops_vars
+        return hostvars.get(name, SHARED[name])
+
     return {"teams": hostvars["gpuops_teams"], "members": hostvars["gpuops_members"], "cluster_gpus": 24,
             "namespaces": {t["name"]: namespace_of(t) for t in hostvars["gpuops_teams"]},
-            "monitoring_namespace": hostvars.get("kube_monitoring_namespace", SHARED["kube_monitoring_namespace"]),
+            "monitoring_namespace": shared("kube_monitoring_namespace"),
+            "mlflow_namespace": shared("training_stack_mlflow_namespace"),
             **{key: var(key) for key in ("member_pvc_size", "extra_pvcs", "limit_default", "limit_default_request",
-                                         "default_storage_class", "mlflow_namespace",
+                                         "default_storage_class",
                                          "nfs_servers", "egress_endpoints")}}
 
 
@@ -95,8 +99,3 @@ def test_endpoint_for_one_team_only(tmp_path) -> None:
     to_endpoint = {(src, conn) for src, dst, conn in verdict.connections["plan"] if dst == "10.0.5.7"}
     assert to_endpoint == {(f"serving/probe-{i}", "{protocols:TCP,dst_ports:443}") for i in (1, 2)}
 
-
-def test_mlflow_namespace_agrees_with_training_stack() -> None:
-    """One MLflow: the namespace tenant pods may reach is the one training_stack deploys it in (both defaults)."""
-    training = yaml.safe_load((REPO / "roles/training_stack/defaults/main.yml").read_text(encoding="utf-8"))
-    assert DEFAULTS["kube_tenancy_mlflow_namespace"] == training["training_stack_mlflow_namespace"]
