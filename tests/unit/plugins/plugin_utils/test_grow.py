@@ -256,8 +256,14 @@ def test_apply_gives_the_grown_hosts_a_kubernetes_plan(tmp_path: Path) -> None:
     planned = subprocess.run([*base, "-e", "grow_plan_only=true"], cwd=REPO, env=env, capture_output=True,
                              text=True, check=False, timeout=300)
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-2000:]
-    applied = subprocess.run([*base, "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True,
+    # Without the cluster MLflow's store, the apply is refused by its read-only first play, before any host changes.
+    refused = subprocess.run([*base, "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True,
                              check=False, timeout=300)
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    assert "grow_mlflow_target_dir is ''" in refused.stdout, refused.stdout[-3000:]
+    assert "Kubernetes | 0." not in refused.stdout, "the apply went on past the refusal"
+    applied = subprocess.run([*base, "-e", "grow_apply=true", "-e", "grow_mlflow_target_dir=/srv/cluster-mlflow"],
+                             cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
     plays = {play["play"]["name"]: play for play in json_document(applied.stdout)["plays"]}
     stage_0 = plays.get("Kubernetes | 0. the plan and the inputs, checked on the controller before any host changes")
     assert stage_0, applied.stdout[-3000:] + applied.stderr[-2000:]
