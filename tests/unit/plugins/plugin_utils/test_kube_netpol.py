@@ -98,4 +98,3 @@ def test_endpoint_for_one_team_only(tmp_path) -> None:
     verdict = analyze(namespaces + probes, {"plan": policies}, tmp_path, sanity=False)
     to_endpoint = {(src, conn) for src, dst, conn in verdict.connections["plan"] if dst == "10.0.5.7"}
     assert to_endpoint == {(f"serving/probe-{i}", "{protocols:TCP,dst_ports:443}") for i in (1, 2)}
-
