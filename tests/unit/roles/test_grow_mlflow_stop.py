@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import run_playbook
+from ansible_env import run_with_kubectl
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "grow_mlflow_stop.yml"
@@ -29,20 +29,10 @@ PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
 
 
 def run_stop(tmp_path: Path, wait_rc: int, wait_stderr: str) -> tuple[int, list[list[str]], str]:
-    """Run mlflow_stop with the stand-in; the wait exits ``wait_rc`` with ``wait_stderr``. Returns the playbook's exit
-    status, the kubectl calls in order and the run's output."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
-    bin_dir.mkdir()
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(
-        "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
-        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
-        f"[ \"$5\" = wait ] && {{ echo '{wait_stderr}' >&2; exit {wait_rc}; }}\n"
-        "echo deployment.apps/mlflow scaled\n")
-    kubectl.chmod(0o755)
-    out = run_playbook(PLAYBOOK, {}, tmp_path, cache="memory", bin_dir=bin_dir)
-    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
-    return out.returncode, calls, out.stdout
+    """Run mlflow_stop with the stand-in; the wait exits ``wait_rc`` with ``wait_stderr``."""
+    answer = (f"[ \"$5\" = wait ] && {{ echo '{wait_stderr}' >&2; exit {wait_rc}; }}\n"
+              "echo deployment.apps/mlflow scaled")
+    return run_with_kubectl(PLAYBOOK, {}, tmp_path, answer)
 
 
 @pytest.mark.parametrize(("wait_rc", "wait_stderr"), [(0, ""), (1, NO_POD)], ids=["pods-deleted", "no-pod-left"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_env import run_playbook
+from ansible_env import run_with_kubectl
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "upgrade_drain.yml"
@@ -24,20 +24,9 @@ UNCORDON = ["kubectl", "uncordon", NODE]
 
 
 def run_drain(tmp_path: Path, unschedulable: str) -> tuple[int, list[list[str]], str]:
-    """Run drain then undrain with the stand-in answering ``unschedulable``; the exit status, the kubectl calls in
-    order and the output."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
-    bin_dir.mkdir()
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(
-        "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
-        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
-        f"[ \"$1\" = get ] && printf '{unschedulable}'\n"
-        "exit 0\n")
-    kubectl.chmod(0o755)
-    out = run_playbook(PLAYBOOK, {"upgrade_drain_timeout": 600}, tmp_path, cache="memory", bin_dir=bin_dir)
-    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
-    return out.returncode, calls, out.stdout
+    """Run drain then undrain with the stand-in answering ``unschedulable`` to the node's get."""
+    answer = f"[ \"$1\" = get ] && printf '{unschedulable}'\nexit 0"
+    return run_with_kubectl(PLAYBOOK, {"upgrade_drain_timeout": 600}, tmp_path, answer)
 
 
 def test_a_schedulable_node_is_cordoned_drained_and_uncordoned(tmp_path: Path) -> None:
