@@ -54,7 +54,7 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
         bounds.get("escalate_window", 604800)) + validation
 
 
-def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None) -> dict:
+def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, steps=None) -> dict:
     bounds = dict(bounds or {})
     for key in ("breaker_window", "escalate_window"):
         if key in bounds:
@@ -65,16 +65,15 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
     bounds["remediation"] = {h: _flag(v) for h, v in (bounds.get("remediation") or {}).items()}
     if bounds.get("nodes") is not None:  # kubectl get nodes -o json
         bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
-    return health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
+    plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              bool(_flag(release)), bounds or None)
-
-
-def health_steps_for(host_plan, host: str = "", platform: str = "compose", members=None, reboot=True,
-                     timeout: int = 600, report_dir: str = "/var/log/gpuops") -> list:
-    """``platform``: the plan's (preflight decided it, compose or kubernetes)."""
-    return health_steps.host_steps(host, host_plan or {}, platform, members or [],
-                                   {"reboot": bool(_flag(reboot)), "timeout": int(timeout),
-                                    "report_dir": report_dir})
+    steps = steps or {}
+    settings = {"reboot": bool(_flag(steps.get("reboot", True))), "timeout": int(steps.get("timeout", 600)),
+                "report_dir": steps.get("report_dir", "/var/log/gpuops")}
+    for host, hplan in plan["hosts"].items():
+        hplan["steps"] = health_steps.host_steps(host, hplan, steps.get("platform", "compose"),
+                                                 steps.get("members") or [], settings)
+    return plan
 
 
 def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",
@@ -122,7 +121,6 @@ class FilterModule:
         return {
             "health_problems": health_problems,
             "health_plan": health_plan,
-            "health_steps": health_steps_for,
             "health_next_state": health_next_state,
             "health_audit": health_audit,
             "health_gpu_pods": health_gpu_pods,
