@@ -16,8 +16,8 @@ from pathlib import Path
 
 import ansible_runner
 
-from .progress import make_progress
-from .summary import EXIT_USAGE, RunFold, exit_code, junit_xml, parse_list_tasks, recap_line, summarise
+from .progress import Progress
+from .summary import EXIT_USAGE, RunFold, exit_code, junit_xml, recap_line, summarise
 
 PLAYBOOKS = ("site", "preflight", "validate", "burnin", "diagnose", "upgrade_driver", "health", "grow", "render")
 
@@ -82,13 +82,6 @@ def check_inventory(inventory: str, root: Path, env: dict) -> None:
         raise UsageError(f"inventory '{inventory}' has no hosts")
 
 
-def list_tasks(playbook: Path, inventory: str, extra: list[str], root: Path, env: dict) -> list[dict]:
-    """Static task count per play, for the progress bars' totals (empty when it cannot be had)."""
-    proc = subprocess.run(["ansible-playbook", "-i", inventory, *extra, "--list-tasks", str(playbook)],
-                          cwd=root, env=env, capture_output=True, text=True, check=False)
-    return parse_list_tasks(proc.stdout) if proc.returncode == 0 else []
-
-
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="gpuops-run",
@@ -140,19 +133,13 @@ def run(args: argparse.Namespace) -> int:
     check_inventory(inventory, root, env)
     extra = _ansible_args(args)
     fold = RunFold()
-    plan = list_tasks(playbook, inventory, extra, root, env) if sys.stdout.isatty() else []
-    progress = make_progress(fold, plan)
     cmdline = shlex.join([*extra, *(["--check"] if args.check else [])])
     print(f"gpuops-run: {playbook} -i {inventory} {cmdline}".rstrip(), flush=True)
-    try:
-        result = ansible_runner.run(
-            private_data_dir=str(artifacts / "runner"), project_dir=str(root), playbook=str(playbook),
-            inventory=inventory, cmdline=cmdline or None,
-            envvars={k: v for k, v in env.items() if k.startswith("ANSIBLE_") or k == "PATH"},
-            event_handler=progress, quiet=True, ident="run")
-    finally:
-        if hasattr(progress, "progress"):
-            progress.progress.stop()
+    result = ansible_runner.run(
+        private_data_dir=str(artifacts / "runner"), project_dir=str(root), playbook=str(playbook),
+        inventory=inventory, cmdline=cmdline or None,
+        envvars={k: v for k, v in env.items() if k.startswith("ANSIBLE_") or k == "PATH"},
+        event_handler=Progress(fold), quiet=True, ident="run")
     summary = summarise(fold, rc=result.rc, status=result.status)
     summary |= {"playbook": str(playbook), "inventory": inventory, "check_mode": args.check,
                 "ansible_args": extra, "runner_artifacts": str(artifacts / "runner" / "artifacts" / "run")}

@@ -7,7 +7,6 @@ tests feed recorded events.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
 
@@ -259,22 +258,6 @@ def _count(element: ET.Element, cases: str) -> None:
     element.set("tests", str(len(element.findall(cases))))
     for key, tag in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
         element.set(key, str(len(element.findall(f"{cases}/{tag}"))))
-
-
-_LIST_PLAY = re.compile(r"^\s*play #\d+ \((?P<hosts>[^)]*)\): (?P<name>.*?)\s+TAGS:")
-_LIST_TASK = re.compile(r"^\s{6,}\S.*\s+TAGS:")
-
-
-def parse_list_tasks(text: str) -> list[dict]:
-    """`ansible-playbook --list-tasks` output -> [{name, tasks}] in play order (static tasks only)."""
-    plays: list[dict] = []
-    for line in text.splitlines():
-        match = _LIST_PLAY.match(line)
-        if match:
-            plays.append({"name": match.group("name"), "tasks": 0})
-        elif plays and _LIST_TASK.match(line):
-            plays[-1]["tasks"] += 1
-    return plays
 
 
 def recap_line(name: str, host: dict) -> str:

@@ -1,8 +1,9 @@
 """gpuops-run's pure logic on recorded ansible-runner events: summary counts agree with the PLAY RECAP
-the same run printed, JUnit has one testcase per host x play, exit codes, --list-tasks parsing."""
+the same run printed, JUnit has one testcase per host x play, exit codes, the progress lines."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -14,6 +15,7 @@ from ansible_env import play_recap
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from gpuops_run import summary as S
+from gpuops_run.progress import Progress
 
 RECORDED = Path(__file__).parent / "recorded"
 CAPTURES = ["mixed_rescued_ignored_loop", "failed_and_unreachable"]
@@ -126,9 +128,17 @@ def test_result_message(res, msg):
     assert S.result_message(res) == msg
 
 
-def test_parse_list_tasks():
-    plays = S.parse_list_tasks((RECORDED / "mixed_list_tasks.txt").read_text())
-    assert plays == [{"name": "Mixed results", "tasks": 5}, {"name": "After", "tasks": 1}]
+def test_progress_prints_each_play_task_and_failure_as_it_comes():
+    out = io.StringIO()
+    progress = Progress(S.RunFold(), out)
+    for event in events("failed_and_unreachable"):
+        assert progress(event) is True
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("PLAY 1: ")
+    assert lines[1].startswith("  task 1: ")
+    assert lines[1].endswith("| ok=0 changed=0 failed=0 unreachable=0")
+    assert any(line.startswith("  UNREACHABLE h2: ") for line in lines)
+    assert any(line.startswith("  FAILED h1: ") for line in lines)
 
 
 def test_recap_line_reads_like_ansible():
