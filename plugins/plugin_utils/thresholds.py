@@ -17,7 +17,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import parse_all_reduce
 
-__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "markdown_table", "measure", "status_of", "worst"]
+__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "measure", "status_of", "worst"]
 
 # Worst first: a verdict is its worst check's status. UNKNOWN is worse than PASS: nothing unjudged passes.
 STATUSES = ("FAIL", "WARN", "UNKNOWN", "PASS")
@@ -68,13 +68,12 @@ def _gpu_gpu(values: list) -> float | None:
     return _worst_of([v for i, v in enumerate(values) if i // n != i % n])
 
 
-def measure(nccl: str | None = None, nvbandwidth: str | None = None, health: list | None = None,
-            counters: dict | None = None) -> dict:
+def measure(nccl: str | None = None, nvbandwidth: str | None = None, health: list | None = None) -> dict:
     """The measured values of one host: {"values": {check: number}, "errors": {check: why the run gave none}}.
 
     nccl: all_reduce_perf's output (one node, all its GPUs). nvbandwidth: its output for any of the three testcases
     of CHECKS. health: gpu_health's GPU records (``state``: row_remap_pending, row_remap_failure, nvlink_links_down).
-    counters: numbers read elsewhere, by check name (SRAM ECC counts, PCIe replays per minute)."""
+    Nothing measures the SRAM ECC and PCIe replay checks yet: a caller that reads them adds them to ``values``."""
     values: dict = {}
     errors: dict = {}
     if nccl is not None:
@@ -106,10 +105,6 @@ def measure(nccl: str | None = None, nvbandwidth: str | None = None, health: lis
         down = [s.get("nvlink_links_down") for s in states if s.get("nvlink_links_down") is not None]
         if down:
             values["nvlink_inactive"] = sum(len(links) for links in down)
-    for check, value in (counters or {}).items():
-        if check not in CHECKS:
-            raise ValueError(f"counters has {check!r}; allowed: {', '.join(CHECKS)}")
-        values[check] = value
     return {"values": values, "errors": errors}
 
 
@@ -168,27 +163,3 @@ def judge(gpu_name: str, measured: dict, overrides: dict | None = None, gpu_coun
               for check in CHECKS if check in values or check in errors]
     status = worst(c["status"] for c in checks)
     return {"model": model, "gpu_name": gpu_name, "status": status, "exit_code": EXIT_CODES[status], "checks": checks}
-
-
-def _cell(check: str, entry: dict | None) -> str:
-    if entry is None:
-        return "—"
-    marks = [f"{entry['gpus']} GPUs"] if entry.get("gpus") else []
-    marks += [f"warn below +{float(entry['warn_within']):.0%}"] if entry.get("warn_within") else []
-    marks += ["warn above"] if entry.get("exceed") == "warn" else []
-    bound = "≥" if CHECKS[check][0] == "min" else "≤"
-    return f"{bound} {entry['value']:g}" + (f" ({', '.join(marks)})" if marks else "") + f" [{entry['source']}]"
-
-
-def markdown_table() -> str:
-    """The table as docs/thresholds.md shows it: one row per model, one column per check, then the sources."""
-    lines = ["| model | " + " | ".join(f"`{c}` ({CHECKS[c][1]})" for c in CHECKS) + " |",
-             "|---" * (len(CHECKS) + 1) + "|"]
-    for model in GPU_MODELS["models"]:
-        acceptance = model.get("acceptance") or {}
-        cells = [_cell(c, acceptance.get(c)) for c in CHECKS]
-        lines.append(f"| {model['model']} | " + " | ".join(cells) + " |")
-    lines += ["", "| source | what it says |", "|---|---|"]
-    for key, source in GPU_MODELS["sources"].items():
-        lines.append(f"| [{key}]({source['url']}) | {' '.join(source['says'].split())} |")
-    return "\n".join(lines) + "\n"
