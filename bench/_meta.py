@@ -69,12 +69,9 @@ def commit() -> str | None:
 
 
 def command(argv: list[str] | None = None) -> str:
-    """The command as run: the GPUOPS_BENCH_* variables set, the script relative to the repository, its arguments."""
+    """The command as run: the script relative to the repository, its arguments."""
     argv = sys.argv if argv is None else argv
-    script = Path(argv[0]).resolve()
-    shown = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else argv[0]
-    env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("GPUOPS_BENCH_")]
-    return shlex.join([*env, "python", shown, *argv[1:]])
+    return shlex.join(["python", str(shown(Path(argv[0]).resolve())), *argv[1:]])
 
 
 def load_limit(cores: int) -> float:

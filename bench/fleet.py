@@ -6,7 +6,6 @@ What it runs and records (N target containers; ping, setup and preflight.yml int
 time.
 
   bench/fleet.py [--sizes 10,50,100] [--rounds 3] [--forks N] [--keep]
-Environment: GPUOPS_BENCH_SIZES, GPUOPS_BENCH_ROUNDS (same meaning as the flags).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import statistics
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _meta import REPO, generator, load1, load_limit, over_load, record, started, timed
@@ -26,14 +24,15 @@ from figures import fleet_block
 
 sys.path.insert(0, str(REPO / "tests"))
 from ansible_env import playbook_env
-from container_node import BOOTED, NODE_SETTINGS, booted, docker
+from container_node import NODE_SETTINGS, docker
 
 WORK = REPO / "build" / "bench"
 IMAGE = "gpuops/debian12-systemd"
 PREFIX = "gpuops-bench-"
 LABEL = "gpuops.bench=true"
-BOOT_BATCH = 10  # systemd containers booted at once (2 cores: 50 at once starve each other)
-BOOT_TIMEOUT = 300
+# PID 1 of the targets. Ping, setup and preflight need python, not systemd; and each systemd container holds
+# inotify instances from a per-user limit (128) that every test container shares, so a fleet of them stops booting.
+INIT = "sleep"
 SETTLE_TIMEOUT = 240  # seconds to wait for the start-up's load to decay before a size is measured
 TARGETS_GPU = False  # start() passes no GPU to the containers (no --gpus, no /dev/nvidia*): gpu_facts finds none
 PIPELINING = True  # as a real fleet runs: ansible.cfg pipelines ssh, so one module call is one remote command
@@ -60,36 +59,24 @@ def remove_all() -> None:
         docker("rm", "-f", *names, check=False, timeout=600)
 
 
-def start(name: str, init: str) -> None:
-    """A node as playbooks/tasks/node_container.yml starts one (init=systemd), or the same image and
-    settings with ``sleep infinity`` as PID 1 (init=sleep): ping, setup and preflight need python, not systemd."""
-    command = ["/lib/systemd/systemd"] if init == "systemd" else ["sleep", "infinity"]
-    run = docker("run", "-d", "--name", name, "--hostname", name, "--label", LABEL, *NODE_SETTINGS, IMAGE, *command,
-                 check=False)
+def start(name: str) -> None:
+    """A node from the image and settings playbooks/tasks/node_container.yml uses, with ``sleep infinity`` as PID 1."""
+    run = docker("run", "-d", "--name", name, "--hostname", name, "--label", LABEL, *NODE_SETTINGS, IMAGE,
+                 INIT, "infinity", check=False)
     if run.returncode != 0:
         raise SystemExit(f"bench: could not start {name}: {run.stderr.strip()}")
 
 
-def fleet(size: int, init: str) -> tuple[list[str], float]:
-    """N booted nodes (reusing those already up); returns the names and the seconds spent starting."""
+def fleet(size: int) -> tuple[list[str], float]:
+    """N running nodes (reusing those already up); returns the names and the seconds spent starting."""
     t0 = time.perf_counter()
     wanted = [f"{PREFIX}{index:03d}" for index in range(size)]
     have = set(containers())
     for extra in sorted(have - set(wanted)):
         docker("rm", "-f", extra, check=False)
-    missing = [name for name in wanted if name not in have]
-    for first in range(0, len(missing), BOOT_BATCH):
-        batch = missing[first : first + BOOT_BATCH]
-        for name in batch:
-            start(name, init)
-        if init != "systemd":
-            continue
-        with ThreadPoolExecutor(len(batch)) as pool:
-            # the bench needs only a running container with python: a boot still "starting" is reported, not fatal
-            states = dict(zip(batch, pool.map(lambda name: booted(name, BOOT_TIMEOUT), batch)))
-        late = {n: s for n, s in states.items() if s not in BOOTED}
-        if late:
-            print(f"  bench: systemd still booting (measured anyway): {late}")
+    for name in wanted:
+        if name not in have:
+            start(name)
     return wanted, time.perf_counter() - t0
 
 
@@ -115,8 +102,7 @@ def commands(inv: Path, forks: int) -> dict[str, list[str]]:
 
 def environment() -> dict[str, str]:
     # the project's jsonfile cache, kept out of .cache/
-    bin_dir = Path(sys.executable).parent
-    return playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=bin_dir, extra={"GPUOPS_BENCH": "1"})
+    return playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=Path(sys.executable).parent)
 
 
 class _PeakLoad(threading.Thread):
@@ -149,9 +135,9 @@ def settle(target: float) -> tuple[float, float]:
     return round(time.perf_counter() - t0, 1), load1()
 
 
-def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) -> dict:
+def measure(size: int, rounds: int, env: dict[str, str], forks: int) -> dict:
     load_before, cores = load1(), os.cpu_count() or 1
-    names, startup = fleet(size, init)
+    names, startup = fleet(size)
     cmds = commands(inventory(names), forks)
     times: dict[str, list[float]] = {name: [] for name in cmds}
     timed(cmds["ping"], env, WORK / "warmup.log")  # first contact (python bytecode on the nodes) is not timed
@@ -166,7 +152,7 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) 
     load_peak, load_after = sampler.stop(), load1()
     return {
         "hosts": size,
-        "init": init,
+        "init": INIT,
         "forks": forks,
         "pipelining": PIPELINING,
         "rounds": rounds,
@@ -187,20 +173,13 @@ def measure(size: int, rounds: int, env: dict[str, str], init: str, forks: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=os.environ.get("GPUOPS_BENCH_SIZES", "10,50,100"))
-    parser.add_argument("--rounds", type=int, default=int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3")))
+    parser.add_argument("--sizes", default="10,50,100")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
-    parser.add_argument(
-        "--init",
-        choices=["sleep", "systemd"],
-        default=os.environ.get("GPUOPS_BENCH_INIT", "sleep"),
-        help="PID 1 of the targets; systemd needs ~4 inotify instances each (this host allows 128 per user, so "
-        "beyond ~20 systemd containers on a shared machine systemd hangs in 'initializing')",
-    )
     parser.add_argument(
         "--forks",
         type=int,
-        default=int(os.environ.get("GPUOPS_BENCH_FORKS", "0")),
+        default=0,
         help="ansible --forks for all three commands (default: half the core count, so that the bench does not raise "
         "the load past the limit by itself: each fork is a docker exec with several runnable processes behind it)",
     )
@@ -210,12 +189,12 @@ def main() -> None:
     env = environment()
     print(
         f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
-        f"targets' PID 1: {args.init}, forks {forks}"
+        f"targets' PID 1: {INIT}, forks {forks}"
     )
     start, results, entry = started(), [], None
     try:
         for size in sizes:
-            results.append(measure(size, args.rounds, env, args.init, forks))
+            results.append(measure(size, args.rounds, env, forks))
             entry = record_fleet(start, sizes, results)  # kept even if a later size fails
     finally:
         if not args.keep:

@@ -265,11 +265,11 @@ def test_fleet_measure_counts_the_peak_in_over_load(monkeypatch):
     peak, forks = 4.5, 2
     loads = iter([0.5, 0.6, peak, peak, 0.7])  # before, sampler start, ..., after: one sample over the limit
     monkeypatch.setattr(fleet, "load1", lambda: next(loads, 0.7))
-    monkeypatch.setattr(fleet, "fleet", lambda size, init: ([f"n{i}" for i in range(size)], 0.1))
+    monkeypatch.setattr(fleet, "fleet", lambda size: ([f"n{i}" for i in range(size)], 0.1))
     monkeypatch.setattr(fleet, "inventory", lambda names: figures.REPO / "build" / "unused.json")
     monkeypatch.setattr(fleet, "timed",
                         lambda argv, env, log: ({"ansible": 1.0}.get(argv[0].rsplit("/", 1)[-1], 2.0), ""))
-    result = fleet.measure(3, 1, {}, "sleep", forks)
+    result = fleet.measure(3, 1, {}, forks)
     assert result["forks"] == forks
     assert result["load_1min_peak"] == peak
     assert result["over_load"] is True

@@ -81,10 +81,9 @@ def test_a_load_above_the_limit_must_be_marked(monkeypatch):
     assert _meta.generator({**start, "load_1min_before": 2.9}, "bench/fleet.py", False, (3.5,))["over_load"] is True
 
 
-def test_the_generator_records_the_command_as_run(monkeypatch):
-    monkeypatch.setenv("GPUOPS_BENCH_ROUNDS", "1")
-    argv = [str(_meta.REPO / "bench" / "fleet.py"), "--sizes", "10,50"]
-    assert _meta.command(argv) == "GPUOPS_BENCH_ROUNDS=1 python bench/fleet.py --sizes 10,50"
+def test_the_generator_records_the_command_as_run():
+    argv = [str(_meta.REPO / "bench" / "fleet.py"), "--sizes", "10,50", "--rounds", "1"]
+    assert _meta.command(argv) == "python bench/fleet.py --sizes 10,50 --rounds 1"
 
 
 def test_record_refuses_an_entry_without_generator_fields(tmp_path, monkeypatch):
