@@ -67,18 +67,6 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:_SHOW_NAMES]) + f" and {len(names) - _SHOW_NAMES} more"
 
 
-def empty_result(warnings: list[str] | None = None) -> dict:
-    return {
-        "gpus": [],
-        "nics": [],
-        "nvlink_domains": [],
-        "nvlink_all_to_all": False,
-        "numa_groups": [],
-        "placements": [],
-        "warnings": list(warnings or []),
-    }
-
-
 # --------------------------------------------------------------------------------------------- reading
 
 
@@ -459,15 +447,11 @@ def parse_topology(text: str | None, gpus_per_job: int | None = None) -> dict:
     first; never raises on bad text (see ``warnings``)."""
     clean = strip_terminal(text)
     if not clean.strip():
-        return empty_result(["empty input: there is no `nvidia-smi topo -m` output to read"])
+        return conclude(_Capture(), None, ["empty input: there is no `nvidia-smi topo -m` output to read"])
     warnings: list[str] = []
     capture = read_capture(clean, warnings)
-    if capture is None:
-        return empty_result(
-            [
-                "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, "
-                f"got {cut_line(text or '')}"
-            ]
-        )
+    if capture is None:  # what is not a matrix concludes as an empty one: no GPU, no link, the one warning
+        warning = "no `nvidia-smi topo -m` matrix found: expected a header line whose first column is GPU0, got "
+        return conclude(_Capture(), None, [warning + cut_line(text or "")])
     interpret(capture, warnings)
     return conclude(capture, gpus_per_job, warnings)
