@@ -20,20 +20,16 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import r
 
 GIB = 1024**3
 MOUNTINFO_MIN_FIELDS = 6  # fields before the optional ones: id, parent, major:minor, root, mount point, options
-PROC_MOUNTS_MIN_FIELDS = 4  # source, mount point, fstype, options
-DEFAULT_PATH = "/mnt/disks"
-DEFAULT_FSTYPES = ("xfs", "ext4")
-DEFAULT_OPTIONS = ("noatime",)
 UNION_FSTYPES = frozenset(("overlay", "aufs", "fuse-overlayfs"))
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 class Mount(NamedTuple):
-    mount_id: int | None
-    parent_id: int | None
-    devno: str | None  # "major:minor" (mountinfo only)
-    root: str | None  # path inside the filesystem that is mounted here ("/" unless a bind mount)
+    mount_id: int
+    parent_id: int
+    devno: str  # "major:minor"
+    root: str  # path inside the filesystem that is mounted here ("/" unless a bind mount)
     mount_point: str
     mount_options: tuple[str, ...]  # per-mount (VFS) options: rw, noatime, ...
     optional: tuple[str, ...]  # shared:N, master:N, ...
@@ -91,46 +87,24 @@ def parse_mountinfo(text: str, origin: str = "/proc/self/mountinfo") -> list[Mou
     return mounts
 
 
-def parse_proc_mounts(text: str, origin: str = "/proc/mounts") -> list[Mount]:
-    """Parse the fstab-like /proc/mounts (fallback; it has no device numbers or bind-mount roots)."""
-    mounts = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        fields = line.split()
-        if len(fields) < PROC_MOUNTS_MIN_FIELDS:
-            raise ValueError(f"{origin} line {number} has fewer than 4 fields; raw line: {line!r}")
-        options = _options(fields[3])
-        mounts.append(
-            Mount(
-                None, None, None, None, unescape(fields[1]), options, (), unescape(fields[2]), unescape(fields[0]), ()
-            )
-        )
-    return mounts
+def read_mounts(proc_root: str) -> tuple[list[Mount], str]:
+    """Mounts seen by this process, from mountinfo (every kernel since 2.6.26 has it); and the file that was read."""
+    origin = os.path.join(proc_root, "self", "mountinfo")
+    if not os.path.exists(origin):
+        raise ValueError(f"{origin} does not exist: is /proc mounted on the target?")
+    with open(origin, encoding="utf-8", errors="surrogateescape") as handle:  # paths as os.path reads them
+        return parse_mountinfo(handle.read(), origin), origin
 
 
-def read_mounts(proc_root: str = "/proc") -> tuple[list[Mount], str]:
-    """Mounts seen by this process, from mountinfo (preferred) or /proc/mounts; and the file that was read."""
-    for relative, parser in (("self/mountinfo", parse_mountinfo), ("mounts", parse_proc_mounts)):
-        origin = os.path.join(proc_root, relative)
-        if os.path.exists(origin):
-            with open(origin, encoding="utf-8", errors="surrogateescape") as handle:
-                return parser(handle.read(), origin), origin
-    raise ValueError(
-        f"neither {proc_root}/self/mountinfo nor {proc_root}/mounts exists: is /proc mounted on the target?"
-    )
-
-
-def device_name(mount: Mount, sys_root: str = "/sys") -> str:
+def device_name(mount: Mount, sys_root: str) -> str:
     """A readable device for a mount: its /dev source, else DEVNAME from /sys/dev/block/<major:minor>/uevent."""
     if mount.source.startswith("/dev/") and mount.source != "/dev/root":
         return mount.source
-    if mount.devno:
-        uevent = os.path.join(sys_root, "dev", "block", mount.devno, "uevent")
-        for line in (read_text(uevent) or "").splitlines():
-            key, _sep, value = line.strip().partition("=")
-            if key == "DEVNAME" and value:
-                return "/dev/" + value
+    uevent = os.path.join(sys_root, "dev", "block", mount.devno, "uevent")
+    for line in (read_text(uevent) or "").splitlines():
+        key, _sep, value = line.strip().partition("=")
+        if key == "DEVNAME" and value:
+            return "/dev/" + value
     return mount.source
 
 
@@ -178,7 +152,7 @@ def validate_params(
     path: str, allowed_fstypes: list[str], required_options: list[str], min_free_gib: float, min_volumes: int
 ) -> None:
     if not path or not os.path.isabs(path):
-        raise ValueError(f"path '{path}' must be an absolute directory path, e.g. {DEFAULT_PATH}")
+        raise ValueError(f"path '{path}' must be an absolute directory path, e.g. /mnt/disks")
     if not allowed_fstypes or any(not str(fstype).strip() for fstype in allowed_fstypes):
         raise ValueError(
             f"allowed_fstypes {allowed_fstypes!r} must list at least one filesystem type, e.g. [xfs, ext4]"
@@ -252,7 +226,7 @@ def _check_mount(
             f"filesystem type {mount.fstype}, expected one of {', '.join(settings['allowed_fstypes'])}: reformat it "
             "(e.g. mkfs.xfs) or add the type to allowed_fstypes"
         )
-    if root is not None and mount is not root and mount.devno is not None and mount.devno == root.devno:
+    if root is not None and mount is not root and mount.devno == root.devno:
         problems.append(
             f"bind mount of {mount.root} from the root filesystem (device {mount.devno}, same as /): the data would "
             "land on the root disk; mount a dedicated disk or partition here"
@@ -275,14 +249,15 @@ def _check_mount(
     return mount
 
 
-def check_local_volumes(
-    path: str = DEFAULT_PATH,
-    allowed_fstypes: list[str] | tuple[str, ...] = DEFAULT_FSTYPES,
-    required_options: list[str] | tuple[str, ...] = DEFAULT_OPTIONS,
-    min_free_gib: float = 10.0,
-    min_volumes: int = 1,
-    proc_root: str = "/proc",
-    sys_root: str = "/sys",
+def check_local_volumes(  # the module's options (their defaults are its spec's), then what tests inject
+    *,
+    path: str,
+    allowed_fstypes: list[str],
+    required_options: list[str],
+    min_free_gib: float,
+    min_volumes: int,
+    proc_root: str,
+    sys_root: str,
     statvfs: Callable[[str], Any] = os.statvfs,
 ) -> dict[str, Any]:
     """Check every entry of the discovery directory ``path``; return ``{ok, msg, volumes, problems, mounts_file}``.
@@ -291,8 +266,6 @@ def check_local_volumes(
     (free = space available to unprivileged users, statvfs f_bavail). Raises ValueError on bad parameters or an
     unreadable mount table; everything else, including an empty or missing directory, is an answer.
     """
-    allowed_fstypes = [str(fstype) for fstype in allowed_fstypes]
-    required_options = [str(option) for option in required_options]
     validate_params(path, allowed_fstypes, required_options, min_free_gib, min_volumes)
     problems: list[str] = []
     volumes: list[dict[str, Any]] = []
@@ -341,16 +314,15 @@ def _mark_shared(volumes: list[dict[str, Any]], visible: dict[str, Mount]) -> No
     """Two entries on one filesystem: its capacity would be offered twice."""
     groups: dict[str, list[str]] = {}
     for vpath, mount in visible.items():
-        key = mount.devno or mount.source
-        groups.setdefault(key, []).append(vpath)
+        groups.setdefault(mount.devno, []).append(vpath)
     for volume in volumes:
         mount = visible.get(volume["path"])
         if mount is None:
             continue
-        others = [other for other in groups[mount.devno or mount.source] if other != volume["path"]]
+        others = [other for other in groups[mount.devno] if other != volume["path"]]
         if others:
             volume["problems"].append(
-                f"same filesystem ({volume['device']}, device {mount.devno or 'unknown'}) is also mounted at "
+                f"same filesystem ({volume['device']}, device {mount.devno}) is also mounted at "
                 f"{', '.join(others)}: each local volume needs its own filesystem, or its capacity is counted twice"
             )
 

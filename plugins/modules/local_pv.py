@@ -17,8 +17,7 @@ description:
     the root filesystem, not an overlay), of a type in O(allowed_fstypes), mounted with every option in
     O(required_options), writable, with nothing mounted inside it, not sharing its filesystem with another entry,
     and with at least O(min_free_gib) GiB free.
-  - Reads C(/proc/self/mountinfo) (falling back to C(/proc/mounts)), C(/sys/dev/block) and C(statvfs) only; it
-    never changes anything.
+  - Reads C(/proc/self/mountinfo), C(/sys/dev/block) and C(statvfs) only; it never changes anything.
   - Problems are an answer (RV(ok=false)) unless O(fail_on_problems=true). Bad parameters and an unreadable mount
     table fail the task.
 author:
@@ -160,20 +159,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import HOST_ROOTS_ARGS
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import check_local_volumes
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "default": "/mnt/disks"},
+    "allowed_fstypes": {"type": "list", "elements": "str", "default": ["xfs", "ext4"]},
+    "required_options": {"type": "list", "elements": "str", "default": ["noatime"]},
+    "min_free_gib": {"type": "float", "default": 10},
+    "min_volumes": {"type": "int", "default": 1},
+    "fail_on_problems": {"type": "bool", "default": False},
+    **HOST_ROOTS_ARGS,
+}
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "default": "/mnt/disks"},
-            "allowed_fstypes": {"type": "list", "elements": "str", "default": ["xfs", "ext4"]},
-            "required_options": {"type": "list", "elements": "str", "default": ["noatime"]},
-            "min_free_gib": {"type": "float", "default": 10},
-            "min_volumes": {"type": "int", "default": 1},
-            "fail_on_problems": {"type": "bool", "default": False},
-            **HOST_ROOTS_ARGS,
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     try:
         result = check_local_volumes(

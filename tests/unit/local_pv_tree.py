@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import GIB, check_local_volumes
+from ansible_collections.gpuops.cluster.plugins.modules.local_pv import ARGUMENT_SPEC
 
 ROOT = "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw,errors=remount-ro"
 PROC = "23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw"
@@ -70,4 +71,11 @@ class Tree:
         proc.joinpath("mountinfo").write_text("\n".join(self.lines) + "\n")
         kwargs.setdefault("path", str(self.disks))
         kwargs.setdefault("statvfs", self.statvfs)
-        return check_local_volumes(proc_root=str(self.tmp / "proc"), sys_root=str(self.tmp / "sys"), **kwargs)
+        return check_local_volumes(proc_root=str(self.tmp / "proc"), sys_root=str(self.tmp / "sys"),
+                                   **{**module_defaults(), **kwargs})
+
+
+def module_defaults() -> dict:
+    """The module's option defaults (its spec is their one home), as check_local_volumes takes them."""
+    names = ("allowed_fstypes", "required_options", "min_free_gib", "min_volumes")
+    return {name: ARGUMENT_SPEC[name]["default"] for name in names}

@@ -8,17 +8,15 @@ and a fake statvfs.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_pv import (
     GIB,
     check_local_volumes,
     parse_mountinfo,
-    parse_proc_mounts,
     unescape,
 )
-from local_pv_tree import XFS_SUPER, Tree
+from local_pv_tree import XFS_SUPER, Tree, module_defaults
 
 
 @pytest.fixture
@@ -291,24 +289,10 @@ def test_unescape_octal():
     assert unescape("a\\040b\\011c\\134d") == "a b\tc\\d"
 
 
-def test_proc_mounts_fallback(tmp_path):
-    disks = (tmp_path / "disks").resolve()
-    (disks / "v1").mkdir(parents=True)
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "mounts").write_text(
-        f"/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n/dev/nvme1n1 {disks}/v1 xfs rw,noatime,attr2 0 0\n"
-    )
-    assert parse_proc_mounts("/dev/sda1 /a\\040b ext4 rw 0 0")[0].mount_point == "/a b"
-
-    def statvfs(path):
-        return SimpleNamespace(f_frsize=4096, f_bsize=4096, f_blocks=GIB, f_bavail=GIB // 2)
-
-    result = check_local_volumes(str(disks), proc_root=str(tmp_path / "proc"), statvfs=statvfs)
-    assert result["mounts_file"] == str(tmp_path / "proc" / "mounts")
-    volume = result["volumes"][0]
-    assert (volume["ok"], volume["device"], volume["devno"], volume["size"]) == (True, "/dev/nvme1n1", None, 4096 * GIB)
-
-
 def test_no_mount_table_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match=r"neither .*/self/mountinfo nor .*/mounts exists"):
-        check_local_volumes(str(tmp_path), proc_root=str(tmp_path / "proc"))
+    """/proc/mounts is no fallback: it lacks device numbers and bind-mount roots, which the checks need."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "mounts").write_text("/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n")
+    with pytest.raises(ValueError, match=r"proc/self/mountinfo does not exist: is /proc mounted on the target\?"):
+        check_local_volumes(path=str(tmp_path), proc_root=str(tmp_path / "proc"), sys_root=str(tmp_path / "sys"),
+                            **module_defaults())
