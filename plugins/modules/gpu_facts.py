@@ -19,7 +19,6 @@ description:
   - A host without an NVIDIA GPU, or with GPUs but no working driver, is a normal answer
     (C(present=false) or C(source=pci)), not a failure. The reasons a backend was skipped are in C(notes).
   - One call gathers everything, whatever the number of GPUs; it never runs a command per GPU.
-  - With O(topology=true) it also reads the GPU topology (C(nvidia-smi topo -m)), so one call per host is enough.
 author:
   - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
@@ -196,23 +195,6 @@ ansible_facts:
           description: One entry per GPU, in nvidia-smi index order. Fields a backend cannot tell are null.
           type: list
           elements: dict
-          sample:
-            - index: 0
-              name: NVIDIA H100 80GB HBM3
-              uuid: GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1
-              pci_bus_id: "00000000:18:00.0"
-              memory_total_mib: 81559
-              mig_mode: Disabled
-              mig_mode_pending: Disabled
-              persistence_mode: true
-              numa_node: 0
-              cpu_affinity: "0-51,104-155"
-              nvlink: 18
-              fabric:
-                state: Completed
-                status: Success
-                clique_id: 0
-                cluster_uuid: 00000000-0000-0000-0000-000000000000
           contains:
             index:
               description: nvidia-smi / NVML index (PCI bus order).
@@ -367,7 +349,6 @@ ansible_facts:
                   type: list
                   elements: int
                   sample: [0, 1, 2, 3]
-              sample: [{"numa_node": 0, "gpus": [0, 1, 2, 3]}, {"numa_node": 1, "gpus": [4, 5, 6, 7]}]
             placements:
               description:
                 - Disjoint sets of O(gpus_per_job) GPUs whose members are pairwise NVLinked, sorted by lowest index.
