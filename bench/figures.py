@@ -10,14 +10,13 @@ committed page differs. The prose around the blocks explains; every number is in
 
 A results entry whose generator says ``over_load`` (bench/_meta.py) is shown with its load, never its figures.
 
-    python bench/figures.py record-test [build/test-summary.json] [--found cold|partial|warm]
+    python bench/figures.py record-test [build/test-summary.json]
     python bench/figures.py record-gpu-check [build/gpu-check/report.json]
         `make record-test` and `make record-gpu-check` (bench/README.md): a full `make test`'s summary kept as
         bench/test-summary.json, and also as bench/test-summary-cold.json when its set-up found nothing (setup_found
-        "cold"; --found states that for a summary older than the field, never overriding a recorded value, and the
-        page says who stated it); a `make gpu-check` report kept as bench/gpu-check.json. Either refuses, with the
-        fix, a file that is not such a run or names no commit (GPUOPS_COMMIT names it where the run's checkout had
-        no .git: bench/_meta.py).
+        "cold"); a `make gpu-check` report kept as bench/gpu-check.json. Either refuses, with the fix, a file that
+        is not such a run or names no commit (GPUOPS_COMMIT names it where the run's checkout had no .git:
+        bench/_meta.py).
 """
 
 from __future__ import annotations
@@ -164,26 +163,24 @@ def converge_block(entry: dict | None) -> list[str]:
         return [*lines, f"Figures {_over(_loads(gen), gen['load_limit'])} "
                         f"(at the runs' starts: {starts['first']} / {starts['second']})."]
     first, second = entry["first_recap"], entry["second_recap"]
-    rounds = entry.get("each_round") or []
-    if rounds:
-        lines += [f"The median of {len(rounds)} rounds, each a fresh demo node then `site.yml` twice; the recaps "
-                  "and loads are the median round's, the re-run's changed is the largest of any round.", ""]
-    lines += [f"| first converge | re-run | re-run / first (target <= {TARGETS['second_over_first']:.2f}) "
+    rounds = entry["each_round"]
+    lines += [f"The median of {len(rounds)} rounds, each a fresh demo node then `site.yml` twice; the recaps and "
+              "loads are the median round's, the re-run's changed is the largest of any round.", "",
+              f"| first converge | re-run | re-run / first (target <= {TARGETS['second_over_first']:.2f}) "
               "| load at first / re-run start |", "|---|---|---|---|",
               f"| {entry['first_seconds']:.1f} s (changed={first['changed']}) "
               f"| {entry['second_seconds']:.1f} s (changed={second['changed']}) "
               f"| {_ratio(entry['second_over_first'], 'second_over_first')} | {starts['first']} / {starts['second']} |"]
-    if rounds:
-        lines += ["", "| round | first converge | re-run | re-run / first | load at first / re-run start |",
-                  "|---|---|---|---|---|"]
-        lines += [row(number, f"{r['first_seconds']:.1f} s (changed={r['first_recap']['changed']})",
-                      f"{r['second_seconds']:.1f} s (changed={r['second_recap']['changed']})",
-                      f"{r['second_over_first']:.2f}",
-                      f"{r['load_1min_at_start']['first']} / {r['load_1min_at_start']['second']}")
-                  for number, r in enumerate(rounds, 1)]
+    lines += ["", "| round | first converge | re-run | re-run / first | load at first / re-run start |",
+              "|---|---|---|---|---|"]
+    lines += [row(number, f"{r['first_seconds']:.1f} s (changed={r['first_recap']['changed']})",
+                  f"{r['second_seconds']:.1f} s (changed={r['second_recap']['changed']})",
+                  f"{r['second_over_first']:.2f}",
+                  f"{r['load_1min_at_start']['first']} / {r['load_1min_at_start']['second']}")
+              for number, r in enumerate(rounds, 1)]
     if entry.get("second_slowest_tasks"):
-        each = " (each task's median over the rounds)" if rounds else ""
-        lines += ["", f"The re-run's slowest tasks{each}:", "", "| task | seconds |", "|---|---|"]
+        lines += ["", "The re-run's slowest tasks (each task's median over the rounds):", "", "| task | seconds |",
+                  "|---|---|"]
         lines += [row(task, f"{seconds:.2f}") for task, seconds in entry["second_slowest_tasks"]]
     return lines
 
@@ -232,9 +229,8 @@ def readme_performance(results: dict) -> list[str]:
     if converge and not converge["generator"]["over_load"]:
         gen = converge["generator"]
         changed = converge["second_recap"]["changed"]
-        median = f"median of {len(converge['each_round'])} rounds, " if converge.get("each_round") else ""
         lines.append(f"- **Converge, then re-run** of `site.yml` on the demo node (`bench/converge.py`, commit "
-                     f"{_commit(gen)}, {gen['measured_at']}): re-run / first {median}"
+                     f"{_commit(gen)}, {gen['measured_at']}): re-run / first median of {converge['rounds']} rounds, "
                      f"**{converge['second_over_first']:.2f}** "
                      f"(target <= {TARGETS['second_over_first']:.2f}), re-run changed={changed}.")
     else:
@@ -248,11 +244,7 @@ def _duration(seconds: int) -> str:
 
 
 def _found(summary: dict) -> str:
-    found = summary.get("setup_found")
-    if not found:
-        return "set-up found: not recorded"
-    who = " (stated when it was recorded; the run predates the field)" if summary.get("setup_found_stated") else ""
-    return f"set-up found: {found}{who}"
+    return f"set-up found: {summary.get('setup_found') or 'not recorded'}"
 
 
 def _cpu(summary: dict) -> str:
@@ -398,15 +390,13 @@ def _refusal(kind: str, run: dict | None) -> str | None:
     return None
 
 
-def record(kind: str, source: Path, found: str | None = None) -> int:
+def record(kind: str, source: Path) -> int:
     """`make record-test` and `make record-gpu-check` (module doc): ``kind`` "test" or "gpu-check"."""
     run = load(source)
     refusal = _refusal(kind, run)
     if refusal:
         print(f"record-{kind}: {source} {refusal}", file=sys.stderr)
         return 1
-    if found and not run.get("setup_found"):
-        run = {**run, "setup_found": found, "setup_found_stated": True}
     targets = [TEST_SUMMARY] if kind == "test" else [GPU_CHECK]
     if run.get("setup_found") == "cold":
         targets.append(COLD_SUMMARY)
@@ -422,11 +412,10 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     test = sub.add_parser("record-test", help="keep a full `make test`'s summary as bench/test-summary.json")
     test.add_argument("source", nargs="?", type=Path, default=BUILD_SUMMARY)
-    test.add_argument("--found", choices=("cold", "partial", "warm"), help="what the set-up found, if not recorded")
     gpu_check = sub.add_parser("record-gpu-check", help="keep a `make gpu-check` report as bench/gpu-check.json")
     gpu_check.add_argument("source", nargs="?", type=Path, default=BUILD_GPU_CHECK)
     args = parser.parse_args(argv)
-    return record(args.what.removeprefix("record-"), args.source, getattr(args, "found", None))
+    return record(args.what.removeprefix("record-"), args.source)
 
 
 if __name__ == "__main__":
