@@ -84,13 +84,6 @@ EXAMPLES = r"""
       - __preflight_cuda.compatible
       - __preflight_cuda.fabric_manager_match is not false
     fail_msg: "{{ __preflight_cuda.reasons | join('; ') }}"
-
-- name: Controller-side check of the inventory pins (no host access needed)
-  gpuops.cluster.cuda_compat:
-    driver_version: "{{ nvidia_driver_version }}"
-    cuda_version: "{{ gpuops_cuda_version }}"
-    gpu_name: "NVIDIA A100-SXM4-80GB"
-  delegate_to: localhost
 """
 
 RETURN = r"""
