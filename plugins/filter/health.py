@@ -96,10 +96,6 @@ def health_fleet_entry(item, state=None, sweeps=None) -> dict:
     return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
 
 
-def health_validation_runs(paths, gpu_count=0) -> list:
-    return health_return.bench_runs(paths if isinstance(paths, dict) else {}, int(_count(gpu_count) or 0))
-
-
 def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expected_gpus=None, replay=False,
                         path="") -> dict:
     level = _level(dcgm_level)
@@ -127,5 +123,4 @@ class FilterModule:
             "health_fleet_entry": health_fleet_entry,
             "health_step_result": health_step_result,
             "health_sweep_record": health_sweep_record,
-            "health_validation_runs": health_validation_runs,
         }

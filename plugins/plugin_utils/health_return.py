@@ -16,6 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 # gpu_health_dcgm.run_dcgm's reason when dcgmi is absent (tests/unit: the two are held together)
 DCGM_ABSENT = "dcgmi is not installed"
 NOT_RUN = "NOT_RUN"
+ABSENT_RC = 127  # sh: command not found (step.yml runs a benchmark only where its tool is on the PATH)
 # the single-node tools the validation runs where they are on the node's PATH, and their arguments (Azure's NHC
 # checks: all_reduce_perf up to 16G over every GPU of the node; nvbandwidth's three copy-engine testcases)
 ALL_REDUCE_ARGS = ["-b", "8G", "-e", "16G", "-f", "2", "-g"]
@@ -42,16 +43,13 @@ def settings_problems(level: Any, overrides: Any) -> list[str]:
     return problems
 
 
-def bench_runs(paths: Any, gpu_count: int) -> list[dict]:
-    """The benchmarks to run, [{tool, argv}]: each tool found on the node (``paths``: tool -> ``command -v``'s
-    answer, empty where absent), over all ``gpu_count`` GPUs; none on a node with no GPU read."""
-    found = {tool: str(path or "").strip() for tool, path in (paths or {}).items()}
-    runs = []
-    if found.get("all_reduce_perf") and gpu_count > 0:
-        runs.append({"tool": "all_reduce_perf", "argv": [found["all_reduce_perf"], *ALL_REDUCE_ARGS, str(gpu_count)]})
-    if found.get("nvbandwidth") and gpu_count > 0:
-        runs.append({"tool": "nvbandwidth", "argv": [found["nvbandwidth"], *NVBANDWIDTH_ARGS]})
-    return runs
+def bench_runs(gpu_count: int) -> list[dict]:
+    """The benchmarks of a validate step, [{tool, argv}], over all ``gpu_count`` GPUs; none on a node with no GPU
+    read. step.yml runs each one only where the tool is on the node's PATH (rc 127 where it is not)."""
+    if gpu_count <= 0:
+        return []
+    return [{"tool": "all_reduce_perf", "argv": ["all_reduce_perf", *ALL_REDUCE_ARGS, str(gpu_count)]},
+            {"tool": "nvbandwidth", "argv": ["nvbandwidth", *NVBANDWIDTH_ARGS]}]
 
 
 def _check(name: str, status: str, detail: str, **extra: Any) -> dict:
@@ -99,8 +97,8 @@ def _dcgm(sweep: dict, level: int) -> dict:
 
 
 def _output(run: Any) -> str | None:
-    """A benchmark's output, None where it did not run (tool absent: the task was skipped)."""
-    if not isinstance(run, dict) or run.get("skipped") or "rc" not in run:
+    """A benchmark's output, None where it did not run (the task was skipped, or rc 127: the tool is absent)."""
+    if not isinstance(run, dict) or run.get("skipped") or run.get("rc", ABSENT_RC) == ABSENT_RC:
         return None
     return str(run.get("stdout") or "")
 

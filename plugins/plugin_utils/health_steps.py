@@ -15,7 +15,7 @@ from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_metrics import CLEAR_ALL  # release: every GPU
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import CORDONED_BY, CORDONED_BY_US
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_return import validation
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_return import bench_runs, validation
 
 TAINT_KEY = "gpuops.io/unhealthy"
 LABEL_KEY = "gpuops.io/health"
@@ -144,7 +144,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     if action == "reboot" and not settings["reboot"]:
         return steps
     # back in service only through the validation run (health_return.py): gpu_health, DCGM diag, thresholds
-    steps.append({"kind": "validate", "gpus": out})
+    steps.append(_validate(hplan, out))
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop})
     # only after back_if_healthy (a failed step, the validation among them, stops the rest)
     steps += _kubectl_steps(host, "uncordon", "unmark") if ours else []
@@ -152,6 +152,11 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
     if cleared:
         steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}", hplan))
     return steps
+
+
+def _validate(hplan: dict, gpus: list[str]) -> dict:
+    """The validation run before ``gpus`` go back: a sweep, and the benchmarks over the node's GPUs (health_return)."""
+    return {"kind": "validate", "gpus": gpus, "bench": bench_runs(len(hplan.get("uuids") or {}))}
 
 
 def _reset_gpus(hplan: dict, out: list[str]) -> list[str]:
@@ -183,7 +188,7 @@ def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
     if not hplan.get("gpus_back"):
         return []
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))
-    steps = [{"kind": "validate", "gpus": hplan["gpus_back"]},
+    steps = [_validate(hplan, hplan["gpus_back"]),
              {"kind": "give_back", "gpus": hplan["gpus_back"], "members": start},
              clear_held(hplan["gpus_back"], "health_release", hplan)]
     if hplan.get("containers") is not None:  # the workspaces this collection stopped (schema 2), and only those

@@ -183,7 +183,7 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
     assert state["hosts"]["node-a"]["stopped_containers"] == ["3f2a9c"]
     back = plan({"node-a": sweep()}, state, "2026-12-05T10:00:00Z", release=True)["hosts"]["node-a"]
     give = S.host_steps("node-a", back, "compose", MEMBERS)
-    assert give == [{"kind": "validate", "gpus": ["0"]},
+    assert give == [{"kind": "validate", "gpus": ["0"], "bench": []},
                     {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]},
                     {"kind": "clear_held", "gpus": ["0"], "uuids": [],
                      "why": "back in service after a passed validation (health_release)"}]

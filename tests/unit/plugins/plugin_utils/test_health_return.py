@@ -148,14 +148,18 @@ def test_an_nvbandwidth_run_that_printed_no_result_fails():
     assert (result["ok"], p2p["status"]) == (False, "FAIL")
 
 
-def test_the_benchmarks_run_only_where_found_over_every_gpu():
-    found = R.bench_runs({"all_reduce_perf": "/opt/nccl-tests/build/all_reduce_perf\n", "nvbandwidth": ""}, 8)
-    argv = ["/opt/nccl-tests/build/all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g", "8"]
-    assert found == [{"tool": "all_reduce_perf", "argv": argv}]
-    both = R.bench_runs({"all_reduce_perf": "/a", "nvbandwidth": "/usr/bin/nvbandwidth"}, 2)
-    assert both[1]["argv"] == ["/usr/bin/nvbandwidth", "-t", "host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
-                               "device_to_device_memcpy_read_ce"]
-    assert R.bench_runs({"all_reduce_perf": "/a"}, 0) == []
+def test_the_benchmarks_run_over_every_gpu_and_an_absent_tool_is_not_run():
+    """The validate step carries both runs over the node's GPUs (step.yml runs each where the tool is on the PATH,
+    rc 127 where not); a node with no GPU read runs none."""
+    hplan = {"status": "act", "action": "reset_gpu", "gpus_out": {"0": {}}, "items": [], "uuids": {"0": "GPU-a"}}
+    step = next(s for s in S.host_steps("a", hplan, "compose", []) if s["kind"] == "validate")
+    assert step["bench"] == [
+        {"tool": "all_reduce_perf", "argv": ["all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g", "1"]},
+        {"tool": "nvbandwidth", "argv": ["nvbandwidth", "-t", "host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+                                         "device_to_device_memcpy_read_ce"]}]
+    assert R.bench_runs(0) == []
+    result = R.validation(sweep(), ["0"], 2, nccl={"rc": 127, "stdout": ""}, nvbandwidth=ran(NVB_ASSERT))
+    assert by_check(result)["thresholds"]["detail"].endswith("all_reduce_perf not on the node: not run")
 
 
 @pytest.mark.parametrize(("level", "overrides", "fragment"), [

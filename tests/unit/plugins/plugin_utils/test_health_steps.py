@@ -104,7 +104,7 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
         ["kubectl", "uncordon", "node-a"],
         ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by-"]]
     assert steps[:3] == [
-        {"kind": "validate", "gpus": ["1"]},
+        {"kind": "validate", "gpus": ["1"], "bench": []},
         {"kind": "give_back", "gpus": ["1"], "members": ["alice"]},
         {"kind": "clear_held", "gpus": ["1"], "uuids": [],  # this hand-made plan read no UUID
          "why": "back in service after a passed validation (health_release)"},
@@ -227,7 +227,7 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
     assert back["hosts"]["node-a"]["gpus_back"] == ["0"]
     assert entry["stopped"] == ["alice", "bob", "carol"]  # the reboot stopped every workspace of the node
     give = [{**s, "result": "ok"} for s in S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS)]
-    assert give[0] == {"kind": "validate", "gpus": ["0"], "result": "ok"}  # back only through a validation run
+    assert give[0] == {"kind": "validate", "gpus": ["0"], "bench": [], "result": "ok"}  # back: a validation run
     assert give[1]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
     after = S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"]
     assert after["out_of_service"] == {}
