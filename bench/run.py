@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import timeit
 from pathlib import Path
 
 from _meta import REPO, generator, record, started
@@ -46,24 +47,14 @@ TABLES: list[dict] = []  # every table printed, as recorded in results.json
 
 
 def best(fn, repeat: int = REPEAT, min_seconds: float = MIN_SECONDS) -> float:
-    """Seconds per call of ``fn()``: loop until a repeat lasts ``min_seconds``, keep the fastest repeat; with
-    ``min_seconds=0``, one call per repeat (a slow ``fn`` that loops itself)."""
+    """Seconds per call of ``fn()``: as many calls per repeat as make one last ``min_seconds``, the fastest repeat;
+    with ``min_seconds=0``, one call per repeat (a slow ``fn`` that loops itself). The collector stays on, as in a
+    module run (timeit turns it off unless told)."""
+    timer = timeit.Timer(fn, setup=gc.enable)
     number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            break
+    while (elapsed := timer.timeit(number)) < min_seconds:
         number = max(number * 2, int(number * min_seconds / max(elapsed, 1e-9) * 1.2))
-    times = [elapsed / number]
-    for _ in range(repeat - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return min(times)
+    return min([elapsed, *timer.repeat(repeat - 1, number)]) / number
 
 
 def table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> None:
@@ -223,11 +214,7 @@ def bench_gather() -> None:
         )
         largest = (gpus, gather)
     gpus, gather = largest
-    gc.disable()
-    try:
-        without_gc = best(gather, SPAWN_REPEAT, min_seconds=0)
-    finally:
-        gc.enable()
+    without_gc = min(timeit.repeat(gather, number=1, repeat=SPAWN_REPEAT))  # timeit's default: the collector off
     table(
         title,
         [

@@ -136,17 +136,18 @@ def _probe_work() -> int:
     return total + sum(i * i % 7 for i in range(300_000))
 
 
+def _probe_once() -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    _probe_work()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def probe() -> dict:
     """The speed probe: PROBE_WORKLOAD timed on one core, the fastest of three runs (wall and CPU seconds). Taken
     when a run starts and when it ends, it says how fast this machine was then: the same suite's wall time moves
     with it (a shared host's speed changes by the hour), so two recorded times compare only beside their probes."""
-    best = None
-    for _run in range(3):
-        wall, cpu = time.perf_counter(), time.process_time()
-        _probe_work()
-        taken = (time.perf_counter() - wall, time.process_time() - cpu)
-        best = taken if best is None or taken[0] < best[0] else best
-    return {"wall_seconds": round(best[0], 3), "cpu_seconds": round(best[1], 3)}
+    wall, cpu = min(_probe_once() for _run in range(3))
+    return {"wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3)}
 
 
 def _probe_arg(text: str | None) -> dict | None:
