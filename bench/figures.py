@@ -95,7 +95,7 @@ def row(*cells: object, width: int = 0) -> str:
     return "| " + " | ".join(padded) + " |"
 
 
-_LOAD_KEYS = {  # what a size recorded, in order; older entries lack the middle two
+_LOAD_KEYS = {  # what a size records, in order; a generator has the first and the last
     "load_1min_before": "before",
     "load_1min_at_start": "at start",
     "load_1min_peak": "peak",
@@ -109,18 +109,13 @@ def _loads(size: dict) -> list[float]:
     return [size[key] for key in _LOAD_KEYS if key in size]
 
 
-def _loads_header(sizes: list[dict]) -> str:
-    names = [name for key, name in _LOAD_KEYS.items() if any(key in size for size in sizes)]
-    return "load " + " / ".join(names)
-
-
 def fleet_block(entry: dict | None) -> list[str]:
     if not entry:
         return [_not_measured("fleet", "bench/fleet.py")]
     gen = entry["generator"]
     init = ", ".join(sorted({size["init"] for size in entry["sizes"]})) or "?"
     forks = ", ".join(sorted({str(size["forks"]) for size in entry["sizes"] if "forks" in size})) or "ansible.cfg's"
-    header = row("hosts", "rounds", _loads_header(entry["sizes"]), "(a) ping", "(b) setup", "(c) preflight",
+    header = row("hosts", "rounds", "load " + " / ".join(_LOAD_KEYS.values()), "(a) ping", "(b) setup", "(c) preflight",
                  f"c/a (target <= {TARGETS['preflight_over_ping']})",
                  f"c/b (target <= {TARGETS['preflight_over_setup']})")
     pipelined = {size.get("pipelining") for size in entry["sizes"]}

@@ -28,6 +28,8 @@ def size(hosts, ping, setup, preflight, over=False, load=0.5):
         "init": "sleep",
         "rounds": 3,
         "load_1min_before": load,
+        "load_1min_at_start": load,
+        "load_1min_peak": load,
         "load_1min_after": load,
         "load_limit": 3.0,
         "over_load": over,
@@ -53,8 +55,9 @@ def test_a_size_above_the_load_limit_is_shown_with_its_load_not_its_figures():
         ],
     }
     text = "\n".join(figures.fleet_block(entry))
-    assert "| 10 | 3 | 0.5 / 0.5 | 7.0 s | 9.0 s | 8.0 s | **1.14** (met) | **0.89** (met) |" in text
-    assert "| 50 | 3 | 55.0 / 55.0 | not quoted: 1-minute load 55.0 / 55.0, above the limit 3.0 |" in text
+    assert "| 10 | 3 | 0.5 / 0.5 / 0.5 / 0.5 | 7.0 s | 9.0 s | 8.0 s | **1.14** (met) | **0.89** (met) |" in text
+    assert ("| 50 | 3 | 55.0 / 55.0 / 55.0 / 55.0 | not quoted: 1-minute load 55.0 / 55.0 / 55.0 / 55.0, above the "
+            "limit 3.0 |") in text
     assert "167.7" not in text
     assert "177.4" not in text
     assert "Marginal" not in text  # one end of the slope is not quoted
@@ -243,7 +246,8 @@ def test_a_peak_above_the_limit_is_not_quoted_even_when_before_and_after_are_und
     # bench/fleet.py samples the load during a size; the peak counts like before and after
     quiet_ends = {**size(100, 40.0, 55.0, 50.0, over=True, load=1.0), "load_1min_peak": 4.2, "forks": 2}
     text = "\n".join(figures.fleet_block({"generator": GEN, "sizes_requested": [100], "sizes": [quiet_ends]}))
-    assert "| 100 | 3 | 1.0 / 4.2 / 1.0 | not quoted: 1-minute load 1.0 / 4.2 / 1.0, above the limit 3.0 |" in text
+    loads = "1.0 / 1.0 / 4.2 / 1.0"
+    assert f"| 100 | 3 | {loads} | not quoted: 1-minute load {loads}, above the limit 3.0 |" in text
     assert "forks: 2; pipelining: off." in text, "an entry without the field was measured without pipelining"
     assert "50.0 s" not in text
 
