@@ -7,6 +7,7 @@ one odd GPU never costs the whole answer."""
 from __future__ import annotations
 
 import ctypes
+import uuid
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import (
     FABRIC_COMPLETED,
@@ -63,19 +64,12 @@ class NvmlCalls:
             return None
 
     def mig_modes(self, label: str, handle) -> tuple:
-        try:
-            current, pending = self.nvml.nvmlDeviceGetMigMode(handle)
-        except self.nvml.NVMLError as err:
-            if isinstance(err, self.not_supported):
-                return MIG_NOT_SUPPORTED, MIG_NOT_SUPPORTED
-            if not isinstance(err, self.quiet):
-                self.warnings.append(f"NVML nvmlDeviceGetMigMode for {label} failed: {err}")
-            return None, None
+        """(current, pending); MIG_NOT_SUPPORTED where the GPU or driver has no MIG, (None, None) when unread."""
+        modes = self.call(label, "nvmlDeviceGetMigMode", handle, unsupported=(MIG_NOT_SUPPORTED, MIG_NOT_SUPPORTED))
+        if modes is None or modes[0] == MIG_NOT_SUPPORTED:
+            return modes or (None, None)
         enable = getattr(self.nvml, "NVML_DEVICE_MIG_ENABLE", 1)
-        return (
-            MIG_ENABLED if current == enable else MIG_DISABLED,
-            MIG_ENABLED if pending == enable else MIG_DISABLED,
-        )
+        return tuple(MIG_ENABLED if mode == enable else MIG_DISABLED for mode in modes)
 
     def nvlink_active(self, label: str, handle) -> int | None:
         """Active NVLink links over range(NVML_NVLINK_MAX_LINKS); None when no link answered."""
@@ -130,8 +124,7 @@ class NvmlCalls:
                 status_text = str(self.nvml.NVMLError(status))
             except Exception:  # rendering the code is best effort: fall back to the number
                 status_text = f"NVML error {status}"
-        raw_uuid = bytes(bytearray(info.clusterUuid)).hex()
-        cluster = "-".join((raw_uuid[:8], raw_uuid[8:12], raw_uuid[12:16], raw_uuid[16:20], raw_uuid[20:]))
+        cluster = str(uuid.UUID(bytes=bytes(bytearray(info.clusterUuid))))
         clique = getattr(info, "cliqueId", getattr(info, "partitionId", None))
         return fabric_record(state=state, status=status_text, clique_id=clique, cluster_uuid=cluster)
 

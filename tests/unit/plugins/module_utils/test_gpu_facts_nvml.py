@@ -170,6 +170,14 @@ def test_nvml_mig_enabled_and_pending():
     assert (record["mig_mode"], record["mig_mode_pending"], record["nvlink"]) == ("Enabled", "Disabled", 2)
 
 
+def test_nvml_mig_mode_from_a_driver_without_it_is_na_and_a_real_error_is_null_with_a_warning():
+    errors = (NVMLError_FunctionNotFound, NVMLError_GpuIsLost)
+    gpus = [FakeGpu(errors={"nvmlDeviceGetMigMode": error}) for error in errors]
+    facts, warnings = gather(nvml=make_fake_pynvml(gpus))
+    assert [(gpu["mig_mode"], gpu["mig_mode_pending"]) for gpu in facts["gpus"]] == [("N/A", "N/A"), (None, None)]
+    assert warnings == ["NVML nvmlDeviceGetMigMode for GPU 1 failed: GPU is lost; the field is reported as null"]
+
+
 def test_nvml_shutdown_runs_when_a_call_raises_something_unexpected():
     class Boom(RuntimeError):
         pass
