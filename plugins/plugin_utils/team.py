@@ -85,20 +85,17 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
             problems.append(f"{where}.name is {show(name)}; expected a DNS-1123 label (lower-case letters, digits "
                             "and '-', at most 63, starting and ending with a letter or digit). Fix: e.g. name: vision")
             continue
-        if name in names:
+        if names.setdefault(name, i) != i:
             problems.append(f"{where}.name '{name}' appears twice (also gpuops_teams[{names[name]}]); team names "
                             "must be unique. Fix: merge the two teams or rename one")
             continue
-        names[name] = i
         namespace = namespace_of(team)
         if not DNS_LABEL.match(namespace):
             problems.append(f"{where}.namespace is {show(team.get('namespace'))}; expected a DNS-1123 label. "
                             f"Fix: e.g. namespace: team-{name}, or leave it out")
-        elif namespace in namespaces:
+        elif namespaces.setdefault(namespace, name) != name:
             problems.append(f"teams {namespaces[namespace]} and {name} share namespace '{namespace}'; each team needs "
                             "its own. Fix: change one team's namespace")
-        else:
-            namespaces[namespace] = name
         gpu_quota = team.get("gpu_quota")
         if gpu_quota is not None and (not _is_int(gpu_quota) or gpu_quota < 0):
             problems.append(f"{where}.gpu_quota is {show(gpu_quota)}; expected a whole number >= 0 (GPUs), "
@@ -260,7 +257,7 @@ def _member_problems(members: list, team_names: dict[str, int], mps_limits: mps.
     """Everything wrong with the members themselves: keys, names, uids, gids, teams (``team_names``) and GPUs."""
     problems: list[str] = []
     names: dict[str, int] = {}
-    uids: dict[int, str] = {}
+    uids: dict[int, tuple[int, str]] = {}  # uid -> (position, label) of its first member
     for where, i, member in _mappings("gpuops_members", members, MEMBER_KEYS, EXAMPLE_MEMBER, problems):
         name = member.get("name")
         label = _label(member, i)
@@ -268,20 +265,16 @@ def _member_problems(members: list, team_names: dict[str, int], mps_limits: mps.
             problems.append(f"{where}.name is {show(name)}; expected lower-case letters, digits and '-', "
                             "starting with a letter, at most 31 (it becomes a user, a service ws-<name> and a path; "
                             "no spaces or shell characters). Fix: e.g. name: alice")
-        elif name in names:
+        elif names.setdefault(name, i) != i:
             problems.append(f"{where}.name '{name}' appears twice (also gpuops_members[{names[name]}]); member names "
                             "must be unique. Fix: rename one, e.g. alice2")
-        else:
-            names[name] = i
         uid = member.get("uid")
         if not _is_int(uid) or uid < 1:
             problems.append(f"{where}.uid is {show(uid)} for {label}; expected a whole number >= 1, unquoted "
                             "(workspaces never run as root). Fix: give the member their own uid, e.g. 2001")
-        elif uid in uids:
-            problems.append(f"{where}.uid {uid} of {label} is also the uid of {uids[uid]}; each member needs their own "
-                            "uid. Fix: give one of them another uid")
-        else:
-            uids[uid] = label
+        elif uids.setdefault(uid, (i, label))[0] != i:
+            problems.append(f"{where}.uid {uid} of {label} is also the uid of {uids[uid][1]}; each member needs their "
+                            "own uid. Fix: give one of them another uid")
         gid = member.get("gid")
         if gid is not None and (not _is_int(gid) or gid < 1):
             problems.append(f"{where}.gid is {show(gid)} for {label}; expected a whole number >= 1. "
