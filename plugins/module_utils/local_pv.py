@@ -16,6 +16,7 @@ import os
 import re
 from typing import Any, Callable, NamedTuple
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import free_space
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
 
 GIB = 1024**3
@@ -140,12 +141,6 @@ def _has_option(required: str, present: set[str]) -> bool:
     if "=" in required:
         return False
     return any(option.split("=", 1)[0] == required for option in present)
-
-
-def _statvfs_sizes(statvfs: Callable[[str], Any], path: str) -> tuple[int, int]:
-    result = statvfs(path)
-    fragment = result.f_frsize or result.f_bsize
-    return int(result.f_blocks * fragment), int(result.f_bavail * fragment)
 
 
 def validate_params(
@@ -295,11 +290,11 @@ def check_local_volumes(  # the module's options (their defaults are its spec's)
         if mount is None:
             continue
         visible[vpath] = mount
-        try:
-            volume["size"], volume["free"] = _statvfs_sizes(statvfs, real)
-        except OSError as exc:
-            volume["problems"].append(f"statvfs failed: {exc}")
+        space = free_space(real, statvfs)
+        if space["error"]:
+            volume["problems"].append(f"statvfs failed: {space['error']}")
             continue
+        volume["size"], volume["free"] = space["total_bytes"], space["free_bytes"]
         if volume["free"] < min_free_gib * GIB:
             volume["problems"].append(
                 f"{_gib(volume['free'])} free of {_gib(volume['size'])}, below min_free_gib {min_free_gib:g} GiB: "
