@@ -8,20 +8,13 @@ health_*.yml files next to this one.
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 health = lazy("health")
 health_bounds = lazy("health_bounds")
 health_return = lazy("health_return")
 health_steps = lazy("health_steps")
-
-
-def _flag(value):
-    """A boolean from the inventory (real) or from -e key=value (the strings true/false); anything else as it is,
-    for the settings check to name."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    return value
 
 
 def _count(value):
@@ -41,17 +34,16 @@ def _fraction(value):
 
 
 def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None,
-                    return_dcgm_level=2, return_thresholds=None, dcgm_level=None) -> list:
-    """``bounds``: health_breaker_fraction, _window, _reset, health_escalate_after, _window as the inventory or -e
-    give them (breaker_fraction, breaker_window, breaker_reset, escalate_after, escalate_window)."""
+                    return_thresholds=None, dcgm_level=None) -> list:
+    """What the role's argument spec cannot say (ranges, names, the plan's source); it checked the types before.
+    ``bounds``: health_breaker_fraction, _window, health_escalate_after, _window as the inventory or -e give them
+    (breaker_fraction, breaker_window, escalate_after, escalate_window)."""
     bounds = bounds or {}
-    validation = health_return.settings_problems(_count(return_dcgm_level),
-                                                 {} if return_thresholds is None else return_thresholds)
+    validation = health_return.settings_problems({} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
-                                    _flag(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
+                                    boolean(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
         _fraction(bounds.get("breaker_fraction", 0.5)), bounds.get("breaker_window", 300),
-        _flag(bounds.get("breaker_reset", False)), _count(bounds.get("escalate_after", 1)),
-        bounds.get("escalate_window", 604800)) + validation
+        _count(bounds.get("escalate_after", 1)), bounds.get("escalate_window", 604800)) + validation
 
 
 def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, steps=None) -> dict:
@@ -59,16 +51,16 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
     for key in ("breaker_window", "escalate_window"):
         if key in bounds:
             bounds[key] = health_bounds.seconds(bounds[key])
-    for key, read in (("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", _flag)):
+    for key, read in (("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", boolean)):
         if key in bounds:
             bounds[key] = read(bounds[key])
-    bounds["remediation"] = {h: _flag(v) for h, v in (bounds.get("remediation") or {}).items()}
+    bounds["remediation"] = {h: boolean(v) for h, v in (bounds.get("remediation") or {}).items()}
     if bounds.get("nodes") is not None:  # kubectl get nodes -o json
         bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
-                             bool(_flag(release)), bounds or None)
+                             boolean(release), bounds or None)
     steps = steps or {}
-    settings = {"reboot": bool(_flag(steps.get("reboot", True))), "timeout": int(steps.get("timeout", 600)),
+    settings = {"reboot": boolean(steps.get("reboot", True)), "timeout": int(steps.get("timeout", 600)),
                 "report_dir": steps.get("report_dir", "/var/log/gpuops")}
     for host, hplan in plan["hosts"].items():
         hplan["steps"] = health_steps.host_steps(host, hplan, steps.get("platform", "compose"),
@@ -79,7 +71,7 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
 def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",
                       release=False) -> dict:
     return health_steps.next_state(state or {}, host, host_plan or {}, done or [], cursor, now,
-                                   bool(_flag(release)))
+                                   boolean(release))
 
 
 def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:
@@ -101,7 +93,7 @@ def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expect
     level = _level(dcgm_level)
     settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": None if level is None else int(level),
                 "expected_gpus": None if expected_gpus in (None, "") else int(_count(expected_gpus)),
-                "replay": bool(_flag(replay)), "path": path}
+                "replay": boolean(replay), "path": path}
     return health.sweep_record(read or {}, settings)
 
 

@@ -180,7 +180,8 @@ CHECKS = ("ecc_dbe", "row_remap_failure", "row_remap_pending", "retired_pages_pe
 
 def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any,
                       dcgm_level: Any = None) -> list[str]:
-    """Everything wrong with the health settings, before anything is swept or changed."""
+    """Everything wrong with the health settings that the argument spec (types, choices) cannot say, before
+    anything is swept or changed."""
     problems = []
     if dcgm_level is not None and (isinstance(dcgm_level, bool) or dcgm_level not in (0, 1, 2, 3)):
         problems.append(f"health_dcgm_level is {dcgm_level!r}; expected 0 (no DCGM diag), 1 (quick deployment "
@@ -202,9 +203,7 @@ def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_sou
             if action not in ACTIONS:
                 problems.append(f"health_action_overrides[{bucket!r}] is {action!r}; expected one of "
                                 f"{', '.join(ACTIONS)}. Fix: e.g. {bucket}: quarantine")
-    if not isinstance(apply, bool):
-        problems.append(f"health_apply is {apply!r}; expected a real boolean. Fix: -e health_apply=true (or false)")
-    elif apply and plan_source != "preflight":
+    if apply and plan_source != "preflight":
         problems.append(f"health_apply is true, but the plan is the {plan_source or 'missing'} one, not preflight's: "
                         "health.yml acts only on a fleet preflight has judged (GPU counts, members' GPUs). Fix: run "
                         "playbooks/preflight.yml (or site.yml) first, which writes plan.json, then apply")

@@ -42,8 +42,9 @@ def when(text: Any) -> datetime | None:
         return None
 
 
-def settings_problems(fraction: Any, window: Any, reset: Any, after: Any, escalate_window: Any) -> list[str]:
-    """What is wrong with the breaker and escalation settings (health_breaker_*, health_escalate_*)."""
+def settings_problems(fraction: Any, window: Any, after: Any, escalate_window: Any) -> list[str]:
+    """What is wrong with the breaker and escalation settings (health_breaker_*, health_escalate_*) past their
+    types (the argument spec)."""
     problems = []
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         problems.append(f"health_breaker_fraction is {fraction!r}; expected a number above 0 and at most 1 (the "
@@ -54,9 +55,6 @@ def settings_problems(fraction: Any, window: Any, reset: Any, after: Any, escala
         if not seconds(value):
             problems.append(f"{name} is {value!r}; expected a duration above 0: seconds, or a whole number with "
                             f"s, m, h or d. Fix: e.g. {name}: {example}")
-    if not isinstance(reset, bool):
-        problems.append(f"health_breaker_reset is {reset!r}; expected a real boolean. Fix: -e health_breaker_reset=true"
-                        " (once, after reading why the breaker tripped)")
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         problems.append(f"health_escalate_after is {after!r}; expected a whole number >= 0 (remediations within "
                         "health_escalate_window before a node is marked service required). "
@@ -79,7 +77,7 @@ def node_facts(nodes: Any) -> dict[str, dict]:
 
 def opted_out(host: str, remediation: Any, node: dict | None) -> str | None:
     """Why ``host`` is never acted on (health_remediation false, or the node label), else None."""
-    if remediation is False or str(remediation).strip().lower() == "false":
+    if remediation is False:
         return "health_remediation is false for this host: reported, never acted on"
     if (node or {}).get("opt_out"):
         return f"node label {OPT_OUT_LABEL}=disabled: reported, never acted on"

@@ -23,16 +23,12 @@ ALL_REDUCE_ARGS = ["-b", "8G", "-e", "16G", "-f", "2", "-g"]
 NVBANDWIDTH_ARGS = ["-t", thresholds.H2D, thresholds.D2H, thresholds.P2P]
 
 
-def settings_problems(level: Any, overrides: Any) -> list[str]:
-    """What is wrong with health_return_dcgm_level and health_return_thresholds."""
-    problems = []
-    if isinstance(level, bool) or level not in (0, 1, 2, 3):
-        problems.append(f"health_return_dcgm_level is {level!r}; expected 0 (no DCGM diag), 1, 2 or 3 (dcgmi diag -r "
-                        "<level>; 2 takes about 2 minutes, 3 about 15). Fix: e.g. health_return_dcgm_level: 2")
+def settings_problems(overrides: Any) -> list[str]:
+    """What is wrong with health_return_thresholds (its level's choices are the argument spec's)."""
     if not isinstance(overrides, dict):
-        problems.append(f"health_return_thresholds is {overrides!r}; expected a mapping check -> number. Fix: e.g. "
-                        "{nccl_busbw_gbps: 150}, or leave it out")
-        return problems
+        return [f"health_return_thresholds is {overrides!r}; expected a mapping check -> number. Fix: e.g. "
+                "{nccl_busbw_gbps: 150}, or leave it out"]
+    problems = []
     for check, value in overrides.items():
         if check not in thresholds.CHECKS:
             problems.append(f"health_return_thresholds names {check!r}, which is no check; expected one of "

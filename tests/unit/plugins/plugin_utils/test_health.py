@@ -8,8 +8,11 @@ reports quote, e.g. "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off t
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import parse_events
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import empty_state
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict import dcgm_findings, state_findings
@@ -270,7 +273,6 @@ def test_a_state_finding_is_acted_on_by_the_bucket_gpu_health_names():
     ({"overrides": {"RESTRAT_BM": "reboot"}}, "health_action_overrides names 'RESTRAT_BM', which is no bucket"),
     ({"overrides": ["RESTART_BM"]}, "expected a mapping bucket -> action"),
     ({"apply": True, "plan_source": "inventory"}, "health_apply is true, but the plan is the inventory one"),
-    ({"apply": "yes please"}, "health_apply is 'yes please'; expected a real boolean"),
     ({"dcgm_level": 4}, "health_dcgm_level is 4; expected 0 (no DCGM diag), 1 (quick deployment checks)"),
     ({"dcgm_level": True}, "health_dcgm_level is True"),
 ])
@@ -278,6 +280,18 @@ def test_bad_settings_are_named(kwargs, needle):
     args = {"max_unavailable": 1, "overrides": {}, "apply": False, "plan_source": "preflight", **kwargs}
     problems = H.settings_problems(**args)
     assert any(needle in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("name", "value", "needle"), [
+    ("health_apply", "yes please", "unable to convert to bool"),
+    ("health_breaker_reset", "maybe", "unable to convert to bool"),
+    ("health_return_dcgm_level", 4, "value of health_return_dcgm_level must be one of: 0, 1, 2, 3, got: 4"),
+])
+def test_the_argument_spec_refuses_the_types_the_settings_check_leaves_to_it(name, value, needle):
+    """settings_problems judges what a spec cannot; the health role's spec, run first, refuses these."""
+    specs = yaml.safe_load((Path(H.__file__).parents[2] / "roles/health/meta/argument_specs.yml").read_text())
+    found = ArgumentSpecValidator(specs["argument_specs"]["main"]["options"]).validate({name: value})
+    assert any(needle in m for m in found.error_messages), found.error_messages
 
 
 def test_good_settings_pass():

@@ -216,11 +216,10 @@ def test_a_schema_1_state_plans_as_before():
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    ((0, "5m", False, 1, "7d"), "health_breaker_fraction is 0"),
-    ((0.5, "five", False, 1, "7d"), "health_breaker_window is 'five'"),
-    ((0.5, "5m", "yes", 1, "7d"), "health_breaker_reset is 'yes'"),
-    ((0.5, "5m", False, -1, "7d"), "health_escalate_after is -1"),
-    ((0.5, "5m", False, 1, "0d"), "health_escalate_window is '0d'"),
+    ((0, "5m", 1, "7d"), "health_breaker_fraction is 0"),
+    ((0.5, "five", 1, "7d"), "health_breaker_window is 'five'"),
+    ((0.5, "5m", -1, "7d"), "health_escalate_after is -1"),
+    ((0.5, "5m", 1, "0d"), "health_escalate_window is '0d'"),
 ])
 def test_bad_bounds_are_named_with_the_fix(args, fragment):
     problems = B.settings_problems(*args)
@@ -230,6 +229,6 @@ def test_bad_bounds_are_named_with_the_fix(args, fragment):
 
 
 def test_good_bounds_pass_and_durations_read():
-    assert B.settings_problems(0.5, "5m", False, 1, "7d") == []
+    assert B.settings_problems(0.5, "5m", 1, "7d") == []
     assert [B.seconds(v) for v in (300, "5m", "12h", "7d", "30s", "x", True)] == [300, 300, 43200, 604800, 30, None,
                                                                                   None]

@@ -162,18 +162,16 @@ def test_the_benchmarks_run_over_every_gpu_and_an_absent_tool_is_not_run():
     assert by_check(result)["thresholds"]["detail"].endswith("all_reduce_perf not on the node: not run")
 
 
-@pytest.mark.parametrize(("level", "overrides", "fragment"), [
-    (4, {}, "health_return_dcgm_level is 4"),
-    (True, {}, "health_return_dcgm_level is True"),
-    (2, [], "health_return_thresholds is []"),
-    (2, {"nccl": 100}, "health_return_thresholds names 'nccl', which is no check"),
-    (2, {"nccl_busbw_gbps": "fast"}, "health_return_thresholds['nccl_busbw_gbps'] is 'fast'; expected a number"),
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    ([], "health_return_thresholds is []"),
+    ({"nccl": 100}, "health_return_thresholds names 'nccl', which is no check"),
+    ({"nccl_busbw_gbps": "fast"}, "health_return_thresholds['nccl_busbw_gbps'] is 'fast'; expected a number"),
 ])
-def test_bad_settings_are_named(level, overrides, fragment):
-    problems = R.settings_problems(level, overrides)
+def test_bad_settings_are_named(overrides, fragment):
+    problems = R.settings_problems(overrides)
     assert len(problems) == 1
     assert fragment in problems[0]
-    assert R.settings_problems(2, {"nccl_busbw_gbps": 150}) == []
+    assert R.settings_problems({"nccl_busbw_gbps": 150}) == []
 
 
 # --- the step validate in the host's steps and the state ----------------------------------------------------------
