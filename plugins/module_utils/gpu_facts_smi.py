@@ -168,56 +168,41 @@ def split_nvidia_smi_q(text: str) -> tuple:
 # --------------------------------------------------------------------------- nvidia-smi nvlink -s / -e
 
 _NVLINK_LINK_RE = re.compile(r"^\s*Link\s+(\d+):\s*(.*)$")
-_NVLINK_GPU_RE = re.compile(r"^GPU\s+(\d+):.*?\(UUID:\s*([^)]+)\)(.*)$")
+_NVLINK_GPU_RE = re.compile(r"^GPU\s+(\d+):(?:.*?\(UUID:\s*([^)]+)\))?(.*)$")
 _NVLINK_ERROR_RE = re.compile(r"^(?P<name>[A-Za-z ]+?)\s+Errors?:\s*(?P<value>\d+)\s*$", re.IGNORECASE)
 
 
-def parse_nvidia_smi_nvlink_links(text: str) -> list:
-    """Parse ``nvidia-smi nvlink -s`` link by link: ``[{index, uuid, said_none, links: {link: active}}]``.
+def parse_nvidia_smi_nvlink(text: str) -> list:
+    """Parse ``nvidia-smi nvlink -s`` or ``nvlink -e``, link by link: ``[{index, uuid, said_none, links, counters}]``.
 
-    A link is active when it reports a bandwidth (``Link 0: 26.562 GB/s``); ``<inactive>`` is not.
-    ``said_none``: the GPU's header says it has no NVLink, or that all its links are inactive.
+    ``links`` (``-s``): link -> active, when it reports a bandwidth (``Link 0: 26.562 GB/s``), not ``<inactive>``;
+    ``said_none``: the GPU's header says it has no NVLink, or that all its links are inactive. ``counters`` (``-e``,
+    ``Link <n>: <Name> Errors: <count>``): the name lower-cased (``replay``, ``recovery``, ``crc``, or whatever else
+    the driver prints) -> its total over the GPU's links. ``uuid`` is None where the header shows none.
     """
     gpus: list = []
     for line in strip_terminal(text).splitlines():
         header = _NVLINK_GPU_RE.match(line)
+        link = _NVLINK_LINK_RE.match(line)
         if header:
             tail = header.group(3).lower()
+            gpu = {"index": int(header.group(1)), "uuid": (header.group(2) or "").strip() or None, "links": {}}
             said_none = "nvlink" in tail and ("not" in tail or "inactive" in tail)
-            gpus.append(
-                {"index": int(header.group(1)), "uuid": header.group(2).strip(), "said_none": said_none, "links": {}}
-            )
-            continue
-        link = _NVLINK_LINK_RE.match(line)
-        if link and gpus:
-            gpus[-1]["links"][int(link.group(1))] = "/s" in link.group(2)
+            gpus.append({**gpu, "said_none": said_none, "counters": {}})
+        elif link and gpus:
+            counter = _NVLINK_ERROR_RE.match(link.group(2).strip())
+            if counter:
+                name = counter.group("name").strip().lower()
+                gpus[-1]["counters"][name] = gpus[-1]["counters"].get(name, 0) + int(counter.group("value"))
+            else:
+                gpus[-1]["links"][int(link.group(1))] = "/s" in link.group(2)
     return gpus
 
 
 def active_links(gpu: dict) -> int | None:
-    """Active links of one ``parse_nvidia_smi_nvlink_links`` GPU: 0 where its header says it has none, None where
-    the driver said nothing (a header with no links after it)."""
+    """Active links of one ``parse_nvidia_smi_nvlink`` GPU of ``nvlink -s``: 0 where its header says it has none, None
+    where the driver said nothing (a header with no links after it)."""
     return sum(gpu["links"].values()) if gpu["links"] else (0 if gpu["said_none"] else None)
-
-
-def parse_nvidia_smi_nvlink_errors(text: str) -> list:
-    """Parse ``nvidia-smi nvlink -e``: ``[{index, uuid, counters: {name: total over links}}]``.
-
-    Lines are ``Link <n>: <Name> Errors: <count>``; ``name`` is the counter's name lower-cased (``replay``,
-    ``recovery``, ``crc``, or whatever else the driver prints), summed over the GPU's links.
-    """
-    gpus: list = []
-    for line in strip_terminal(text).splitlines():
-        header = _NVLINK_GPU_RE.match(line) or re.match(r"^GPU\s+(\d+):()()", line)
-        if header:
-            gpus.append({"index": int(header.group(1)), "uuid": header.group(2).strip() or None, "counters": {}})
-            continue
-        link = _NVLINK_LINK_RE.match(line)
-        counter = _NVLINK_ERROR_RE.match(link.group(2).strip()) if link else None
-        if counter and gpus:
-            name = counter.group("name").strip().lower()
-            gpus[-1]["counters"][name] = gpus[-1]["counters"].get(name, 0) + int(counter.group("value"))
-    return gpus
 
 
 # --------------------------------------------------------------------------- nvidia-smi backend
@@ -236,7 +221,7 @@ def gather_nvidia_smi(binary: str, run, notes: list) -> dict:
     if gpus:
         rc, out, err = run([binary, "nvlink", "-s"])
         if rc == 0:
-            by_uuid = {gpu["uuid"]: active_links(gpu) for gpu in parse_nvidia_smi_nvlink_links(out)}
+            by_uuid = {gpu["uuid"]: active_links(gpu) for gpu in parse_nvidia_smi_nvlink(out)}
             for record in gpus:
                 record["nvlink"] = by_uuid.get(record["uuid"])
         else:

@@ -39,8 +39,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
-    parse_nvidia_smi_nvlink_errors,
-    parse_nvidia_smi_nvlink_links,
+    parse_nvidia_smi_nvlink,
     q_get,
     q_gpu,
     split_nvidia_smi_q,
@@ -294,12 +293,12 @@ def add_nvlink(records: list, status_text: str | None, errors_text: str | None) 
     """Fill the NVLink keys of each record's ``state`` from ``nvidia-smi nvlink -s`` / ``nvlink -e``, by UUID."""
     by_uuid = {record["uuid"]: record["state"] for record in records}
     by_index = {record["index"]: record["state"] for record in records}
-    for gpu in parse_nvidia_smi_nvlink_links(status_text or ""):
+    for gpu in parse_nvidia_smi_nvlink(status_text or ""):
         state = by_uuid.get(gpu["uuid"])
         if state is not None and gpu["links"]:
             state["nvlink_links_active"] = sorted(link for link, up in gpu["links"].items() if up)
             state["nvlink_links_down"] = sorted(link for link, up in gpu["links"].items() if not up)
-    for gpu in parse_nvidia_smi_nvlink_errors(errors_text or ""):
+    for gpu in parse_nvidia_smi_nvlink(errors_text or ""):
         state = by_uuid.get(gpu["uuid"]) if gpu["uuid"] else by_index.get(gpu["index"])
         if state is None or not gpu["counters"]:
             continue

@@ -238,8 +238,7 @@ def test_h200_driver580_parsers_strip_terminal_codes(name, parse, capture):
 
 def test_nvlink_parsers_strip_terminal_codes():
     coloured = _underlined(NVLINK_STATUS)
-    assert smi.parse_nvidia_smi_nvlink_links(coloured) == smi.parse_nvidia_smi_nvlink_links(NVLINK_STATUS)
-    assert smi.parse_nvidia_smi_nvlink_errors(coloured) == smi.parse_nvidia_smi_nvlink_errors(NVLINK_STATUS)
+    assert smi.parse_nvidia_smi_nvlink(coloured) == smi.parse_nvidia_smi_nvlink(NVLINK_STATUS)
 
 
 def test_h100_sxm_80gb_x8_hgx_text_and_xml_forms_agree_on_shape(capture):
@@ -294,7 +293,7 @@ GPU 3: NVIDIA L4 (UUID: GPU-dddd)
 
 
 def test_nvlink_status_counts_links_with_bandwidth():
-    gpus = smi.parse_nvidia_smi_nvlink_links(NVLINK_STATUS)
+    gpus = smi.parse_nvidia_smi_nvlink(NVLINK_STATUS)
     assert [(gpu["index"], gpu["uuid"], smi.active_links(gpu)) for gpu in gpus] == [
         (0, "GPU-aaaa", 2),
         (1, "GPU-bbbb", 0),

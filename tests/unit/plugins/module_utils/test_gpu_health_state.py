@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health_state as hs
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common import GpuFactsError
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_nvlink_errors
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import parse_nvidia_smi_nvlink
 from conftest import shared_path
 from fake_pynvml import ERRORS, FakeGpu, make_fake_pynvml
 from gpu_facts_helpers import Commands, no_pynvml
@@ -132,8 +132,8 @@ def test_nvlink_outputs_fill_the_link_fields():
     assert state["nvlink_links_down"] == [down]
     assert state["nvlink_links_active"] == [link for link in range(18) if link != down]
     assert (state["nvlink_crc_errors"], state["nvlink_replay_errors"], state["nvlink_recovery_errors"]) == (0, 0, 0)
-    assert parse_nvidia_smi_nvlink_errors(NVLINK_ERRORS_GB300) == [
-        {"index": 0, "uuid": None, "counters": {"replay": 0, "recovery": 0, "crc": 0}}
+    assert parse_nvidia_smi_nvlink(NVLINK_ERRORS_GB300) == [
+        {"index": 0, "uuid": None, "said_none": False, "links": {}, "counters": {"replay": 0, "recovery": 0, "crc": 0}}
     ]
 
 
