@@ -59,12 +59,6 @@ def limits(reserve_mib: Any = None, min_usable_mib: Any = None) -> Limits:
     return Limits(_mib(RESERVE_VAR, reserve), _mib(MIN_USABLE_VAR, usable))
 
 
-def limits_of(variables: Any) -> Limits:
-    """``limits`` from a mapping of variables (hostvars, task vars, a filter's config): unset ones are defaults."""
-    get = getattr(variables, "get", None)
-    return limits(get(RESERVE_VAR) if get else None, get(MIN_USABLE_VAR) if get else None)
-
-
 def cap_problem(subject: str, cap_mib: int, rule: Limits, fix: str, need_mib: int | None = None,
                 need_from: str = "") -> str | None:
     """None when a cap of ``cap_mib`` leaves its client at least the least usable memory; else the refusal.

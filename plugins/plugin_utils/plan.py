@@ -86,7 +86,7 @@ ROLE_SETTINGS: dict[str, Setting] = {
                                           "gpu_operator_pools' default where unset (gpu_sharing.default_pools)"),
     "gpuops_cuda_version": Setting("_gpuops_vars", ("pins.cuda",), "the CUDA version, where preflight judged none"),
     "gpuops_registry_mirror": Setting("_gpuops_vars", ("pins.registry_mirror",), "the mirror images come from"),
-    **{name: Setting("_gpuops_vars", (*_WORKSPACES, "gpu_sharing"), "the MPS cap rule (mps.limits_of)")
+    **{name: Setting("_gpuops_vars", (*_WORKSPACES, "gpu_sharing"), "the MPS cap rule (mps.limits)")
        for name in mps.VARIABLES},
     "nvidia_driver_version": Setting("nvidia_driver", ("pins.driver", "hosts.<name>.packages"),
                                      "the driver pin, where preflight judged none"),
@@ -714,7 +714,7 @@ def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> d
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
     try:
         return gpu_sharing.plan_part(kube_gpu.plain(pools), nodes, source,
-                                     mps.limits_of({name: _setting(anyvars, name) for name in mps.VARIABLES}))
+                                     mps.limits(*(_setting(anyvars, name) for name in mps.VARIABLES)))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 
