@@ -11,7 +11,7 @@ documentation states them (plugins/modules/gpu_health.py, docs/modules/gpu_healt
 resolution-buckets sheet's row, no catalog code) takes the judgement of an Xid 154 on the same GPU, else degraded with
 step ``RESTART_APP``.
 Their code lives here only: the controller's health plan (plugin_utils/health.py) calls ``xid_context`` and
-``xid_judgement`` for an Xid whose step no finding names, and ``fatal_sxids`` for an SXid.
+``xid_judgement`` for each Xid, and ``fatal_sxids`` for an SXid.
 
 A ``fallen_off_bus`` line is failed with Xid 79's bucket ``RESTART_BM``. An SXid is host level (it names an
 NVSwitch): failed when the line says ``Fatal``, degraded when ``Non-fatal`` unless NVSentinel's mapping says

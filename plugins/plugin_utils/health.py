@@ -9,8 +9,7 @@ are out of service). Output: a plan (``build_plan``), whose steps ``health_steps
 What each bucket of NVIDIA's Xid catalog (../shared/data/xid/resolution-buckets.csv) leads to, and why an SXid's
 action (NVSentinel's mapping, not NVIDIA's guidance) is never carried out, is docs/operations.md's table "What each
 bucket does"; ``BUCKETS`` is its code. The concrete step of NVIDIA's Xid 45, 48 and 154 workflows is gpu_health's
-verdict (module_utils/gpu_health_verdict.py, the one home of those rules): a finding's ``step``, or, for an Xid no
-finding names a step for, the same rule called here.
+verdict rule (module_utils/gpu_health_verdict.py, the one home of those rules), called here on the sweep's events.
 """
 
 from __future__ import annotations
@@ -220,7 +219,7 @@ def _sxid(item: dict, others: list) -> tuple[str, str]:
 
 
 def _verdict_step(item: dict, others: list) -> str | None:
-    """The step gpu_health's verdict names for an Xid among the sweep's other events (``verdict.xid_judgement``)."""
+    """The step gpu_health's verdict rule names for an Xid among the sweep's other events (``xid_judgement``)."""
     codes, recovery = verdict.xid_context([item, *others])
     where = verdict.where_of(item)
     bucket = item.get("bucket") or "UNKNOWN"
@@ -251,24 +250,9 @@ def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str
     return action, why
 
 
-_EVIDENCE = re.compile(r"^(?:S?Xid (\d+)|fallen off the bus \(Xid (79)\))")
-
-
-def _steps(findings: list) -> dict:
-    """(kind, gpu, code) -> the step gpu_health named for that group of kernel-log events."""
-    found = {}
-    for finding in findings:
-        match = _EVIDENCE.match(str(finding.get("evidence") or ""))
-        if finding.get("check") in EVENT_CHECKS and finding.get("step") and match:
-            code = int(match.group(1) or match.group(2))
-            found[(finding["check"], finding.get("gpu"), code)] = finding["step"]
-    return found
-
-
 def _items(sweep: dict) -> list[dict]:
     """A sweep's events and its state findings (kernel-log findings are the events themselves), as plan items."""
     items = []
-    steps = _steps(sweep.get("findings") or [])
     for event in sweep.get("events") or []:
         kind, code = event.get("kind"), event.get("code")
         label = {"xid": f"Xid {code}", "sxid": f"SXid {code}"}.get(kind, f"fallen off the bus ({code})")
@@ -276,7 +260,6 @@ def _items(sweep: dict) -> list[dict]:
                       "bucket": event.get("immediate_action") or "UNKNOWN", "event": label,
                       "line": event.get("line") or "", "time": event.get("time"), "fatal": event.get("fatal"),
                       "recovery_action": event.get("recovery_action"),
-                      "step": steps.get((kind, event.get("gpu"), code)),
                       "key": f"{kind}:{code}:{event.get('gpu')}:{event.get('time') or event.get('line')}"})
     for finding in sweep.get("findings") or []:
         if finding.get("check") in EVENT_CHECKS:

@@ -74,18 +74,16 @@ def test_an_sxid_line_is_as_fatal_as_its_group():
     assert [(i["fatal"], i["action"]) for i in items] == [(None, "quarantine"), (True, "quarantine")]
 
 
-def test_the_step_gpu_health_names_is_acted_on():
-    dbe = event(48, "WORKFLOW_XID_48", gpu=2)
-    finding = {"gpu": 2, "check": "xid", "severity": "failed", "action": "WORKFLOW_XID_48", "step": "DRAIN_AND_RESET",
-               "evidence": "Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE on GPU 2, last at t1: NVRM: Xid ..."}
-    item = H.build_plan({"a": sweep(dbe, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
-    assert (item["step"], item["action"]) == ("DRAIN_AND_RESET", "reset_gpu")
+def test_the_step_of_a_workflow_is_gpu_healths_verdict_rule_on_the_sweeps_events():
+    """Xid 48 with a row-remap Xid (63/64) on its GPU drains and resets, alone it resets; Xid 154 takes the recovery
+    action its line printed (gpu_health_verdict.xid_judgement, the one home of the rule)."""
+    dbe, remap = event(48, "WORKFLOW_XID_48", gpu=2), event(63, "IGNORE", gpu=2)
+    item = H.build_plan({"a": sweep(dbe, remap)}, {}, 1)["hosts"]["a"]["items"][0]
+    assert item["action"] == "reset_gpu"
     assert "DRAIN_AND_RESET" in item["why"]
-    x154 = event(154, "XID_154", gpu=0, line="Xid 154")
-    finding = {"gpu": 0, "check": "xid", "severity": "failed", "action": "XID_154", "step": "RESTART_BM",
-               "evidence": "Xid 154 GPU_RECOVERY_ACTION_CHANGED on GPU 0: Xid 154"}
-    item = H.build_plan({"a": sweep(x154, findings=[finding])}, {}, 1)["hosts"]["a"]["items"][0]
-    assert item["action"] == "reboot"
+    assert "step RESET_GPU" in H.build_plan({"a": sweep(dbe)}, {}, 1)["hosts"]["a"]["items"][0]["why"]
+    x154 = {**event(154, "XID_154", gpu=0, line="Xid 154"), "recovery_action": "Node Reboot Required"}
+    assert H.build_plan({"a": sweep(x154)}, {}, 1)["hosts"]["a"]["items"][0]["action"] == "reboot"
     pending = {"gpu": 1, "check": "row_remap_pending", "severity": "degraded", "action": "RESET_GPU", "step": None,
                "evidence": "Remapped Rows: Pending = Yes"}
     assert H.build_plan({"a": sweep(findings=[pending])}, {}, 1)["hosts"]["a"]["action"] == "reset_gpu"
