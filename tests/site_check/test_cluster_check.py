@@ -169,14 +169,14 @@ def site(tmp_path_factory):
         pytest.skip(f"image {IMAGE} is missing (make images)")
     hosts = _hosts()
     work = tmp_path_factory.mktemp("site-check")
-    versions = {"kube_version": None, "kube_node_package_revision": None, "kube_node_cri_tools_version": None}
+    # the versions kube_node pins: its kube_node_repo_packages, at the inventory's kube_version
+    settings = yaml.safe_load((REPO / "roles/kube_node/defaults/main.yml").read_text())
     for path in INVENTORY.glob("group_vars/*/*.yml"):
-        data = yaml.safe_load(path.read_text()) or {}
-        versions.update({k: str(v) for k, v in data.items() if k in versions})
-    kube = f"{versions['kube_version']}-{versions['kube_node_package_revision']}"
+        settings.update(yaml.safe_load(path.read_text()) or {})
+    packages, kube_version = settings["kube_node_repo_packages"], str(settings["kube_version"])
     repo = work / "repo"
     fingerprint = build_standin_repo(
-        repo, {"kubelet": kube, "kubeadm": kube, "kubectl": kube, "cri-tools": versions["kube_node_cri_tools_version"]},
+        repo, {name: str(version).replace("{{ kube_version }}", kube_version) for name, version in packages.items()},
         work / "build",
     )
     try:
