@@ -28,6 +28,7 @@ FABRIC_ACTIVE_STATES = (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED
 # aggregation: the least advanced state wins; an unrecognised string ranks worst of all
 _FABRIC_RANK = {FABRIC_NOT_STARTED: 1, FABRIC_IN_PROGRESS: 2, FABRIC_COMPLETED: 3, FABRIC_NOT_SUPPORTED: 4}
 
+_FLAGS = {"enabled": True, "yes": True, "active": True, "disabled": False, "no": False, "not active": False}
 NA_VALUES = ("", "n/a", "[n/a]", "not supported", "[not supported]", "none")
 MIB = 1024 * 1024
 _CUDA_MAJOR = 1000
@@ -160,14 +161,10 @@ def aggregate_fabric_state(states) -> str | None:
     return min(known, key=lambda state: _FABRIC_RANK.get(state, 0))
 
 
-def parse_enabled(value: str | None) -> bool | None:
-    """ "Enabled" -> True, "Disabled" -> False, anything else -> None."""
-    lowered = (value or "").strip().lower()
-    if lowered == "enabled":
-        return True
-    if lowered == "disabled":
-        return False
-    return None
+def parse_flag(value: str | None) -> bool | None:
+    """nvidia-smi's on and off words (``Enabled``, ``Yes``, ``Active``; ``Disabled``, ``No``, ``Not Active``) as a
+    bool; anything else (``N/A``, absent) None."""
+    return _FLAGS.get((value or "").strip().lower())
 
 
 def parse_mib(value: str | None) -> int | None:

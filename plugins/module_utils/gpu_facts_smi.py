@@ -19,7 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     int_or_none,
     normalise_fabric_state,
     normalise_mig_mode,
-    parse_enabled,
+    parse_flag,
     parse_mib,
     value_or_none,
 )
@@ -34,7 +34,7 @@ _GPU_FIELDS = (
     ("memory_total_mib", parse_mib, "fb_memory_usage/total", ("FB Memory Usage", "Total")),
     ("mig_mode", normalise_mig_mode, "mig_mode/current_mig", ("MIG Mode", "Current")),
     ("mig_mode_pending", normalise_mig_mode, "mig_mode/pending_mig", ("MIG Mode", "Pending")),
-    ("persistence_mode", parse_enabled, "persistence_mode", ("Persistence Mode",)),
+    ("persistence_mode", parse_flag, "persistence_mode", ("Persistence Mode",)),
 )
 _FABRIC_FIELDS = (
     ("state", normalise_fabric_state, "fabric/state", ("Fabric", "State")),

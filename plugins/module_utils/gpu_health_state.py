@@ -35,6 +35,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     first_backend,
     import_pynvml,
     int_or_none,
+    parse_flag,
     value_or_none,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml
@@ -180,11 +181,6 @@ def nvml_health(calls, label: str, handle) -> dict:
 # --------------------------------------------------------------------------- nvidia-smi -q (text)
 
 
-def _yes(value: str | None) -> bool | None:
-    lowered = (value_or_none(value) or "").lower()
-    return {"yes": True, "no": False, "active": True, "not active": False}.get(lowered)
-
-
 def _sum_uncorrectable(section) -> int | None:
     """Uncorrectable counts of one ``ECC Errors`` section (Volatile or Aggregate), in every layout drivers print:
     ``DRAM Uncorrectable``/``SRAM Uncorrectable[ Parity| SEC-DED]`` (R470+), or ``Double Bit`` / ``Total``."""
@@ -213,15 +209,15 @@ def q_state(tree: dict, persistence_mode) -> dict:
     ecc = tree.get("ECC Errors") if isinstance(tree.get("ECC Errors"), dict) else {}
     state["ecc_uncorrectable_volatile"] = _sum_uncorrectable(ecc.get("Volatile"))
     state["ecc_uncorrectable_aggregate"] = _sum_uncorrectable(ecc.get("Aggregate"))
-    state["row_remap_pending"] = _yes(q_get(tree, "Remapped Rows", "Pending"))
-    state["row_remap_failure"] = _yes(q_get(tree, "Remapped Rows", "Remapping Failure Occurred"))
-    state["retired_pages_pending"] = _yes(
+    state["row_remap_pending"] = parse_flag(q_get(tree, "Remapped Rows", "Pending"))
+    state["row_remap_failure"] = parse_flag(q_get(tree, "Remapped Rows", "Remapping Failure Occurred"))
+    state["retired_pages_pending"] = parse_flag(
         q_get(tree, "Retired Pages", "Pending Page Blacklist")
         or q_get(tree, "Retired Pages", "Pending Page Retirement")
     )
     reasons = tree.get("Clocks Event Reasons") or tree.get("Clocks Throttle Reasons") or {}
     if isinstance(reasons, dict) and reasons:
-        flags = {key: _yes(q_get(reasons, key)) for key in reasons}
+        flags = {key: parse_flag(q_get(reasons, key)) for key in reasons}
         state["gpu_idle"] = flags.get("Idle")
         thermal = [flags.get("HW Thermal Slowdown"), flags.get("SW Thermal Slowdown")]
         state["throttle_thermal"] = any(thermal) if any(flag is not None for flag in thermal) else None
