@@ -49,7 +49,6 @@ class GpuFactsParseError(GpuFactsError):
             f"could not parse {what}: {detail}. Expected the documented nvidia-smi format; if the driver "
             f"changed it, report this output so the parser can follow. Raw output:\n{shown}"
         )
-        self.raw = raw
 
 
 class BackendUnavailable(GpuFactsError):

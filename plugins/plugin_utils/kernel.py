@@ -26,7 +26,9 @@ _DNF_HOLD = ("kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "
 _DNF_VERSIONED = re.compile(r"^kernel-core-(?P<release>[0-9].*)$")
 
 
-def _names(installed) -> list[str]:
+def _names(installed, pkg_mgr: str) -> list[str]:
+    if pkg_mgr not in ("apt", "dnf"):
+        raise ValueError(f"pkg_mgr is {pkg_mgr!r}; expected apt or dnf")
     if isinstance(installed, dict):
         return sorted(installed)
     return sorted(str(n) for n in installed)
@@ -37,12 +39,10 @@ def header_packages(installed, pkg_mgr: str = "apt") -> list[str]:
 
     For dnf, ``installed`` may also hold ``kernel-core-<version-release.arch>`` strings (from rpm -q).
     """
-    names = _names(installed)
+    names = _names(installed, pkg_mgr)
     if pkg_mgr == "dnf":
         wanted = {f"kernel-devel-{m['release']}" for n in names if (m := _DNF_VERSIONED.match(n))}
         return sorted(wanted)
-    if pkg_mgr != "apt":
-        raise ValueError(f"pkg_mgr is {pkg_mgr!r}; expected apt or dnf")
     wanted = set()
     for name in names:
         if name.endswith("-dbg"):
@@ -59,11 +59,9 @@ def header_packages(installed, pkg_mgr: str = "apt") -> list[str]:
 
 def hold_packages(installed, pkg_mgr: str = "apt") -> list[str]:
     """Installed kernel metapackages to hold so that no new kernel arrives (nvidia_driver_hold_kernel)."""
-    names = _names(installed)
+    names = _names(installed, pkg_mgr)
     if pkg_mgr == "dnf":
         return [n for n in _DNF_HOLD if n in names]
-    if pkg_mgr != "apt":
-        raise ValueError(f"pkg_mgr is {pkg_mgr!r}; expected apt or dnf")
     return [n for n in names if _APT_HOLD.match(n)]
 
 

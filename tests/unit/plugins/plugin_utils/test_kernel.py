@@ -102,5 +102,6 @@ def test_filters_accept_package_facts_and_refuse_an_unknown_package_manager():
     assert filters["kernel_headers"](facts, "apt")[-1] == "linux-headers-amd64"
     assert filters["kernel_holds"](facts) == ["linux-image-amd64"]
     assert filters["newest_kernel"](["6.1.0-9-amd64", "6.1.0-28-amd64"]) == "6.1.0-28-amd64"
-    with pytest.raises(AnsibleFilterError, match="expected apt or dnf"):
-        filters["kernel_headers"](facts, "zypper")
+    for name in ("kernel_headers", "kernel_holds"):
+        with pytest.raises(AnsibleFilterError, match="pkg_mgr is 'zypper'; expected apt or dnf"):
+            filters[name](facts, "zypper")
