@@ -365,10 +365,8 @@ ansible_facts:
                 - "NUMA Affinity '0-3' of GPU0, GPU1 spans several NUMA nodes (VM or NPS setting?): numa_node is null"
         topology_error:
           description:
-            - Set when O(topology=true), a driver-backed backend found GPUs, and C(nvidia-smi topo -m) exited
-              non-zero or printed no matrix (also a warning with the raw output, not a failure; preflight refuses such
-              a host); null otherwise (also when there is no driver, no GPU or no nvidia-smi binary, which
-              RV(ansible_facts.gpu.notes) names).
+            - Set when C(nvidia-smi topo -m) ran (see RV(ansible_facts.gpu.topology)) but exited non-zero or printed no
+              matrix (also a warning with the raw output, not a failure; preflight refuses such a host); else null.
             - C(command) is the command run, C(error) its exit status and output, or the parser's error (which
               quotes the output).
           returned: always
@@ -395,17 +393,6 @@ ansible_facts:
             (true, false on a legacy BIOS boot, null when EFI cannot tell); null unless O(os_facts). The plan sizes
             the workspaces' memory and CPU shares from C(memtotal_mb) and C(processor_vcpus).
           type: dict
-          sample:
-            distribution: Debian
-            distribution_version: "12.7"
-            distribution_major_version: "12"
-            distribution_release: bookworm
-            os_family: Debian
-            kernel: 6.1.0-25-amd64
-            architecture: x86_64
-            secure_boot: false
-            memtotal_mb: 2063817
-            processor_vcpus: 224
         free_space:
           description: One entry per path, with C(measured_at) (the existing path measured), C(free_bytes),
             C(total_bytes) and C(error) (null when measured).
