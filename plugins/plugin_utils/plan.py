@@ -78,7 +78,7 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "gpuops_pool": Setting("_gpuops_vars", ("hosts.<name>.pool", "hosts.<name>.kubelet_policy", "hosts.<name>.node",
                                             "pools", "nodes.gpu"),
                            "the host's pool: its kubelet policy, labels and taints, and which pool's NCCL it joins"),
-    "gpuops_gpu_topology": Setting("_gpuops_vars", ("hosts.<name>.topology", "nodes.gpu"),
+    "gpuops_gpu_topology": Setting("_gpuops_vars", ("hosts.<name>.topology", "nodes.gpu", *_WORKSPACES),
                                    "the topology where preflight read none"),
     "gpuops_gpu_count": Setting("_gpuops_vars", _WORKSPACES,
                                 "GPUs 0..n-1 for the workspaces of a plan from the inventory alone (no GPU facts)"),
@@ -117,7 +117,6 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "gpu_health_sweep_timer_enabled": Setting("gpu_health", (_HEALTH_SWEEP,),
                                               "false: no timer, so a host without the DaemonSet has no scheduled "
                                               "sweep (health_sweep)"),
-    "compose_stack_topology": Setting("compose_stack", _WORKSPACES, "the topology the workspaces are planned on"),
     "compose_stack_member_memory_pool_mb": Setting("compose_stack", _WORKSPACES,
                                                    "the memory the workspaces' default shares divide, where set "
                                                    "(else 80% of the host's, workspaces.host_pools)"),
@@ -426,10 +425,9 @@ SCHEMA: dict[str, Any] = {
                         "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
                         "smallest cap), problems, warnings, gpu_total (the GPUs the shares divide), sizing (the "
                         "pools the default shares divide, workspaces.host_pools). compose_stack "
-                        "deploys exactly these workspaces. The topology is compose_stack_topology where the inventory "
-                        "sets it; with neither a topology nor GPU facts (a plan from the inventory alone), GPUs "
-                        "0..gpuops_gpu_count-1 without cpusets. null on "
-                        "kubernetes (members get namespaces: team).",
+                        "deploys exactly these workspaces. The topology is hosts.<name>.topology; with neither a "
+                        "topology nor GPU facts (a plan from the inventory alone), GPUs 0..gpuops_gpu_count-1 "
+                        "without cpusets. null on kubernetes (members get namespaces: team).",
                         "properties": {
                             "members": {"type": "object"},
                             "shared": {"type": "object"},
@@ -543,8 +541,6 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | No
     members = _setting(hostvars, "gpuops_members")
     if not isinstance(members, list) or not members:
         return {"members": {}, "shared": {}, "problems": [], "warnings": [], "gpu_total": 0}
-    given = _setting(hostvars, "compose_stack_topology")
-    topology = given if isinstance(given, dict) and given else topology
     layout = {"gpus": list(gpu.get("gpus") or [])}
     if not gpu and not (topology or {}).get("gpus"):  # the inventory alone (render): its GPU count, no affinity
         layout = {"gpus": [{"index": index} for index in range(int(_setting(hostvars, "gpuops_gpu_count") or 0))]}

@@ -184,7 +184,7 @@ def plan_workspaces(members: list[dict], topology: dict, gpus_found: Any = None)
     problems = _member_problems(members, known)
     if not gpus:
         problems.append("the topology lists no GPUs, so GPUs cannot be assigned. Fix: run on the GPU host with the "
-                        "driver loaded, or set compose_stack_topology to the host's topology (gpu_facts with "
+                        "driver loaded, or set gpuops_gpu_topology to the host's topology (gpu_facts with "
                         "topology: true)")
     if problems:
         return {"members": {}, "shared": {}, "problems": problems, "warnings": [], "gpu_total": len(gpus)}

@@ -69,7 +69,7 @@ BOB_VAULT_PASSWORD = "bobs-password-from-vault"
 def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> Path:
     tmp_path = tmp_path_factory.mktemp("render")
     result = run_playbook(tmp_path, {
-        "compose_stack_topology": h100_topology,
+        "gpuops_gpu_topology": h100_topology,
         "gpuops_members": MEMBERS,
         "compose_stack_datasets": [{"name": "imagenet", "src": ""}],
         "gpuops_registry_mirror": "registry.lan:5000",
@@ -248,7 +248,7 @@ def test_secrets_are_private_and_never_a_default(rendered: Path) -> None:
 def test_a_gpu_the_host_lacks_fails_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
     """What depends on the host is the plan's (a GPU given twice is the team's rule: test_team, tests/bad_input)."""
     result = run_playbook(tmp_path, {
-        "compose_stack_topology": h100_topology,
+        "gpuops_gpu_topology": h100_topology,
         "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]}, {"name": "bob", "uid": 2002, "gpus": [9]}],
     })
     assert result.returncode != 0
@@ -260,7 +260,7 @@ def test_a_gpu_the_host_lacks_fails_before_any_change(tmp_path: Path, h100_topol
 
 def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
     result = run_playbook(tmp_path, {
-        "compose_stack_topology": h100_topology,
+        "gpuops_gpu_topology": h100_topology,
         "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0], "image": "team/alice:latest"}],
     })
     assert result.returncode != 0
@@ -294,7 +294,7 @@ def test_compose_file_holds_no_secret_in_clear(rendered: Path) -> None:
 
 def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100_topology: dict) -> None:
     result = run_playbook(tmp_path, {
-        "compose_stack_topology": h100_topology,
+        "gpuops_gpu_topology": h100_topology,
         "gpuops_members": MEMBERS,
         "compose_stack_expose_publicly": True,
         "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
@@ -341,7 +341,7 @@ def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Pat
 ])
 def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(tmp_path: Path, h100_topology: dict,
                                                                       extra: dict, message: str) -> None:
-    result = run_playbook(tmp_path, {"compose_stack_topology": h100_topology, "gpuops_members": MEMBERS,
+    result = run_playbook(tmp_path, {"gpuops_gpu_topology": h100_topology, "gpuops_members": MEMBERS,
                                      **extra})
     assert result.returncode != 0
     assert message in result.stdout, result.stdout[-3000:]

@@ -45,7 +45,7 @@ def members(cap: str) -> list[dict]:
 
 def workspace_plan(team: list[dict], topology: dict) -> dict:
     """The plan's workspaces of one compose host (plan.host_part), which compose_stack deploys."""
-    return plan.host_part("compose", {}, {"gpuops_members": team, "compose_stack_topology": topology})["workspaces"]
+    return plan.host_part("compose", {}, {"gpuops_members": team, "gpuops_gpu_topology": topology})["workspaces"]
 
 
 def capped(problems: list[str]) -> list[str]:
