@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""burnin.yml's filters: burnin_schedule, burnin_node, burnin_report, burnin_markdown, burnin_launch,
-burnin_objects, burnin_tools.
+"""burnin.yml's filters: burnin_schedule, burnin_report, burnin_markdown, burnin_launch, burnin_objects,
+burnin_tools.
 
 Thin: the judgements are in plugins/plugin_utils/burnin.py (burnin_membw.py for the memory bandwidth), the launch
 in plugins/plugin_utils/burnin_jobs.py;
@@ -40,9 +40,9 @@ def _text(result) -> str | None:
 
 
 def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None) -> dict:
-    """A registered single-node run judged against what the node's NVLink or PCIe should give; the node's nvbandwidth
-    run (skipped when none was found) against its GPUs' HBM peak (burnin_membw.py); the node's measurements (that
-    run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
+    """One node of burnin_report: a registered single-node run judged against what the node's NVLink or PCIe should
+    give; the node's nvbandwidth run (skipped when none was found) against its GPUs' HBM peak (burnin_membw.py); the
+    node's measurements (that run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
     gpu = _dict(gpu, "burnin_node's gpu (gpu_facts' result: count, gpus, topology)")
     config = _dict(config or {}, "burnin_node's config (the burn-in settings)")
@@ -75,12 +75,31 @@ def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvba
                              membw, judged, str(result.get("skip_reason") or "") if text is None else "")
 
 
-def burnin_report(pairs, singles=None, **options) -> dict:
-    """``{"a,b": registered result}`` of the pair runs, with the single-node results, judged for the fleet."""
+def _single_run(run, gpus: int, platform: str) -> dict:
+    """A node's single-node run: on Kubernetes its Job's log; on Compose the host's run, and why it did not run."""
+    if platform == "kubernetes":
+        return run if isinstance(run, dict) else {"rc": None, "stdout": "no Job ran"}
+    reason = ("one GPU: all_reduce_perf has nothing to reduce across (its bus bandwidth is 0 by definition)"
+              if gpus < 2 else "no all_reduce_perf: not in PATH, and burnin_tools_build is false")  # noqa: PLR2004
+    return {**(run if isinstance(run, dict) else {"skipped": True}), "skip_reason": reason}
+
+
+def burnin_report(pairs, nodes=None, config=None, **options) -> dict:
+    """``{"a,b": registered result}`` of the pair runs, with each node's runs (burnin_node), judged for the fleet."""
     pairs = _dict(pairs or {}, "burnin_report's input (pair runs by 'a,b')")
-    options["topologies"] = _topologies(options.get("topologies") or [], "burnin_report's topologies")
-    return burnin.judge_fleet([s for s in singles or [] if isinstance(s, dict)],
-                              {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
+    config = _dict(config or {}, "burnin_report's config (the burn-in settings)")
+    if not isinstance(nodes or [], list):
+        raise AnsibleFilterError(f"burnin_report's nodes must be a list, got {type(nodes).__name__}")
+    platform, singles, topologies = str(options.get("platform") or "compose"), [], []
+    for item in nodes or []:
+        entry = _dict(item, "each of burnin_report's nodes")
+        gpu = _dict(entry.get("gpu"), "a node's gpu (gpu_facts' result: count, gpus, topology)")
+        singles.append(burnin_node(_single_run(entry.get("run"), int(gpu.get("count") or 0), platform),
+                                   node=str(entry.get("node") or ""), gpu=gpu, config=config,
+                                   health=entry.get("health"), nvbandwidth=entry.get("nvbandwidth")))
+        topologies.append(gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None)
+    options.update(topologies=topologies, socket_ifname=str(config.get("socket_ifname") or ""))
+    return burnin.judge_fleet(singles, {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
 
 
 def burnin_markdown(report) -> str:
@@ -131,6 +150,5 @@ class FilterModule:
     """gpuops.cluster burn-in filters."""
 
     def filters(self) -> dict:
-        return {"burnin_schedule": burnin_schedule, "burnin_node": burnin_node, "burnin_report": burnin_report,
-                "burnin_markdown": burnin_markdown, "burnin_launch": burnin_launch,
-                "burnin_objects": burnin_objects, "burnin_tools": burnin_tools}
+        return {"burnin_schedule": burnin_schedule, "burnin_report": burnin_report, "burnin_markdown": burnin_markdown,
+                "burnin_launch": burnin_launch, "burnin_objects": burnin_objects, "burnin_tools": burnin_tools}

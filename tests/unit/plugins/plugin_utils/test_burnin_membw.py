@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node
+from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node, burnin_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_membw as M
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import expected_busbw
@@ -135,6 +135,25 @@ def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> No
     with pytest.raises(AnsibleFilterError, match=r"gpu\.gpus, gpu_facts' list of GPUs"):
         burnin_node({"skipped": True}, node="hgx-01", gpu={"count": 8})
 
+
+
+def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing() -> None:
+    """burnin_report judges the nodes it is given (burnin_node over each node's runs): a Compose node with one GPU
+    or no all_reduce_perf is skipped with the reason, a Kubernetes node whose Job left no log is failed."""
+    gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)], "topology": None}
+    config = {"membw_floor": 0.7, "nvbandwidth": "", "socket_ifname": "=ens1f0"}
+    one = {"node": "one", "gpu": {**gpu, "count": 1, "gpus": gpu["gpus"][:1]}, "run": {"skipped": True}}
+    nodes = [one, {"node": "hgx-01", "gpu": gpu, "run": None, "nvbandwidth": run(H100)}]
+    singles = {s["node"]: s for s in burnin_report({}, nodes=nodes, config=config)["singles"]}
+    assert singles["one"]["status"] == "skipped"
+    assert singles["one"]["detail"].startswith("one GPU: all_reduce_perf has nothing to reduce across")
+    assert singles["hgx-01"]["detail"] == "no all_reduce_perf: not in PATH, and burnin_tools_build is false"
+    assert singles["hgx-01"]["membw"]["status"] == "ok"
+    kube = burnin_report({}, nodes=nodes[1:], config=config, platform="kubernetes")["singles"][0]
+    assert kube["status"] == "failed"
+    assert "no Job ran" in kube["detail"]
+    with pytest.raises(AnsibleFilterError, match="a node's gpu"):
+        burnin_report({}, nodes=[{"node": "x"}], config=config)
 
 def _single(membw: dict | None) -> dict:
     """A node whose single-node all_reduce_perf passed (2 x H100 PCIe over NVLink, nccl issue 1161)."""
