@@ -140,14 +140,3 @@ def tcp_probe(host: str, port: int, timeout: float, connect=socket.create_connec
         result["reachable"] = True
     result["seconds"] = round(clock() - started, 3)
     return result
-
-
-def gather_host_facts(
-    os_info: bool, paths: list, probes: list, timeout: float, root: str, sysfs_root: str, proc_root: str
-) -> dict:
-    """What gpu_facts returns as ``ansible_facts.gpu_host``: os, free_space, tcp_probes."""
-    return {
-        "os": os_facts(root, sysfs_root, proc_root=proc_root) if os_info else None,
-        "free_space": [free_space(str(path)) for path in paths],
-        "tcp_probes": [tcp_probe(str(p["host"]), int(p["port"]), timeout) for p in probes if p.get("host")],
-    }

@@ -413,7 +413,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts import (
     GpuFactsError,
     gather_gpu_facts,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import gather_host_facts
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import free_space, os_facts, tcp_probe
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import HOST_ROOTS_ARGS
 
 ARGUMENT_SPEC = {
@@ -456,15 +456,12 @@ def main() -> None:
     result = {"gpu": facts}
     params = module.params
     if params["os_facts"] or params["free_space_paths"] or params["tcp_probes"]:
-        result["gpu_host"] = gather_host_facts(
-            os_info=params["os_facts"],
-            paths=params["free_space_paths"],
-            probes=params["tcp_probes"],
-            timeout=params["probe_timeout"],
-            root=params["_os_root"],
-            sysfs_root=params["_sysfs_root"],
-            proc_root=params["_proc_root"],
-        )
+        roots = {"root": params["_os_root"], "sysfs_root": params["_sysfs_root"], "proc_root": params["_proc_root"]}
+        result["gpu_host"] = {
+            "os": os_facts(**roots) if params["os_facts"] else None,
+            "free_space": [free_space(path) for path in params["free_space_paths"]],
+            "tcp_probes": [tcp_probe(p["host"], p["port"], params["probe_timeout"]) for p in params["tcp_probes"]],
+        }
     module.exit_json(changed=False, ansible_facts=result)
 
 

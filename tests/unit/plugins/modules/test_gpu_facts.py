@@ -4,6 +4,7 @@ actionable refusals."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
 import pytest
@@ -30,6 +31,29 @@ def test_module_exit_json_on_a_host_without_gpu(tmp_path, monkeypatch, capsys):
     assert result["changed"] is False
     gpu = result["ansible_facts"]["gpu"]
     assert (gpu["present"], gpu["count"], gpu["source"], gpu["driver_loaded"]) == (False, 0, "none", False)
+
+
+def test_module_gpu_host_answers_what_was_asked_in_the_same_call(tmp_path, monkeypatch, capsys):
+    """os_facts, free_space_paths and tcp_probes through main(): gpu_host has the three answers; none asked, none."""
+    monkeypatch.setattr(gf, "import_pynvml", _no_pynvml)
+    monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "os-release").write_text('ID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n')
+    with socket.socket() as closed:  # a port nothing listens on: the probe is refused at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    roots = {"_sysfs_root": str(tmp_path / "sys"), "_proc_root": str(tmp_path / "proc"), "_os_root": str(tmp_path)}
+    asked = {"os_facts": True, "free_space_paths": [str(tmp_path / "new" / "dir")], "probe_timeout": 2,
+             "tcp_probes": [{"host": "127.0.0.1", "port": port}]}
+    code, result = run_main(module, {**roots, **asked}, capsys)
+    assert code == 0
+    host = result["ansible_facts"]["gpu_host"]
+    assert (host["os"]["distribution"], host["os"]["distribution_version"]) == ("Ubuntu", "24.04")
+    assert [(space["measured_at"], space["error"]) for space in host["free_space"]] == [(str(tmp_path), None)]
+    probes = [(probe["port"], probe["reachable"], probe["timeout"]) for probe in host["tcp_probes"]]
+    assert probes == [(port, False, 2.0)]
+    code, result = run_main(module, roots, capsys)
+    assert "gpu_host" not in result["ansible_facts"]
 
 
 def test_module_fails_with_actionable_message_for_unavailable_named_backend(tmp_path, monkeypatch, capsys):
