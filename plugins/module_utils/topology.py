@@ -34,12 +34,15 @@ _CLIQUE_BUDGET = 200_000  # search steps for placements; far above what 16 or 72
 _MAX_DEVICES = 512  # header columns read; a real matrix has tens (keeps damaged input from costing n**2)
 
 
+def _numbered(label: str, prefix: str) -> int | None:
+    """The number of ``<prefix><ASCII digits>`` (``GPU3`` -> 3, ``NIC0`` -> 0, ``NV12`` -> 12); else None."""
+    number = label[len(prefix) :]
+    return int(number) if label.startswith(prefix) and ascii_digits(number) else None
+
+
 def nvlink_count(cell: str) -> int | None:
-    """``NV12`` -> 12; anything else -> None."""
-    if cell.startswith(_NV_PREFIX) and ascii_digits(cell[2:]):
-        count = int(cell[2:])
-        return count or None
-    return None
+    """``NV12`` -> 12; anything else (``NV0`` too) -> None."""
+    return _numbered(cell, _NV_PREFIX) or None
 
 
 def link_rank(cell: str) -> int | None:
@@ -51,14 +54,11 @@ def link_rank(cell: str) -> int | None:
 
 
 def gpu_index(label: str) -> int | None:
-    """``GPU3`` -> 3; anything else -> None."""
-    if label.startswith("GPU") and ascii_digits(label[3:]):
-        return int(label[3:])
-    return None
+    return _numbered(label, "GPU")
 
 
 def _is_nic_label(label: str) -> bool:
-    return label.startswith("NIC") and ascii_digits(label[3:])
+    return _numbered(label, "NIC") is not None
 
 
 def _names(names: list[str]) -> str:
