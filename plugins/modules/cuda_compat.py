@@ -151,14 +151,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    params = module.params
     try:
-        result = check_compat(
-            params["driver_version"],
-            params["cuda_version"],
-            gpu_name=params["gpu_name"],
-            fabric_manager_version=params["fabric_manager_version"],
-        )
+        result = check_compat(**module.params)  # the options are check_compat's parameters, by name
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
