@@ -162,10 +162,6 @@ def validate_params(
         raise ValueError(f"min_volumes is {min_volumes}; expected 0 or more")
 
 
-def _gib(value: int) -> str:
-    return f"{value / GIB:.1f} GiB"
-
-
 def _volume(vpath: str) -> dict[str, Any]:
     return {
         "path": vpath,
@@ -297,8 +293,8 @@ def check_local_volumes(  # the module's options (their defaults are its spec's)
         volume["size"], volume["free"] = space["total_bytes"], space["free_bytes"]
         if volume["free"] < min_free_gib * GIB:
             volume["problems"].append(
-                f"{_gib(volume['free'])} free of {_gib(volume['size'])}, below min_free_gib {min_free_gib:g} GiB: "
-                "use a larger disk or free space on it"
+                f"{volume['free'] / GIB:.1f} GiB free of {volume['size'] / GIB:.1f} GiB, below min_free_gib "
+                f"{min_free_gib:g} GiB: use a larger disk or free space on it"
             )
 
     _mark_shared(volumes, visible)
