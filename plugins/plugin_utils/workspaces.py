@@ -5,29 +5,10 @@
 Controller-only (used by ``plugin_utils/plan``).
 The CPU-list grammar is ``module_utils/cpu_list``, shared with the topology parser.
 
-Input is the team list (``gpuops_members``) and the GPU topology as ``gpuops.cluster.gpu_facts`` reads it
-(``gpus: [{index, cpu_affinity, numa_node, ...}]``).
-
-Rules (also the role's documented behaviour):
-
-* The team's rules (``plugin_utils/team``: names, uids, GPUs given twice, MPS caps...) ran once, on the whole team,
-  before the plan (``team.team_problems``); here only what depends on the host: a GPU the host does not have
-  (``team.host_gpu_problems``), and a workspace's own rule, that a member has a GPU. These are *problems*: the
-  caller (compose_stack's inputs) refuses to go on, listing all of them at once.
-* CPUs: GPUs are grouped into pools by NUMA node (by identical CPU affinity when the node is
-  unknown). Each pool's CPU list (the union of its GPUs' ``cpu_affinity``) is shared among the
-  members holding GPUs in it, in proportion to how many of the pool's GPUs each holds. Every
-  contiguous range is cut separately, so a member gets matching cores from ``0-51`` and their
-  hyper-thread siblings from ``104-155``. CPUs of unassigned GPUs stay free for the host.
-  A member whose GPUs span pools gets its share of each, and a warning.
-* When a pool has fewer CPUs in a range than members, members share that range (warning).
-* A GPU without ``cpu_affinity`` leaves its member without a cpuset (warning), never a guess.
-* Limits (``size_workspaces``, on the amounts of ``host_pools``): a member's own ``memory`` and ``cpus``, else its
-  GPU share of the host's (an exclusive GPU counts 1, a shared one 1/n for each of its n sharers).
-* Shared GPUs: the sharers' CPUs are that GPU's part of its pool, the same for all of them. Each sharer's
-  ``memory`` cap becomes its ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<cap>``: device 0 is the one GPU the GPU's
-  MPS daemon sees); the cap's floor is the team rule's (``plugin_utils/mps``); caps past the GPU's memory are
-  ``_shared_checks``'.
+Input is the team list (``gpuops_members``, its team rules already passed: ``team.team_problems``) and the GPU
+topology as ``gpuops.cluster.gpu_facts`` reads it (``gpus: [{index, cpu_affinity, numa_node, ...}]``). The rules
+(CPU pools and their split, MPS sharing, limits, what is refused) are described once, in docs/roles/compose_stack.md,
+"What it guarantees".
 """
 
 from __future__ import annotations
