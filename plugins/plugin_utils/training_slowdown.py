@@ -62,15 +62,20 @@ def _number(name: str, value, where: str) -> float | None:
     return float(value)
 
 
+def _named(given, what: str, kind: str, allowed: list[str]) -> None:
+    """Refuse ``given`` unless it is a dict of ``what`` whose names (each a ``kind``) are all ``allowed``."""
+    if not isinstance(given, dict):
+        raise SlowdownInputError(f"training_slowdown needs a dict of {what}, got {type(given).__name__}. "
+                                 f"Fix: pass a subset of {allowed}")
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise SlowdownInputError(f"training_slowdown: unknown {kind}(s) {unknown}; allowed: {allowed}. "
+                                 "Fix: correct the name")
+
+
 def check_signals(signals) -> dict:
     """The signals as floats (or None), refused when not a dict, unknown, negative or a fraction above 1."""
-    if not isinstance(signals, dict):
-        raise SlowdownInputError(f"training_slowdown needs a dict of window means, got {type(signals).__name__}. "
-                                 f"Fix: pass {{{', '.join(SIGNALS)}}}")
-    unknown = sorted(set(signals) - set(SIGNALS))
-    if unknown:
-        raise SlowdownInputError(f"training_slowdown: unknown signal(s) {unknown}; allowed: {list(SIGNALS)}. "
-                                 "Fix: correct the name")
+    _named(signals, "window means", "signal", list(SIGNALS))
     out = {name: _number(name, signals.get(name), "signal") for name in SIGNALS}
     if out["gpu_count"] is not None:
         out["gpu_count"] = int(out["gpu_count"])
@@ -87,13 +92,7 @@ def check_thresholds(overrides) -> dict:
     """THRESHOLDS with the overrides applied; unknown names and non-numbers are refused."""
     if overrides is None:
         return dict(THRESHOLDS)
-    if not isinstance(overrides, dict):
-        raise SlowdownInputError(f"training_slowdown thresholds must be a dict, got {type(overrides).__name__}. "
-                                 f"Fix: pass a subset of {sorted(THRESHOLDS)}")
-    unknown = sorted(set(overrides) - set(THRESHOLDS))
-    if unknown:
-        raise SlowdownInputError(f"training_slowdown: unknown threshold(s) {unknown}; allowed: {sorted(THRESHOLDS)}. "
-                                 "Fix: correct the name")
+    _named(overrides, "thresholds", "threshold", sorted(THRESHOLDS))
     merged = dict(THRESHOLDS)
     for name, value in overrides.items():
         number = _number(name, value, "threshold")

@@ -142,7 +142,7 @@ def test_thresholds_are_overridable():
     ({"pcie_util": 1.4}, None, "pcie_util is 1.400, above 1.*diagnose_pcie_gbps"),
     (HEALTHY, {"memory_min": 0.5}, r"unknown threshold\(s\) \['memory_min'\]"),
     (HEALTHY, {"gpu_temp_c_max": None}, "threshold gpu_temp_c_max is null"),
-    (HEALTHY, [1], "thresholds must be a dict"),
+    (HEALTHY, [1], "needs a dict of thresholds, got list"),
 ])
 def test_refused_input_says_what_and_the_fix(signals, thresholds, message):
     with pytest.raises(SlowdownInputError, match=message) as raised:
