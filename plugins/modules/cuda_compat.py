@@ -60,9 +60,6 @@ options:
       - Installed C(nvidia-fabricmanager) version on NVSwitch systems (HGX/DGX). It must equal the driver version
         exactly.
     type: str
-notes:
-  - Sources (NVIDIA CUDA release notes, CUDA Compatibility guide, Supported Drivers page, Fabric Manager guide) are
-    cited in C(plugins/module_utils/cuda_compat.py).
 seealso:
   - name: NVIDIA CUDA Compatibility guide
     description: Minor-version and forward compatibility rules.
