@@ -46,6 +46,8 @@ PLAN_VARS = {  # the preflight scenario's plan: a team of 3, GPUs counted across
     "gpuops_multi_node_training": False,
     "gpuops_cuda_version": "12.2",
     "nvidia_driver_version": "535.261.03",
+    # Preflight refuses Debian 12's own docker.io for the Compose platform (it has no Compose v2 plugin).
+    "docker_engine_source": "docker",
 }
 
 
