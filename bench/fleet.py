@@ -126,11 +126,9 @@ class _PeakLoad(threading.Thread):
 
 
 def settle(target: float) -> tuple[float, float]:
-    """Waits (at most SETTLE_TIMEOUT) until the 1-minute load average is at or below ``target``; returns the seconds
-    waited and the load then. Starting N containers and the warm-up ping raise the load, and the 1-minute average
-    carries it into the rounds for a minute or more (the cause of N = 100's peak over the limit in 3c4fd16's bench):
-    the rounds measure idle targets, not the tail of their start-up. Not reaching ``target`` is not fatal: the peak
-    sampled during the rounds decides, as before, whether the size is quoted."""
+    """Waits (at most SETTLE_TIMEOUT; why: docs/performance.md) until the 1-minute load average is at or below
+    ``target``; returns the seconds waited and the load then. Not reaching ``target`` is not fatal: the peak sampled
+    during the rounds decides whether the size is quoted."""
     t0 = time.perf_counter()
     while load1() > target and time.perf_counter() - t0 < SETTLE_TIMEOUT:
         time.sleep(5)
@@ -178,13 +176,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,50,100")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
-    parser.add_argument(
-        "--forks",
-        type=int,
-        default=0,
-        help="ansible --forks for all three commands (default: half the core count, so that the bench does not raise "
-        "the load past the limit by itself: each fork is a docker exec with several runnable processes behind it)",
-    )
+    parser.add_argument("--forks", type=int, default=0, help="ansible --forks of all three (default: cores / 2)")
     args = parser.parse_args()
     forks = args.forks or default_forks()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
