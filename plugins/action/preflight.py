@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import ReadOnceHost
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import ReadOnceHost, get_var
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import platform_request as inventory_request
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
@@ -20,6 +20,10 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
 )
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
+# The options read from the variable that holds the fact where the task gives none: the driver pin, the CUDA release,
+# the team's GPUs (checked as a whole by the gpuops_* check before this) and the datasets compose_stack mounts.
+HOST_OPTIONS = {"driver_version": "nvidia_driver_version", "cuda_version": "gpuops_cuda_version",
+                "gpu_assignments": "gpuops_members", "nfs_datasets": "compose_stack_datasets"}
 
 
 def spec_options(path: str) -> dict:
@@ -72,18 +76,15 @@ class ActionModule(ActionBase):
                 option = name[len(prefix):] if name.startswith(prefix) else None
                 if option in ARGUMENT_SPEC and self._task.args.get(option) is None and value is not None:
                     from_role[option] = value
-        # A platform option not given is the host's inventory variable (gpuops_platform, gpuops_team_size or the
-        # length of gpuops_members, gpuops_gpu_count, gpuops_multi_node_training), validated like a given one.
-        # The request's keys are the rule's inputs (platform.PLATFORM_INPUTS), each also an option of this action.
-        # Each read templated once; templating hostvars[inventory_hostname] in the task's arguments cost a full
-        # variable merge per reference.
+        # An option not given is the host's inventory variable, validated like a given one: the platform rule's
+        # inputs (platform.PLATFORM_INPUTS, each also an option of this action) and HOST_OPTIONS. Each read
+        # templated once; templating hostvars[inventory_hostname] in the task's arguments cost a full variable merge
+        # per reference.
         host_vars = ReadOnceHost(task_vars or {}, self._templar, frozenset())
-        for key, value in inventory_request(host_vars).items():
+        inventory = {**inventory_request(host_vars), **{o: get_var(host_vars, n) for o, n in HOST_OPTIONS.items()}}
+        for key, value in inventory.items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
-        # The members' GPUs are the team's (gpuops_members, checked as a whole by the gpuops_* check before this).
-        if self._task.args.get("gpu_assignments") is None:
-            self._task.args["gpu_assignments"] = host_vars.get("gpuops_members") or []
         # The options given (and the inventory's platform inputs) against the action's spec; the role's variables
         # were checked against the role's spec above and join the plan as checked.
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)

@@ -21,11 +21,13 @@ description:
   - Sets C(ansible_facts.gpu) and C(ansible_facts.gpu_host) as M(gpuops.cluster.gpu_facts) returns them.
 options:
   driver_version:
-    description: The driver pin (C(nvidia_driver_version)), full dotted version.
+    description:
+      - The driver pin, full dotted version. Not given, the host's C(nvidia_driver_version); unset there too, CUDA is
+        judged against the driver running on the host, if any (the plan's C(hosts.<host>.driver_judged)).
     type: str
     default: ""
   cuda_version:
-    description: The CUDA toolkit the team builds with (C(gpuops_cuda_version)).
+    description: The CUDA toolkit the team builds with. Not given, the host's C(gpuops_cuda_version).
     type: str
     default: ""
   gpu_name:
@@ -88,6 +90,7 @@ options:
       - Datasets as C(compose_stack_datasets) lists them (C({name, src, fstype, opts})). Each NFS server
         (C(fstype) nfs or nfs4, C(src) C(server:/export)) gets one TCP connect to port 2049 (or C(port=) from
         C(opts)), bounded by O(probe_timeout), before anything is mounted.
+      - Not given, the host's C(compose_stack_datasets).
     type: list
     elements: dict
     default: []
@@ -103,7 +106,7 @@ options:
         the role with C(rolespec_validate=false), so each host costs one task instead of two. Run as a role
         elsewhere, Ansible validates as well; the check is read-only either way.
       - Each option the task does not give is then read from the role's variable C(<role>_<option>) (the role is the
-        folder above C(meta/); for the preflight role, O(cuda_version) is C(preflight_cuda_version)), as templated and
+        folder above C(meta/); for the preflight role, O(probe_timeout) is C(preflight_probe_timeout)), as templated and
         checked, so each variable is templated once per host. The preflight role's task passes no other option.
     type: path
 attributes:

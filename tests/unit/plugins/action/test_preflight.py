@@ -92,7 +92,7 @@ def test_a_bad_host_var_is_refused_by_the_options_spec() -> None:
 def test_spec_options_are_the_roles_main_entry_point() -> None:
     spec = yaml.safe_load(ROLE_SPEC.read_text())["argument_specs"]["main"]["options"]
     assert spec_options(str(ROLE_SPEC)) == spec
-    assert "preflight_cuda_version" in spec
+    assert "preflight_probe_timeout" in spec
 
 
 @pytest.mark.parametrize(("host", "named"), [
@@ -114,7 +114,7 @@ def test_a_bad_role_variable_is_refused_first_naming_it(host: dict, named: str) 
 
 
 def test_role_variables_are_templated_before_the_check() -> None:
-    host = {"site_cuda": "12.4", "preflight_cuda_version": trust_as_template("{{ site_cuda }}")}
+    host = {"site_timeout": 5, "preflight_probe_timeout": trust_as_template("{{ site_timeout }}")}
     result = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))
     assert "failed" not in result
     assert "role_argument_spec" not in result["preflight"]["plan"]
@@ -125,18 +125,29 @@ def test_without_a_spec_the_role_variables_are_not_read() -> None:
 
 
 def test_options_not_given_are_the_role_variables_as_checked() -> None:
-    host = {"site_cuda": "12.4", "preflight_cuda_version": trust_as_template("{{ site_cuda }}"),
-            "preflight_probe_timeout": 5, "preflight_free_space": [{"path": "/data", "min_free": "1G"}]}
+    host = {"site_timeout": 5, "preflight_probe_timeout": trust_as_template("{{ site_timeout }}"),
+            "preflight_free_space": [{"path": "/data", "min_free": "1G"}]}
     plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
-    expected = ("12.4", 5.0, host["preflight_free_space"])
-    assert (plan["cuda_version"], plan["probe_timeout"], plan["free_space"]) == expected
-    assert plan["driver_version"] == ""  # the role's default, templated: nvidia_driver_version is not set
+    assert (plan["probe_timeout"], plan["free_space"]) == (5.0, host["preflight_free_space"])
+    assert (plan["driver_version"], plan["cuda_version"]) == ("", "")  # neither variable is set
+
+
+def test_the_driver_cuda_and_datasets_are_read_where_they_are_kept() -> None:
+    """No preflight_* copy: the driver pin, the CUDA release and the datasets are the host's nvidia_driver_version,
+    gpuops_cuda_version and compose_stack_datasets, templated and validated by the action's spec."""
+    datasets = [{"name": "imagenet", "src": "nas:/export/imagenet", "fstype": "nfs4"}]
+    host = {"site_cuda": "12.4", "gpuops_cuda_version": trust_as_template("{{ site_cuda }}"),
+            "nvidia_driver_version": "550.90.07", "compose_stack_datasets": datasets}
+    plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
+    assert (plan["cuda_version"], plan["driver_version"], plan["nfs_datasets"]) == ("12.4", "550.90.07", datasets)
+    with pytest.raises(AnsibleActionFail, match="nfs_datasets"):
+        _run({}, {"compose_stack_datasets": "nas:/export"})
 
 
 def test_the_role_variables_are_validated_once_by_the_roles_spec() -> None:
     """The role's spec checked preflight_*; the action's options spec then sees only the options given and the
     inventory's platform inputs, never the role's variables a second time."""
-    host = {"preflight_cuda_version": "12.4", "preflight_probe_timeout": 5}
+    host = {"preflight_topology_required": False, "preflight_probe_timeout": 5}
     seen = []
     validate = ActionModule.validate_argument_spec
 
@@ -146,9 +157,9 @@ def test_the_role_variables_are_validated_once_by_the_roles_spec() -> None:
 
     with mock.patch.object(ActionModule, "validate_argument_spec", spy):
         plan = _run({"role_argument_spec": str(ROLE_SPEC)}, _role_vars(host))["preflight"]["plan"]
-    assert (plan["cuda_version"], plan["probe_timeout"]) == ("12.4", 5.0)
+    assert (plan["topology_required"], plan["probe_timeout"]) == (False, 5.0)
     assert len(seen) == 1
-    assert not {"cuda_version", "probe_timeout"} & set(seen[0]), seen[0]
+    assert not {"topology_required", "probe_timeout"} & set(seen[0]), seen[0]
 
 
 def test_a_given_option_wins_over_the_role_variable() -> None:
