@@ -36,7 +36,7 @@ def _collection_roots() -> list[Path]:
         if galaxy.is_file() and "name: cluster" in galaxy.read_text(errors="replace"):
             roots.append(folder)
             break
-    paths = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS") or ""
+    paths = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")
     defaults = [Path.home() / ".ansible/collections", Path("/usr/share/ansible/collections")]
     for base in [Path(p) for p in paths.split(os.pathsep) if p] + defaults:
         candidate = base / "ansible_collections" / "gpuops" / "cluster"

@@ -33,7 +33,7 @@ def _time(event: dict) -> datetime | None:
     if not created:
         return None
     try:
-        return datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+        return datetime.fromisoformat(str(created))
     except ValueError:
         return None
 
