@@ -1,8 +1,8 @@
 """Pure logic of gpuops-run: ansible-runner events -> summary dict -> JUnit XML and an exit code.
 
-Nothing here touches the network, the disk or the clock: every function takes the runner's event
-dicts (as ansible_runner.run's event_handler receives them) or the summary built from them, so the
-tests feed recorded events.
+Nothing here touches the network, the disk or the clock: RunFold takes the runner's event dicts one by
+one (as ansible_runner.run's event_handler receives them), the rest its fold or the summary built from it,
+so the tests feed recorded events.
 """
 
 from __future__ import annotations
@@ -155,10 +155,9 @@ def _unmark_rescued(fold: RunFold) -> None:
                 extra -= 1
 
 
-def summarise(events, rc: int | None = None, status: str | None = None) -> dict:
+def summarise(fold: RunFold, rc: int | None = None, status: str | None = None) -> dict:
     """The whole run as a JSON-ready dict: per host counts (from the PLAY RECAP when the run got that far,
     else from the task events), failed tasks with their messages, plays and timings."""
-    fold = events if isinstance(events, RunFold) else _fold(events)
     if fold.stats is not None:
         _unmark_rescued(fold)
     hosts: dict[str, dict] = {}
@@ -199,13 +198,6 @@ def summarise(events, rc: int | None = None, status: str | None = None) -> dict:
 
 def _public(task: dict) -> dict:
     return {k: v for k, v in task.items() if k != "seq"}
-
-
-def _fold(events) -> RunFold:
-    fold = RunFold()
-    for event in events:
-        fold.add(event)
-    return fold
 
 
 def exit_code(summary: dict) -> int:

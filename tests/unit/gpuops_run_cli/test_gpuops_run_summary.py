@@ -25,6 +25,14 @@ def events(name: str) -> list[dict]:
     return json.loads((RECORDED / f"{name}.json").read_text())
 
 
+def summarise(events: list[dict], **kwargs) -> dict:
+    """The summary of a run whose events were these, folded one by one as gpuops-run's event handler does."""
+    fold = S.RunFold()
+    for event in events:
+        fold.add(event)
+    return S.summarise(fold, **kwargs)
+
+
 def recap(name: str) -> dict[str, dict[str, int]]:
     """The PLAY RECAP lines of the run's own stdout -> host -> counts."""
     return play_recap((RECORDED / f"{name}.stdout").read_text())
@@ -32,7 +40,7 @@ def recap(name: str) -> dict[str, dict[str, int]]:
 
 @pytest.mark.parametrize("name", CAPTURES)
 def test_counts_agree_with_the_play_recap(name):
-    summary = S.summarise(events(name), rc=2, status="failed")
+    summary = summarise(events(name), rc=2, status="failed")
     expected = recap(name)
     assert expected, "the capture has a PLAY RECAP"
     got = {h: {k: t[k] for k in S.COUNTS} for h, t in summary["hosts"].items()}
@@ -47,7 +55,7 @@ def test_counts_from_events_alone_match_where_the_recap_is_lost(name):
     """A run cut short has no recap: the counts then come from the task events themselves, and for these
     captures they still agree with the recap for failures and unreachable hosts."""
     cut = [e for e in events(name) if e["event"] != "playbook_on_stats"]
-    summary = S.summarise(cut)
+    summary = summarise(cut)
     assert summary["recap_seen"] is False
     for host, counts in recap(name).items():
         assert summary["hosts"][host]["unreachable"] == counts["unreachable"]
@@ -55,7 +63,7 @@ def test_counts_from_events_alone_match_where_the_recap_is_lost(name):
 
 
 def test_failed_tasks_are_named_with_their_messages_and_rescue_is_not_a_failure():
-    summary = S.summarise(events("mixed_rescued_ignored_loop"), rc=2)
+    summary = summarise(events("mixed_rescued_ignored_loop"), rc=2)
     assert summary["hosts"]["h2"]["failed_tasks"] == [
         {"task": "Loop with a failing item on h2", "msg": "One or more items failed", "unreachable": False,
          "play": "Mixed results"}]
@@ -68,7 +76,7 @@ def test_failed_tasks_are_named_with_their_messages_and_rescue_is_not_a_failure(
 
 
 def test_junit_one_testcase_per_host_and_play_with_task_and_message():
-    root = ET.fromstring(S.junit_xml(S.summarise(events("mixed_rescued_ignored_loop"), rc=2)))
+    root = ET.fromstring(S.junit_xml(summarise(events("mixed_rescued_ignored_loop"), rc=2)))
     cases = {(c.get("classname"), c.get("name")): c for c in root.iter("testcase")}
     assert set(cases) == {("h1", "Mixed results [h1]"), ("h2", "Mixed results [h2]"), ("h1", "After [h1]")}
     failure = cases[("h2", "Mixed results [h2]")].find("failure")
@@ -78,7 +86,7 @@ def test_junit_one_testcase_per_host_and_play_with_task_and_message():
 
 
 def test_junit_unreachable_is_an_error_and_failure_names_the_task():
-    root = ET.fromstring(S.junit_xml(S.summarise(events("failed_and_unreachable"), rc=2)))
+    root = ET.fromstring(S.junit_xml(summarise(events("failed_and_unreachable"), rc=2)))
     cases = {c.get("classname"): c for c in root.iter("testcase")}
     assert cases["h1"].find("failure").get("message") == "Fail on h1: boom here"
     error = cases["h2"].find("error")
@@ -99,22 +107,22 @@ def test_junit_a_host_that_skipped_every_task_is_a_skipped_case():
 
 
 def test_exit_codes():
-    assert S.exit_code(S.summarise(events("mixed_rescued_ignored_loop"), rc=2)) == S.EXIT_FAILED
-    assert S.exit_code(S.summarise(events("failed_and_unreachable"), rc=4)) == S.EXIT_FAILED
+    assert S.exit_code(summarise(events("mixed_rescued_ignored_loop"), rc=2)) == S.EXIT_FAILED
+    assert S.exit_code(summarise(events("failed_and_unreachable"), rc=4)) == S.EXIT_FAILED
     only_unreachable = [e for e in events("failed_and_unreachable")
                         if e["event"] != "runner_on_failed"]
     for e in only_unreachable:
         if e["event"] == "playbook_on_stats":
             e["event_data"] = dict(e["event_data"], failures={})
-    assert S.exit_code(S.summarise(only_unreachable, rc=4)) == S.EXIT_UNREACHABLE
+    assert S.exit_code(summarise(only_unreachable, rc=4)) == S.EXIT_UNREACHABLE
     clean = [e for e in events("mixed_rescued_ignored_loop") if e["event"] != "runner_on_failed"
              or e["event_data"].get("ignore_errors")]
     for e in clean:
         if e["event"] == "playbook_on_stats":
             e["event_data"] = dict(e["event_data"], failures={}, rescued={})
-    assert S.exit_code(S.summarise(clean, rc=0)) == S.EXIT_OK
+    assert S.exit_code(summarise(clean, rc=0)) == S.EXIT_OK
     # ansible-playbook stopped before any play (bad --limit, syntax error): no recap, no hosts.
-    assert S.exit_code(S.summarise([], rc=1, status="failed")) == S.EXIT_USAGE
+    assert S.exit_code(summarise([], rc=1, status="failed")) == S.EXIT_USAGE
 
 
 @pytest.mark.parametrize(("res", "msg"), [
@@ -153,5 +161,5 @@ def test_a_role_task_is_named_as_the_play_prints_it():
         {"event": "runner_on_failed", "event_data": {"host": "n1", "task": "Refuse", "task_uuid": "t1",
                                                      "role": "gpuops.cluster.preflight", "res": {"msg": "no"}}},
     ]
-    [failed] = S.summarise(events, rc=2)["hosts"]["n1"]["failed_tasks"]
+    [failed] = summarise(events, rc=2)["hosts"]["n1"]["failed_tasks"]
     assert failed["task"] == "gpuops.cluster.preflight : Refuse"
