@@ -136,7 +136,6 @@ def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> No
         burnin_node({"skipped": True}, node="hgx-01", gpu={"count": 8})
 
 
-
 def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing() -> None:
     """burnin_report judges the nodes it is given (burnin_node over each node's runs): a Compose node with one GPU
     or no all_reduce_perf is skipped with the reason, a Kubernetes node whose Job left no log is failed."""
@@ -154,6 +153,7 @@ def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing
     assert "no Job ran" in kube["detail"]
     with pytest.raises(AnsibleFilterError, match="a node's gpu"):
         burnin_report({}, nodes=[{"node": "x"}], config=config)
+
 
 def _single(membw: dict | None) -> dict:
     """A node whose single-node all_reduce_perf passed (2 x H100 PCIe over NVLink, nccl issue 1161)."""
