@@ -400,7 +400,7 @@ def test_node_exporter_reads_the_gpu_health_sweeps_textfile_directory(rendered):
     """kube-prometheus-stack's node-exporter serves the files gpu_health's scheduled sweep writes on each GPU node
     (the chart mounts the host's root at /host/root), and keeps the chart's own filesystem flags."""
     values = yaml.safe_load((rendered / "kube_monitoring/helm-values-kube-prometheus-stack.yml").read_text("utf-8"))
-    spec = yaml.safe_load((REPO_ROOT / "roles/gpu_health/meta/argument_specs.yml").read_text(encoding="utf-8"))
+    spec = yaml.safe_load((REPO_ROOT / "roles/_gpuops_vars/meta/argument_specs.yml").read_text(encoding="utf-8"))
     textfile_dir = spec["argument_specs"]["main"]["options"]["gpu_health_textfile_dir"]["default"]
     args = values["prometheus-node-exporter"]["extraArgs"]
     assert f"--collector.textfile.directory=/host/root{textfile_dir}" in args
