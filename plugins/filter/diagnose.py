@@ -14,7 +14,7 @@ diagnose = lazy("diagnose")
 
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "",
-                   mig: bool = False) -> dict:
+                   sharing=None) -> dict:
     if not isinstance(outputs, dict):
         raise AnsibleFilterError(f"diagnose_chain needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
@@ -25,7 +25,8 @@ def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node:
         except (TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"diagnose_chain: expected_gpus must be a number on kubernetes, got "
                                      f"{expected_gpus!r}") from exc
-        return diagnose.kubernetes_chain(outputs, node, count, pin or "", bool(mig))
+        replicas, mig = diagnose.node_sharing(sharing, node)
+        return diagnose.kubernetes_chain(outputs, node, count if mig else count * replicas, pin or "", mig)
     raise AnsibleFilterError(f"diagnose_chain: platform '{platform}' is not compose or kubernetes")
 
 

@@ -130,6 +130,13 @@ def device_plugin(pods_json, node: str, logs: str = "") -> dict:
     return result(link, OK, f"{name} is Running and ready on {node}")
 
 
+def node_sharing(sharing: dict | None, node: str) -> tuple[int, bool]:
+    """The node's pool in the plan's ``gpu_sharing`` (the entry whose nodes list it): nvidia.com/gpu advertised per
+    GPU, and whether it is a MIG pool; (1, False), whole GPUs, where no pool lists it (compose, no GPU Operator)."""
+    entry = next((e for e in (sharing or {}).values() if node in ((e or {}).get("nodes") or [])), None) or {}
+    return int(entry.get("replicas") or 1), entry.get("strategy") == "mig"
+
+
 def allocatable(node_json, expected: int, mig: bool = False) -> dict:
     """`kubectl get node NAME -o json`: allocatable nvidia.com/gpu equals ``expected``, the GPUs x the pool's replicas;
     ``mig``: a MIG pool, where the device plugin (mig.strategy single) advertises each GPU's MIG devices, as many as

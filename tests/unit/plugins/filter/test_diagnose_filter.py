@@ -1,4 +1,5 @@
-"""diagnose_chain filter: thin over plugin_utils/diagnose.py; registered command results are read as they are."""
+"""diagnose_chain and validate_rows filters: thin over plugin_utils/diagnose.py and validate.py; registered command
+results are read as they are, the node's pool sharing from the plan's gpu_sharing."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import diagnose_recorded as R
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.diagnose import diagnose_chain
+from ansible_collections.gpuops.cluster.plugins.filter.validate import validate_rows
 
 
 def registered(stdout, rc=0, stderr=""):
@@ -42,13 +44,29 @@ def test_bad_arguments_are_refused():
         diagnose_chain({}, platform="kubernetes", expected_gpus="eight")
 
 
-def test_kubernetes_walk_takes_mig_to_the_allocatable_link():
+def test_kubernetes_walk_takes_the_nodes_pool_sharing_to_the_allocatable_link():
     node = '{"metadata": {"name": "gpu-01"}, "status": {"allocatable": {"nvidia.com/gpu": "56"}}}'
     outputs = {"node": registered(node), "gpu_facts": {"count": 8, "fabric_manager": {"required": False}}}
 
-    def link(**mig):
-        walked = diagnose_chain(outputs, platform="kubernetes", expected_gpus=8, node="gpu-01", **mig)
+    def link(strategy=None, replicas=1, nodes=("gpu-01",)):
+        sharing = {"p": {"strategy": strategy, "replicas": replicas, "nodes": list(nodes)}} if strategy else None
+        walked = diagnose_chain(outputs, platform="kubernetes", expected_gpus=8, node="gpu-01", sharing=sharing)
         return next(w for w in walked["walked"] + walked["below"] if w["link"] == "node allocatable")["status"]
 
-    assert link(mig=True) == "ok", "a MIG pool: 7 MIG devices on each of 8 GPUs"
+    assert link("mig") == "ok", "a MIG pool: 7 MIG devices on each of 8 GPUs"
+    assert link("time-slicing", 7) == "ok", "8 GPUs x 7 replicas"
     assert link() == "broken", "whole GPUs: exactly 8"
+    assert link("mig", nodes=["gpu-02"]) == "broken", "another node's pool: whole GPUs here"
+
+
+def test_validate_reads_the_nodes_pool_sharing_for_the_allocatable_step():
+    alloc = '{"metadata": {"name": "gpu-01"}, "status": {"allocatable": {"nvidia.com/gpu": "32"}}}'
+    sharing = {"inference": {"strategy": "mps", "replicas": 4, "nodes": ["gpu-01"]}}
+
+    def step(**kwargs):
+        rows = validate_rows({"node": registered(alloc)}, platform="kubernetes", gpu_count=8, node="gpu-01", **kwargs)
+        return next(r for r in rows if r["step"] == "allocatable nvidia.com/gpu")
+
+    assert step(sharing=sharing)["status"] == "ok"
+    assert "(expected 8 GPUs x 4 replicas)" in step(sharing=sharing)["detail"]
+    assert step()["status"] == "failed", "no pool lists the node: whole GPUs, 8 expected"
