@@ -14,7 +14,7 @@
 #   NAME/    one more flat repository per NAME=DIR in FLAT_REPOS, with the .debs found in DIR (other
 #            scenarios' stand-ins, e.g. molecule/kubernetes: kube=/var/tmp/gpuops-kube-debs)
 #   keys/    gpuops-test-mirror.asc (signs all) and wrong-key.asc (signs nothing; negative test), and
-#            gpuops-test-mirror.fpr (the signing key's fingerprint, for pinned_packages_key_fingerprint)
+#            gpuops-test-mirror.fpr (the signing key's fingerprint, for pinned_packages_repo.key_fingerprint)
 # Env: DRIVER_VERSIONS ("" = no driver packages), DRIVER_PACKAGES, COMPANIONS, STANDIN_VERSIONS,
 #      DEB_CACHE (downloaded .debs are kept there between runs), SUITE, FLAT_REPOS,
 #      NVIDIA_STANDIN, DCGM_STANDIN.
