@@ -18,7 +18,7 @@ def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node:
     if not isinstance(outputs, dict):
         raise AnsibleFilterError(f"diagnose_chain needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
-        return diagnose.compose_chain(outputs, list(expected_gpus or []), pin or "")
+        return diagnose.chain(outputs, platform, list(expected_gpus or []), pin=pin or "")
     if platform == "kubernetes":
         try:
             count = int(expected_gpus or 0)
@@ -26,7 +26,7 @@ def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node:
             raise AnsibleFilterError(f"diagnose_chain: expected_gpus must be a number on kubernetes, got "
                                      f"{expected_gpus!r}") from exc
         replicas, mig = diagnose.node_sharing(sharing, node)
-        return diagnose.kubernetes_chain(outputs, node, count if mig else count * replicas, pin or "", mig)
+        return diagnose.chain(outputs, platform, count if mig else count * replicas, node, pin or "", mig)
     raise AnsibleFilterError(f"diagnose_chain: platform '{platform}' is not compose or kubernetes")
 
 

@@ -366,34 +366,20 @@ def no_gpu_chain(outputs: dict, pin: str = "") -> dict:
     return walk([*node_links(outputs, pin), seen])
 
 
-def compose_chain(outputs: dict, expected_gpus: list, pin: str = "") -> dict:
-    """workspace GPUs -> docker runtime -> toolkit and CDI -> nvidia-smi -> driver -> Fabric Manager (with no GPU
-    seen: ``no_gpu_chain``)."""
+def chain(outputs: dict, platform: str, expected_gpus, node: str = "", pin: str = "", mig: bool = False) -> dict:
+    """The platform's links, then the node's (nvidia-smi -> driver -> Fabric Manager); with no GPU seen,
+    ``no_gpu_chain``. compose: workspace GPUs (``expected_gpus``, the member's UUIDs) -> docker runtime -> toolkit and
+    CDI; kubernetes: pod -> scheduler -> device plugin -> allocatable (``allocatable``'s ``expected``, here
+    ``expected_gpus``, and ``mig``) -> containerd."""
     if sees_no_gpu(outputs):
         return no_gpu_chain(outputs, pin)
-    facts = outputs.get("gpu_facts") or {}
-    links = [
-        workspace_gpus(_rc(outputs, "workspace"), _out(outputs, "workspace"), expected_gpus),
-        docker_runtime(_out(outputs, "docker_runtimes"), _out(outputs, "daemon_json")),
-        toolkit_cdi(_out(outputs, "ctk_version"), _out(outputs, "cdi_list"), int(facts.get("count") or 0)),
-        *node_links(outputs, pin),
-        _fabric(outputs),
-    ]
-    return walk(links)
-
-
-def kubernetes_chain(outputs: dict, node: str, expected_gpus: int, pin: str = "", mig: bool = False) -> dict:
-    """pod -> scheduler -> device plugin -> allocatable (``allocatable``'s ``expected`` and ``mig``) -> containerd ->
-    nvidia-smi -> driver -> Fabric Manager (with no GPU seen: ``no_gpu_chain``)."""
-    if sees_no_gpu(outputs):
-        return no_gpu_chain(outputs, pin)
-    links = [
-        pod_phase(_out(outputs, "pod")),
-        scheduling(_out(outputs, "events")),
-        device_plugin(_out(outputs, "plugin_pods") or None, node, _out(outputs, "plugin_logs")),
-        allocatable(_out(outputs, "node"), expected_gpus, mig),
-        containerd_runtime(_out(outputs, "containerd")),
-        *node_links(outputs, pin),
-        _fabric(outputs),
-    ]
-    return walk(links)
+    if platform == "compose":
+        top = [workspace_gpus(_rc(outputs, "workspace"), _out(outputs, "workspace"), expected_gpus),
+               docker_runtime(_out(outputs, "docker_runtimes"), _out(outputs, "daemon_json")),
+               toolkit_cdi(_out(outputs, "ctk_version"), _out(outputs, "cdi_list"),
+                           int((outputs.get("gpu_facts") or {}).get("count") or 0))]
+    else:
+        top = [pod_phase(_out(outputs, "pod")), scheduling(_out(outputs, "events")),
+               device_plugin(_out(outputs, "plugin_pods") or None, node, _out(outputs, "plugin_logs")),
+               allocatable(_out(outputs, "node"), expected_gpus, mig), containerd_runtime(_out(outputs, "containerd"))]
+    return walk([*top, *node_links(outputs, pin), _fabric(outputs)])

@@ -278,7 +278,7 @@ def test_compose_chain_from_gathered_outputs_stops_at_docker_runtime():
         "nvidia_smi": {"rc": 0, "out": "GPU 0: NVIDIA H100 NVL (UUID: GPU-1)\n"},
         "gpu_facts": {"count": 1, "fabric_manager": {"required": False}},
     }
-    out = D.compose_chain(outputs, ["GPU-1"])
+    out = D.chain(outputs, "compose", ["GPU-1"])
     assert out["broken"]["link"] == "docker runtime"
     assert [w["status"] for w in out["walked"]] == [D.UNKNOWN, D.BROKEN]
 
@@ -296,12 +296,12 @@ def test_kubernetes_chain_reaches_reboot_required():
         "proc_version": {"rc": 0, "out": R.PROC_VERSION_PROPRIETARY},
         "packages": {"rc": 0, "out": R.DPKG_535_309},
     }
-    out = D.kubernetes_chain(outputs, "gpu-01", 8)
+    out = D.chain(outputs, "kubernetes", 8, "gpu-01")
     assert out["broken"]["link"] == "driver"
     assert out["broken"]["evidence"].startswith("reboot required")
     healthy = dict(outputs, packages={"rc": 0, "out": R.DPKG_535_261},
                    gpu_facts={"fabric_manager": {"required": False}})
-    assert D.kubernetes_chain(healthy, "gpu-01", 8)["broken"] is None
+    assert D.chain(healthy, "kubernetes", 8, "gpu-01")["broken"] is None
 
 
 # ---- a GPU node where gpu_facts sees no GPU ----
@@ -323,7 +323,7 @@ def test_no_gpu_seen_walks_the_node_links_and_names_nvidia_smi(platform):
     # Outputs of the links above nvidia-smi that would break first if they were walked: they must not be.
     above = {"docker_runtimes": {"rc": 0, "out": R.DOCKER_RUNTIMES_PLAIN}, "node": {"rc": 0, "out": node("0")}}
     outputs = {**NO_GPU_MACHINE, **above}
-    out = (D.compose_chain(outputs, []) if platform == "compose" else D.kubernetes_chain(outputs, "gpu-01", 0))
+    out = D.chain(outputs, platform, [] if platform == "compose" else 0, "gpu-01")
     assert [w["link"] for w in out["walked"]] == ["nvidia-smi"]
     assert out["broken"]["evidence"] == "nvidia-smi is not installed"
     assert "nvidia_driver role" in out["broken"]["fix"]
@@ -333,7 +333,7 @@ def test_no_gpu_seen_names_the_driver_when_nvidia_smi_answers_without_one():
     # nvidia-smi's fixed message when no kernel module answers (installed libraries, module not loaded).
     smi = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
            "NVIDIA driver is installed and running.\n")
-    out = D.compose_chain({**NO_GPU_MACHINE, "nvidia_smi": {"rc": 9, "out": smi}}, [])
+    out = D.chain({**NO_GPU_MACHINE, "nvidia_smi": {"rc": 9, "out": smi}}, "compose", [])
     assert out["broken"]["link"] == "nvidia-smi"
     assert "the nvidia kernel module is not loaded" in out["broken"]["fix"]
     # nvidia-smi and the loaded module are fine (the real H200 capture's -L and /proc version), yet gpu_facts read no
@@ -341,7 +341,7 @@ def test_no_gpu_seen_names_the_driver_when_nvidia_smi_answers_without_one():
     h200 = shared_path("nvidia-smi", "h200-driver580")
     fine = {**NO_GPU_MACHINE, "nvidia_smi": {"rc": 0, "out": (h200 / "L.txt").read_text()},
             "proc_version": {"rc": 0, "out": (h200 / "proc-version.txt").read_text()}}
-    out = D.kubernetes_chain(fine, "gpu-01", 0)
+    out = D.chain(fine, "kubernetes", 0, "gpu-01")
     walked = [(w["link"], w["status"]) for w in out["walked"]]
     assert walked == [("nvidia-smi", D.OK), ("driver", D.OK), ("GPUs", D.BROKEN)]
     assert "nvidia-smi is not in PATH" in out["broken"]["evidence"]
