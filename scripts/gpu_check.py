@@ -39,9 +39,9 @@ GPU_STEPS = (*(f"module {name}" for name in MODULES), *(name for name, _playbook
 HOST_KEYS = ("gpu_model", "gpu_count", "driver_version", "cuda_version", "nvml_version", "source", "no_gpu", "no_nvml")
 TIMEOUT = 3600  # any one step, unless --step-timeout says otherwise
 # What this run imports, of requirements.txt (versions from there): the controller (ansible-core; no step uses a
-# collection of the `ansible` package), gpuops-run (ansible-runner, rich), NVML's binding and pytest. The linters,
+# collection of the `ansible` package), gpuops-run (ansible-runner), NVML's binding and pytest. The linters,
 # Molecule and the 54 MB `ansible` package are not needed on a GPU host.
-NEEDS = ("ansible-core", "ansible-runner", "jinja2", "nvidia-ml-py", "pytest", "pyyaml", "rich")
+NEEDS = ("ansible-core", "ansible-runner", "jinja2", "nvidia-ml-py", "pytest", "pyyaml")
 BUILD_BACKEND = "setuptools>=64"  # builds gpuops-run from this checkout (pyproject.toml)
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
