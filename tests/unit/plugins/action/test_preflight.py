@@ -38,10 +38,10 @@ SHARED_DEFAULTS = ROLE.parent / "_gpuops_vars" / "defaults" / "main.yml"
 def _role_vars(host_vars: dict) -> dict:
     """The host's variables as the role's task sees them: the shared gpuops_* defaults (role _gpuops_vars, which
     the play imports first), the role's defaults (templates trusted, as read from the role's file), then the host's
-    own. The report folder is given: its default is a lookup, which needs a play."""
+    own."""
     defaults = {**yaml.safe_load(SHARED_DEFAULTS.read_text()), **yaml.safe_load(ROLE_DEFAULTS.read_text())}
     trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}
-    return {**trusted, "preflight_report_dir": "/tmp/reports", **host_vars}
+    return {**trusted, **host_vars}
 
 
 def _action(args: dict, host_vars: dict) -> ActionModule:
