@@ -8,6 +8,7 @@ cannot be pinned. No I/O beyond reading the files it is given; nothing here chan
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import lzma
@@ -70,6 +71,9 @@ def compare_versions(a, b):
     if ea != eb:
         return ea - eb
     return _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
+
+
+_VERSION_KEY = functools.cmp_to_key(compare_versions)
 
 
 def satisfies(version, op, wanted):
@@ -174,16 +178,8 @@ def build_index(stanzas):
     for name, offers in index.items():
         # de-duplicate versions offered by several suites or architecture lists
         unique = {s["Version"]: s for s in offers}
-        index[name] = sorted(unique.values(), key=_VersionKey, reverse=True)
+        index[name] = sorted(unique.values(), key=lambda s: _VERSION_KEY(s["Version"]), reverse=True)
     return index
-
-
-class _VersionKey:
-    def __init__(self, stanza):
-        self.version = stanza["Version"]
-
-    def __lt__(self, other):
-        return compare_versions(self.version, other.version) < 0
 
 
 def installed_versions(status_stanzas):
@@ -333,8 +329,8 @@ def resolve(index, requested, follow="all", installed=None):
     return {
         "resolved": dict(sorted(resolved.items())),
         "requested": {n: resolved[n] for n in sorted(requested) if n in resolved},
-        "closure_reasons": {n: _dedupe(r) for n, r in sorted(reasons.items())},
-        "errors": _dedupe(errors + list(dep_errors.values())),
+        "closure_reasons": {n: list(dict.fromkeys(r)) for n, r in sorted(reasons.items())},
+        "errors": list(dict.fromkeys(errors + list(dep_errors.values()))),
     }
 
 
@@ -348,14 +344,6 @@ class _LazyProvides:
         if self._map is None:
             self._map = provides_index(self._index)
         return self._map.get(name, default)
-
-
-def _dedupe(items):
-    out = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out
 
 
 def _choose(alts, index, provides, resolved):

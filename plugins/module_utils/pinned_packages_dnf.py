@@ -10,6 +10,7 @@ dnf sack, on the host) so that the pure functions stay testable without dnf.
 from __future__ import annotations
 
 import configparser
+import functools
 import os
 import re
 
@@ -67,21 +68,12 @@ def matches_request(evr, requested):
             and (epoch is None or str(epoch) == str(evr[0] or "0")))
 
 
-def newest(evrs, cmp):
-    """The newest EVR of a non-empty list under cmp (rpm's comparison)."""
-    best = evrs[0]
-    for evr in evrs[1:]:
-        if cmp(evr, best) > 0:
-            best = evr
-    return best
-
-
 def choose(offered, requested, installed, cmp):
     """The offered EVR to pin for a request: the newest match; '' -> the installed one if offered, else newest."""
     if parse_request(requested) is None and installed is not None and installed in offered:
         return installed
     matching = [evr for evr in offered if matches_request(evr, requested)]
-    return newest(matching, cmp) if matching else None
+    return max(matching, key=functools.cmp_to_key(cmp)) if matching else None
 
 
 def read_locklist(text):
@@ -287,7 +279,7 @@ def _closure(available, resolved, reasons, installed, follow, cmp):
             elif installed.get(dep) in fitting:
                 resolved[dep] = installed[dep]
             else:
-                resolved[dep] = newest(fitting, cmp)
+                resolved[dep] = max(fitting, key=functools.cmp_to_key(cmp))
             reasons[dep] = f"required by {name} ({text})"
             queue.append(dep)
     return problems
