@@ -27,12 +27,8 @@ STOCK_RUNTIME = "runc"
 
 
 class InvalidConfigFile(ValueError):
-    """The existing file is not a JSON object; the message (and ``reason``) is the short fact, e.g. 'not valid
-    JSON (line 1, ...)', which the module puts into its refusal with the backup's name and the fix."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """The existing file is not a JSON object; the message is the short fact, e.g. 'not valid JSON (line 1, ...)',
+    which the module puts into its refusal with the backup's name and the fix."""
 
 
 def load_config(text: str | bytes | None) -> dict:

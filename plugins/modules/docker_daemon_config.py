@@ -257,7 +257,7 @@ def main() -> None:
     response = {"changed": result["changed"], "config": result["after"], "path": path}
     backed_up_invalid = False
     if result["invalid"] is not None:
-        kept, backed_up_invalid = _keep_invalid(module, path, data, result["invalid"].reason)
+        kept, backed_up_invalid = _keep_invalid(module, path, data, str(result["invalid"]))
         response.update(kept)
     # What a failure from here on reports: nothing changed, except an invalid file's backup.
     failed = {**response, "changed": backed_up_invalid}
