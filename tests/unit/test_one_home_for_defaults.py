@@ -3,9 +3,9 @@
 Every play imports the _gpuops_vars role first, so its defaults are the play's; nothing else defaults a gpuops_*
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
 kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace,
-training_stack_namespace, kube_monitoring_namespace, training_stack_mlflow_namespace, gpu_health_textfile_dir).
-This test reads the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default written in
-a comment is a second home in words) and fails, naming file:line, on
+training_stack_namespace, kube_monitoring_namespace, training_stack_mlflow_namespace, gpu_health_textfile_dir,
+kube_control_plane_credentials_dir). This test reads the text of roles/, playbooks/, plugins/ and molecule/
+(comments count too: a default written in a comment is a second home in words) and fails, naming file:line, on
 
 * an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
   ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
@@ -49,6 +49,7 @@ SHARED_CLUSTER_SETTINGS = (
     "kube_monitoring_namespace",
     "training_stack_mlflow_namespace",
     "gpu_health_textfile_dir",
+    "kube_control_plane_credentials_dir",
 )
 # \b: an internal fact (_gpuops_*, __gpuops_*: set by a task, not an inventory variable) has no shared default.
 JINJA_DEFAULT = re.compile(rf"(?:\bgpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")

@@ -34,7 +34,7 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "kube_image_repository": "registry.lan:5000", "kube_config_dir": "/etc/kubernetes/site",
         "gpu_operator_namespace": "nvidia-gpu-operator", "training_stack_namespace": "training-operator",
         "kube_monitoring_namespace": "prometheus", "training_stack_mlflow_namespace": "experiments",
-        "gpu_health_textfile_dir": "/srv/node-exporter/textfile"}
+        "gpu_health_textfile_dir": "/srv/node-exporter/textfile", "kube_control_plane_credentials_dir": "/srv/creds"}
 
 
 def _options() -> dict:
