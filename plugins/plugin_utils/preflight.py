@@ -34,20 +34,10 @@ def _check(name: str, ok: bool | None, msg: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "status": {True: "ok", False: "failed", None: "skipped"}[ok], "msg": msg}
 
 
-def _check_warn(name: str, msg: str) -> dict[str, Any]:
-    """A rule that would refuse, turned into a warning by the inventory: passes, and says so on the summary line."""
-    return {"name": name, "ok": True, "status": "warn", "msg": msg}
-
-
 @cache
-def _role_table(role: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """A role's OS table (os_support.role_supported), read once per process."""
-    return tuple((d, tuple(v)) for d, v in os_support.role_supported(os_support.ROLES_DIR / role).items())
-
-
-def role_tables(roles: list[str]) -> dict[str, dict[str, list[str]]]:
-    """role -> its OS table (its meta/main.yml platforms)."""
-    return {role: {d: list(v) for d, v in _role_table(role)} for role in roles}
+def _role_table(role: str) -> dict[str, list[str]]:
+    """A role's OS table (os_support.role_supported: its meta/main.yml platforms), read once per process; only read."""
+    return os_support.role_supported(os_support.ROLES_DIR / role)
 
 
 def os_supported(
@@ -56,7 +46,7 @@ def os_supported(
     """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
     platform's), each read from the role's meta/main.yml as the role's own assert stage reads it."""
     if tables is None:
-        tables = role_tables(os_support.host_roles(platform))
+        tables = {role: _role_table(role) for role in os_support.host_roles(platform)}
     distribution = str(os_facts.get("distribution") or "")
     version = str(os_facts.get("version") or "")
     found = f"{distribution or 'unknown OS'} {version}"
@@ -140,11 +130,9 @@ def topology_readable(host: str, gpu: dict[str, Any], declared: Any = None, requ
         return _check("topology", None, f"topology not read, and not expected yet ({notes or 'not requested'})")
     command = error.get("command") or "nvidia-smi topo -m"
     found = f"{host}: {count} GPU(s) seen, but their topology could not be read from `{command}`: {error.get('error')}"
-    if not required:
-        return _check_warn(
-            "topology",
-            f"{found}. The run goes on without CPU or NUMA affinity for them (preflight_topology_required: false).",
-        )
+    if not required:  # a refusal the inventory turned into a warning: passes, and says so on the summary line
+        msg = f"{found}. The run goes on without CPU or NUMA affinity for them (preflight_topology_required: false)."
+        return {**_check("topology", True, msg), "status": "warn"}
     return _check(
         "topology",
         False,
