@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import cuda_compat, versions
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, mps
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, images, mps
 
 CONFIGMAP_NAME = "gpuops-device-plugin-config"
 WHOLE_GPU_CONFIG = "whole-gpu"
@@ -102,16 +102,6 @@ def mig_capable(gpu_model: str | None) -> bool:
     """True when the product name is in NVIDIA's MIG list (A100, A30, H100, H200, B200, ...)."""
     name = " ".join(str(gpu_model or "").upper().replace("-", " ").split())
     return any(pattern.search(name) for pattern in _MIG_PATTERNS)
-
-
-def mirror_repository(repository: str, mirror: str) -> str:
-    """``nvcr.io/nvidia/k8s`` -> ``<mirror>/nvidia/k8s``: the registry host is replaced, the path kept."""
-    if not mirror:
-        return repository
-    mirror = mirror.strip().rstrip("/")
-    if "://" in mirror:
-        raise ValueError(f"registry mirror {mirror!r} must be host[:port][/prefix], without a scheme")
-    return f"{mirror}/{repository.split('/', 1)[1]}"
 
 
 def _nvlinked(topology: dict | None) -> bool:
@@ -220,7 +210,7 @@ def problems(config: dict) -> list[str]:
         found.extend(_pool_problems(name, pools[name] or {}, [n for n in nodes if n.get("pool") == name], rule,
                                     bool(config.get("multi_node_training"))))
     try:
-        mirror_repository("nvcr.io/nvidia", config.get("registry_mirror") or "")
+        images.mirror_image("nvcr.io/nvidia", config.get("registry_mirror") or "")
     except ValueError as exc:
         found.append(f"gpuops_registry_mirror: {exc}")
     return found
@@ -265,11 +255,11 @@ def build_values(config: dict) -> dict[str, Any]:
     operator_owns = config.get("driver_owner", "host") == "operator"
     pools = config.get("pools") or {}
     any_mig = any((pool or {}).get("mig_profile") for pool in pools.values())
-    values: dict[str, Any] = {section: {"repository": mirror_repository(repo, mirror)}
+    values: dict[str, Any] = {section: {"repository": images.mirror_image(repo, mirror)}
                               for section, repo in IMAGE_SECTIONS.items()}
     values["driver"]["enabled"] = operator_owns
     for section, key in DRIVER_MANAGER_KEYS.items():
-        values.setdefault(section, {})[key] = {"repository": mirror_repository(DRIVER_MANAGER_REPOSITORY, mirror)}
+        values.setdefault(section, {})[key] = {"repository": images.mirror_image(DRIVER_MANAGER_REPOSITORY, mirror)}
     if operator_owns:
         values["driver"]["version"] = str(config["driver_version"])
     values["toolkit"]["enabled"] = operator_owns
@@ -279,7 +269,7 @@ def build_values(config: dict) -> dict[str, Any]:
     values["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     values["nfd"] = {"enabled": True}
     values["cdi"] = {"enabled": True}
-    values["node-feature-discovery"] = {"image": {"repository": mirror_repository(NFD_REPOSITORY, mirror)}}
+    values["node-feature-discovery"] = {"image": {"repository": images.mirror_image(NFD_REPOSITORY, mirror)}}
     return values
 
 
