@@ -38,9 +38,29 @@ _raw:
   elements: str
 """
 
+import hashlib
+import os
+import stat
+
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.tree_digest import tree_digest
+
+
+def tree_digest(root: str) -> str:
+    """Hex digest of the tree under root (path, mode bits, size, content; see DOCUMENTATION)."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root} is not a directory")
+    digest = hashlib.sha256()
+    for current, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(current, name)
+            info = os.stat(path)
+            digest.update(f"{os.path.relpath(path, root)}\0{stat.S_IMODE(info.st_mode):o}\0{info.st_size}\0".encode())
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 16), b""):
+                    digest.update(block)
+    return digest.hexdigest()
 
 
 class LookupModule(LookupBase):
