@@ -32,11 +32,6 @@ ARGUMENT_SPEC = {"report_dir": {"type": "path", "required": True}}
 RESULT_VAR = "__preflight_host"
 
 
-def platforms_with_play() -> list[str]:
-    """The platforms playbooks/vars/run_roles.yml lists roles for: each has its play (playbooks/<platform>.yml)."""
-    return [name for name in os_support.run_roles() if name != os_support.HOST_LAYER]
-
-
 def _no_play(decision: dict, served: list[str]) -> dict:
     reason = (
         f"the fleet's platform is {decision['platform']} ({decision['reason']}), but no play applies "
@@ -80,7 +75,7 @@ class ActionModule(ActionBase):
                 count = (facts.get("gpu") or {}).get("count")
                 detected[host] = None if count is None else int(count)
         fleet = decide_fleet({h: r["preflight"]["request"] for h, r in judged.items()}, detected)
-        served = platforms_with_play()
+        served = os_support.platforms_with_play()
         if fleet["ok"] and fleet["platform"] not in served:
             fleet = _no_play(fleet, served)
             fleet["hosts"] = {h: _no_play(d, served) for h, d in fleet["hosts"].items()}

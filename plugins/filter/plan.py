@@ -16,12 +16,11 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 plan = lazy("plan")
 
 
-def inventory_plan(gpu_hosts: Any, hostvars: Any, with_play: Any = None, platform: Any = None) -> dict:
+def inventory_plan(gpu_hosts: Any, hostvars: Any, platform: Any = None) -> dict:
     if not isinstance(gpu_hosts, list):
         raise AnsibleFilterError(f"inventory_plan: expected the list of gpu_nodes hosts, got {gpu_hosts!r}")
     try:
-        with_play = None if with_play is None else list(with_play)
-        return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, with_play, platform or None)
+        return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, platform or None)
     except (TypeError, ValueError, KeyError) as exc:
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 

@@ -68,6 +68,11 @@ def run_roles(path: str | Path = RUN_ROLES_FILE) -> dict[str, list[str]]:
     return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
 
 
+def platforms_with_play() -> list[str]:
+    """The platforms run_roles() lists roles for: each has its play (playbooks/<platform>.yml)."""
+    return [name for name in run_roles() if name != HOST_LAYER]
+
+
 def host_roles(platform: str | None, roles: dict[str, list[str]] | None = None) -> list[str]:
     """The roles a GPU node runs: the host layer's, then the platform's (none while no platform is decided)."""
     roles = run_roles() if roles is None else roles

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     kube_gpu,
     kube_plan,
     mps,
+    os_support,
     training_jobs,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the rule and its inputs
@@ -783,8 +784,7 @@ def _os_facts(hostvars: Any) -> dict:
         name: facts.get(name) for name in ("memtotal_mb", "processor_vcpus") if name in facts}
 
 
-def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | None = None,
-                   platform: str | None = None) -> dict:
+def inventory_plan(gpu_hosts: list[str], hostvars: Any, platform: str | None = None) -> dict:
     """The plan from the inventory alone (no preflight on record): the same platform rule, on the GPU counts the
     hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count. ``platform``: the platform the play
     is for (render.yml's Kubernetes plays), planned where the rule leaves the platform undecided (source: play)."""
@@ -797,7 +797,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, with_play: list[str] | N
         fleet = {**fleet, "ok": True, "platform": platform, "source": "play",
                  "reason": f"{platform}: the platform this play is for (undecided by the rule: {fleet.get('reason')})"}
     records = {h: {"gpu": gpus[h], "host": _os_facts(hostvars[h])} for h in hosts}
-    return build_plan(fleet, records, hostvars, list(PLATFORMS) if with_play is None else with_play, source="inventory")
+    return build_plan(fleet, records, hostvars, os_support.platforms_with_play(), source="inventory")
 
 
 def with_out_of_service(plan: dict, report_dir: str) -> dict:
