@@ -59,12 +59,11 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
         bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              boolean(release), bounds or None)
-    steps = steps or {}
-    settings = {"reboot": boolean(steps.get("reboot", True)), "timeout": int(steps.get("timeout", 600)),
-                "report_dir": steps.get("report_dir", "/var/log/gpuops")}
+    steps = dict(steps or {})  # host_steps holds the defaults of timeout and report_dir
+    steps["reboot"] = boolean(steps.get("reboot", True))
     for host, hplan in plan["hosts"].items():
         hplan["steps"] = health_steps.host_steps(host, hplan, steps.get("platform", "compose"),
-                                                 steps.get("members") or [], settings)
+                                                 steps.get("members") or [], steps)
     return plan
 
 
