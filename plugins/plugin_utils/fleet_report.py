@@ -174,15 +174,19 @@ def health_cell(health: dict | None) -> str:
     return text + (f"; GPU {', '.join(map(str, out))} out of service" if out else "")
 
 
+def _table(cls: str, head: list[str], rows: list[str], attr: str = "class") -> str:
+    """One table of the page: its class (or id), column titles and rows (each a ready <tr>)."""
+    titles = "".join(f"<th>{h}</th>" for h in head)
+    return f"<table {attr}='{cls}'><thead><tr>{titles}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
 def _health_section(health: dict) -> str:
-    rows = "".join(
-        f"<tr><td>{escape(str(i.get('gpu')))}</td><td>{escape(str(i.get('event')))}</td>"
-        f"<td>{escape(str(i.get('bucket') or ''))}</td><td>{_badge('warn' if i.get('new') else 'skipped', i['action'])}"
-        f"</td><td>{escape(str(i.get('why')))}</td></tr>" for i in health.get("items") or [])
-    head = ("<table class='health-items'><thead><tr><th>GPU</th><th>Event</th><th>NVIDIA bucket</th><th>Action</th>"
-            "<th>Why</th></tr></thead><tbody>")
+    rows = [f"<tr><td>{escape(str(i.get('gpu')))}</td><td>{escape(str(i.get('event')))}</td>"
+            f"<td>{escape(str(i.get('bucket') or ''))}</td>"
+            f"<td>{_badge('warn' if i.get('new') else 'skipped', i['action'])}</td>"
+            f"<td>{escape(str(i.get('why')))}</td></tr>" for i in health.get("items") or []]
     return (f"<p class='health'>health: {escape(health_cell(health))} - {escape(str(health.get('reason', '')))}</p>"
-            + (head + rows + "</tbody></table>" if rows else ""))
+            + (_table("health-items", ["GPU", "Event", "NVIDIA bucket", "Action", "Why"], rows) if rows else ""))
 
 
 CSS = """
@@ -219,25 +223,20 @@ def burnin_section(burnin: dict | None) -> list[str]:
             f"{float(burnin.get('floor_share') or 0):.0%} of it</p>"]
     findings = "".join(f"<li>{escape(str(f))}</li>" for f in burnin.get("findings") or [])
     html.append(f"<ul class='w'>{findings}</ul>" if findings else "<p>no finding: every node and pair passed</p>")
-    html.append("<table class='burnin-nodes'><thead><tr><th>Node</th><th>Result</th><th>Single node GB/s</th>"
-                "<th>Expected (path)</th><th>Pairs</th><th>Pair mean GB/s</th><th>Pair expected</th>"
-                "<th>Memory GB/s (read+write / HBM peak)</th></tr></thead>"
-                "<tbody>")
-    for node in burnin.get("nodes") or []:
-        html.append(f"<tr data-node='{escape(str(node['node']))}'><td>{escape(str(node['node']))}</td>"
-                    f"<td>{_badge(str(node['status']))}</td><td>{_gb(node.get('single_measured'))}</td>"
-                    f"<td>{_gb(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
-                    f"<td>{node.get('pairs', 0)}</td><td>{_gb(node.get('pair_mean'))}</td>"
-                    f"<td>{_gb(node.get('pair_expected'))}</td><td>{escape(membw_cell(node.get('membw')))}</td></tr>")
-    html.append("</tbody></table><table class='burnin-pairs'><thead><tr><th>Pair</th><th>Result</th>"
-                "<th>Measured GB/s</th><th>Expected</th><th>Network</th><th>Detail</th></tr></thead><tbody>")
-    for pair in burnin.get("pairs") or []:
-        name = "-".join(str(p) for p in pair["pair"])
-        html.append(f"<tr data-pair='{escape(name)}'><td>{escape(name)}</td><td>{_badge(str(pair['status']))}</td>"
-                    f"<td>{_gb(pair.get('measured'))}</td><td>{_gb(pair.get('expected'))}</td>"
-                    f"<td>{escape(str(pair.get('network') or '?'))}</td><td>{escape(str(pair.get('detail') or ''))}"
-                    "</td></tr>")
-    html.append("</tbody></table></section>")
+    html.append(_table("burnin-nodes", ["Node", "Result", "Single node GB/s", "Expected (path)", "Pairs",
+                                        "Pair mean GB/s", "Pair expected", "Memory GB/s (read+write / HBM peak)"], [
+        f"<tr data-node='{escape(str(node['node']))}'><td>{escape(str(node['node']))}</td>"
+        f"<td>{_badge(str(node['status']))}</td><td>{_gb(node.get('single_measured'))}</td>"
+        f"<td>{_gb(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
+        f"<td>{node.get('pairs', 0)}</td><td>{_gb(node.get('pair_mean'))}</td>"
+        f"<td>{_gb(node.get('pair_expected'))}</td><td>{escape(membw_cell(node.get('membw')))}</td></tr>"
+        for node in burnin.get("nodes") or []]))
+    pairs = [("-".join(str(p) for p in pair["pair"]), pair) for pair in burnin.get("pairs") or []]
+    html.append(_table("burnin-pairs", ["Pair", "Result", "Measured GB/s", "Expected", "Network", "Detail"], [
+        f"<tr data-pair='{escape(name)}'><td>{escape(name)}</td><td>{_badge(str(pair['status']))}</td>"
+        f"<td>{_gb(pair.get('measured'))}</td><td>{_gb(pair.get('expected'))}</td>"
+        f"<td>{escape(str(pair.get('network') or '?'))}</td><td>{escape(str(pair.get('detail') or ''))}</td></tr>"
+        for name, pair in pairs]) + "</section>")
     return html
 
 
@@ -256,8 +255,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             f"<h1>{escape(title)}</h1><div class='sub'>generated {escape(generated)} UTC</div>",
             f"<div class='cards'><div class='card' id='hosts'><b>{len(rows)}</b>hosts</div>"
             f"<div class='card' id='gpus'><b>{total_gpus}</b>GPUs</div>"
-            f"<div class='card' id='attention'><b>{bad}</b>need attention</div></div>",
-            "<table id='fleet'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+            f"<div class='card' id='attention'><b>{bad}</b>need attention</div></div>"]
+    cells = []
     for row in rows:
         pin = f" (pin {escape(row['pin'])})" if row["pin"] and row["pin"] != row["driver"] else ""
         good_cuda = row["cuda"] in ("native", "minor_version")
@@ -265,14 +264,14 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
         cuda = cuda if row["cuda"] else ""
         warns = "".join(f"<li>{escape(w)}</li>" for w in row["warnings"])
         warns = f"<ul class='w'>{warns}</ul>" if warns else ""
-        html.append(
+        cells.append(
             f"<tr class='{'row-good' if row['ok'] else 'row-bad'}' data-host='{escape(row['host'])}'>"
             f"<td><a href='#host-{escape(row['host'])}'>{escape(row['host'])}</a></td><td>{escape(row['gpus'])}</td>"
             f"<td>{escape(row['driver'])}{pin}</td><td>{cuda}</td><td>{escape(row['fabric_manager'])}</td>"
             f"<td>{escape(str(row['platform']))}</td><td>{escape(str(row['pool']))}</td><td>{warns}</td>"
             f"<td class='validate'>{_badge(row['validate'])}</td>"
             + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
-    html.append("</tbody></table>")
+    html.append(_table("fleet", head, cells, attr="id"))
     html += burnin_section(burnin)
     html.append(slowdown_html(sorted(reports, key=lambda r: str(r.get("host", "")))))
     for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
@@ -285,14 +284,10 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
                     "<p class='legend'>no topology: " + escape(notes) + "</p>")
         if report.get("health"):
             html.append(_health_section(report["health"]))
-        steps = report.get("validate") or []
-        if steps:
-            html.append("<table class='validate-steps'><thead><tr><th>Validate step</th><th>Result</th>"
-                        "<th>Detail</th></tr></thead><tbody>")
-            for step in steps:
-                html.append(f"<tr><td>{escape(str(step.get('step')))}</td><td>{_badge(str(step.get('status')))}</td>"
-                            f"<td>{escape(str(step.get('detail', '')))}</td></tr>")
-            html.append("</tbody></table>")
+        if report.get("validate"):
+            html.append(_table("validate-steps", ["Validate step", "Result", "Detail"], [
+                f"<tr><td>{escape(str(step.get('step')))}</td><td>{_badge(str(step.get('status')))}</td>"
+                f"<td>{escape(str(step.get('detail', '')))}</td></tr>" for step in report["validate"]]))
         html.append("</section>")
     html.append("</body></html>")
     return "\n".join(html) + "\n"
