@@ -130,7 +130,6 @@ EXAMPLES = r"""
     team_size: 4
     free_space:
       - {path: /var/lib/gpuops, min_free: 10G, why: service data}
-    nfs_datasets: "{{ compose_stack_datasets }}"
   register: __preflight_host
 
 - name: Decide the fleet's platform, write the reports and refuse a bad plan
