@@ -331,7 +331,6 @@ def snapshot(server: Server) -> dict:
                 "start_time": info.get("start_time"), "end_time": info.get("end_time"),
                 "params": {p["key"]: p["value"] for p in data.get("params", [])},
                 "tags": {t["key"]: t["value"] for t in data.get("tags", [])},
-                "metric_history_lengths": {k: len(v) for k, v in histories.items()},
                 "metric_histories": histories,
                 "artifacts": server.artifacts(run),
             }
@@ -371,7 +370,7 @@ def verify(source: Server, target: Server, skip_users: tuple[str, ...] = ()) -> 
         "counts": {k: {"source": a, "target": b} for k, (a, b) in counts.items()},
         "params": sum(len(r["params"]) for r in src["runs"].values()),
         "tags": sum(len(r["tags"]) for r in src["runs"].values()),
-        "metric_points": sum(sum(r["metric_history_lengths"].values()) for r in src["runs"].values()),
+        "metric_points": sum(len(h) for r in src["runs"].values() for h in r["metric_histories"].values()),
         "artifacts": sum(len(r["artifacts"]) for r in src["runs"].values()),
         "users": sorted(src_users),
         "user_permissions": sum(len(u["permissions"]) for u in src_users.values()),
