@@ -145,11 +145,37 @@ def test_every_play_that_runs_roles_imports_the_shared_defaults() -> None:
             if "hosts" in play and _runs_something(play) and relative not in PLAYS_WITHOUT_IMPORT:
                 plays.append((relative, play))
     assert len(plays) >= MIN_PLAYS, f"only {len(plays)} plays found under playbooks/: the scan missed them"
-    missing = [f"{path}: {play.get('name')}" for path, play in plays if "gpuops.cluster._gpuops_vars" not in repr(play)]
+    missing = [f"{path}: {play.get('name')}" for path, play in plays
+               if not _imports_the_defaults(play, REPO / "playbooks")]
     assert not missing, (
         "plays without the _gpuops_vars import (pre_tasks: ansible.builtin.import_role name: "
-        "gpuops.cluster._gpuops_vars, rolespec_validate: false):\n" + "\n".join(missing)
+        "gpuops.cluster._gpuops_vars, rolespec_validate: false), itself or through the plan entry point "
+        "(tasks/plan.yml imports it):\n" + "\n".join(missing)
     )
+
+
+def _imports_the_defaults(tasks: object, folder: Path) -> bool:
+    """The play (or task list) imports _gpuops_vars statically - import_role, whose defaults are the play's from
+    the start - itself or in a task file it imports (import_tasks, followed)."""
+    if isinstance(tasks, dict):
+        role = tasks.get("ansible.builtin.import_role")
+        if isinstance(role, dict) and role.get("name") == "gpuops.cluster._gpuops_vars":
+            return True
+        imported = tasks.get("ansible.builtin.import_tasks")
+        if isinstance(imported, str) and "{{" not in imported:
+            path = folder / imported
+            return _imports_the_defaults(yaml.safe_load(path.read_text(encoding="utf-8")), path.parent)
+        return any(_imports_the_defaults(value, folder) for value in tasks.values())
+    return isinstance(tasks, list) and any(_imports_the_defaults(item, folder) for item in tasks)
+
+
+def test_the_plan_entry_point_imports_the_defaults_statically() -> None:
+    """Plays that take the defaults through tasks/plan.yml rely on its import staying an import (not include_role,
+    whose defaults reach only the tasks after it, and only when it runs)."""
+    plan = yaml.safe_load((REPO / "playbooks" / "tasks" / "plan.yml").read_text(encoding="utf-8"))
+    assert plan[0]["ansible.builtin.import_role"]["name"] == "gpuops.cluster._gpuops_vars"
+    assert not _imports_the_defaults([{"ansible.builtin.include_role": {"name": "gpuops.cluster._gpuops_vars"}}],
+                                     REPO / "playbooks")
 
 
 def test_python_reads_the_shared_defaults_from_their_home() -> None:
