@@ -273,7 +273,7 @@ SCHEMA: dict[str, Any] = {
             "required": ["gpu", "control_planes", "workers"],
             "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
             "(grow reads them on compose). gpu_operator, kube_tenancy and training_stack read their GPU nodes here "
-            "(kube_tenancy_cluster_gpus is their GPU count), as does grow's plan. "
+            "(kube_tenancy sums their GPU counts where gpuops_gpu_count is unset), as does grow's plan. "
             "Optional: a plan.json written before it lacks it.",
             "properties": {
                 "gpu": {

@@ -250,7 +250,7 @@ def _mutated(old: str, new: str) -> str:
         # a plan key the plan does not have
         ("→ `gpuops_plan.pins.registry_mirror`", "→ `gpuops_plan.pins.mirror`", "not in plan.SCHEMA"),
         # a role alias whose default is not the variable
-        ("and `gpuops_teams` (the", "and `kube_tenancy_cluster_gpus` (the", "kube_tenancy_cluster_gpus's default"),
+        ("and `gpuops_teams` (the", "and `kube_tenancy_extra_pvcs` (the", "kube_tenancy_extra_pvcs's default"),
         # a further hop in column 3
         ("to its target);", "to its target) → `roles/nvidia_driver/tasks/pinned.yml`;", "→"),
     ],
