@@ -17,9 +17,9 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   replica gets an equal, enforced share of a GPU's memory and compute) or time-slicing (``time_slicing_replicas``:
   no memory isolation, every replica sees the whole GPU's memory), or gets whole GPUs (neither). See
   ``sharing_problems`` for the rules and their upstream sources; ``pool_sharing`` for what each replica gets.
-  The configs are rendered from ``gpuops_plan.gpu_sharing`` (``config["sharing"]``, preflight's), else from
-  ``gpu_sharing.plan_part`` here, the function that made it. A replica's share must leave it memory after the
-  client's CUDA context (``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the gpuops_mps_* variables,
+  The configs are rendered from ``gpuops_plan.gpu_sharing`` (``config["sharing"]``, the plan's); a plan that lacks a
+  pool or chose otherwise than its settings now ask is refused as stale. A replica's share must leave it memory after
+  the client's CUDA context (``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the gpuops_mps_* variables,
   None for their defaults; the rule is ``plugin_utils/mps``).
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
@@ -226,27 +226,24 @@ def device_plugin_config(sharing: dict) -> dict[str, str]:
     return data
 
 
-def _planned_sharing(pools: dict, nodes: list[dict], planned: Any, rule: mps.Limits) -> tuple[dict, list[str]]:
-    """Each pool's sharing: the plan's (``gpuops_plan.gpu_sharing``, made by preflight from the GPU memory it read),
-    else, run alone or for a pool the plan lacks, the same function on this run's pools and nodes. A plan entry that
-    chose otherwise than the pool's settings now ask is refused: the plan is older than the inventory."""
-    computed = gpu_sharing.plan_part(pools, nodes, mps_limits=rule)
+def _planned_sharing(pools: dict, planned: Any, enabled: bool) -> tuple[dict, list[str]]:
+    """Each pool's sharing: the plan's (``gpuops_plan.gpu_sharing``, made by preflight from the GPU memory it read).
+    A plan without the pool, or whose entry chose otherwise than the pool's settings now ask, is older than the
+    inventory: refused. With the GPU Operator off (``enabled``), a plan holds no part and none is asked for."""
+    if planned is None and not enabled:
+        return {}, []
     planned = planned if isinstance(planned, dict) else {}
-    sharing, found = {}, []
-    for name, own in computed.items():
-        entry = planned.get(name)
-        if not isinstance(entry, dict):
-            sharing[name] = own
-            continue
-        keys = ("strategy", "replicas", "mig_profile")
-        if any(entry.get(key) != own[key] for key in keys):
+    keys, found = ("strategy", "replicas", "mig_profile"), []
+    for name in sorted(pools):
+        entry, pool = planned.get(name) or {}, pools[name] or {}
+        asked = {**gpu_sharing.pool_sharing(pool, []), "mig_profile": pool.get("mig_profile") or None}
+        if any(entry.get(key) != asked[key] for key in keys):
             found.append(
                 f"gpuops_plan.gpu_sharing.{name} ({', '.join(f'{k} {entry.get(k)!r}' for k in keys)}) is not what "
-                f"gpu_operator_pools.{name} asks now ({', '.join(f'{k} {own[k]!r}' for k in keys)}): the plan was "
+                f"gpu_operator_pools.{name} asks now ({', '.join(f'{k} {asked[k]!r}' for k in keys)}): the plan was "
                 "made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a new plan)"
             )
-        sharing[name] = {**own, **entry}  # the plan's, with any key an older plan lacks from the same function
-    return sharing, found
+    return {name: planned.get(name) for name in pools}, found
 
 
 def build_values(config: dict) -> dict[str, Any]:
@@ -287,12 +284,12 @@ def node_labels(pools: dict, nodes: list[dict]) -> dict[str, dict[str, str]]:
 
 def plan(config: dict) -> dict[str, Any]:
     """Problems, values, device-plugin ConfigMap data and node labels for ``config``; ``config["sharing"]``: the
-    plan's gpu_sharing part, if any (else computed here by the same function)."""
+    plan's gpu_sharing part; ``config["enabled"]``: kube_addons_gpu_operator."""
     found = problems(config)
     pools = config.get("pools") or {}
     nodes = config.get("nodes") or []
     if not found:
-        sharing, found = _planned_sharing(pools, nodes, config.get("sharing"), _mps_limits(config))
+        sharing, found = _planned_sharing(pools, config.get("sharing"), bool(config.get("enabled", True)))
     if found:
         return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": [],
                 "sharing": {}, "device_plugin_annotations": {}}

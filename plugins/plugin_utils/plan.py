@@ -240,8 +240,8 @@ SCHEMA: dict[str, Any] = {
             "gpu_operator_pools (else its default, gpu_sharing.default_pools) shares its GPUs, by "
             "gpu_sharing.plan_part on the GPU nodes as kube_gpu.gpu_nodes sees them (the GPU memory preflight read, "
             "else the inventory's gpu_operator_gpu_memory_mib). gpu_operator renders the device-plugin config and its "
-            "gpuops.io/sharing annotations from it; run alone it calls the same function. null on compose or without "
-            "the GPU Operator.",
+            "gpuops.io/sharing annotations from it alone, and refuses a plan without a pool of gpu_operator_pools or "
+            "older than it. null on compose or without the GPU Operator.",
             "additionalProperties": {
                 "type": "object",
                 "required": ["strategy", "replicas", "memory_per_replica_mib", "gpu_memory_mib", "nodes", "reason"],
@@ -496,6 +496,11 @@ def _setting(hostvars: Any, name: str) -> Any:
     return get_var(hostvars, name)
 
 
+def _gpu_operator_on(hostvars: Any) -> bool:
+    """kube_addons_gpu_operator as the play's ``| bool`` reads it (an extra var is the string "true")."""
+    return str(_setting(hostvars, "kube_addons_gpu_operator")).lower() in ("true", "yes", "on", "1")
+
+
 def _reservations(hostvars: Any) -> dict:
     """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
     argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""
@@ -530,7 +535,7 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str)
         policy, str(pool), "kube_control_plane" in groups, bool(_setting(hostvars, "kube_control_plane_schedulable")),
         sweep_form,
     )
-    if _setting(hostvars, "kube_addons_gpu_operator") is True:
+    if _gpu_operator_on(hostvars):
         pools = _setting(hostvars, "gpu_operator_pools") or {}
         node["labels"].update(gpu_operator.node_labels(dict(pools), [{"name": "", "pool": pool}])[""])
     return node
@@ -702,8 +707,9 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
 
 def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> dict | None:
     """``gpu_sharing`` (SCHEMA) on ``nodes``, the plan's ``nodes.gpu`` (the GPU nodes gpu_operator reads too);
-    ``anyvars``: a GPU host's variables."""
-    if platform != "kubernetes" or not nodes or _setting(anyvars, "kube_addons_gpu_operator") is not True:
+    ``anyvars``: a GPU host's variables. Every Kubernetes plan with the GPU Operator carries it, for gpu_operator
+    renders only the plan's."""
+    if platform != "kubernetes" or not _gpu_operator_on(anyvars):
         return None
     pools, source = _setting(anyvars, "gpu_operator_pools"), "gpu_operator_pools"
     if not hasattr(pools, "items"):

@@ -333,7 +333,7 @@ def test_device_plugin_config_is_the_plans_gpu_sharing(decided):
             assert f"each limited to {entry['memory_per_replica_mib']} MiB" in note, note
 
 
-def test_gpu_operator_without_the_plan_part_renders_the_same(rendered, decided):
+def test_the_plays_platform_plans_the_same_gpu_sharing(rendered, decided):
     """The session render's platform is undecided by the rule (no GPU count), and render.yml plans it for the
     Kubernetes path it renders (platform.source play), with the same gpu_sharing part as the decided plan: the
     device-plugin ConfigMap is the same, byte for byte."""

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_operator as go
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing
 from conftest import shared_path
 
 NVLINKED = "dgx-a100_8gpu_10nic_nps4-numa_dgx05"
@@ -45,7 +46,7 @@ def config(**extra: object) -> dict:
         ],
     }
     base.update(extra)
-    return base
+    return {"sharing": gpu_sharing.plan_part(base["pools"], base["nodes"]), **base}  # the plan's, as preflight makes it
 
 
 def test_host_owner_default() -> None:

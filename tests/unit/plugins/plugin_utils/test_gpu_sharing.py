@@ -68,7 +68,9 @@ def h100_node(name: str = "gpu-i1", pool: str = "inference") -> dict:
 
 
 def config(pools: dict, nodes: list[dict]) -> dict:
-    return {"chart_version": "v26.3.2", "driver_owner": "host", "registry_mirror": "", "pools": pools, "nodes": nodes}
+    """gpu_operator's input, with the plan's gpu_sharing part as preflight makes it."""
+    return {"chart_version": "v26.3.2", "driver_owner": "host", "registry_mirror": "", "pools": pools, "nodes": nodes,
+            "sharing": gpu_sharing.plan_part(pools, nodes)}
 
 
 def test_inference_shares_through_mps_with_a_quarter_of_the_memory_each() -> None:

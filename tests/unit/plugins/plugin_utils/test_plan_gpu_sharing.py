@@ -1,5 +1,5 @@
 """gpuops_plan.gpu_sharing: how each Kubernetes pool shares its GPUs, made once by preflight (plan.build_plan) and
-read by gpu_operator, which computes the same part itself when run alone (no plan, or a plan without the part).
+read by gpu_operator, which renders only the plan's part and refuses a plan without it or older than the inventory.
 
 The cluster inventory (inventories/cluster, read by Ansible's inventory loader) with GPU facts parsed by our own
 parser from real ``nvidia-smi -q`` captures in ../shared/data/nvidia-smi/query: the inference node gets the H100 NVL
@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import (
     gpu_operator_default_pools,
@@ -72,7 +71,7 @@ def _role_config(hostvars: dict, sharing: object = None) -> dict:
              for host, name in CAPTURES.items()]
     return {"chart_version": "v26.3.2", "driver_owner": "host", "registry_mirror": "",
             "pools": hostvars["gpu-infer-01"]["gpu_operator_pools"], "nodes": kube_gpu_nodes(hosts),
-            "sharing": sharing}
+            "enabled": True, "sharing": sharing}
 
 
 def test_preflight_plans_each_pools_sharing_from_the_gpu_memory_it_read():
@@ -101,6 +100,14 @@ def test_the_default_pools_when_the_inventory_sets_none():
         "gpu_operator_pools (default).inference.mps_replicas is 4: MPS")
 
 
+def test_every_kubernetes_plan_with_the_gpu_operator_carries_the_part():
+    """gpu_operator renders only the plan's part: a cluster without GPU nodes yet, or the switch given as -e's string,
+    still gets it."""
+    part = plan.gpu_sharing_part("kubernetes", [], {"kube_addons_gpu_operator": "true"})
+    assert {name: entry["nodes"] for name, entry in part.items()} == {"inference": [], "training": []}
+    assert plan.gpu_sharing_part("kubernetes", [], {"kube_addons_gpu_operator": "false"}) is None
+
+
 def test_no_part_on_compose_or_without_the_gpu_operator():
     hostvars = _inventory()
     assert _plan(hostvars, platform="compose")["gpu_sharing"] is None
@@ -117,11 +124,9 @@ def test_mps_on_a_mig_enabled_gpu_is_planned_as_refused_with_gpu_operators_messa
                                           "is 4 but MIG is enabled on the GPUs of gpu-infer-01")
 
 
-@pytest.mark.parametrize("planned", [True, False], ids=["from the plan", "run alone"])
-def test_gpu_operator_renders_what_the_plan_part_says(planned):
+def test_gpu_operator_renders_what_the_plan_part_says():
     hostvars = _inventory()
-    part = _plan(hostvars)["gpu_sharing"] if planned else None
-    result = gpu_operator_plan(_role_config(hostvars, part))
+    result = gpu_operator_plan(_role_config(hostvars, _plan(hostvars)["gpu_sharing"]))
     assert result["problems"] == []
     assert result["sharing"] == {"inference": {key: INFERENCE[key] for key in SHARE_KEYS},
                                  "training": {key: TRAINING[key] for key in SHARE_KEYS}}
@@ -140,9 +145,7 @@ def test_the_plans_gpu_memory_is_used_where_the_role_has_no_facts():
     config = _role_config(hostvars, part)
     config["nodes"] = kube_gpu_nodes([{**hostvars[host], "inventory_hostname": host} for host in CAPTURES])
     note = gpu_operator_plan(config)["device_plugin_annotations"]["gpuops.io/sharing.inference"]
-    assert "23957 MiB" in note, note
-    assert "20389 MiB" in gpu_operator_plan({**config, "sharing": None})["device_plugin_annotations"][
-        "gpuops.io/sharing.inference"], "run alone: host_vars' declared 81559 MiB / 4"
+    assert "23957 MiB" in note, f"the plan's 95830 MiB / 4, not host_vars' declared 81559 MiB / 4: {note}"
 
 
 def test_a_plan_older_than_the_inventory_is_refused():
@@ -150,8 +153,27 @@ def test_a_plan_older_than_the_inventory_is_refused():
     part = _plan(hostvars)["gpu_sharing"]
     config = _role_config(hostvars, part)
     config["pools"] = {**config["pools"], "inference": {"mps_replicas": 8}}
-    problems = gpu_operator_plan(config)["problems"]
-    assert problems == [
+    stale = ("the plan was made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a "
+             "new plan)")
+    assert gpu_operator_plan(config)["problems"] == [
         "gpuops_plan.gpu_sharing.inference (strategy 'mps', replicas 4, mig_profile None) is not what "
-        "gpu_operator_pools.inference asks now (strategy 'mps', replicas 8, mig_profile None): the plan was made "
-        "before the inventory changed; fix: run playbooks/preflight.yml again (it writes a new plan)"]
+        f"gpu_operator_pools.inference asks now (strategy 'mps', replicas 8, mig_profile None): {stale}"]
+    config["pools"]["batch"] = {"time_slicing_replicas": 2}
+    assert gpu_operator_plan({**config, "sharing": {**part, "inference": {**part["inference"], "replicas": 8}}})[
+        "problems"] == [
+        "gpuops_plan.gpu_sharing.batch (strategy None, replicas None, mig_profile None) is not what "
+        f"gpu_operator_pools.batch asks now (strategy 'time-slicing', replicas 2, mig_profile None): {stale}"]
+
+
+def test_a_plan_without_the_part_is_refused():
+    """A plan.json written before the part existed (or without the GPU Operator): every pool is refused, nothing is
+    computed in its place."""
+    hostvars = _inventory()
+    result = gpu_operator_plan(_role_config(hostvars, None))
+    assert [problem.split(" (")[0] for problem in result["problems"]] == [
+        "gpuops_plan.gpu_sharing.inference", "gpuops_plan.gpu_sharing.training"]
+    assert all(problem.endswith("fix: run playbooks/preflight.yml again (it writes a new plan)")
+               for problem in result["problems"])
+    assert result["device_plugin_config"] == {}
+    off = gpu_operator_plan({**_role_config(hostvars, None), "enabled": False})
+    assert off["problems"] == [], "the inputs pass checks the role with the GPU Operator off: no part is asked for"
