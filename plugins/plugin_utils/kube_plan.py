@@ -290,7 +290,7 @@ def cluster_problems(plan: dict) -> list[str]:
     """Every refusal for one cluster plan, all at once.
 
     ``plan``: ``kube_version``, ``control_planes`` (host names), ``endpoint``, ``pools`` (GPU host -> its
-    ``gpuops_pool`` or None), ``schedulable`` (host -> kube_control_plane_schedulable), ``pod_cidr``,
+    ``gpuops_pool``, "" where unset), ``schedulable`` (host -> kube_control_plane_schedulable), ``pod_cidr``,
     ``service_cidr``, ``addresses`` (host -> address Ansible connects to).
     """
     problems = []
@@ -303,10 +303,8 @@ def cluster_problems(plan: dict) -> list[str]:
         problems.append(f"{shape} (hosts: {', '.join(control_planes) or 'none'})")
     for host, pool in sorted((plan.get("pools") or {}).items()):
         if pool not in POOLS:
-            problems.append(
-                f"gpuops_pool of GPU node {host} is {pool!r}: expected one of {', '.join(POOLS)}; set "
-                f"gpuops_pool: training (or inference) for {host} in host_vars or its group"
-            )
+            problems.append(f"gpuops_pool of {host} is {json.dumps(pool)}: expected {' or '.join(POOLS)}; set "
+                            "gpuops_pool for this GPU node (its host_vars or a group)")
         if host in control_planes and plan.get("schedulable", {}).get(host) is not True:
             problems.append(
                 f"{host} is in kube_control_plane and gpu_nodes but kube_control_plane_schedulable is "

@@ -229,7 +229,7 @@ def test_cluster_problems_lists_everything_at_once():
     for text in (
         "kube_version is '1.34'",
         "2 hosts",
-        "gpu1 is None",
+        "gpuops_pool of gpu1 is null: expected training or inference; set gpuops_pool for this GPU node",
         "kube_control_plane_schedulable is False",
         "overlaps",
     ):
