@@ -146,6 +146,15 @@ def _planned_nodes() -> dict:
             "workers": list(hosts)}
 
 
+def _planned_gpu_sharing(gpu_nodes: list) -> dict:
+    """The plan's gpu_sharing part for inventories/cluster (plan.gpu_sharing_part on its GPU nodes and the cluster's
+    settings): a Kubernetes plan with the GPU Operator carries it, as preflight's does; gpu_operator renders only it."""
+    settings = {}
+    for path in sorted((INVENTORY / "group_vars").glob("*/*.yml")):
+        settings.update(yaml.safe_load(path.read_text()) or {})
+    return plan_py.gpu_sharing_part("kubernetes", gpu_nodes, settings)
+
+
 def _planned_team_and_pins() -> dict:
     """The plan's team and pins for inventories/cluster (plan._team; pins.registry_mirror): a plan given with -e
     carries them, as preflight's does; kube_tenancy reads its namespaces and the image roles the mirror there."""
@@ -187,7 +196,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "eviction_memory": "500Mi", "nvlink_domains_label": "0-3_4-7", "placements": "[]",
         "reason": "this test's plan",
     }
-    hosts = {}
+    hosts, nodes = {}, _planned_nodes()
     for host, pool in (("gpu-train-01", "training"), ("gpu-train-02", "training"), ("gpu-infer-01", "inference")):
         planned = policy if host == "gpu-train-01" else kube_plan.kubelet_policy(_topology(host), pool)
         hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
@@ -198,7 +207,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "hosts": hosts,
         "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],
                                "nccl": {"env": {"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "notes": ["planned"]}}},
-        "nodes": _planned_nodes()}}
+        "nodes": nodes, "gpu_sharing": _planned_gpu_sharing(nodes["gpu"])}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", json.dumps(plan))
     assert result.returncode == 0, result.stdout[-4000:]
