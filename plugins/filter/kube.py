@@ -14,23 +14,6 @@ kube_plan = lazy("kube_plan")
 kubeadm = lazy("kubeadm")
 
 
-def kube_node_labels_taints(
-    policy: object, pool: object = "", control_plane: object = False, schedulable: object = False,
-    health_sweep: object = None,
-) -> dict:
-    if policy is not None and not isinstance(policy, dict):
-        raise AnsibleFilterError(
-            "kube_node_labels_taints: expected the node's kubelet policy (a mapping) or none, "
-            f"got {type(policy).__name__}"
-        )
-    try:
-        return kube_plan.node_registration(
-            policy, str(pool or ""), bool(control_plane), bool(schedulable), str(health_sweep or "") or None
-        )
-    except KeyError as exc:
-        raise AnsibleFilterError(f"kube_node_labels_taints: the kubelet policy has no {exc}") from exc
-
-
 def kube_cluster_problems(plan: object) -> list[str]:
     if not isinstance(plan, dict):
         raise AnsibleFilterError(f"kube_cluster_problems: expected a mapping, got {type(plan).__name__}")
@@ -69,7 +52,6 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {
-            "kube_node_labels_taints": kube_node_labels_taints,
             "kube_cluster_problems": kube_cluster_problems,
             "containerd_systemd_cgroup": containerd_systemd_cgroup,
             "kube_ca_cert_hash": kube_ca_cert_hash,

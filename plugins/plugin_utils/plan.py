@@ -45,6 +45,11 @@ HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_ut
 _NULL_STR = {"type": ["string", "null"]}
 _NULL_INT = {"type": ["integer", "null"]}
 _INT_LISTS = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+_REGISTRATION = {"type": "object", "properties": {
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    "taints": {"type": "array", "items": {"type": "object"}},
+}}
 _NCCL = {
     "type": "object",
     "required": ["env", "notes"],
@@ -102,7 +107,7 @@ ROLE_SETTINGS: dict[str, Setting] = {
                                                  "where the toolkit comes from"),
     **{name: Setting("kube_node", ("hosts.<name>.kubelet_policy",), "a kubelet reservation (kube_plan.kubelet_policy)")
        for name, _kind in kube_plan.RESERVATIONS.values()},
-    "kube_control_plane_schedulable": Setting("kube_control_plane", ("hosts.<name>.node",),
+    "kube_control_plane_schedulable": Setting("kube_control_plane", ("hosts.<name>.node", "nodes.registration"),
                                               "whether a control plane keeps its NoSchedule taint"),
     "kube_addons_gpu_operator": Setting("playbooks/kubernetes.yml", ("hosts.<name>.node", "gpu_sharing"),
                                         "the GPU Operator's labels and GPU sharing, where the add-on is on"),
@@ -308,6 +313,12 @@ SCHEMA: dict[str, Any] = {
                     "description": "The gpu_nodes and kube_nodes hosts outside kube_control_plane: the hosts that "
                     "join as workers.",
                 },
+                "registration": {
+                    "type": "object",
+                    "additionalProperties": _REGISTRATION,
+                    "description": "The control planes and CPU workers (no gpu_nodes host): what each registers with "
+                    "(kube_plan.node_registration: the control-plane taint unless kube_control_plane_schedulable).",
+                },
             },
         },
         "hosts": {
@@ -397,17 +408,13 @@ SCHEMA: dict[str, Any] = {
                         "env, notes. A pool's job: pools.<pool>.nccl.",
                     },
                     "node": {
+                        **_REGISTRATION,
                         "type": ["object", "null"],
                         "description": "kubernetes GPU nodes with a kubelet policy: the labels, annotations and taints "
                         "the node registers with (kube_plan.node_registration, as kube_node renders them), its labels "
                         "joined by the GPU Operator's (gpu_operator.node_labels, when kube_addons_gpu_operator); "
                         "its label gpuops.io/gpu-health-sweep is health_sweep.form, which kube_monitoring's DaemonSet "
                         "selects (value daemonset); else null.",
-                        "properties": {
-                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-                            "taints": {"type": "array", "items": {"type": "object"}},
-                        },
                     },
                     "workspaces": {
                         "type": ["object", "null"],
@@ -698,10 +705,14 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
         gpu = gpus.get(host) or get_var(facts, "gpu", {}) or {}
         hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
                       "ansible_facts": {"gpu": gpu}})
+    others = [h for h in dict.fromkeys([*control_planes, *workers]) if h not in gpu_hosts and h in hostvars]
     return {
         "gpu": kube_gpu.gpu_nodes(hosts),
         "control_planes": control_planes,
         "workers": list(dict.fromkeys(workers)),
+        "registration": {host: kube_plan.node_registration(
+            None, "", host in control_planes, bool(_setting(hostvars[host], "kube_control_plane_schedulable")))
+            for host in others},
     }
 
 

@@ -117,7 +117,8 @@ def _two_control_planes_and_a_poolless_gpu_node(groups):
         (None, '{"kube_version": "1.34"}', ["kube_version is '1.34'", "exact release"]),
         (None, '{"kube_pod_cidr": "192.0.2.0/24"}', ["contains the address 192.0.2.10 of node cp-01"]),
         (None, '{"kube_pod_cidr": "10.96.0.0/16"}', ["overlaps kube_service_cidr"]),
-        (_two_control_planes_and_a_poolless_gpu_node, "{}", ["2 hosts: expected 1, or 3", "gpu-infer-01 is None"]),
+        (_two_control_planes_and_a_poolless_gpu_node, "{}",
+         ["2 hosts: expected 1, or 3", 'gpuops_pool of gpu-infer-01 is ""']),
     ],
     ids=["unpinned-version", "pod-cidr-over-nodes", "pod-cidr-over-services", "two-cps-and-no-pool"],
 )
@@ -142,8 +143,9 @@ def _planned_nodes() -> dict:
     hosts = groups["gpu_nodes"]["hosts"]
     gpu = [{**variables, **yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text()),
             "inventory_hostname": host} for host, variables in hosts.items()]
-    return {"gpu": kube_gpu.gpu_nodes(gpu), "control_planes": list(groups["kube_control_plane"]["hosts"]),
-            "workers": list(hosts)}
+    control_planes = list(groups["kube_control_plane"]["hosts"])
+    return {"gpu": kube_gpu.gpu_nodes(gpu), "control_planes": control_planes, "workers": list(hosts),
+            "registration": {host: kube_plan.node_registration(None, "", True) for host in control_planes}}
 
 
 def _planned_gpu_sharing(gpu_nodes: list) -> dict:

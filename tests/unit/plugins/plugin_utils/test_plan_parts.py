@@ -3,8 +3,8 @@ on the collection's own inventories (inventories/cluster, inventories/small-team
 with GPU facts from real `nvidia-smi topo -m` captures in ../shared/data.
 
 Each part is checked against literal values as the plan builds it; the roles compute none of it. The kubelet policy
-and node registration are also checked as the rule the plan calls gives them (kube_plan.kubelet_policy, the
-kube_node_labels_taints filter); training_stack's job templates (pytorchjob_template) take the plan's pools as they
+and node registration are also checked as the rule the plan calls gives them (kube_plan.kubelet_policy and
+node_registration); training_stack's job templates (pytorchjob_template) take the plan's pools as they
 are; compose_stack reads the plan's workspaces, their memory and CPU limits sized in the plan.
 """
 
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ansible_collections.gpuops.cluster.plugins.filter import kube
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, plan, training_jobs
@@ -162,7 +161,7 @@ def test_node_labels_and_taints_in_the_plan(cluster, host):
     expected = _expected_registration(host, pool)
     # the rule the plan calls, with kube_node's defaults (inventories/cluster sets the same reservations)
     policy = kube_plan.kubelet_policy(_topology(CAPTURES[host]), pool, 2, "", 4096, 500)
-    assert kube.kube_node_labels_taints(policy, pool, False, False, "daemonset") == expected
+    assert kube_plan.node_registration(policy, pool, False, False, "daemonset") == expected
     # the plan: the same registration, with the GPU Operator's label (kube_addons_gpu_operator: true)
     planned = cluster["hosts"][host]["node"]
     assert planned["labels"] == {**expected["labels"], "nvidia.com/device-plugin.config": pool}
@@ -184,11 +183,11 @@ def test_a_mixed_fleet_labels_each_gpu_node_with_its_own_sweep_form(cluster):
         # the rest of the registration is the uniform cluster's
         assert part["node"]["labels"] | {"gpuops.io/gpu-health-sweep": "daemonset"} == cluster["hosts"][host]["node"][
             "labels"], host
-    # the rule the plan calls (the kube_node_labels_taints filter) gives the same label from the same form
+    # the rule the plan calls gives the same label from the same form
     policy = kube_plan.kubelet_policy(_topology(CAPTURES["gpu-train-02"]), "training", 2, "", 4096, 500)
-    assert kube.kube_node_labels_taints(policy, "training", False, False, "timer") == _expected_registration(
+    assert kube_plan.node_registration(policy, "training", False, False, "timer") == _expected_registration(
         "gpu-train-02", "training", "timer")
-    assert "gpuops.io/gpu-health-sweep" not in kube.kube_node_labels_taints(policy, "training")["labels"]
+    assert "gpuops.io/gpu-health-sweep" not in kube_plan.node_registration(policy, "training")["labels"]
 
 
 def test_mig_label_and_control_plane_taint_from_the_inventory():
@@ -197,14 +196,18 @@ def test_mig_label_and_control_plane_taint_from_the_inventory():
         hostvars[host]["gpu_operator_pools"] = {"inference": {"mig_profile": "all-1g.10gb"}, "training": {}}
     hostvars["gpu-train-02"]["group_names"] = [*hostvars["gpu-train-02"]["group_names"], "kube_control_plane"]
     built = _cluster_plan(hostvars)
+    assert built["nodes"]["registration"] == {"cp-01": {"labels": {}, "annotations": {}, "taints": [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}}, "the control plane's, in the plan"
     assert built["hosts"]["gpu-infer-01"]["node"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     assert "nvidia.com/mig.config" not in built["hosts"]["gpu-train-02"]["node"]["labels"]
     assert built["hosts"]["gpu-train-02"]["node"]["taints"] == [
         GPU_TAINT, {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     hostvars["gpu-train-02"]["kube_control_plane_schedulable"] = True
     hostvars["gpu-infer-01"]["kube_addons_gpu_operator"] = False
+    hostvars["cp-01"]["kube_control_plane_schedulable"] = True
     built = _cluster_plan(hostvars)
     assert built["hosts"]["gpu-train-02"]["node"]["taints"] == [GPU_TAINT]
+    assert built["nodes"]["registration"]["cp-01"]["taints"] == [], "schedulable: no control-plane taint"
     assert built["hosts"]["gpu-infer-01"]["node"]["labels"] == _expected_registration("gpu-infer-01", "inference")[
         "labels"], "without the GPU Operator no device-plugin label"
 
