@@ -59,12 +59,23 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
         bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              boolean(release), bounds or None)
-    steps = dict(steps or {})  # host_steps holds the defaults of timeout and report_dir
-    steps["reboot"] = boolean(steps.get("reboot", True))
+    steps = steps or {}
     for host, hplan in plan["hosts"].items():
         hplan["steps"] = health_steps.host_steps(host, hplan, steps.get("platform", "compose"),
-                                                 steps.get("members") or [], steps)
+                                                 steps.get("members") or [], _host_settings(steps, host))
     return plan
+
+
+def _host_settings(steps: dict, host: str) -> dict:
+    """reboot, timeout and report_dir of one host's steps: each a value, or {host: value} (each host's own, as
+    bounds.remediation); host_steps holds the defaults."""
+    settings = {}
+    for key in ("reboot", "timeout", "report_dir"):
+        value = steps.get(key)
+        value = value.get(host) if isinstance(value, dict) else value
+        if value is not None:
+            settings[key] = boolean(value) if key == "reboot" else value
+    return settings
 
 
 def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",

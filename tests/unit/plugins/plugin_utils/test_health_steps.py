@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from ansible_collections.gpuops.cluster.plugins.filter.health import health_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import host_row, render_fleet_report
@@ -379,3 +380,25 @@ def test_the_fleet_report_shows_each_hosts_health():
     assert "RESTART_BM: restart the bare-metal node" in page
     assert "health: not run" not in page
     assert "<th>Health</th>" not in render_fleet_report([{"host": "x"}], "t")  # validate's page is unchanged
+
+
+def test_the_filter_gives_each_host_its_own_reboot_timeout_and_report_dir():
+    """health.yml passes health_reboot, health_timeout and health_node_report_dir per host (group_vars differ):
+    a host whose reboot is left to the operator stops before the reboot, its neighbour reboots."""
+    sweep = {"read_ok": True, "cursor": "c2", "verdict": "failed", "findings": [],
+             "events": [{"kind": "xid", "code": 79, "gpu": 0, "pci": "0000:3b:00", "immediate_action": "RESTART_BM",
+                         "line": "NVRM: Xid (PCI:0000:3b:00): 79, pid=0", "time": "t1"}],
+             "gpus": [{"index": i, "verdict": "failed" if i == 0 else "healthy"} for i in range(4)]}
+    plan = health_plan({"node-a": sweep, "node-b": sweep}, max_unavailable=2,
+                       steps={"platform": "compose", "members": MEMBERS, "reboot": {"node-a": True, "node-b": "false"},
+                              "timeout": {"node-a": 600, "node-b": 60}, "report_dir": {"node-a": "/a", "node-b": "/b"}})
+    a, b = plan["hosts"]["node-a"]["steps"], plan["hosts"]["node-b"]["steps"]
+    assert "validate" in kinds(a)
+    assert kinds(b) == ["stop_workspaces", "mark_out", "reboot"]
+    assert b[-1]["enabled"] is False
+    assert next(s for s in a if s["kind"] == "reboot").get("enabled", True) is True
+    support = {**sweep, "events": [{**sweep["events"][0], "code": 61, "immediate_action": "CONTACT_SUPPORT"}]}
+    plan = health_plan({"node-a": support, "node-b": support}, max_unavailable=2,
+                       steps={"platform": "compose", "report_dir": {"node-a": "/a", "node-b": "/b"}})
+    dests = [plan["hosts"][h]["steps"][-1]["dest"] for h in ("node-a", "node-b")]
+    assert dests == ["/a/nvidia-bug-report", "/b/nvidia-bug-report"]
