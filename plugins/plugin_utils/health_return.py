@@ -40,11 +40,13 @@ def settings_problems(overrides: Any) -> list[str]:
 
 
 def bench_runs(gpu_count: int) -> list[dict]:
-    """The benchmarks of a validate step, [{tool, argv}], over all ``gpu_count`` GPUs; none on a node with no GPU
-    read. step.yml runs each one only where the tool is on the node's PATH (rc 127 where it is not)."""
+    """The benchmarks of a validate step, [{tool, argv}]; none on a node whose sweep read no GPU (``gpu_count``).
+    step.yml runs each one only where the tool is on the node's PATH (rc 127 where it is not), and ends
+    all_reduce_perf's -g with the validation sweep's GPU count: the GPUs the node has after its remedy, one the
+    plan's sweep lost (Xid 79, no UUID) included."""
     if gpu_count <= 0:
         return []
-    return [{"tool": "all_reduce_perf", "argv": ["all_reduce_perf", *ALL_REDUCE_ARGS, str(gpu_count)]},
+    return [{"tool": "all_reduce_perf", "argv": ["all_reduce_perf", *ALL_REDUCE_ARGS]},
             {"tool": "nvbandwidth", "argv": ["nvbandwidth", *NVBANDWIDTH_ARGS]}]
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_health
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_dcgm import run_dcgm
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
@@ -18,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_retur
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands
+from jinja2.nativetypes import NativeEnvironment
 
 HERE = Path(__file__).resolve().parent
 DCGM_PASS = (HERE.parents[1] / "plugins" / "module_utils" / "fixtures" /
@@ -154,12 +156,39 @@ def test_the_benchmarks_run_over_every_gpu_and_an_absent_tool_is_not_run():
     hplan = {"status": "act", "action": "reset_gpu", "gpus_out": {"0": {}}, "items": [], "uuids": {"0": "GPU-a"}}
     step = next(s for s in S.host_steps("a", hplan, "compose", []) if s["kind"] == "validate")
     assert step["bench"] == [
-        {"tool": "all_reduce_perf", "argv": ["all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g", "1"]},
+        {"tool": "all_reduce_perf", "argv": ["all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g"]},
         {"tool": "nvbandwidth", "argv": ["nvbandwidth", "-t", "host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
                                          "device_to_device_memcpy_read_ce"]}]
     assert R.bench_runs(0) == []
     result = R.validation(sweep(), ["0"], 2, nccl={"rc": 127, "stdout": ""}, nvbandwidth=ran(NVB_ASSERT))
     assert by_check(result)["thresholds"]["detail"].endswith("all_reduce_perf not on the node: not run")
+
+
+def _task(tasks: list, name: str) -> dict:
+    for task in tasks:
+        if task.get("name") == name:
+            return task
+        found = _task(task.get("block") or [], name) if isinstance(task, dict) else None
+        if found:
+            return found
+    return {}
+
+
+def test_step_yml_ends_all_reduce_perf_with_the_validation_sweeps_gpu_count():
+    """After the remedy the node may have a GPU back that the plan's sweep lost (Xid 79: no UUID), so step.yml
+    gives all_reduce_perf the validation sweep's GPU count, not the plan's; nvbandwidth's argv goes as it is."""
+    step_yml = Path(__file__).parents[4] / "roles/health/tasks/step.yml"
+    name = "Step | validate - the single-node burn-in run (read-only benchmarks)"
+    task = _task(yaml.safe_load(step_yml.read_text()), name)
+    argv = NativeEnvironment().from_string(task["ansible.builtin.command"]["argv"])
+    plan_bench = S.host_steps("a", {"status": "act", "action": "reboot", "gpus_out": {"0": {}}, "items": [],
+                                    "uuids": {"1": "GPU-b"}}, "compose", [])
+    bench = next(s for s in plan_bench if s["kind"] == "validate")["bench"]
+    resweep = {"gpus": [{"index": 0}, {"index": 1}]}
+    runs = [argv.render(item=item, __health_resweep=resweep) for item in bench]
+    assert runs[0][4:6] == ["all_reduce_perf", "-b"]
+    assert runs[0][-2:] == ["-g", "2"]
+    assert runs[1][4:] == bench[1]["argv"]
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [
