@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from task_tree import every_task
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("roles", "playbooks", "molecule", "inventories", "plugins", "scripts", "bench", "docs")
@@ -44,21 +45,6 @@ def _files(suffixes: set[str] | None = None) -> list[Path]:
     return sorted(out)
 
 
-def _tasks(node) -> list[dict]:
-    """Every task in a parsed task list or playbook, blocks and handlers included."""
-    found = []
-    if isinstance(node, list):
-        for item in node:
-            found += _tasks(item)
-    elif isinstance(node, dict):
-        if any(k in node for k in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers")):
-            for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
-                found += _tasks(node.get(key))
-        if "name" in node or any("." in str(k) for k in node):
-            found.append(node)
-    return found
-
-
 def _module(task: dict) -> tuple[str, object]:
     for key, value in task.items():
         short = str(key).rsplit(".", 1)[-1]
@@ -79,7 +65,7 @@ def _task_files() -> list[Path]:
 
 def _load_tasks(path: Path) -> list[dict]:
     try:
-        return _tasks(yaml.safe_load(path.read_text()))
+        return every_task(yaml.safe_load(path.read_text()))
     except yaml.YAMLError:
         return []
 

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands
 from jinja2.nativetypes import NativeEnvironment
+from task_tree import every_task
 
 HERE = Path(__file__).resolve().parent
 DCGM_PASS = (HERE.parents[1] / "plugins" / "module_utils" / "fixtures" /
@@ -164,22 +165,12 @@ def test_the_benchmarks_run_over_every_gpu_and_an_absent_tool_is_not_run():
     assert by_check(result)["thresholds"]["detail"].endswith("all_reduce_perf not on the node: not run")
 
 
-def _task(tasks: list, name: str) -> dict:
-    for task in tasks:
-        if task.get("name") == name:
-            return task
-        found = _task(task.get("block") or [], name) if isinstance(task, dict) else None
-        if found:
-            return found
-    return {}
-
-
 def test_step_yml_ends_all_reduce_perf_with_the_validation_sweeps_gpu_count():
     """After the remedy the node may have a GPU back that the plan's sweep lost (Xid 79: no UUID), so step.yml
     gives all_reduce_perf the validation sweep's GPU count, not the plan's; nvbandwidth's argv goes as it is."""
     step_yml = Path(__file__).parents[4] / "roles/health/tasks/step.yml"
     name = "Step | validate - the single-node burn-in run (read-only benchmarks)"
-    task = _task(yaml.safe_load(step_yml.read_text()), name)
+    task = next(t for t in every_task(yaml.safe_load(step_yml.read_text())) if t.get("name") == name)
     argv = NativeEnvironment().from_string(task["ansible.builtin.command"]["argv"])
     plan_bench = S.host_steps("a", {"status": "act", "action": "reboot", "gpus_out": {"0": {}}, "items": [],
                                     "uuids": {"1": "GPU-b"}}, "compose", [])
