@@ -60,8 +60,9 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
     nodeSelector, /dev/shm in memory, NCCL from the pool's topology and MLflow's in-cluster URI.
 
     config: nodes (``gpuops_plan.nodes.gpu``: name, pool, gpu_count), namespace, image, gpus_per_node (0 = the
-    fewest GPUs a node of the pool has, as the plan counted them), shm_size, mlflow_uri, workers (default: pool nodes
-    - 1), and plan_pools (``gpuops_plan.pools``), whose NCCL settings the job takes as they are.
+    fewest GPUs a node of the pool has, as the plan counted them), shm_size, mlflow_uri, and plan_pools
+    (``gpuops_plan.pools``), whose NCCL settings the job takes as they are. One Worker per pool node beyond the
+    first: a one-node pool's job is its Master alone.
     """
     nodes = [n for n in config.get("nodes") or [] if n.get("pool") == pool]
     nccl = config["plan_pools"][pool]["nccl"]  # a pool no GPU node is in: refused by training_stack's inputs
@@ -87,8 +88,7 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(config["shm_size"])}}],
         },
     }
-    workers = config.get("workers")
-    workers = max(len(nodes) - 1, 1) if workers is None else int(workers)
+    workers = len(nodes) - 1
     replica = {"restartPolicy": "OnFailure", "template": pod}
     specs: dict[str, Any] = {"Master": {"replicas": 1, **replica}}
     if workers > 0:

@@ -133,8 +133,8 @@ def test_pytorchjob_takes_the_fewest_gpus_the_plan_counted_in_the_pool() -> None
 
 
 def test_pytorchjob_single_node_pool_without_nic() -> None:
-    job = pytorchjob("inference", _config(gpus_per_node=2, workers=0))
-    assert "Worker" not in job["spec"]["pytorchReplicaSpecs"]
+    job = pytorchjob("inference", _config(gpus_per_node=2))
+    assert "Worker" not in job["spec"]["pytorchReplicaSpecs"], "a one-node pool's job is its Master alone"
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["NCCL_IB_DISABLE"] == "1"
