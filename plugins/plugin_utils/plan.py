@@ -277,9 +277,8 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["gpu", "control_planes", "workers"],
             "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
-            "(grow reads them on compose). gpu_operator, kube_tenancy and training_stack read their GPU nodes here "
-            "(kube_tenancy sums their GPU counts where gpuops_gpu_count is unset), as does grow's plan. "
-            "Optional: a plan.json written before it lacks it.",
+            "(grow reads them on compose). gpu_operator, kube_tenancy, training_stack and grow's plan read their GPU "
+            "nodes here.",
             "properties": {
                 "gpu": {
                     "type": "array",
@@ -335,8 +334,7 @@ SCHEMA: dict[str, Any] = {
                     "gpus_present": {
                         "type": ["boolean", "null"],
                         "description": "Whether the GPU facts found an NVIDIA GPU (null: not read). playbooks/host.yml "
-                        "skips the host layer where false (unless nvidia_driver_load_module: false, an image build). "
-                        "Optional: a plan.json written before it lacks it.",
+                        "skips the host layer where false (unless nvidia_driver_load_module: false, an image build).",
                     },
                     "topology": {
                         "type": ["object", "null"],
@@ -351,8 +349,7 @@ SCHEMA: dict[str, Any] = {
                     "packages": {
                         "type": "object",
                         "description": "The driver set this host gets, read by nvidia_driver (its pin, Fabric "
-                        "Manager). The keys after driver, fabric_manager and container_toolkit are optional: a "
-                        "plan.json written before them lacks them.",
+                        "Manager).",
                         "properties": {
                             "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
                             "driver_source": {
@@ -389,7 +386,7 @@ SCHEMA: dict[str, Any] = {
                         "description": "The driver preflight judged CUDA (gpuops_cuda_version) against: version, and "
                         "source: pin (nvidia_driver_version) or running (no pin: the driver running on the host, as "
                         "the gpu facts read it). null: none judged (no pin and no running driver, or a plan made "
-                        "from the inventory alone). Optional: a plan.json written before it lacks it.",
+                        "from the inventory alone).",
                         "properties": {
                             "version": {"type": "string"},
                             "source": {"enum": ["pin", "running"]},
@@ -418,42 +415,26 @@ SCHEMA: dict[str, Any] = {
                     },
                     "workspaces": {
                         "type": ["object", "null"],
-                        "description": "compose: the member workspaces this host runs (workspaces.plan_workspaces "
-                        "on gpuops_members and this host's topology; a GPU's CPU and NUMA "
-                        "affinity from the topology, else from sysfs through the GPU facts, so a one-GPU or "
-                        "driverless host has cpusets too): members "
-                        "(name -> the member's name, uid, gid (the uid where not given), image, shm_size and mounts "
-                        "as gpuops_members gives them, gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: the GPU "
-                        "shared through MPS and "
-                        "this member's cap of its memory, of which it can allocate the cap minus "
-                        "gpuops_mps_context_reserve), mps ({gpu, pinned_mem_limit}: the member's "
-                        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, or null), cpuset, numa_nodes, memory_mb and cpus: the "
-                        "member's own limits when gpuops_members sets them, else its share of sizing's pools (null "
-                        "where the pool is unknown: no limit)), shared (GPU "
-                        "index -> members (name -> cap MiB), memory_total_mib and default_limit: the MPS daemon's, the "
-                        "smallest cap), problems, warnings, gpu_total (the GPUs the shares divide), sizing (the "
-                        "pools the default shares divide, workspaces.host_pools). compose_stack "
-                        "deploys exactly these workspaces. The topology is hosts.<name>.topology; with neither a "
-                        "topology nor GPU facts (a plan from the inventory alone), GPUs 0..gpuops_gpu_count-1 "
-                        "without cpusets. null on kubernetes (members get namespaces: team).",
+                        "description": "compose: the member workspaces compose_stack deploys on this host, exactly "
+                        "(workspaces.plan_workspaces on gpuops_members and hosts.<name>.topology, then "
+                        "size_workspaces; their docstrings give each key): members (name -> uid, gid, image, mounts, "
+                        "gpus (exclusive), shared_gpus ([{gpu, memory_mb}]: an MPS cap, of which the member can "
+                        "allocate the cap minus gpuops_mps_context_reserve), mps, cpuset, numa_nodes, memory_mb, "
+                        "cpus), shared (GPU index -> its sharers' caps and the MPS daemon's default_limit), problems, "
+                        "warnings, gpu_total (the GPUs the shares divide). A GPU's CPU affinity comes from the "
+                        "topology, else from sysfs through the GPU facts; with neither (a plan from the inventory "
+                        "alone), GPUs 0..gpuops_gpu_count-1 without cpusets. null on kubernetes.",
                         "properties": {
                             "members": {"type": "object"},
                             "shared": {"type": "object"},
                             "problems": {"type": "array", "items": {"type": "string"}},
                             "warnings": {"type": "array", "items": {"type": "string"}},
-                            "gpu_total": {
-                                "type": "integer",
-                                "description": "Optional: a plan.json written before it lacks it.",
-                            },
+                            "gpu_total": {"type": "integer"},
                             "sizing": {
                                 "type": "object",
-                                "description": "memory_pool_mb and cpus_pool: what the members' default shares divide "
-                                "and their own limits may not overcommit (compose_stack_member_memory_pool_mb and "
-                                "compose_stack_member_cpus_pool where set, else 80% of the host's memory and all its "
-                                "CPUs as gpu_facts read them in preflight, else 0: unknown, no default limits, e.g. "
-                                "a plan from the inventory alone), source (where each came from) and problems (an "
-                                "overcommit, which preflight refuses). Optional: a plan.json written before it lacks "
-                                "it.",
+                                "description": "workspaces.host_pools: memory_pool_mb and cpus_pool, what the "
+                                "members' default shares divide and their own limits may not overcommit (0: unknown, "
+                                "no default limits), source, and problems (an overcommit, which preflight refuses).",
                                 "properties": {
                                     "memory_pool_mb": {"type": "integer"},
                                     "cpus_pool": {"type": "number"},
@@ -471,7 +452,7 @@ SCHEMA: dict[str, Any] = {
                         "(gpu_health_sweep_timer_enabled false where there is no DaemonSet), and the reason. "
                         "gpu_health installs the timer only for timer, kube_monitoring runs the DaemonSet only on "
                         "daemonset hosts (node.labels gpuops.io/gpu-health-sweep: daemonset), so one cluster may mix "
-                        "the forms. Optional: a plan.json written before it lacks it.",
+                        "the forms.",
                         "required": ["form", "reason"],
                         "properties": {
                             "form": {"enum": list(HEALTH_SWEEP_FORMS)},
