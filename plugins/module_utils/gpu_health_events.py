@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_sxid_table import SXID_TABLE
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import XID_TABLE
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import SXID_TABLE, XID_TABLE
 
 KIND_XID = "xid"
 KIND_SXID = "sxid"

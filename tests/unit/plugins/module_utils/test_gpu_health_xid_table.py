@@ -9,8 +9,7 @@ from __future__ import annotations
 import csv
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import sxid_action, xid_action
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_sxid_table import SXID_TABLE
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import XID_TABLE
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import SXID_TABLE, XID_TABLE
 from conftest import shared_path
 
 XID_CATALOG_ROWS = 172  # ../shared/data/xid/README.md: Xid 1-172
