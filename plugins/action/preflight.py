@@ -16,7 +16,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
     ARGUMENT_SPEC,
     host_checks,
     nfs_targets,
-    platform_request,
 )
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
@@ -77,7 +76,7 @@ class ActionModule(ActionBase):
                 if option in ARGUMENT_SPEC and self._task.args.get(option) is None and value is not None:
                     from_role[option] = value
         # An option not given is the host's inventory variable, validated like a given one: the platform rule's
-        # inputs (platform.PLATFORM_INPUTS, each also an option of this action) and HOST_OPTIONS. Each read
+        # inputs (platform.platform_request, each also an option of this action) and HOST_OPTIONS. Each read
         # templated once; templating hostvars[inventory_hostname] in the task's arguments cost a full variable merge
         # per reference.
         host_vars = ReadOnceHost(task_vars or {}, self._templar, frozenset())
@@ -126,6 +125,6 @@ class ActionModule(ActionBase):
         result.update(
             changed=False,
             ansible_facts=facts,
-            preflight={**judged, "plan": plan, "request": platform_request(plan)},
+            preflight={**judged, "plan": plan},
         )
         return result

@@ -74,7 +74,7 @@ class ActionModule(ActionBase):
                 facts = hostvars[host].get("ansible_facts", {}) if host in hostvars else {}
                 count = (facts.get("gpu") or {}).get("count")
                 detected[host] = None if count is None else int(count)
-        fleet = decide_fleet({h: r["preflight"]["request"] for h, r in judged.items()}, detected)
+        fleet = decide_fleet({h: r["preflight"]["plan"] for h, r in judged.items()}, detected)
         served = os_support.platforms_with_play()
         if fleet["ok"] and fleet["platform"] not in served:
             fleet = _no_play(fleet, served)

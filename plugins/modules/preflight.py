@@ -172,12 +172,9 @@ preflight:
       type: dict
       sample: {distribution: Debian, version: "12.7"}
     plan:
-      description: The plan judged (this task's arguments after defaults).
+      description: The plan judged (this task's arguments after defaults); its platform, team_size, gpu_count and
+        multi_node_training are this host's inputs of the fleet's platform decision.
       type: dict
-    request:
-      description: What this host's plan says about the platform (platform, team_size, gpu_count, multi_node_training).
-      type: dict
-      sample: {platform: auto, team_size: 4, gpu_count: null, multi_node_training: false}
 ansible_facts:
   description: C(gpu) and C(gpu_host), as M(gpuops.cluster.gpu_facts) returns them.
   returned: always

@@ -160,7 +160,6 @@ _PLATFORM_INPUTS = {
     "gpu_count": "gpuops_gpu_count",
     "multi_node_training": "gpuops_multi_node_training",
 }
-PLATFORM_INPUTS = tuple(_PLATFORM_INPUTS)  # the rule's input names, for code that reads them from a plan
 # plugins/plugin_utils/ -> the collection root -> the internal role whose defaults are every gpuops_* default.
 SHARED_DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
 

@@ -21,7 +21,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     version_eq,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORM_INPUTS, decide_fleet
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import decide_fleet
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import host_gpu_problems, out_of_service_problems
 
 NFS_PORT = 2049
@@ -397,15 +397,10 @@ def finish(result: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def platform_request(plan: dict[str, Any]) -> dict[str, Any]:
-    """What one host's plan says about the platform (the inputs of the fleet decision)."""
-    return {k: plan.get(k) for k in PLATFORM_INPUTS}
-
-
 def evaluate(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Every preflight rule over one host, judged as a fleet of one (its GPUs are the fleet's)."""
     gpu = facts.get("gpu") or {}
-    fleet = decide_fleet({"host": platform_request(plan)}, {"host": int(gpu.get("count") or 0)})
+    fleet = decide_fleet({"host": plan}, {"host": int(gpu.get("count") or 0)})
     return finish(host_checks(plan, facts), fleet["hosts"]["host"])
 
 

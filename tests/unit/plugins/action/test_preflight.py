@@ -57,29 +57,34 @@ def _run(args: dict, host_vars: dict) -> dict:
         return _action(args, host_vars).run(task_vars=host_vars)
 
 
+def _request(args: dict, host_vars: dict) -> dict:
+    """The platform rule's inputs in the judged plan, which preflight_fleet decides the fleet's platform from."""
+    plan = _run(args, host_vars)["preflight"]["plan"]
+    return {key: plan[key] for key in ("platform", "team_size", "gpu_count", "multi_node_training")}
+
+
 def test_platform_inputs_come_from_the_host_vars() -> None:
     host = {"gpuops_platform": "compose", "gpuops_gpu_count": 4, "gpuops_multi_node_training": True,
             "gpuops_members": [{"name": "alice"}, {"name": "bob"}]}
-    result = _run({}, host)
-    assert result["preflight"]["request"] == {"platform": "compose", "team_size": 2, "gpu_count": 4,
-                                              "multi_node_training": True}
+    assert _request({}, host) == {"platform": "compose", "team_size": 2, "gpu_count": 4,
+                                  "multi_node_training": True}
 
 
 def test_unset_everywhere_gives_the_defaults() -> None:
-    assert _run({}, {})["preflight"]["request"] == {"platform": "auto", "team_size": None, "gpu_count": None,
-                                                    "multi_node_training": False}
+    assert _request({}, {}) == {"platform": "auto", "team_size": None, "gpu_count": None,
+                                "multi_node_training": False}
 
 
 def test_templated_host_vars_are_rendered() -> None:
     # trusted, as a template read from an inventory file is
     people = 7
     host = {"site_people": people, "gpuops_team_size": trust_as_template("{{ site_people }}")}
-    assert _run({}, host)["preflight"]["request"]["team_size"] == people
+    assert _request({}, host)["team_size"] == people
 
 
 def test_a_given_option_wins_over_the_host_vars() -> None:
     host = {"gpuops_team_size": 12, "gpuops_platform": "kubernetes"}
-    request = _run({"team_size": 3, "platform": "auto"}, host)["preflight"]["request"]
+    request = _request({"team_size": 3, "platform": "auto"}, host)
     assert (request["team_size"], request["platform"]) == (3, "auto")
 
 
