@@ -189,7 +189,7 @@ class ReadOnce:
     (``templar_for(variables)``, what ``hostvars[host]`` builds). The names in ``data`` hold module output (a host's
     ``ansible_facts``, a registered result): Ansible keeps it untrusted, so templating would return it unchanged
     after walking it whole; they are read as they are. Read-only, like hostvars; a read that raises is not kept, so
-    it raises again."""
+    it raises again. Only what the plan's functions use: ``hostvars[host]``, ``host in hostvars``, ``.get(name)``."""
 
     def __init__(self, hostvars: Any, templar_for: Any, data: tuple[str, ...] = ()) -> None:
         self._hostvars = hostvars
@@ -207,17 +207,6 @@ class ReadOnce:
 
     def __contains__(self, host: object) -> bool:
         return host in self._hostvars
-
-    def __iter__(self):
-        return iter(self._hostvars)
-
-    def __len__(self) -> int:
-        return len(self._hostvars)
-
-    def get(self, host: str, default: Any = None) -> Any:
-        if host not in self._hostvars:
-            return default
-        return self[host]
 
 
 class ReadOnceHost:
@@ -237,17 +226,6 @@ class ReadOnceHost:
             value = self._vars[name]
             self._read[name] = value if name in self._data else self._templar.template(value)
         return self._read[name]
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._vars:
-            raise KeyError(name)
-        return self.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._vars
-
-    def __iter__(self):
-        return iter(self._vars)
 
 
 def platform_request(hostvars: Any) -> dict:
