@@ -1,4 +1,4 @@
-"""What every GPU-host test shares: running a command, the GPUs ``nvidia-smi -L`` lists, keeping outputs.
+"""What every GPU-host test shares: running a command or a playbook, the GPUs ``nvidia-smi -L`` lists, keeping outputs.
 
 ``LISTED`` is the GPUs ``nvidia-smi -L`` lists here (``[]`` with no nvidia-smi or no working driver), ``NO_GPU`` why
 there are none, or None. ``listed_nonempty(items, what)`` is called before each loop over GPUs, links or rows: where
@@ -12,9 +12,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from .nvidia_smi_list import parse_nvidia_smi_list
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(argv):
@@ -52,3 +55,13 @@ def keep(name: str, content) -> None:
         Path(out).mkdir(parents=True, exist_ok=True)
         text = content if isinstance(content, str) else json.dumps(content, indent=2, default=str)
         (Path(out) / name).write_text(text)
+
+
+def gpuops_run(playbook: str, inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``gpuops-run <playbook>`` on ``inventory`` (conftest's ``inventory``: this host); ``GPUOPS_VALIDATE_EXTRA``, a
+    JSON dict, is added to validate's extra vars (e.g. images a host without network can reach)."""
+    args = [sys.executable, "-m", "gpuops_run", playbook, "-i", str(inventory), "--artifacts", str(artifacts), *extra]
+    more = os.environ.get("GPUOPS_VALIDATE_EXTRA")
+    if more and playbook == "validate":
+        args += ["-e", more]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)

@@ -15,38 +15,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from .live import LISTED, NO_GPU, listed_nonempty
+from .live import LISTED, NO_GPU, gpuops_run, listed_nonempty
 
-ROOT = Path(__file__).resolve().parents[2]
 PROC_VERSION = "/proc/driver/nvidia/version"
 pytestmark = pytest.mark.skipif(
     not os.path.exists(PROC_VERSION), reason=f"no NVIDIA kernel module loaded ({PROC_VERSION} absent): not a GPU host"
 )
-
-
-@pytest.fixture(scope="module")
-def inventory(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("inv") / "hosts.yml"
-    path.write_text(
-        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        localhost:\n"
-        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
-        "          gpuops_platform: compose\n"
-    )
-    return path
-
-
-def gpuops_run(playbook: str, inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "gpuops_run", playbook, "-i", str(inventory), "--artifacts", str(artifacts), *extra]
-    more = os.environ.get("GPUOPS_VALIDATE_EXTRA")
-    if more and playbook == "validate":
-        args += ["-e", more]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
 
 
 def test_validate_runs_cuda_on_every_gpu(inventory, tmp_path):

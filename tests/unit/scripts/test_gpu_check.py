@@ -15,6 +15,7 @@ from pathlib import Path
 import figures
 import pytest
 from ci_skips import skip_by_design
+from gpu import test_modules_live as module_live
 
 REPO = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
@@ -53,7 +54,7 @@ def report(host: dict, steps: list) -> dict:
 
 
 def test_every_step_ok_on_a_gpu_host_passes_with_exit_0(tmp_path):
-    steps = [ok("setup", gpu=False), ok("probe", gpu=False), ok("tests/gpu"), *(ok(f"module {m}") for m in gc.MODULES)]
+    steps = [ok("setup", gpu=False), ok("probe", gpu=False), ok("tests/gpu")]
     got = report(H200, steps)
     assert (got["passed"], gc.exit_code(got), got["why"]) == (True, 0, "every step passed")
     assert got["host"] == H200
@@ -62,7 +63,7 @@ def test_every_step_ok_on_a_gpu_host_passes_with_exit_0(tmp_path):
     assert json.loads(json_path.read_text()) == got
     text = md_path.read_text()
     assert text.startswith("# make gpu-check: PASSED")
-    assert "| module gpu_health | ok | 0 | 1.0 | exit 0 |" in text
+    assert "| tests/gpu | ok | 0 | 1.0 | exit 0 |" in text
     assert "| driver_version | 580.159.04 |" in text
 
 
@@ -74,21 +75,10 @@ def test_a_failed_step_fails_the_run_naming_it_with_its_exit_code():
     assert "| preflight.yml | failed | 2 | 7.2 | exit 2: fatal: [localhost]: FAILED! |" in gc.markdown(got)
 
 
-def test_without_a_gpu_every_gpu_step_is_skipped_with_the_reason_and_the_run_fails(tmp_path):
-    steps = [ok("setup", gpu=False), ok("probe", gpu=False), *gc.gpu_steps(NO_GPU, tmp_path, {})]
-    assert [step["name"] for step in steps[2:]] == [
-        *(f"module {m}" for m in gc.MODULES),
-        "preflight.yml",
-        "health.yml dry run",
-    ]
-    got = report(NO_GPU, steps)
+def test_without_a_gpu_the_run_fails_even_when_every_step_passed():
+    got = report(NO_GPU, [ok("setup", gpu=False), ok("probe", gpu=False), ok("tests/gpu")])
     assert (got["passed"], gc.exit_code(got)) == (False, 1)
     assert got["why"] == "no GPU on this host (no nvidia-smi in PATH): a GPU acceptance run needs one"
-    assert [(s["status"], s["rc"], s["detail"]) for s in got["steps"] if s["gpu"]] == [
-        ("skipped", None, "no GPU: no nvidia-smi in PATH")
-    ] * 5
-    assert [skip["step"] for skip in got["skips"]] == [step["name"] for step in steps[2:]]
-    assert not list(tmp_path.iterdir()), "no inventory is written when nothing runs"
 
 
 def test_the_tests_step_lists_each_skip_with_its_reason_and_is_skipped_when_nothing_ran(tmp_path):
@@ -188,8 +178,7 @@ def test_make_gpu_check_on_this_machine_without_a_gpu_runs_end_to_end_and_exits_
     by_name = {step["name"]: step for step in got["steps"]}
     assert [by_name[name]["status"] for name in ("setup", "probe")] == ["ok", "ok"]
     gpu = [step for step in got["steps"] if step["gpu"]]
-    assert len(gpu) == 1 + len(gc.MODULES) + len(gc.PLAYBOOKS)
-    assert {step["status"] for step in gpu} == {"skipped"}
+    assert [(step["name"], step["status"]) for step in gpu] == [("tests/gpu", "skipped")]
     assert by_name["tests/gpu"]["skips"], "tests/gpu ran and skipped each test with its reason"
     assert (out / "report.md").read_text().startswith("# make gpu-check: FAILED")
 
@@ -224,12 +213,13 @@ def test_record_gpu_check_keeps_only_a_gpu_check_report(tmp_path, monkeypatch, c
 
 
 def test_the_figures_block_says_plainly_when_the_run_had_no_gpu(tmp_path):
-    steps = [ok("setup", gpu=False), ok("probe", gpu=False), *gc.gpu_steps(NO_GPU, tmp_path, {})]
+    no_gpu = gc.skipped_step("tests/gpu", "no GPU: no nvidia-smi in PATH")
+    steps = [ok("setup", gpu=False), ok("probe", gpu=False), no_gpu]
     text = "\n".join(figures.gpu_check_block(report(NO_GPU, steps)))
     assert "ran **without a GPU**" in text
     assert "proves nothing about a GPU host" in text
-    assert "| module gpu_facts | skipped |  | 0.0 |" in text
-    assert "- preflight.yml: no GPU: no nvidia-smi in PATH" in text
+    assert "| tests/gpu | skipped |  | 0.0 |" in text
+    assert "- tests/gpu: no GPU: no nvidia-smi in PATH" in text
     tests = ok("tests/gpu", 12.0)
     tests["skips"] = [{"test": "t::nvlink_a", "reason": "1 GPU"}, {"test": "t::fm", "reason": "no NVSwitch"},
                       {"test": "t::nvlink_b", "reason": "1 GPU"}]
@@ -240,43 +230,16 @@ def test_the_figures_block_says_plainly_when_the_run_had_no_gpu(tmp_path):
     assert "No `make gpu-check` is recorded yet" in figures.gpu_check_block(None)[0]
 
 
-def test_each_modules_answer_is_judged_against_the_gpus_nvidia_smi_lists():
-    facts = {"ansible_facts": {"gpu": {"count": 1, "source": "nvml", "topology": {"gpus": [{}]}}}}
-    assert gc.module_problems("gpu_facts", facts, H200) == []
-    unread = {"ansible_facts": {"gpu": {"count": 1, "topology": None, "topology_error": {"error": "no matrix"}}}}
-    assert gc.module_problems("gpu_facts", unread, H200) == ["topology not read: {'error': 'no matrix'}"]
-    empty = {"ansible_facts": {"gpu": {"count": 1, "topology": {"gpus": []}}}}
-    assert gc.module_problems("gpu_facts", empty, H200) == ["0 GPUs in the matrix, nvidia-smi -L lists 1"]
-    assert gc.module_problems("gpu_health", {"read_ok": True, "verdict": "degraded"}, H200) == []
-    assert gc.module_problems("gpu_health", {"read_ok": False, "verdict": "failed", "notes": ["state: x"]}, H200) == [
-        "read_ok false: state: x",
-        "verdict failed",
-    ]
-    assert gc.module_problems("cuda_compat", {"compatible": False, "reasons": ["driver too old"]}, H200) == [
-        "not compatible: driver too old"
-    ]
-    assert gc.module_problems("cuda_compat", {"failed": True, "msg": "driver_version ..."}, H200) == [
-        "failed: driver_version ..."
-    ]
-
-
-def test_a_module_step_runs_ad_hoc_ansible_and_reads_the_result_it_prints(tmp_path):
-    """cuda_compat needs no GPU: the step's real ``ansible`` call, with ansible-core's own output (no json callback:
-    that is ansible.posix's, absent on a GPU host set up from NEEDS), read back into a judged result."""
-    host = {"driver_version": "580.159.04", "cuda_version": "13.0", "gpu_model": "NVIDIA H200", "gpu_count": 1}
-    step = gc.module_step("cuda_compat", host, tmp_path, gc.environment(), gc.inventory(tmp_path))
-    assert step["status"] == "ok", (tmp_path / step["log"]).read_text()
-    assert step["detail"].startswith("compatible True (native")
-    result = json.loads((tmp_path / "modules" / "cuda_compat.json").read_text())
-    assert result["min_driver"] == "580.65.06"
-
-
-def test_the_module_result_is_read_after_warnings_and_a_failure_is_read_too():
-    text = '[WARNING]: a warning {not json}\nlocalhost | FAILED! => {\n    "msg": "no GPU",\n    "failed": true\n}\n'
-    assert gc.module_result(text) == {"msg": "no GPU", "failed": True}
-    assert gc.module_problems("gpu_health", gc.module_result(text), {}) == ["failed: no GPU"]
-    assert gc.module_result("no result here") is None
-    assert gc.module_result("localhost | SUCCESS => not json") is None
+def test_the_live_module_check_runs_ad_hoc_ansible_and_reads_the_result_it_prints(tmp_path):
+    """cuda_compat needs no GPU: tests/gpu's real ``ansible`` call (ansible-core's own output; the json callback is
+    ansible.posix's, absent on a GPU host set up from NEEDS), read back, and a module failure failing the check."""
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                     f"      ansible_python_interpreter: {sys.executable}\n")
+    result = module_live.module("cuda_compat", hosts, "driver_version=580.159.04 cuda_version=13.0")
+    assert (result["compatible"], result["mode"], result["min_driver"]) == (True, "native", "580.65.06")
+    with pytest.raises(AssertionError, match="newer than the compatibility table"):
+        module_live.module("cuda_compat", hosts, "driver_version=580.159.04 cuda_version=99.0")
 
 
 def test_a_failed_set_up_skips_every_later_step_with_its_reason(tmp_path, monkeypatch):
@@ -287,7 +250,7 @@ def test_a_failed_set_up_skips_every_later_step_with_its_reason(tmp_path, monkey
         ("probe", "skipped", False),
     ]
     later = got["steps"][2:]
-    assert [s["name"] for s in later] == ["tests/gpu", *gc.GPU_STEPS]
+    assert [s["name"] for s in later] == ["tests/gpu"]
     why = "the set-up failed (exit 1: $ false)"  # the log's last line is the command itself: it printed nothing
     assert {(s["status"], s["gpu"], s["detail"]) for s in later} == {("skipped", True, why)}
     assert (got["passed"], got["why"]) == (False, "failed: setup")
