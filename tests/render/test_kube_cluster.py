@@ -169,7 +169,8 @@ def _planned_team_and_pins() -> dict:
 def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
     """kube_node derives nothing: a GPU node whose plan part holds no kubelet policy and registration (here a plan
     given on the command line with a topology only, as an old report could) is refused, naming the host and the
-    fix, before any object is written; nothing is taken from a report an earlier run left."""
+    fix, before any object is written; nothing is taken from a report an earlier run left. So is the control plane,
+    whose registration (nodes.registration) this plan lacks too."""
     reports = tmp_path / "reports" / "20200101T000000"
     reports.mkdir(parents=True)
     (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
@@ -177,13 +178,14 @@ def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
         "schema_version": 1, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
         "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training"}},
-        "nodes": _planned_nodes()}}
+        "nodes": {**_planned_nodes(), "registration": {}}}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
     assert result.returncode != 0
     for host in ("gpu-train-01", "gpu-train-02", "gpu-infer-01"):
         assert f"kube_node on {host}: the plan (preflight) holds no kubelet policy and registration" in result.stdout
     assert "Fix: set gpuops_pool" in result.stdout
+    assert "kube_node on cp-01: the plan (preflight) holds no registration for this node" in result.stdout
     assert not list(out.glob("kube_node/*gpu-*")), "a GPU node's KubeletConfiguration written without its plan part"
 
 
