@@ -42,7 +42,7 @@ def _os_facts() -> tuple[str, str]:
 
 
 def _cuda_url() -> str:
-    """NVIDIA's CUDA repository URL the role resolves on this machine (vars/Debian.yml, vars/Ubuntu.yml)."""
+    """NVIDIA's CUDA repository URL the role resolves on this machine (the cuda_repository filter)."""
     os_id, version = _os_facts()
     arch = "sbsa" if os.uname().machine == "aarch64" else os.uname().machine
     name = f"ubuntu{version.replace('.', '')}" if os_id == "ubuntu" else f"debian{version.split('.')[0]}"
