@@ -199,7 +199,6 @@ def site(tmp_path_factory):
             "kube_node_key_fingerprint": fingerprint,
             "local_pv_disks": [],
             "kube_control_plane_credentials_dir": str(credentials),
-            "training_stack_credentials_dir": str(credentials / "kubernetes"),
         }
         (work / "extra.json").write_text(json.dumps(extra))
         env = playbook_env(
