@@ -37,11 +37,8 @@ class ActionModule(ActionBase):
     _supports_async = False
 
     def _role_variables(self, spec_file: str, task_vars: dict) -> tuple[dict | None, dict]:
-        """The check Ansible's implicit role validation makes (ansible.builtin.validate_argument_spec: the role's
-        variables, templated, against its spec), done here so that a play that imports the role with
-        ``rolespec_validate: false`` pays one task per host instead of two. Returns a failed result or None, and the
-        role's variables as templated (each once) and checked, typed by the spec: the options below are read from
-        them and neither templated nor validated again."""
+        """Ansible's implicit role validation, done here (the module's role_argument_spec option says why).
+        Returns a failed result or None, and the role's variables as templated (each once) and checked."""
         options = spec_options(spec_file)
         provided = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
         checked = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
@@ -60,7 +57,6 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        # Checked first and kept out of the judged plan: a bad role variable is named as the role's (preflight_*).
         spec_file = self._task.args.pop("role_argument_spec", None)
         from_role = {}
         if spec_file:
@@ -68,24 +64,18 @@ class ActionModule(ActionBase):
             if refused:
                 result.update(refused)
                 return result
-            # An option the task does not give is the role's variable <role>_<option>, as just templated and checked:
-            # the role's task passes no option, so each variable is templated and validated once per host, not twice.
             prefix = Path(str(spec_file)).parents[1].name + "_"
             for name, value in role_vars.items():
                 option = name[len(prefix):] if name.startswith(prefix) else None
                 if option in ARGUMENT_SPEC and self._task.args.get(option) is None and value is not None:
                     from_role[option] = value
-        # An option not given is the host's inventory variable, validated like a given one: the platform rule's
-        # inputs (platform.platform_request, each also an option of this action) and HOST_OPTIONS. Each read
-        # templated once; templating hostvars[inventory_hostname] in the task's arguments cost a full variable merge
-        # per reference.
+        # An option not given is the host's inventory variable (platform.platform_request, HOST_OPTIONS), each
+        # templated once: hostvars[inventory_hostname] in the task's arguments cost a full variable merge per reference.
         host_vars = ReadOnceHost(task_vars or {}, self._templar, frozenset())
         inventory = {**inventory_request(host_vars), **{o: get_var(host_vars, n) for o, n in HOST_OPTIONS.items()}}
         for key, value in inventory.items():
             if self._task.args.get(key) is None and value is not None:
                 self._task.args[key] = value
-        # The options given (and the inventory's platform inputs) against the action's spec; the role's variables
-        # were checked against the role's spec above and join the plan as checked.
         _validation, plan = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         plan.update(from_role)
         targets = nfs_targets(plan["nfs_datasets"])

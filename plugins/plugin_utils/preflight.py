@@ -1,12 +1,9 @@
 """Preflight: judge a host's plan against its facts, before anything on the host changes.
 
-Pure functions, but for the OS rule, which reads each role's table (its meta/main.yml platforms, through
-``os_support``). ``host_checks()`` takes what gpu_facts found (GPUs, topology, and the OS facts, free space and TCP
-probes it gathers in the same call) and what the inventory asks for, and returns one check per rule, each with the
-fact found, what was expected and the fix; a rule the inventory turned into a warning has status ``warn``.
-The platform is decided for the whole fleet at once (``platform.decide_fleet``); ``evaluate()`` is one host judged
-as a fleet of one. The action plugins ``preflight`` (per host, in-process) and ``preflight_fleet`` (once per run)
-run these on the controller and refuse the whole play when any check fails.
+Pure functions, but for the OS rule, which reads each role's table (``os_support``). ``host_checks()`` returns one
+check per rule, each with the fact found, what was expected and the fix (status ``warn``: a rule the inventory
+turned into a warning); the rules judged on the plan follow once the fleet has one. Run on the controller by the
+actions ``preflight`` (per host) and ``preflight_fleet`` (once per run: the fleet's platform, ``finish``).
 """
 
 from __future__ import annotations
