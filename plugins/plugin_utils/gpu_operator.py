@@ -112,11 +112,6 @@ def _nvlinked(topology: dict | None) -> bool:
     return any((gpu.get("nvlink_peers") or {}) for gpu in topology.get("gpus") or [])
 
 
-def _mps_limits(config: dict) -> mps.Limits:
-    """The MPS cap rule's settings from ``config`` (raises ValueError naming a bad one)."""
-    return mps.limits(config.get("mps_context_reserve"), config.get("mps_min_usable"))
-
-
 def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits, multi_node: bool) -> list[str]:
     """``multi_node``: gpuops_multi_node_training, which marks the training pool whatever its own settings say."""
     var = f"gpu_operator_pools.{name}"
@@ -203,7 +198,7 @@ def problems(config: dict) -> list[str]:
                 f"({', '.join(sorted(pools)) or 'none'}); fix: set gpuops_pool to one of them, or add the pool"
             )
     try:
-        rule = _mps_limits(config)
+        rule = mps.limits(config.get("mps_context_reserve"), config.get("mps_min_usable"))
     except ValueError as exc:
         return [*found, str(exc)]
     for name in sorted(pools):

@@ -48,13 +48,14 @@ def _chown(paths: list[Path], owner: str | None) -> None:
         os.chown(path, int(uid), int(gid or uid))
 
 
-def _snapshot(path: Path) -> sqlite3.Connection:
-    """An in-memory copy of a SQLite database: SQLite's online backup, consistent while its server writes."""
-    memory = sqlite3.connect(":memory:")
+def _snapshot(path: Path, into: str | Path = ":memory:") -> sqlite3.Connection:
+    """A copy of a SQLite database (in memory unless ``into`` names a file): SQLite's online backup, consistent while
+    its server writes."""
+    copy = sqlite3.connect(into)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        db.backup(memory)
-    memory.row_factory = sqlite3.Row
-    return memory
+        db.backup(copy)
+    copy.row_factory = sqlite3.Row
+    return copy
 
 
 def _tables(db: sqlite3.Connection) -> set[str]:
@@ -190,8 +191,7 @@ def copy_store(source: Path, target: Path, replace: bool = False, owner: str | N
         dst_db.with_name(dst_db.name + leftover).unlink(missing_ok=True)
     partial = dst_db.with_suffix(".db.partial")
     partial.unlink(missing_ok=True)
-    with sqlite3.connect(f"file:{src_db}?mode=ro", uri=True) as src, sqlite3.connect(partial) as dst:
-        src.backup(dst)
+    _snapshot(src_db, partial).close()
     partial.replace(dst_db)
     src_art, dst_art = source / "artifacts", target / "artifacts"
     dst_art.mkdir(parents=True, exist_ok=True)
@@ -211,8 +211,7 @@ def _merge_users(source: sqlite3.Connection, dst_auth: Path, skip: set[str], own
     source's password hash and grants."""
     backup = dst_auth.with_name(dst_auth.name + ".before-grow")
     if not backup.exists():  # an earlier, rolled-back attempt's backup is the original: keep it
-        with sqlite3.connect(f"file:{dst_auth}?mode=ro", uri=True) as db, sqlite3.connect(backup) as out:
-            db.backup(out)
+        _snapshot(dst_auth, backup).close()
         _chown([backup], owner)
     try:
         with sqlite3.connect(dst_auth) as target:
