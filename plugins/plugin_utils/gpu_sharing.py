@@ -183,21 +183,18 @@ def default_pools(multi_node_training: bool = False) -> dict[str, dict]:
 
 
 def pool_sharing(pool: dict, nodes: list[dict]) -> dict[str, Any]:
-    """What each replica of the pool gets: strategy, replicas, memory isolation, memory per replica, SM share."""
+    """What each replica of the pool gets: strategy, replicas, memory isolation, memory per replica, SM share (the
+    last two only under MPS)."""
+    whole = {**dict.fromkeys(SHARE_KEYS), "replicas": 1, "memory_isolation": True}
     if pool.get("mps_replicas"):
         replicas = int(pool["mps_replicas"])
         known = [int(node["gpu_memory_mib"]) for node in nodes if node.get("gpu_memory_mib")]
-        return {"strategy": "mps", "replicas": replicas, "memory_isolation": True,
-                "memory_per_replica_mib": min(known) // replicas if known else None,
-                "thread_percentage": 100 // replicas}
+        return {**whole, "strategy": "mps", "replicas": replicas, "thread_percentage": 100 // replicas,
+                "memory_per_replica_mib": min(known) // replicas if known else None}
     if pool.get("time_slicing_replicas"):
-        return {"strategy": "time-slicing", "replicas": int(pool["time_slicing_replicas"]),
-                "memory_isolation": False, "memory_per_replica_mib": None, "thread_percentage": None}
-    if pool.get("mig_profile"):
-        return {"strategy": "mig", "replicas": 1, "memory_isolation": True, "memory_per_replica_mib": None,
-                "thread_percentage": None}
-    return {"strategy": "none", "replicas": 1, "memory_isolation": True, "memory_per_replica_mib": None,
-            "thread_percentage": None}
+        return {**whole, "strategy": "time-slicing", "replicas": int(pool["time_slicing_replicas"]),
+                "memory_isolation": False}
+    return {**whole, "strategy": "mig" if pool.get("mig_profile") else "none"}
 
 
 def _reason(name: str, pool: dict, share: dict, nodes: list[dict], source: str) -> str:
@@ -232,9 +229,7 @@ def plan_part(pools: dict, nodes: list[dict], source: str = "gpu_operator_pools"
                  "nodes": [str(node["name"]) for node in members]}
         problems = sharing_problems(name, pool, members, mps_limits)
         if problems:
-            entry.update({"strategy": None, "replicas": None, "memory_isolation": None,
-                          "memory_per_replica_mib": None, "thread_percentage": None,
-                          "reason": "refused (gpu_operator's assert): " + " | ".join(problems)})
+            entry.update(dict.fromkeys(SHARE_KEYS), reason="refused (gpu_operator's assert): " + " | ".join(problems))
         else:
             share = pool_sharing(pool, members)
             entry.update(share, reason=_reason(name, pool, share, members, source))
