@@ -184,15 +184,10 @@ def kubelet_policy(
 ) -> dict:
     """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; a reservation left None
     is kube_node's default (``reservation_defaults``)."""
-    defaults = reservation_defaults()
-    if reserved_cpus_per_numa is None:
-        reserved_cpus_per_numa = defaults["reserved_cpus_per_numa"]
-    if reserved_system_cpus is None:
-        reserved_system_cpus = defaults["reserved_system_cpus"]
-    if reserved_memory_mib is None:
-        reserved_memory_mib = defaults["reserved_memory_mib"]
-    if eviction_memory_mib is None:
-        eviction_memory_mib = defaults["eviction_memory_mib"]
+    given = {"reserved_cpus_per_numa": reserved_cpus_per_numa, "reserved_system_cpus": reserved_system_cpus,
+             "reserved_memory_mib": reserved_memory_mib, "eviction_memory_mib": eviction_memory_mib}
+    reserved_cpus_per_numa, reserved_system_cpus, reserved_memory_mib, eviction_memory_mib = (
+        reservation_defaults()[keyword] if value is None else value for keyword, value in given.items())
     if pool not in POOLS:
         raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
     topology = topology or {}

@@ -491,13 +491,9 @@ def _gpu_operator_on(hostvars: Any) -> bool:
 
 def _reservations(hostvars: Any) -> dict:
     """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
-    argument spec types them; unset ones are kube_node's defaults, which kube_plan reads."""
-    found = {}
-    for keyword, (name, kind) in kube_plan.RESERVATIONS.items():
-        value = _setting(hostvars, name)
-        if value is not None:
-            found[keyword] = kind(value)
-    return found
+    argument spec types them; None where unset: kube_plan reads kube_node's default."""
+    found = {keyword: (_setting(hostvars, name), kind) for keyword, (name, kind) in kube_plan.RESERVATIONS.items()}
+    return {keyword: None if value is None else kind(value) for keyword, (value, kind) in found.items()}
 
 
 def _team(members: Any, teams: Any) -> dict:
