@@ -26,8 +26,8 @@ _DISTRIBUTIONS = {
     "opensuse-leap": ("openSUSE Leap", "Suse"),
     "sles": ("SLES", "Suse"),
 }
-# EFI global variable GUID; the SecureBoot variable is 4 attribute bytes then one value byte
-_SECURE_BOOT_VAR = "efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
+# EFI_GLOBAL_VARIABLE's GUID (UEFI spec); the SecureBoot variable is 4 attribute bytes then one value byte
+_SECURE_BOOT_VAR = "efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 _SECURE_BOOT_LEN = 5
 _DOTTED = re.compile(r"^\d+(\.\d+)*$")
 PROBE_TIMEOUT_MAX = 30.0

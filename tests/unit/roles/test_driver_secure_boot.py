@@ -2,7 +2,7 @@
 
 Runs tests/unit/roles/playbooks/driver_secure_boot.yml on localhost: gpu_facts reads the SecureBoot efivar from
 a fake /sys tree (4 attribute bytes, then the value, as efivarfs shows it), then the role's assert stage judges
-it without asking the host again (the mokutil/efivarfs read is for the role run alone).
+it without asking the host again (a role run alone reads it with gpu_facts itself).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ansible_env import run_playbook
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "driver_secure_boot.yml"
 PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
-EFIVAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c"
+EFIVAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
 def run(tmp_path: Path, secure_boot: int | None, **extra) -> subprocess.CompletedProcess:
@@ -33,11 +33,20 @@ def run(tmp_path: Path, secure_boot: int | None, **extra) -> subprocess.Complete
 def test_secure_boot_enabled_is_refused_from_gpu_facts_without_asking_the_host_again(tmp_path):
     out = run(tmp_path, 1)
     assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
-    assert "Secure Boot is enabled on localhost (SecureBoot enabled (efivarfs, read by gpu_facts in preflight))" \
-        in " ".join(out.stdout.split())
+    said = " ".join(out.stdout.split())
+    assert "Secure Boot is enabled on localhost (the SecureBoot efivar, read by gpu_facts)" in said
     assert "nvidia_driver_secure_boot_signed: true" in out.stdout, "the fix is named"
     read = out.stdout.split("TASK [gpuops.cluster.nvidia_driver : Secure Boot | read the state")[1].split("TASK [")[0]
     assert read.strip().splitlines()[-1].startswith("skipping:"), "the host is not asked again"
+
+
+def test_a_role_run_alone_reads_the_state_with_gpu_facts(tmp_path):
+    """No gpu_facts read before the role (no preflight): its assert stage reads the efivar through gpu_facts."""
+    out = run(tmp_path, 1, preflight_read=False, nvidia_driver_fabric_manager=False)
+    assert out.returncode == PLAYBOOK_FAILED, out.stdout[-3000:]
+    read = out.stdout.split("TASK [gpuops.cluster.nvidia_driver : Secure Boot | read the state")[1].split("TASK [")[0]
+    assert read.strip().splitlines()[-1].startswith("ok:"), read
+    assert "Secure Boot is enabled on localhost" in " ".join(out.stdout.split())
 
 
 @pytest.mark.parametrize(("state", "extra"), [(0, {}), (None, {}), (1, {"nvidia_driver_secure_boot_signed": True})])

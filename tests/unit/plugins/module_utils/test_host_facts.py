@@ -115,7 +115,7 @@ def test_secure_boot_from_efivarfs(tmp_path, efi, value, expected):
     if efi:
         (sysfs / "firmware" / "efi" / "efivars").mkdir(parents=True)
     if value is not None:
-        (sysfs / "firmware" / "efi" / "efivars" / "SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e582ab8c").write_bytes(value)
+        (sysfs / "firmware" / "efi" / "efivars" / "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(value)
     assert host_facts.secure_boot_state(str(sysfs)) is expected
 
 
