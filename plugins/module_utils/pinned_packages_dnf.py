@@ -207,15 +207,13 @@ def probe(module, p, result, label, scratch):
     problems = []
     resolved, reasons = {}, {}
     installed_all = {pkg.name: _evr(pkg) for pkg in base.sack.query().installed()}
-    result["offered"] = {}
     for name, requested in p["versions"].items():
         evrs = sorted(offered.get(name, []), key=evr_string)
-        result["offered"][name] = [evr_string(evr) for evr in evrs]
         evr = choose(evrs, requested, installed_all.get(name), cmp) if evrs else None
         if evr is None:
             problems.append(
                 f"{name} {requested or '(any)'} is not offered (offered: "
-                f"{', '.join(result['offered'][name]) or 'none'})")
+                f"{', '.join(evr_string(evr) for evr in evrs) or 'none'})")
             continue
         resolved[name] = evr
         reasons[name] = "requested"

@@ -197,11 +197,6 @@ keyring_current:
   description: O(keyring) exists and holds exactly the fetched key (apt - in binary form; dnf - as served).
   returned: when repo_url and keyring are given
   type: bool
-offered:
-  description: dnf - every version the repository offers of each requested package.
-  returned: when versions are resolved (dnf)
-  type: dict
-  sample: {gpuops-demo-tool: ["1.0-1", "1.1-1"]}
 resolved:
   description: Every closure member -> exact version to pin, install and hold (apt's; dnf's V-R, or E:V-R).
   returned: when versions are resolved
