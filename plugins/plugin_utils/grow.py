@@ -197,25 +197,9 @@ def hosts_part(config: dict) -> dict:
     workers = [{"name": w["name"], "gpu_count": w["gpu_count"], "pool": w.get("pool") or pool}
                for w in counted_workers(config)]
     return {
-        "compose_host": compose,
         "control_planes": control_planes,
         "control_plane_schedulable": compose in control_planes,
         "gpu_workers": workers,
-        "steps": [
-            {"step": "plan", "stops": [], "note": "controller only; no host is contacted"},
-            {"step": "kubernetes", "stops": [],
-             "note": "playbooks/kubernetes.yml with the plan's teams; Compose keeps serving workspaces and MLflow"},
-            {"step": "mlflow_copy", "stops": [],
-             "note": "consistent SQLite snapshot and artifact copy into the cluster's MLflow store, the Compose "
-                     "users merged into its auth database, mlflow db upgrade; members stop logging from here (a run "
-                     "logged after the snapshot fails verify)"},
-            {"step": "verify", "stops": [], "note": "both MLflow servers compared field by field; a difference stops "
-                                                    "the apply with Compose still serving"},
-            {"step": "stop_compose", "stops": [f"{compose}: workspace containers ws-*", f"{compose}: mlflow"],
-             "note": "only after verify passed; their data stays in place, read-only"},
-            {"step": "retire", "stops": [f"{compose}: the rest of the Compose stack"],
-             "note": "only with -e grow_retire_compose=true; the Compose data is left on disk"},
-        ],
     }
 
 
@@ -224,15 +208,11 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
     data_dir = str(config.get("data_dir") or "").rstrip("/")
     part = {
         "source": {"host": config["compose_host"], "image": source,
-                   "version": ".".join(map(str, version_tuple(source) or ())),
+                   "version": ".".join(map(str, version_tuple(source) or ())), "dir": f"{data_dir}/mlflow",
                    "backend": f"{data_dir}/mlflow/backend/mlflow.db", "artifacts": f"{data_dir}/mlflow/artifacts"},
         "target": {"namespace": config.get("mlflow_namespace") or "mlflow", "image": target,
                    "version": ".".join(map(str, version_tuple(target) or ())), "pvc": "mlflow-store",
                    "backend": "/mlflow/backend/mlflow.db", "artifacts": "/mlflow/artifacts"},
-        "keeps": ["experiment ids", "run ids", "params", "metric histories", "tags", "artifacts",
-                  "users (all but the Compose admin; merged with the cluster's, a name on both sides refused) with "
-                  "their password hashes and permissions"],
-        "schema_upgrade": "mlflow db upgrade on the copy, with the target image's MLflow",
     }
     src_v, dst_v = version_tuple(source), version_tuple(target)
     problems = []
@@ -380,14 +360,12 @@ def markdown(grow_plan: dict) -> str:
                   f"{src['artifacts']}",
                   f"- target: namespace {dst['namespace']}, {dst['image']} (MLflow {dst['version']}), PVC "
                   f"{dst['pvc']} ({dst['backend']}, {dst['artifacts']})",
-                  f"- kept: {', '.join(mlflow['keeps'])}; schema: {mlflow['schema_upgrade']}",
                   f"- users carried over (one per member, named as the member): {', '.join(mlflow.get('users', []))}"]
     hosts = grow_plan.get("hosts") or {}
     if hosts:
         schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""
         workers = ", ".join(f"{w['name']} ({w['gpu_count']} GPUs, pool {w['pool']})" for w in hosts["gpu_workers"])
         lines += ["", "## Hosts", "", f"- control planes: {', '.join(hosts['control_planes'])}{schedulable}",
-                  f"- GPU workers: {workers}", "", "## Steps: what stops when", "",
-                  "| step | stops | note |", "|---|---|---|"]
-        lines += [f"| {s['step']} | {', '.join(s['stops']) or 'nothing'} | {s['note']} |" for s in hosts["steps"]]
+                  f"- GPU workers: {workers}", "",
+                  "What each step of the apply carries over, and what stops when: docs/growth.md, section 2."]
     return "\n".join(lines) + "\n"

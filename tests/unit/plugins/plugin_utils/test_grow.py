@@ -188,6 +188,7 @@ def test_small_team_plan(tmp_path: Path) -> None:
         m["name"]: f"/srv/scratch/{m['name']}" for m in members}
     assert plan["hosts"]["control_planes"] == ["gpu01"]
     assert [w["name"] for w in plan["hosts"]["gpu_workers"]] == ["gpu01"]
+    assert plan["mlflow"]["source"]["dir"] == "/srv/gpuops/mlflow"  # the store the apply copies (mlflow_copy)
     assert plan["mlflow"]["source"]["backend"] == "/srv/gpuops/mlflow/backend/mlflow.db"
 
 
