@@ -12,15 +12,11 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   Operator must not install them (``driver.enabled=false``, ``toolkit.enabled=false``). ``operator``: the Operator
   installs the driver, which then must be an exact version (never the chart's moving default) and must run
   ``gpuops_cuda_version`` (checked with cuda_compat).
-* GPU sharing: one device-plugin config per pool in one ConfigMap; a node selects its pool's config with the
-  label ``nvidia.com/device-plugin.config=<pool>``. A pool shares its GPUs through MPS (``mps_replicas``: each
-  replica gets an equal, enforced share of a GPU's memory and compute) or time-slicing (``time_slicing_replicas``:
-  no memory isolation, every replica sees the whole GPU's memory), or gets whole GPUs (neither). See
-  ``sharing_problems`` for the rules and their upstream sources; ``pool_sharing`` for what each replica gets.
-  The configs are rendered from ``gpuops_plan.gpu_sharing`` (``config["sharing"]``, the plan's); a plan that lacks a
-  pool or chose otherwise than its settings now ask is refused as stale. A replica's share must leave it memory after
-  the client's CUDA context (``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the gpuops_mps_* variables,
-  None for their defaults; the rule is ``plugin_utils/mps``).
+* GPU sharing (MPS, time-slicing or whole GPUs per pool; the rules: ``gpu_sharing``): one device-plugin config per
+  pool in one ConfigMap, which a node selects with the label ``nvidia.com/device-plugin.config=<pool>``, rendered
+  from the plan's ``gpuops_plan.gpu_sharing`` (``config["sharing"]``); a plan that lacks a pool or chose otherwise
+  than its settings now ask is refused as stale. ``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the
+  gpuops_mps_* variables, None for their defaults (the rule is ``plugin_utils/mps``).
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
 * Every image repository goes through the registry mirror; versions stay the pinned chart's own.
