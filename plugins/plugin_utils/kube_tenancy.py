@@ -11,40 +11,12 @@ kind and name). Refusals name the variable, the value and the fix; objects are o
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_netpol
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import QUOTA_KEYS, parse_quantity
 
-# Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
-_QUANTITY = re.compile(
-    r"^(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
-            "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
-QUOTA_KEYS = ("cpu_quota", "memory_quota", "storage_quota")
 LABEL_TEAM = "gpuops.io/team"
-
-
-def parse_quantity(value: object) -> Decimal | None:
-    """A non-negative Kubernetes quantity (``96``, ``500m``, ``768Gi``, ``4Ti``, ``1e3``) as a number; else None."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return None
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        return None
-    try:
-        number = Decimal(match.group("num"))
-    except InvalidOperation:
-        return None
-    suffix = match.group("suffix") or ""
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number * _DECIMAL[suffix]
-    return number * (Decimal(10) ** int(suffix[1:]))
 
 
 def quantity_problem(variable: str, value: object, example: str) -> str | None:

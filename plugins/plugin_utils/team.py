@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import mps
 
 MEMBER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][0-9]+)?$")
+# Kubernetes resource.Quantity, non-negative: digits, optional fraction, optional suffix or exponent.
+_QUANTITY = re.compile(
+    r"^(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
+            "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
 MEMBER_KEYS = ("name", "uid", "gid", "team", "gpus", "image", "shm_size", "mounts", "memory", "cpus", "shared_gpus")
 SIZE = re.compile(r"^([1-9][0-9]*)([mMgGtT])$")
 _MIB = {"m": 1, "g": 1024, "t": 1024 * 1024}
@@ -39,6 +46,26 @@ def _is_int(value: Any) -> bool:
 def show(value: Any) -> str:
     """A value as a refusal quotes it: a string in single quotes, anything else as its repr."""
     return repr(value) if not isinstance(value, str) else f"'{value}'"
+
+
+def parse_quantity(value: object) -> Decimal | None:
+    """A non-negative Kubernetes quantity (``96``, ``500m``, ``768Gi``, ``4Ti``, ``1e3``) as a number; else None.
+    The one parser of the teams' quotas and kube_tenancy's sizes."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return None
+    try:
+        number = Decimal(match.group("num"))
+    except InvalidOperation:
+        return None
+    suffix = match.group("suffix") or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    return number * (Decimal(10) ** int(suffix[1:]))
 
 
 def size_mib(value: Any) -> int | None:
@@ -104,7 +131,7 @@ def _team_problems(teams: list) -> tuple[list[str], dict[str, int]]:
             value = team.get(key)
             if value is None:
                 continue
-            if isinstance(value, bool) or not QUANTITY.match(str(value)):
+            if isinstance(value, bool) or parse_quantity(str(value)) is None:
                 problems.append(f"{where}.{key} is {show(value)}; expected a Kubernetes quantity such as "
                                 "'96', 500m, 768Gi or 4Ti. Fix: write the amount with a binary suffix (Gi, Ti)")
         for key in ("storage_class", "group"):

@@ -93,11 +93,11 @@ def test_members_without_gpus_are_allowed_for_kubernetes() -> None:
     assert team.team_problems(TEAMS, members) == []
 
 
-def test_quantities() -> None:
-    for good in ["96", 96, "500m", "768Gi", "4Ti", "1.5", "1e3"]:
-        assert team.QUANTITY.match(str(good)), good
-    for bad in ["-1", "4 Ti", "4TB", "", "lots", "1.5.2"]:
-        assert not team.QUANTITY.match(bad), bad
+def test_quota_quantities() -> None:
+    for good in ["96", 96, "500m", "768Gi", "4Ti", "1.5", 1.5, "1e3"]:
+        assert problems_with(lambda t, m, v=good: t[0].update(cpu_quota=v)) == [], good
+    for bad in ["-1", "4 Ti", "4TB", "", "lots", "1.5.2", True]:
+        assert problems_with(lambda t, m, v=bad: t[0].update(cpu_quota=v)), bad
 
 
 @pytest.mark.parametrize("inventory", sorted(p.name for p in (REPO / "inventories").iterdir()))
