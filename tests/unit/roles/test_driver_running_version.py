@@ -103,7 +103,8 @@ def test_where_nvidia_smi_answers_the_facts_keep_memory_and_mig_mode_h200_driver
                                      "mig": "Disabled"}
 
 
-VERIFY = {"tasks_from": "verify_running.yml", "_nvidia_driver_pin": H200_DRIVER, "_nvidia_driver_fm_enabled": True,
+VERIFY = {"tasks_from": "verify_running.yml", "_nvidia_driver_pin": H200_DRIVER,
+          "_nvidia_driver_planned": {"fabric_manager_needed": True},
           "_nvidia_driver_fm_package": "nvidia-fabricmanager-580"}
 
 
