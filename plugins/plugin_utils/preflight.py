@@ -72,10 +72,9 @@ def judged_driver(pin: str, running: str | None) -> dict[str, Any] | None:
     return {"version": running, "source": "running"} if running else None
 
 
-def driver_cuda(
-    driver: str, cuda: str, gpu_name: str | None, source: str = "pin"
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """CUDA ``cuda`` on ``driver``; ``source``: pin (nvidia_driver_version) or running (no pin: the host's driver)."""
+def driver_cuda(judged: dict | None, cuda: str, gpu_name: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """CUDA ``cuda`` on the driver ``judged_driver`` chose: pin (nvidia_driver_version) or running (the host's)."""
+    driver, source = (judged or {}).get("version", ""), (judged or {}).get("source", "pin")
     what = "pinned" if source == "pin" else "running"
     if not driver:
         msg = "no driver pin (nvidia_driver_version) and no running driver found: nothing to compare"
@@ -346,9 +345,7 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     judged = judged_driver(driver, gpu.get("driver_version"))
 
     checks = [os_supported(os_facts, None)]
-    compat_check, compat = driver_cuda(
-        (judged or {}).get("version", ""), cuda, gpu_name, (judged or {}).get("source", "pin")
-    )
+    compat_check, compat = driver_cuda(judged, cuda, gpu_name)
     checks.append(compat_check)
     checks.append(fabric_manager(gpu, driver))
     checks.append(
