@@ -22,11 +22,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight_report im
     write_reports,
 )
 
-# The fact naming this run's report folder. Not preflight_report_dir: a fact outranks the role's default of that
-# variable, so with fact caching on (ansible.cfg: jsonfile) the next run took the last run's folder as its report
-# folder, nested its reports there and wrote the last plan (plan.json) there instead of in the report folder.
-RUN_DIR_FACT = "preflight_run_dir"
-
 ARGUMENT_SPEC = {"report_dir": {"type": "path", "required": True}}
 # What the preflight role registers each host's gpuops.cluster.preflight result as (roles/preflight/tasks/gather.yml).
 RESULT_VAR = "__preflight_host"
@@ -148,7 +143,6 @@ class ActionModule(ActionBase):
             plan_files=plan_files,
             fleet={k: fleet.get(k) for k in ("ok", "platform", "source", "reason", "gpu_count")},
             ansible_facts={
-                RUN_DIR_FACT: run_dir,
                 "preflight_result": {
                     "ok": not refused,
                     "failed": failed,

@@ -21,7 +21,8 @@ description:
   - Fails, naming every refused host and its failed checks, when any check failed on any host.
   - Returns the plan (C(gpuops_plan), documented in docs/plan.md), which the preflight role sets on every host of the
     play, and writes it as C(plan.json) in the run's report folder and in O(report_dir) itself (the last plan).
-  - Sets C(preflight_result) and C(preflight_run_dir) (this run's report folder) as facts on every host of the play.
+  - Sets C(preflight_result) as a fact on every host of the play; this run's report folder is the plan's
+    C(report_dir).
 options:
   report_dir:
     description: Controller directory for the reports; each run writes a timestamped subdirectory.

@@ -237,11 +237,8 @@ def test_no_pin_judges_the_running_driver() -> None:
 def test_the_fleet_facts_shadow_no_role_variable() -> None:
     """A fact outranks a role default: a fact named like a preflight_* variable (preflight_report_dir, once) made the
     next run, with the fact cache on, take the last run's folder as its report folder."""
-    from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import RUN_DIR_FACT  # noqa: PLC0415
-
     source = (ROLE.parents[1] / "plugins" / "action" / "preflight_fleet.py").read_text()
     facts = source.split('ansible_facts={', 1)[1].split("},\n        )", 1)[0]
-    assert "RUN_DIR_FACT" in facts
     assert '"preflight_result"' in facts
-    for name in (RUN_DIR_FACT, "preflight_result"):
-        assert name not in spec_options(str(ROLE_SPEC)), name
+    assert "preflight_run_dir" not in source  # retired: the run's report folder is the plan's report_dir
+    assert "preflight_result" not in spec_options(str(ROLE_SPEC))
