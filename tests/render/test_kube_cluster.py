@@ -92,6 +92,9 @@ def test_control_plane_from_variables(rendered_objects):
     assert init["nodeRegistration"]["taints"] == [
         {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
     ]
+    # its inventory address (no facts at render time) on the bind port; one control plane uploads no certificates
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.10", "bindPort": 6443}
+    assert "certificateKey" not in init
     installation = _by(rendered_objects, "kube_cni", "Installation")["default"]
     assert installation["spec"]["calicoNetwork"]["ipPools"][0]["cidr"] == "10.244.0.0/16"
     assert installation["spec"]["registry"] == "registry.lab.example:5000/"
@@ -254,3 +257,6 @@ def test_three_control_planes_render_their_joins(tmp_path):
         ]
         assert "kubeletExtraArgs" not in join["nodeRegistration"]
         assert join["controlPlane"]["certificateKey"] == "0" * 64
+    # the first one's InitConfiguration carries the same key (the upload) and its own address
+    init = _by(load_objects(out), "kube_control_plane", "InitConfiguration")["cp-01"]
+    assert (init["certificateKey"], init["localAPIEndpoint"]["advertiseAddress"]) == ("0" * 64, "192.0.2.10")
