@@ -190,16 +190,16 @@ def workspace_pv(member: dict, claim: dict, config: dict) -> dict:
 
 # ---- hosts and MLflow ----------------------------------------------------------------------------------------
 
-def hosts_part(config: dict) -> dict:
+def hosts_part(config: dict, workers: list[dict], pool: str) -> dict:
+    """The control planes (the Compose host, schedulable, where the inventory has none) and the GPU workers of
+    ``pool`` unless they declare their own."""
     compose = str(config["compose_host"])
     control_planes = list(config.get("control_planes") or []) or [compose]
-    pool = config.get("pool") or "training"
-    workers = [{"name": w["name"], "gpu_count": w["gpu_count"], "pool": w.get("pool") or pool}
-               for w in counted_workers(config)]
     return {
         "control_planes": control_planes,
         "control_plane_schedulable": compose in control_planes,
-        "gpu_workers": workers,
+        "gpu_workers": [{"name": w["name"], "gpu_count": w["gpu_count"], "pool": w.get("pool") or pool}
+                        for w in workers],
     }
 
 
@@ -311,7 +311,7 @@ def plan(config: dict) -> dict[str, Any]:
         "datasets": data_part,
         "workspaces": workspaces,
         "mlflow": mlflow,
-        "hosts": hosts_part(config),
+        "hosts": hosts_part(config, workers, pool),
         "objects": objects if not problems else [],
     }
 
