@@ -41,9 +41,8 @@ refused (``plugin_utils/mps``, the rule compose's caps follow too; ``mps_limits`
 states what the pool's workloads need to allocate per replica, a higher floor for that pool; it is also refused when
 a node's GPU memory is unknown (no preflight facts and no ``gpu_operator_gpu_memory_mib``).
 
-``plan_part(pools, nodes)`` is ``gpuops_plan.gpu_sharing``: preflight makes it once (plan.gpu_sharing_part) and
-gpu_operator renders the device-plugin config from it; run alone, gpu_operator calls the same function.
-``default_pools`` is gpu_operator_pools' default, for both.
+``plan_part(pools, nodes)`` is ``gpuops_plan.gpu_sharing``, made once by the plan (plan.gpu_sharing_part), from which
+gpu_operator renders the device-plugin config; ``default_pools`` is gpu_operator_pools' default, for both.
 """
 
 from __future__ import annotations
