@@ -55,14 +55,22 @@ def test_minor_version_compat_refused_when_native_required(tmp_path: Path) -> No
     assert "runs only in minor_version mode on driver 535.261.03" in result.stdout
 
 
+def test_a_base_without_a_cuda_tag_carries_gpuops_cuda_version(tmp_path: Path) -> None:
+    # the one CUDA release (gpuops_cuda_version, the plan's pins.cuda); a base's cuda:<version> tag is read first
+    result = run(tmp_path, {"nvidia_driver_version": "535.261.03", "gpuops_cuda_version": "12.1",
+                            "training_image_base": "registry.lan/team/base:1.0"})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert 'org.gpuops.cuda-version="12.1"' in (tmp_path / "ctx" / "Dockerfile").read_text()
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
         ({"nvidia_driver_version": "535.261.03", "training_image_base": "nvcr.io/nvidia/cuda:latest"},
          "expected an explicit tag other than latest"),
         ({"training_image_base": "nvcr.io/nvidia/cuda:12.2.2-runtime-ubuntu22.04"}, "pin nvidia_driver_version"),
-        ({"nvidia_driver_version": "535.261.03", "training_image_base": "registry.lan/team/base:1.0"},
-         "use a base tagged cuda:<version>"),
+        ({"nvidia_driver_version": "535.261.03", "training_image_base": "registry.lan/team/base:1.0",
+          "gpuops_cuda_version": ""}, "use a base tagged cuda:<version>"),
     ],
 )
 def test_unusable_inputs_are_refused(tmp_path: Path, extra: dict, fragment: str) -> None:
