@@ -46,7 +46,11 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
         _count(bounds.get("escalate_after", 1)), bounds.get("escalate_window", 604800)) + validation
 
 
-def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, steps=None) -> dict:
+def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, platform="compose",
+                members=None) -> dict:
+    """``nodes``: host -> the host's record (its sweep, where it came from, its own reboot, timeout, report_dir and
+    remediation settings); each host's plan carries its steps and where its sweep came from (``swept``)."""
+    nodes = {host: node or {} for host, node in (nodes or {}).items()}
     bounds = dict(bounds or {})
     for key in ("breaker_window", "escalate_window"):
         if key in bounds:
@@ -54,28 +58,20 @@ def health_plan(sweeps, state=None, max_unavailable=1, overrides=None, release=F
     for key, read in (("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", boolean)):
         if key in bounds:
             bounds[key] = read(bounds[key])
-    bounds["remediation"] = {h: boolean(v) for h, v in (bounds.get("remediation") or {}).items()}
+    bounds["remediation"] = {h: boolean(node.get("remediation", True)) for h, node in nodes.items()}
     if bounds.get("nodes") is not None:  # kubectl get nodes -o json
         bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
+    sweeps = {host: node.get("sweep") or {"read_ok": False} for host, node in nodes.items()}
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
-                             boolean(release), bounds or None)
-    steps = steps or {}
+                             boolean(release), bounds)
     for host, hplan in plan["hosts"].items():
-        hplan["steps"] = health_steps.host_steps(host, hplan, steps.get("platform", "compose"),
-                                                 steps.get("members") or [], _host_settings(steps, host))
+        node = nodes[host]  # host_steps holds the defaults of the settings a record leaves out
+        settings = {key: node[key] for key in ("reboot", "timeout", "report_dir") if node.get(key) is not None}
+        if "reboot" in settings:
+            settings["reboot"] = boolean(settings["reboot"])
+        hplan["steps"] = health_steps.host_steps(host, hplan, platform, members or [], settings)
+        hplan["swept"] = node.get("from")
     return plan
-
-
-def _host_settings(steps: dict, host: str) -> dict:
-    """reboot, timeout and report_dir of one host's steps: each a value, or {host: value} (each host's own, as
-    bounds.remediation); host_steps holds the defaults."""
-    settings = {}
-    for key in ("reboot", "timeout", "report_dir"):
-        value = steps.get(key)
-        value = value.get(host) if isinstance(value, dict) else value
-        if value is not None:
-            settings[key] = boolean(value) if key == "reboot" else value
-    return settings
 
 
 def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",
@@ -92,10 +88,11 @@ def health_gpu_pods(pods, node: str = "", timeout: int = 600) -> list:
     return health_steps.gpu_pods(pods or {}, node, int(timeout))
 
 
-def health_fleet_entry(item, state=None, sweeps=None) -> dict:
+def health_fleet_entry(item, state=None, nodes=None) -> dict:
     """``{key: host, value: host plan}`` (dict2items of the plan's hosts) -> the host's fleet report entry."""
     host = str(item.get("key"))
-    return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, (sweeps or {}).get(host) or {})
+    sweep = ((nodes or {}).get(host) or {}).get("sweep")
+    return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, sweep or {})
 
 
 def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expected_gpus=None, replay=False,

@@ -389,16 +389,33 @@ def test_the_filter_gives_each_host_its_own_reboot_timeout_and_report_dir():
              "events": [{"kind": "xid", "code": 79, "gpu": 0, "pci": "0000:3b:00", "immediate_action": "RESTART_BM",
                          "line": "NVRM: Xid (PCI:0000:3b:00): 79, pid=0", "time": "t1"}],
              "gpus": [{"index": i, "verdict": "failed" if i == 0 else "healthy"} for i in range(4)]}
-    plan = health_plan({"node-a": sweep, "node-b": sweep}, max_unavailable=2,
-                       steps={"platform": "compose", "members": MEMBERS, "reboot": {"node-a": True, "node-b": "false"},
-                              "timeout": {"node-a": 600, "node-b": 60}, "report_dir": {"node-a": "/a", "node-b": "/b"}})
+    nodes = {"node-a": {"sweep": sweep, "reboot": True, "timeout": 600, "report_dir": "/a"},
+             "node-b": {"sweep": sweep, "reboot": "false", "timeout": 60, "report_dir": "/b"}}
+    plan = health_plan(nodes, max_unavailable=2, platform="compose", members=MEMBERS)
     a, b = plan["hosts"]["node-a"]["steps"], plan["hosts"]["node-b"]["steps"]
     assert "validate" in kinds(a)
     assert kinds(b) == ["stop_workspaces", "mark_out", "reboot"]
     assert b[-1]["enabled"] is False
     assert next(s for s in a if s["kind"] == "reboot").get("enabled", True) is True
     support = {**sweep, "events": [{**sweep["events"][0], "code": 61, "immediate_action": "CONTACT_SUPPORT"}]}
-    plan = health_plan({"node-a": support, "node-b": support}, max_unavailable=2,
-                       steps={"platform": "compose", "report_dir": {"node-a": "/a", "node-b": "/b"}})
+    nodes = {"node-a": {"sweep": support, "report_dir": "/a"}, "node-b": {"sweep": support, "report_dir": "/b"}}
+    plan = health_plan(nodes, max_unavailable=2)
     dests = [plan["hosts"][h]["steps"][-1]["dest"] for h in ("node-a", "node-b")]
     assert dests == ["/a/nvidia-bug-report", "/b/nvidia-bug-report"]
+
+
+def test_the_filter_reads_each_hosts_opt_out_and_says_where_its_sweep_came_from():
+    """Each host's record (roles/health sweep.yml's __health_node): its own health_remediation, where its sweep came
+    from (the plan carries it into health.json); a host with no record is unreadable, never acted on."""
+    sweep = {"read_ok": True, "cursor": "c2", "verdict": "failed", "findings": [],
+             "events": [{"kind": "xid", "code": 79, "gpu": 0, "pci": "0000:3b:00", "immediate_action": "RESTART_BM",
+                         "line": "NVRM: Xid (PCI:0000:3b:00): 79, pid=0", "time": "t1"}],
+             "gpus": [{"index": i, "verdict": "failed" if i == 0 else "healthy"} for i in range(2)]}
+    came = {"source": "sweep", "why": "the scheduled sweep's last result", "age": 12.0}
+    plan = health_plan({"node-a": {"sweep": sweep, "from": came}, "node-b": {"sweep": sweep, "remediation": "false"},
+                        "node-c": {}}, max_unavailable=3)
+    hosts = plan["hosts"]
+    assert (hosts["node-a"]["status"], hosts["node-a"]["swept"]) == ("act", came)
+    assert hosts["node-b"]["status"] == "opted_out"
+    assert "health_remediation is false" in hosts["node-b"]["reason"]
+    assert (hosts["node-c"]["status"], hosts["node-c"]["steps"]) == ("unreadable", [])
