@@ -336,8 +336,6 @@ def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Pat
      "compose_stack_mlflow_member_passwords.mallory is given for no member of gpuops_members (alice, bob"),
     ({"gpuops_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
      "a member is named admin, the MLflow admin user"),
-    ({"compose_stack_members": MEMBERS},
-     "compose_stack_members is set for localhost; it is no longer read: compose_stack deploys the plan's workspaces"),
 ])
 def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(tmp_path: Path, h100_topology: dict,
                                                                       extra: dict, message: str) -> None:
