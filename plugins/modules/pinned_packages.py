@@ -527,7 +527,8 @@ def main():
     keyless = (p["repo_url"] or p["key_dest"]) and not (p["key_url"] and p["key_fingerprint"])
     if keyless or (p["repo_url"] and not (p["suites"] or dnf)):
         module.fail_json(msg=f"{label}repo_url needs key_url, key_fingerprint and (apt) suites; key_dest needs "
-                         "key_url and key_fingerprint")
+                         "key_url and key_fingerprint. Fix: give the repository's key URL, the key's full fingerprint "
+                         "and (apt) its suites.")
 
     if p["key_dest"] and not p["repo_url"]:
         write_key(module, p["key_dest"], label, result)

@@ -284,3 +284,14 @@ def test_the_sources_file_is_deb822_apt_reads_signed_by_the_keyring_only(status,
                           env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}, check=True).stdout
     # A flat repository ("/" suite): apt fetches InRelease and Packages from the URL itself.
     assert [line.split()[0].strip("'") for line in uris.splitlines()] == [f"{url}InRelease", f"{url}Packages.xz"]
+
+
+@pytest.mark.parametrize("missing", ["key_url", "key_fingerprint", "suites"])
+def test_a_repository_without_its_key_or_apt_suites_is_refused_before_anything_is_read(missing, capsys):
+    """The one check of a repository's settings (_pinned_packages' common.yml leaves it to the probe)."""
+    args = {"repo_url": "http://127.0.0.1:9/", "key_url": "http://127.0.0.1:9/key", "key_fingerprint": "01" * 20,
+            "suites": ["/"], "versions": {"jq": JQ}, "label": "probe"}
+    code, result = run_main(module, {**args, missing: [] if missing == "suites" else None}, capsys)
+    assert code == 1
+    assert result["msg"].startswith("probe: repo_url needs key_url, key_fingerprint and (apt) suites"), result["msg"]
+    assert "Fix: give the repository's key URL" in result["msg"]
