@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import cuda_compat, versions
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, images, mps
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing, images, kube_plan, mps
 
 CONFIGMAP_NAME = "gpuops-device-plugin-config"
 WHOLE_GPU_CONFIG = "whole-gpu"
@@ -231,8 +231,8 @@ def _planned_sharing(pools: dict, planned: Any, enabled: bool) -> tuple[dict, li
         if any(entry.get(key) != asked[key] for key in keys):
             found.append(
                 f"gpuops_plan.gpu_sharing.{name} ({', '.join(f'{k} {entry.get(k)!r}' for k in keys)}) is not what "
-                f"gpu_operator_pools.{name} asks now ({', '.join(f'{k} {asked[k]!r}' for k in keys)}): the plan was "
-                "made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a new plan)"
+                f"gpu_operator_pools.{name} asks now ({', '.join(f'{k} {asked[k]!r}' for k in keys)}): "
+                f"{kube_plan.STALE_PLAN}"
             )
     return {name: planned.get(name) for name in pools}, found
 

@@ -248,6 +248,9 @@ def kubelet_policy(
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+# A plan part that no longer matches the settings it was made from (gpuops_plan.json read back, the inventory changed).
+STALE_PLAN = ("the plan was made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a "
+              "new plan)")
 
 
 def node_registration(policy: dict | None, pool: str, control_plane: bool = False, schedulable: bool = False,
@@ -286,7 +289,8 @@ def cluster_problems(plan: dict) -> list[str]:
 
     ``plan``: ``kube_version``, ``control_planes`` (host names), ``endpoint``, ``pools`` (GPU host -> its
     ``gpuops_pool``, "" where unset), ``schedulable`` (host -> kube_control_plane_schedulable), ``pod_cidr``,
-    ``service_cidr``, ``addresses`` (host -> address Ansible connects to).
+    ``service_cidr``, ``addresses`` (host -> address Ansible connects to), ``registrations`` (host -> the plan's
+    ``nodes.registration``: its control-plane taint must be what ``schedulable`` asks now).
     """
     problems = []
     version = kube_version_problem(plan.get("kube_version"))
@@ -306,5 +310,11 @@ def cluster_problems(plan: dict) -> list[str]:
                 f"{plan.get('schedulable', {}).get(host)!r}: a control plane runs no workloads unless you say so; "
                 f"set kube_control_plane_schedulable: true for {host}, or take it out of gpu_nodes"
             )
+    for host, registration in sorted((plan.get("registrations") or {}).items()):
+        tainted = CONTROL_PLANE_TAINT in (registration or {}).get("taints", [])
+        schedulable = plan.get("schedulable", {}).get(host)
+        if tainted != (host in control_planes and schedulable is not True):
+            problems.append(f"gpuops_plan.nodes.registration.{host} {'has' if tainted else 'lacks'} the control-plane "
+                            f"taint, but kube_control_plane_schedulable is {schedulable!r} now: {STALE_PLAN}")
     problems.extend(cidr_problems(plan.get("pod_cidr", ""), plan.get("service_cidr", ""), plan.get("addresses") or {}))
     return problems

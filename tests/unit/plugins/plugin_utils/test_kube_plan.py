@@ -238,3 +238,18 @@ def test_cluster_problems_lists_everything_at_once():
         plan, kube_version="1.34.2", control_planes=["cp1"], pools={"gpu1": "inference"}, pod_cidr="10.244.0.0/16"
     )
     assert kube_plan.cluster_problems(good) == []
+
+
+def test_a_registration_planned_before_kube_control_plane_schedulable_changed_is_refused():
+    """The plan's registrations (nodes.registration) carry the control-plane taint as kube_control_plane_schedulable
+    was when the plan was made; a plan.json read back after it changed would register the node the old way."""
+    tainted = kube_plan.node_registration(None, "", control_plane=True)
+    plan = {"kube_version": "1.34.2", "control_planes": ["cp1"], "endpoint": "", "pools": {},
+            "pod_cidr": "10.244.0.0/16", "service_cidr": "10.96.0.0/12", "addresses": {},
+            "schedulable": {"cp1": False, "cpu1": None}, "registrations": {"cp1": tainted, "cpu1": {"taints": []}}}
+    assert kube_plan.cluster_problems(plan) == []
+    stale = kube_plan.cluster_problems({**plan, "schedulable": {"cp1": True}})
+    assert stale == ["gpuops_plan.nodes.registration.cp1 has the control-plane taint, but "
+                     f"kube_control_plane_schedulable is True now: {kube_plan.STALE_PLAN}"]
+    lacks = kube_plan.cluster_problems({**plan, "registrations": {"cp1": {"taints": []}}})
+    assert [p.split(",")[0] for p in lacks] == ["gpuops_plan.nodes.registration.cp1 lacks the control-plane taint"]
