@@ -278,17 +278,15 @@ def _test_line(summary: dict, title: str) -> str:
             f"Stages: {stages}.")
 
 
-def _skip_items(groups: list[tuple[str, str, str | None]]) -> list[str]:
+def _skips(stages: dict, heading: str = "Its skips, each with its reason, as that run recorded them:",
+           none: str = "No test skipped in that run.") -> list[str]:
     """One item per stage or step and reason, as the test run's closing lines group them (skip_groups): the test
     skipped for it, or how many; nothing more for a gpu-check step skipped whole."""
-    return [f"- {name}: {reason}" + (f" (`{which}`)" if which else "") for name, reason, which in groups]
-
-
-def _skips(summary: dict) -> list[str]:
-    groups = skip_groups(summary["stages"])
+    groups = skip_groups(stages)
     if not groups:
-        return ["", "No test skipped in that run."]
-    return ["", "Its skips, each with its reason, as that run recorded them:", "", *_skip_items(groups)]
+        return ["", none]
+    items = [f"- {name}: {reason}" + (f" (`{which}`)" if which else "") for name, reason, which in groups]
+    return ["", heading, "", *items]
 
 
 def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
@@ -296,24 +294,14 @@ def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
         return ["No full `make test` is recorded yet. After one, `make record-test` copies its "
                 "`build/test-summary.json` to `bench/test-summary.json` and regenerates this line."]
     lines = [_test_line({**summary, "_file": "bench/test-summary.json"}, "The last recorded full `make test`"),
-             *_skips(summary)]
+             *_skips(summary["stages"])]
     if cold and cold.get("started") != summary.get("started"):
         lines += ["", _test_line({**cold, "_file": "bench/test-summary-cold.json"},
                                  "The last recorded cold one (a fresh clone on a machine with no venv and no images)"),
-                  *_skips(cold)]
+                  *_skips(cold["stages"])]
     elif not cold:
         lines += ["", "No cold run (a fresh clone on a machine with no venv and no images) is recorded yet."]
     return lines
-
-
-def _gpu_check_skips(report: dict) -> list[str]:
-    steps: dict = {}
-    for skip in report["skips"]:
-        steps.setdefault(skip["step"], {"skips": []})["skips"].append(skip)
-    groups = skip_groups(steps)
-    if not groups:
-        return ["", "Nothing was skipped."]
-    return ["", "Its skips, each with its reason:", "", *_skip_items(groups)]
 
 
 def gpu_check_block(report: dict | None) -> list[str]:
@@ -335,7 +323,10 @@ def gpu_check_block(report: dict | None) -> list[str]:
     rows = [row("step", "status", "exit code", "seconds"), row("---", "---", "---", "---")]
     rows += [row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"])
              for step in report["steps"]]
-    return [head, "", *rows, *_gpu_check_skips(report)]
+    steps: dict = {}
+    for skip in report["skips"]:
+        steps.setdefault(skip["step"], {"skips": []})["skips"].append(skip)
+    return [head, "", *rows, *_skips(steps, "Its skips, each with its reason:", "Nothing was skipped.")]
 
 
 def render_block(name: str, results: dict, summary: dict | None) -> str:

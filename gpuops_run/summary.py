@@ -16,16 +16,8 @@ EXIT_UNREACHABLE = 3
 EXIT_USAGE = 4
 
 COUNTS = ("ok", "changed", "failed", "skipped", "unreachable", "ignored", "rescued")
-# playbook_on_stats keys (the PLAY RECAP) -> summary keys.
-_STATS_KEYS = {
-    "ok": "ok",
-    "changed": "changed",
-    "failures": "failed",
-    "skipped": "skipped",
-    "dark": "unreachable",
-    "ignored": "ignored",
-    "rescued": "rescued",
-}
+# playbook_on_stats keys (the PLAY RECAP), in COUNTS' order: only failed and unreachable have other names there.
+_STATS_KEYS = dict(zip(("ok", "changed", "failures", "skipped", "dark", "ignored", "rescued"), COUNTS))
 
 
 def _time(event: dict) -> datetime | None:
