@@ -71,23 +71,20 @@ class NvmlCalls:
         enable = getattr(self.nvml, "NVML_DEVICE_MIG_ENABLE", 1)
         return tuple(MIG_ENABLED if mode == enable else MIG_DISABLED for mode in modes)
 
-    def nvlink_active(self, label: str, handle) -> int | None:
-        """Active NVLink links over range(NVML_NVLINK_MAX_LINKS); None when no link answered."""
-        active, answered, failure = 0, False, None
+    def nvlink_states(self, label: str, handle) -> dict:
+        """Link -> active, for each link of range(NVML_NVLINK_MAX_LINKS) that answers (a link the GPU lacks raises)."""
+        states, failure = {}, None
         expected = (*self.quiet, *_nvml_errors(self.nvml, "NVMLError_InvalidArgument"))
         enabled = getattr(self.nvml, "NVML_FEATURE_ENABLED", 1)
         for link in range(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)):
             try:
-                state = self.nvml.nvmlDeviceGetNvLinkState(handle, link)
+                states[link] = self.nvml.nvmlDeviceGetNvLinkState(handle, link) == enabled
             except self.nvml.NVMLError as err:
                 if not isinstance(err, expected) and failure is None:
                     failure = err
-                continue
-            answered = True
-            active += 1 if state == enabled else 0
         if failure is not None:
             self.warnings.append(f"NVML nvmlDeviceGetNvLinkState for {label} failed: {failure}")
-        return active if answered else None
+        return states
 
     def fabric(self, label: str, handle) -> dict:
         """nvmlDeviceGetGpuFabricInfoV (v2 struct) where available, else the older nvmlDeviceGetGpuFabricInfo."""
@@ -149,6 +146,7 @@ def _nvml_gpu(calls: NvmlCalls, index: int, per_gpu=None) -> dict:
     memory = calls.call(label, "nvmlDeviceGetMemoryInfo", handle)
     persistence = calls.call(label, "nvmlDeviceGetPersistenceMode", handle)
     mig_mode, mig_pending = calls.mig_modes(label, handle)
+    links = calls.nvlink_states(label, handle)
     record = gpu_record(
         index,
         name=value_or_none(calls.call(label, "nvmlDeviceGetName", handle)),
@@ -158,19 +156,19 @@ def _nvml_gpu(calls: NvmlCalls, index: int, per_gpu=None) -> dict:
         mig_mode=mig_mode,
         mig_mode_pending=mig_pending,
         persistence_mode=None if persistence is None else persistence == getattr(nvml, "NVML_FEATURE_ENABLED", 1),
-        nvlink=calls.nvlink_active(label, handle),
+        nvlink=sum(links.values()) if links else None,
         fabric=calls.fabric(label, handle),
     )
     if per_gpu is not None:
-        record["health"] = per_gpu(calls, label, handle)
+        record["health"] = per_gpu(calls, label, handle, links)
     return record
 
 
 def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
     """Everything through NVML in one session; nvmlShutdown always runs once nvmlInit succeeded.
 
-    ``per_gpu(calls, label, handle)``, when given, is called for each GPU inside the session; what it returns is
-    the record's ``health`` key.
+    ``per_gpu(calls, label, handle, links)``, when given, is called for each GPU inside the session (``links``:
+    ``NvmlCalls.nvlink_states``, read once); what it returns is the record's ``health`` key.
     """
     try:
         nvml.nvmlInit()

@@ -114,26 +114,20 @@ def _reasons(state: dict, mask: int | None) -> None:
 # --------------------------------------------------------------------------- NVML
 
 
-def _nvml_links(calls, label: str, handle, state: dict) -> None:
-    """Link states and error counters over every NVLink the GPU has (links that do not exist raise)."""
-    nvml = calls.nvml
-    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    active, down, totals = [], [], dict.fromkeys(name for name, _counter in _NVLINK_COUNTERS)
-    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-        try:
-            link_state = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except nvml.NVMLError:
-            continue  # not a link of this GPU (or NVLink not supported at all)
-        (active if link_state == enabled else down).append(link)
+def _nvml_links(calls, label: str, handle, links: dict, state: dict) -> None:
+    """Link states (gpu_facts' one walk, ``links``) and error counters over every NVLink the GPU has."""
+    totals = dict.fromkeys(name for name, _counter in _NVLINK_COUNTERS)
+    for link in links:
         for name, counter in (*_NVLINK_COUNTERS, ("nvlink_crc_errors", _NVLINK_CRC_DATA)):
             value = calls.call(label, "nvmlDeviceGetNvLinkErrorCounter", handle, link, counter)
             if value is not None:
                 totals[name] = (totals[name] or 0) + int(value)
-    if active or down:
-        state.update(totals, nvlink_links_active=active, nvlink_links_down=down)
+    if links:
+        active = sorted(link for link, up in links.items() if up)
+        state.update(totals, nvlink_links_active=active, nvlink_links_down=sorted(set(links) - set(active)))
 
 
-def nvml_health(calls, label: str, handle) -> dict:
+def nvml_health(calls, label: str, handle, links: dict) -> dict:
     """``{state, not_supported}`` of one GPU through NVML (gpu_facts' ``per_gpu`` hook: same session, same
     handle)."""
     nvml = calls.nvml
@@ -172,7 +166,7 @@ def nvml_health(calls, label: str, handle) -> dict:
     ):
         value = read((key,), name)
         state[key] = None if value is None else int(value)
-    _nvml_links(calls, label, handle, state)
+    _nvml_links(calls, label, handle, links, state)
     if state["nvlink_links_active"] is None:  # no link answered: a GPU without NVLink
         not_supported.extend(_NVLINK_KEYS)
     return {"state": state, "not_supported": sorted(set(not_supported))}

@@ -194,6 +194,7 @@ def test_nvml_backend_reads_every_field_in_the_facts_session():
         None,
     )
     assert nvml.calls.count("nvmlInit") == 1  # one NVML session for facts and health
+    assert nvml.calls.count("nvmlDeviceGetNvLinkState") == 2 * nvml.NVML_NVLINK_MAX_LINKS  # one walk per GPU
 
 
 def test_auto_falls_back_to_nvidia_smi_then_reports_unread():
