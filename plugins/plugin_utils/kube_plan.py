@@ -313,7 +313,9 @@ def cluster_problems(plan: dict) -> list[str]:
     for host, registration in sorted((plan.get("registrations") or {}).items()):
         tainted = CONTROL_PLANE_TAINT in (registration or {}).get("taints", [])
         schedulable = plan.get("schedulable", {}).get(host)
-        if tainted != (host in control_planes and schedulable is not True):
+        # The rule that made it, on the value read as plan.nodes_part reads it (-e gives the string "true").
+        now = node_registration(None, "", host in control_planes, bool(schedulable))
+        if tainted != (CONTROL_PLANE_TAINT in now["taints"]):
             problems.append(f"gpuops_plan.nodes.registration.{host} {'has' if tainted else 'lacks'} the control-plane "
                             f"taint, but kube_control_plane_schedulable is {schedulable!r} now: {STALE_PLAN}")
     problems.extend(cidr_problems(plan.get("pod_cidr", ""), plan.get("service_cidr", ""), plan.get("addresses") or {}))

@@ -253,3 +253,14 @@ def test_a_registration_planned_before_kube_control_plane_schedulable_changed_is
                      f"kube_control_plane_schedulable is True now: {kube_plan.STALE_PLAN}"]
     lacks = kube_plan.cluster_problems({**plan, "registrations": {"cp1": {"taints": []}}})
     assert [p.split(",")[0] for p in lacks] == ["gpuops_plan.nodes.registration.cp1 lacks the control-plane taint"]
+
+
+def test_a_registration_is_judged_by_the_rule_that_planned_it():
+    """-e kube_control_plane_schedulable=true gives the string 'true': preflight planned the control plane
+    schedulable (plan.nodes_part reads the value with bool), so that same plan is not stale - else its fix, run
+    preflight again, could never clear the refusal."""
+    planned = kube_plan.node_registration(None, "", control_plane=True, schedulable=bool("true"))
+    plan = {"kube_version": "1.34.2", "control_planes": ["cp1"], "endpoint": "", "pools": {},
+            "pod_cidr": "10.244.0.0/16", "service_cidr": "10.96.0.0/12", "addresses": {},
+            "schedulable": {"cp1": "true"}, "registrations": {"cp1": planned}}
+    assert kube_plan.cluster_problems(plan) == []
