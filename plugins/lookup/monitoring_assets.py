@@ -12,11 +12,11 @@ author:
 version_added: "0.2.0"
 short_description: Locate the shared GPU monitoring assets (rules, dashboards, counters)
 description:
-  - Returns the directory that holds the collection's one set of GPU monitoring assets (the data-only role
-    C(gpuops.cluster.monitoring_assets)), or the files in it that match the given patterns.
-  - Roles that deploy monitoring (C(compose_stack), C(kube_monitoring)) take the directory as a parameter whose
-    default is this lookup, so no role reads another role's files by a relative path, and a play can hand both
-    roles another directory of the same layout.
+  - Returns the site's one directory of GPU monitoring assets, or the files in it that match the given patterns -
+    C(gpuops_monitoring_assets_dir) when the inventory (or C(-e)) sets it, else the collection's own copy (the
+    data-only role C(gpuops.cluster.monitoring_assets)).
+  - Roles that deploy monitoring (C(compose_stack), C(kube_monitoring)) read the assets through this lookup, so no
+    role reads another role's files by a relative path, and both read the same directory.
   - Runs on the controller; works in this repository and in the installed collection alike.
 options:
   _terms:
@@ -26,10 +26,6 @@ options:
     type: list
     elements: str
     required: false
-  dir:
-    description:
-      - Assets directory to search instead of the collection's own (the value a play passed to the roles).
-    type: path
 notes:
   - "Layout of an assets directory: C(prometheus/rules/*.yml), C(alertmanager/inhibit_rules.yml),
     C(dcgm-exporter/gpuops-counters.csv), C(grafana/provisioning/{datasources,dashboards}/*.yml),
@@ -71,11 +67,13 @@ REQUIRED = "prometheus/rules"
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        base = os.path.abspath(self.get_option("dir") or SHIPPED)
+        chosen = (variables or {}).get("gpuops_monitoring_assets_dir")
+        base = os.path.abspath(os.path.expanduser(str(self._templar.template(chosen) if chosen else SHIPPED)))
         if not os.path.isdir(os.path.join(base, REQUIRED)):
             raise AnsibleLookupError(
                 f"monitoring_assets: {base} is not a monitoring assets directory (no {REQUIRED}/). Expected the "
-                "layout of the collection's monitoring_assets role; fix: pass that directory, or leave it unset"
+                "layout of the collection's monitoring_assets role; fix: point gpuops_monitoring_assets_dir at such "
+                "a directory, or leave it unset"
             )
         if not terms:
             return [base]
