@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Lookup plugin: the controller folder that holds preflight's and validate's reports (and the last plan.json)."""
+"""Lookup plugin: the controller folder that holds every report (and the last plan.json)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ description:
   - Returns C(gpuops_report_dir) when the inventory (or C(-e)) sets it, else the C(reports) folder beside the
     playbook's folder (C(<playbook_dir>/../reports), resolved), the one default of every reader and writer of
     reports - preflight's reports and C(plan.json), the plan that a later play or day-2 playbook reads back, and
-    validate's reports.
+    the day-2 reports in its C(validate/), C(burnin/), C(diagnose/) and C(health/) folders.
   - Takes no terms and no options; it reads the variables C(gpuops_report_dir) (templated, so
     V({{ inventory_dir }}/reports) works) and C(playbook_dir).
 notes:

@@ -39,7 +39,7 @@ def test_validate_runs_cuda_on_every_gpu(inventory, tmp_path):
         "validate_fail_on_failed=false",
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    [run_dir] = list(reports.iterdir())
+    [run_dir] = list((reports / "validate").iterdir())
     report = json.loads((run_dir / "localhost.validate.json").read_text())["validate"]
     rows = {r["step"]: r for r in listed_nonempty(report, "row in validate's report")}
     if shutil.which("docker") is None:

@@ -211,7 +211,7 @@ def diagnose(tmp_path: Path, url: str, platform: str, window: tuple[int, int], v
         "all:\n  children:\n    gpu_nodes:\n      hosts:\n        localhost:\n"
         f"          ansible_connection: local\n          ansible_python_interpreter: {VENV_BIN / 'python'}\n")
     reports = tmp_path / "reports"
-    extra_vars = {"gpuops_plan": plan(platform), "diagnose_report_dir": str(reports),
+    extra_vars = {"gpuops_plan": plan(platform), "gpuops_report_dir": str(reports),
                   "diagnose_window": f"{window[0]}/{window[1]}", **extra}
     env = playbook_env(ROOT, cache="memory", bin_dir=VENV_BIN)
     if via == "kubectl":
@@ -230,7 +230,7 @@ def diagnose(tmp_path: Path, url: str, platform: str, window: tuple[int, int], v
                           str(ROOT / "playbooks" / "diagnose.yml"), "-e", json.dumps(extra_vars)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    found = sorted(reports.glob("*-slowdown/slowdown.json"))
+    found = sorted(reports.glob("diagnose/*-slowdown/slowdown.json"))
     assert len(found) == 1, run.stdout[-3000:]
     entries = json.loads(found[0].read_text())
     assert len(entries) == 1

@@ -114,7 +114,7 @@ def test_validate_on_the_demo_node_skips_gpu_steps_honestly(tmp_path):
     run = gpuops_run("validate", "-i", str(INVENTORY), "--artifacts", str(tmp_path / "a"),
                      "-e", f"gpuops_report_dir={reports}")
     assert run.returncode == EXIT_OK, run.stdout[-3000:] + run.stderr[-2000:]
-    [run_dir] = list(reports.iterdir())
+    [run_dir] = list((reports / "validate").iterdir())
     rows = json.loads((run_dir / f"{NODE}.validate.json").read_text())["validate"]
     assert rows, "a row per step"
     assert {r["status"] for r in rows} == {"skipped"}, rows
@@ -141,7 +141,7 @@ def test_validate_takes_its_settings_from_the_inventory_and_the_mirror(tmp_path)
                                     "validate_cuda_image: nvcr.io/nvidia/cuda:12.2.2-base-ubuntu22.04\n")
     run = gpuops_run("validate", "-i", str(inventory), "--artifacts", str(tmp_path / "a"))
     assert run.returncode == EXIT_OK, run.stdout[-3000:] + run.stderr[-2000:]
-    [run_dir] = list(reports.iterdir())
+    [run_dir] = list((reports / "validate").iterdir())
     images = json.loads((run_dir / f"{NODE}.validate.json").read_text())["images"]
     assert images == {
         "cuda": "harbor.lan/proxy/nvidia/cuda:12.2.2-base-ubuntu22.04",  # the group_var, through the mirror

@@ -133,7 +133,7 @@ def test_each_failed_container_step_names_its_cause(no_docker_node, tmp_path):
             str(tmp_path / "hosts.yml"),
             str(ROOT / "playbooks" / "validate.yml"),
             "-e",
-            json.dumps({"validate_fail_on_failed": False, "validate_report_dir": str(reports)}),
+            json.dumps({"validate_fail_on_failed": False, "gpuops_report_dir": str(reports)}),
         ],
         cwd=ROOT,
         env=env,
@@ -143,7 +143,7 @@ def test_each_failed_container_step_names_its_cause(no_docker_node, tmp_path):
         check=False,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    [report] = list(reports.iterdir())
+    [report] = list((reports / "validate").iterdir())
 
     def rows(host: str) -> dict:
         found = json.loads((report / f"{host}.validate.json").read_text())

@@ -34,7 +34,7 @@ SCENARIO_VARS = {
     "nvidia_driver_repo_components": ["non-free"],
     "nvidia_driver_load_module": False,
     "upgrade_reboot": False,
-    "upgrade_platform": "compose",
+    "gpuops_platform": "compose",
 }
 # TEST STAND-IN: an nvidia-smi earlier on PATH that reports one compute process, as a busy GPU would.
 STANDIN = """#!/bin/sh

@@ -43,7 +43,7 @@ def _one_gpu_h200() -> dict:
 
 def gpuops_run(tmp_path: Path, report: dict, **variables) -> tuple[subprocess.CompletedProcess, dict]:
     extra, inventory = tmp_path / "vars.json", tmp_path / "hosts.yml"
-    extra.write_text(json.dumps({"__burnin_report": report, "burnin_report_dir": str(tmp_path / "reports"),
+    extra.write_text(json.dumps({"__burnin_report": report, "gpuops_report_dir": str(tmp_path / "reports"),
                                  **variables}))
     inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))

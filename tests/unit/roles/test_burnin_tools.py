@@ -164,7 +164,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
         whl.writestr("nvidia/nccl/lib/libnccl.so.2", "stand-in\n")
     variables = {
         "ansible_python_interpreter": sys.executable,
-        "burnin_platform": "compose",
+        "gpuops_plan": {"platform": {"name": "compose"}},
         "validate_pcie_gen": 4,
         "ansible_facts": {"gpu": {"count": 2}},
         "burnin_tools_dir": str(root / "cache"),
@@ -617,7 +617,7 @@ def test_validate_builds_burnins_checked_release_in_its_own_tree(site: dict) -> 
         "gpu_nodes": {"hosts": {"localhost": {"ansible_connection": "local",
                                               "ansible_python_interpreter": sys.executable}}}}}}))
     log, work = root / "log", root / "work"
-    extra = {"validate_fail_on_failed": False, "validate_report_dir": str(root / "reports"),
+    extra = {"validate_fail_on_failed": False, "gpuops_report_dir": str(root / "reports"),
              "burnin_work_dir": str(work), "burnin_nccl_tests_url": source.as_uri(),
              "burnin_nccl_tests_checksum": checksum}
     env = playbook_env(REPO, cache="memory", bin_dir=root / "bin", extra={
