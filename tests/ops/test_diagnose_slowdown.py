@@ -267,6 +267,7 @@ def test_kubernetes_input_bound_job(prometheus, tmp_path):
     assert answer["signals"]["memory_bandwidth_util"] == pytest.approx(0.28, abs=0.02)
     assert answer["signals"]["nvlink_util"] == pytest.approx(0.45, abs=0.02)  # capacity from the plan's NV18
     assert "1. input_bound" in answer["stdout"]
+    assert "\n".join(answer["lines"]) in answer["md"]  # slowdown.md holds the answer as printed
     assert "input_bound" in answer["html"]
     assert "Is training slow?" in answer["html"]
 
