@@ -66,7 +66,9 @@ REQUIRED = "prometheus/rules"
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        self.set_options(var_options=variables, direct=kwargs)
+        if kwargs:  # the retired dir option among them: a play that still passes one must not get another directory
+            raise AnsibleLookupError(f"monitoring_assets takes no option, got {sorted(kwargs)}; "
+                                     "fix: name the directory in gpuops_monitoring_assets_dir")
         chosen = (variables or {}).get("gpuops_monitoring_assets_dir")
         base = os.path.abspath(os.path.expanduser(str(self._templar.template(chosen) if chosen else SHIPPED)))
         if not os.path.isdir(os.path.join(base, REQUIRED)):

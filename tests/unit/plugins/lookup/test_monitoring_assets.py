@@ -35,3 +35,8 @@ def test_a_directory_without_the_layout_or_a_pattern_without_match_is_refused(tm
         assets({"gpuops_monitoring_assets_dir": str(tmp_path)})
     with pytest.raises(AnsibleLookupError, match=r"nothing matches 'grafana/none/\*\.json'"):
         assets({}, "grafana/none/*.json")
+
+
+def test_an_option_is_refused_the_retired_dir_included():
+    with pytest.raises(AnsibleLookupError, match=r"takes no option, got \['dir'\]; fix: name the directory in gpuops"):
+        LookupModule(loader=DataLoader(), templar=Templar(loader=DataLoader())).run([], variables={}, dir="/srv/x")
