@@ -171,3 +171,8 @@ def test_each_failed_container_step_names_its_cause(no_docker_node, tmp_path):
     for rows_ in (node, local):
         assert not [r for r in rows_.values() if "no output" in r["detail"]], rows_
     assert "Docker not installed" in run.stdout  # the printed table says it too
+    # <host>.validate.md is the table as printed: each step's row, with its status and detail
+    table = (report / "no-docker.validate.md").read_text()
+    row = f"| CUDA container runs nvidia-smi | failed | {node[container_steps[0]]['detail']} |"
+    assert row in table, table
+    assert row in run.stdout.replace("\\n", "\n"), run.stdout[-3000:]
