@@ -235,6 +235,19 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
     assert job["metadata"]["annotations"]["gpuops.io/nccl-notes"] == "planned"
 
 
+def test_nodes_join_on_the_control_planes_bind_port(tmp_path):
+    """Without kube_control_plane_endpoint a node joins the first control plane on the port its API listens on."""
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", '{"kube_control_plane_bind_port": 8443}')
+    assert result.returncode == 0, result.stdout[-4000:]
+    objects = load_objects(out)
+    init = _by(objects, "kube_control_plane", "InitConfiguration")["cp-01"]
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.10", "bindPort": 8443}
+    joins = _by(objects, "kube_join", "JoinConfiguration")
+    assert joins
+    assert {join["discovery"]["bootstrapToken"]["apiServerEndpoint"] for join in joins.values()} == {"192.0.2.10:8443"}
+
+
 def test_three_control_planes_render_their_joins(tmp_path):
     def three(groups):
         groups["kube_control_plane"]["hosts"]["cp-02"] = {"ansible_host": "192.0.2.11"}
