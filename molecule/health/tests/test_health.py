@@ -37,7 +37,7 @@ XID13 = ("[ 1204.441392] NVRM: Xid (PCI:0000:ad:00): 13, pid=2210, name=python3,
 
 def runs() -> list[dict]:
     """Every health run's health.json, oldest first."""
-    return [json.loads(p.read_text()) for p in sorted(REPORTS.glob("*/health.json"))]
+    return [json.loads(p.read_text()) for p in sorted(REPORTS.glob("health/*/health.json"))]
 
 
 def docker_log(node: str) -> list[str]:
@@ -319,7 +319,7 @@ def test_return_to_service_is_refused_on_a_failing_dcgm_diag_and_accepted_on_a_p
     assert (sorted(entry["out_of_service"]), "service_required" in entry) == (["0", "1"], True)
     assert (entry["validation"]["ok"], entry["validation"]["failed"]) == (False, ["dcgm_diag"])
     assert [(r["step"], r["result"]) for r in audit() if r["host"] == A][-1] == ("validate", "failed")
-    report = json.loads((sorted(REPORTS.glob("*/health.json"))[-1].parent / f"validation-{A}.json").read_text())
+    report = json.loads((sorted(REPORTS.glob("health/*/health.json"))[-1].parent / f"validation-{A}.json").read_text())
     assert [c["status"] for c in report[0]["checks"]] == ["PASS", "FAIL", "UNKNOWN"]  # gpu_health, DCGM, H100 NVL
     assert docker_log(A) == stops  # nothing given back
     assert node_file(A, "/var/log/gpuops-standin/dcgmi.log") == ["diag -r 2 -j"]  # health_return_dcgm_level 2
@@ -485,8 +485,8 @@ def test_health_takes_the_sweeps_last_result_instead_of_sweeping_again():
     events = [i for i in report["plan"]["hosts"][B]["items"] if i["source"] == "event"]
     assert [(i["event"], i["gpu"], i["bucket"], i["action"], i["new"]) for i in events] == [
         ("Xid 62", 1, "RESET_GPU", "reset_gpu", True)]
-    assert f"| {B} |" in (sorted(REPORTS.glob("*/health.md"))[-1]).read_text()
-    assert "read from the scheduled sweep" in (sorted(REPORTS.glob("*/health.md"))[-1]).read_text()
+    assert f"| {B} |" in (sorted(REPORTS.glob("health/*/health.md"))[-1]).read_text()
+    assert "read from the scheduled sweep" in (sorted(REPORTS.glob("health/*/health.md"))[-1]).read_text()
     # past health_sweep_max_age the node is swept again, and the report says so
     stale = playbook("playbooks/health.yml", *last, "-e", "health_sweep_max_age=1")
     assert stale.returncode == 0, stale.stdout[-3000:]
