@@ -248,7 +248,7 @@ def kubelet_policy(
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
-# A plan part that no longer matches the settings it was made from (gpuops_plan.json read back, the inventory changed).
+# A plan part that no longer matches the settings it was made from (plan.json read back, the inventory changed).
 STALE_PLAN = ("the plan was made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a "
               "new plan)")
 
