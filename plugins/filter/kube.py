@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
-containerd_config = lazy("containerd_config")
+containerd_config_text = lazy("containerd_config")
 kube_ca = lazy("kube_ca")
 kube_plan = lazy("kube_plan")
 kubeadm = lazy("kubeadm")
@@ -20,13 +20,17 @@ def kube_cluster_problems(plan: object) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
-def containerd_systemd_cgroup(text: object) -> str:
+def containerd_config(
+    text: object, systemd_cgroup: bool = False, imports: object = (), drop_imports: object = (),
+) -> str:
     if not isinstance(text, str):
-        raise AnsibleFilterError(f"containerd_systemd_cgroup: expected config.toml text, got {type(text).__name__}")
+        raise AnsibleFilterError(f"containerd_config: expected config.toml text, got {type(text).__name__}")
     try:
-        return containerd_config.systemd_cgroup_on(text)
+        if imports or drop_imports:
+            text = containerd_config_text.with_imports(text, list(imports), list(drop_imports))
+        return containerd_config_text.systemd_cgroup_on(text) if systemd_cgroup else text
     except ValueError as exc:
-        raise AnsibleFilterError(f"containerd_systemd_cgroup: {exc}") from exc
+        raise AnsibleFilterError(f"containerd_config: {exc}") from exc
 
 
 def kube_ca_cert_hash(pem: object) -> str:
@@ -53,7 +57,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "kube_cluster_problems": kube_cluster_problems,
-            "containerd_systemd_cgroup": containerd_systemd_cgroup,
+            "containerd_config": containerd_config,
             "kube_ca_cert_hash": kube_ca_cert_hash,
             "kubeadm_node_registration": kubeadm_node_registration,
         }

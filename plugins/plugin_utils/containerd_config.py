@@ -1,7 +1,8 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Edit one key of containerd's config.toml as text: runc's ``SystemdCgroup``, which the kubelet's systemd cgroup
-driver needs. Everything else in the file (comments, order, other tools' keys) stays as it was.
+"""The one way the collection edits containerd's config.toml, as text: runc's ``SystemdCgroup``, which the kubelet's
+systemd cgroup driver needs (kube_node), and the top-level ``imports`` list (nvidia_container_toolkit's drop-in).
+Everything else in the file (comments, order, other tools' keys) stays as it was.
 
 Config version 2 (containerd 1.x) keeps runc under ``plugins."io.containerd.grpc.v1.cri"``, version 3
 (containerd 2.x) under ``plugins."io.containerd.cri.v1.runtime"``. Tested on the real ``containerd config
@@ -19,6 +20,9 @@ _VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)\s*(#.*)?$")
 _HEADER_RE = re.compile(r"^(\s*)\[(\[?)(.*?)\]\]?\s*(#.*)?$")
 _KEY_RE = re.compile(r"^(\s*)SystemdCgroup(\s*=\s*)(true|false)(\s*(#.*)?)$")
 _BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+# A one-line top-level imports array; a multi-line one is not rewritten (containerd's validation then refuses the
+# duplicate key that would be added).
+_IMPORTS_RE = re.compile(r"^imports\s*=\s*\[([^\]\n]*)\][ \t]*$", re.M)
 
 
 def split_key(text: str) -> tuple[str, ...] | None:
@@ -117,3 +121,17 @@ def systemd_cgroup_on(text: str) -> str:
 def dotted(parts: tuple[str, ...]) -> str:
     """Key parts as a TOML dotted key, quoting the parts that are not bare keys."""
     return ".".join(part if _BARE_KEY_RE.fullmatch(part) else f'"{part}"' for part in parts)
+
+
+def with_imports(text: str, add: list[str], drop: list[str]) -> str:
+    """``text`` whose top-level ``imports`` holds ``add`` and none of ``drop`` (the others kept, in order); the same
+    text when it does already. A file without the key gets it on a line of its own at the top."""
+    match = _IMPORTS_RE.search(text)
+    current = re.findall(r'"([^"]*)"', match.group(1)) if match else []
+    wanted = list(dict.fromkeys([path for path in current if path not in drop] + list(add)))
+    if match and wanted == current:
+        return text
+    line = "imports = [" + ", ".join(f'"{path}"' for path in wanted) + "]"
+    if match:
+        return text[: match.start()] + line + text[match.end() :]
+    return f"# imports added by gpuops.cluster.nvidia_container_toolkit\n{line}\n{text}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from ansible_collections.gpuops.cluster.plugins.filter.kube import containerd_config
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import containerd_config as cc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
@@ -110,3 +111,31 @@ def test_split_key():
     assert cc.split_key(" a . 'b.c' ") == ("a", "b.c")
     assert cc.split_key("a..b") is None
     assert cc.split_key('a."b') is None
+
+
+GLOB = "/etc/containerd/conf.d/*.toml"
+
+
+def test_imports_are_added_at_the_top_of_a_file_without_them():
+    old = fixture("trixie-containerd-1.7.24-etc-config.toml")
+    new = cc.with_imports(old, [GLOB], [])
+    assert new.endswith(old)
+    assert tomllib.loads(new)["imports"] == [GLOB]
+    assert cc.with_imports(new, [GLOB], []) is new
+
+
+def test_a_one_line_imports_array_is_rewritten_in_place_keeping_the_others():
+    old = f'# head\nimports = ["/a.toml"]  \nversion = 2\n[plugins."{V2}".cni]\n  bin_dir = "/x"\n'
+    new = cc.with_imports(old, [GLOB], [])
+    assert changed_lines(old, new) == ['-imports = ["/a.toml"]  ', f'+imports = ["/a.toml", "{GLOB}"]']
+    assert cc.with_imports(new, [GLOB, "/a.toml"], []) is new
+    assert tomllib.loads(cc.with_imports(new, ["/b.toml"], [GLOB]))["imports"] == ["/a.toml", "/b.toml"]
+
+
+def test_the_filter_edits_both_in_one_pass():
+    old = fixture("trixie-containerd-1.7.24-config-default.toml")
+    new = containerd_config(old, systemd_cgroup=True, imports=[GLOB])
+    parsed = tomllib.loads(new)
+    assert parsed["imports"] == [GLOB]
+    assert runc(parsed, V2)["options"]["SystemdCgroup"] is True
+    assert containerd_config(old) is old
