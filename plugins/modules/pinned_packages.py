@@ -12,28 +12,17 @@ version_added: "0.2.0"
 description:
   - The read-only half of the C(_pinned_packages) role, for apt and, with O(manager=dnf), for dnf. It changes
     nothing on the host outside a scratch directory it removes again, and O(key_dest).
-  - With O(repo_url), fetches O(key_url), checks O(key_fingerprint) against the key's primary fingerprints, and reads
-    that repository only, with that key only - apt with a scratch C(apt-get update), signed-by the key; dnf through
-    its Python API with C(gpgcheck) and C(repo_gpgcheck), so C(repomd.xml) must carry a valid signature by it.
-    Reports whether O(keyring) already holds the key. Without O(repo_url), apt reads O(lists_dir) and dnf the
-    host's enabled repositories (with their own cache).
-  - Resolves each package of O(versions) to the exact version offered, and computes the dependency closure of those
-    packages that comes from that index (apt - Depends and Pre-Depends; dnf - every requirement; with
-    O(follow=exact) only C(= version) ones). It fails, naming every problem, when a requested version is not
-    offered (listing the versions that are), when a closure member cannot be pinned to a version that satisfies
-    everything that depends on it (the NVIDIA repository's C(= version) case), and when the set would downgrade an
-    installed package and O(allow_downgrade) is false.
-  - With O(key_dest) and no O(repo_url), fetches and checks the key and writes it there (apt - binary OpenPGP, what
-    a C(.gpg) keyring holds; dnf - as served). The fingerprints are computed from the key packets, so no C(gpg) is
-    needed on the host.
-  - apt only - with O(installed_only), resolves O(versions) against the installed packages only (no index is read)
-    and reports RV(complete) - every requested package and its closure installed at a matching version. It never
-    fails; a caller reads the index only when the set is not complete (a re-run reads nothing and refreshes nothing).
-  - With O(verify), compares the installed packages with that package -> version map, their holds (apt-mark hold;
-    dnf - version-locked at the pin), and what an upgrade would move, simulated without apt's lock or a download
-    (C(apt-get -s upgrade) and C(dist-upgrade); C(dnf upgrade) and C(distro-sync) resolved with the host's
-    repositories and dnf's plugins, the versionlock plugin included).
-  - Pure logic lives in C(plugins/module_utils/pinned_packages.py) and C(pinned_packages_dnf.py).
+  - With O(repo_url), fetches O(key_url), checks O(key_fingerprint) against the key's primary fingerprints (computed
+    from the key packets, so no C(gpg) is needed) and reads that repository only, with that key only - apt with a
+    scratch C(apt-get update), signed-by the key; dnf through its Python API with C(gpgcheck) and C(repo_gpgcheck),
+    so C(repomd.xml) must carry a valid signature by it. Without O(repo_url), apt reads O(lists_dir) and dnf the
+    host's enabled repositories.
+  - Resolves each package of O(versions) to the exact version offered, with the dependency closure from that index
+    (O(follow)). It fails, naming every problem, when a requested version is not offered (listing the versions that
+    are), when a closure member cannot be pinned to a version that satisfies everything that depends on it (the
+    NVIDIA repository's C(= version) case), and when the set would downgrade an installed package (O(allow_downgrade)).
+  - O(key_dest), O(installed_only) and O(verify) are the other three calls; see each. Pure logic lives in
+    C(plugins/module_utils/pinned_packages.py) and C(pinned_packages_dnf.py).
 author:
   - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
@@ -54,7 +43,7 @@ options:
   follow:
     description:
       - Which dependencies make up the closure - V(all) (every one the repository satisfies, a dedicated repository)
-        or V(exact) (only C(= version) ones).
+        or V(exact) (only C(= version) ones); apt follows Depends and Pre-Depends, dnf every requirement.
     type: str
     choices: [all, exact]
     default: all
@@ -68,7 +57,9 @@ options:
     default: pinned_packages_allow_downgrade
   verify:
     description:
-      - Package -> exact version that must be installed (and, with O(hold), held); see RV(wrong) and RV(moved).
+      - Package -> exact version that must be installed (and, with O(hold), held), and that no upgrade would move,
+        simulated without apt's lock or a download (C(apt-get -s upgrade) and C(dist-upgrade); C(dnf upgrade) and
+        C(distro-sync) with the host's repositories and plugins, versionlock included). See RV(wrong) and RV(moved).
     type: dict
   hold:
     description: With O(verify), every package must be held (apt-mark hold; dnf - version-locked at its pin).
@@ -111,14 +102,16 @@ options:
     type: path
   key_dest:
     description:
-      - Without O(repo_url) - write the fetched and checked key here (callers point it into their own scratch
-        directory).
+      - Without O(repo_url) - write the fetched and checked key here (apt - binary OpenPGP, what a C(.gpg) keyring
+        holds; dnf - as served). Callers point it into their own scratch directory.
     type: path
   lists_dir:
     description: apt - lists directory of a scratch C(apt-get update) that saw only the repository to pin.
     type: path
   installed_only:
-    description: apt - resolve O(versions) against the installed packages only and report RV(complete); never fail.
+    description:
+      - apt - resolve O(versions) against the installed packages only (no index is read) and report RV(complete);
+        never fail. A caller reads the index only when the set is not complete.
     type: bool
     default: false
   status_file:
