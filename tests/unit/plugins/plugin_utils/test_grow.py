@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -278,18 +277,3 @@ def test_apply_gives_the_grown_hosts_a_kubernetes_plan(tmp_path: Path) -> None:
     stopped = [result for task in stage_1["tasks"] for result in task["hosts"].values()]
     assert len(stopped) == 1, "the stand-in must stop stage 1 at its fact gathering: " + str(stopped)
     assert "no_such_facts_module was not found" in stopped[0]["msg"]
-
-
-def test_the_grow_plan_gives_the_tenancy_builder_what_kube_tenancy_gives_it() -> None:
-    """The grow plan's tenancy objects are the ones kubernetes.yml then applies: playbooks/tasks/grow_plan.yml
-    passes kube_tenancy.plan every setting that roles/kube_tenancy/tasks/plan.yml passes, from the same variable
-    (a missing one, such as nfs_servers, made the reviewed NetworkPolicies differ from the applied ones)."""
-    tenancy_task = yaml.safe_load((REPO / "roles/kube_tenancy/tasks/plan.yml").read_text())[0]
-    role = dict(re.findall(r"'(\w+)': (\w+)", tenancy_task["ansible.builtin.set_fact"]["_kube_tenancy_plan"]))
-    grow_task = next(task for task in yaml.safe_load((REPO / "playbooks/tasks/grow_plan.yml").read_text())
-                     if task["name"] == "Plan | build it")
-    grown = {key: value.strip("{} ") for key, value in grow_task["vars"]["__grow_config"]["tenancy"].items()}
-    # grow.plan supplies these itself, from the grown teams and members and the counted workers
-    own = {"teams", "members", "namespaces", "cluster_gpus"}
-    assert set(role) - own, role
-    assert {key: grown.get(key) for key in set(role) - own} == {key: role[key] for key in set(role) - own}
