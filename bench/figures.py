@@ -90,7 +90,7 @@ def _over(loads: list[float], limit: float) -> str:
 
 
 def row(*cells: object, width: int = 0) -> str:
-    """A Markdown table row, padded with empty cells to ``width`` (also scripts/gpu_check.py's report.md)."""
+    """A Markdown table row, padded with empty cells to ``width``."""
     padded = [" ".join(str(cell).replace("|", "/").splitlines()) for cell in cells] + [""] * (width - len(cells))
     return "| " + " | ".join(padded) + " |"
 
@@ -304,25 +304,29 @@ def readme_tests(summary: dict | None, cold: dict | None = None) -> list[str]:
     return lines
 
 
-def gpu_check_block(report: dict | None) -> list[str]:
-    """The last recorded `make gpu-check`: where it ran (a GPU, or plainly none), its verdict, steps and skips."""
+def gpu_check_block(report: dict | None, title: str = "The last recorded `make gpu-check` (`bench/gpu-check.json`)"
+                    ) -> list[str]:
+    """A `make gpu-check` report: where it ran (a GPU, or plainly none), its verdict, steps and skips; the README's
+    block, and the run's own report.md under a heading (scripts/gpu_check.py)."""
     if not report:
         return ["No `make gpu-check` is recorded yet. On a GPU host, `make gpu-check`, then `make record-gpu-check` "
                 "keeps its report as `bench/gpu-check.json` and regenerates this block."]
-    host, when = report["host"], f"at commit {_commit(report)}, {report['ended']}"
+    sha = _commit(report) if report["commit"] else "unknown"
+    host, when = report["host"], f"at commit {sha}, {report['ended']} ({report['seconds']} s)"
     verdict = "passed" if report["passed"] else "failed"
     if host["no_gpu"]:
         why = "" if report["why"].startswith("no GPU") else f" ({report['why']})"
-        head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran **without a GPU** "
-                f"({host['no_gpu']}), {when}. It {verdict}{why}, as a GPU acceptance run must on such a machine, and "
-                "proves nothing about a GPU host: every GPU step was skipped, with that reason.")
+        head = (f"{title} ran **without a GPU** ({host['no_gpu']}), {when}. It {verdict}{why}, as a GPU acceptance "
+                "run must on such a machine, and proves nothing about a GPU host: every GPU step was skipped, with "
+                "that reason.")
     else:
-        head = (f"The last recorded `make gpu-check` (`bench/gpu-check.json`) ran on {host['gpu_count']} x "
-                f"{host['gpu_model']}, driver {host['driver_version']}, CUDA {host['cuda_version']}, NVML "
-                f"{host['nvml_version']}, {when}: **{verdict}** ({report['why']}).")
-    rows = [row("step", "status", "exit code", "seconds"), row("---", "---", "---", "---")]
-    rows += [row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"])
-             for step in report["steps"]]
+        nvml = host["nvml_version"] or f"none ({host['no_nvml']})"
+        gpus = (f"on {host['gpu_count']} x {host['gpu_model']}, driver {host['driver_version']}, CUDA "
+                f"{host['cuda_version']}, NVML {nvml}" if host["gpu_count"] else "before its probe")
+        head = f"{title} ran {gpus}, {when}: **{verdict}** ({report['why']})."
+    rows = [row("step", "status", "exit code", "seconds", "detail"), row(*["---"] * 5)]
+    rows += [row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"],
+                 step["detail"]) for step in report["steps"]]
     steps: dict = {}
     for skip in report["skips"]:
         steps.setdefault(skip["step"], {"skips": []})["skips"].append(skip)

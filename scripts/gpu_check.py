@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench"), str(REPO / "tests")]
 from _meta import commit, load1, utc  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
 from ansible_env import playbook_env  # noqa: E402 -- the tests' and benches' ansible environment, tests/ansible_env.py
-from figures import row  # noqa: E402 -- one Markdown table row, bench/figures.py
+from figures import gpu_check_block  # noqa: E402 -- the one rendering of a report, bench/figures.py
 from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
 
 FORMAT = 1
@@ -107,34 +107,8 @@ def build_report(
 
 
 def markdown(report: dict) -> str:
-    host = report["host"]
-    lines = [
-        f"# make gpu-check: {'PASSED' if report['passed'] else 'FAILED'}",
-        "",
-        f"{report['why']}. Commit `{report['commit'] or 'unknown'}`, {report['started']} to {report['ended']} "
-        f"({report['seconds']} s).",
-        "",
-        row("host", ""),
-        row("---", "---"),
-        *(row(key, "null" if host[key] is None else host[key]) for key in HOST_KEYS),
-        "",
-        row("step", "status", "exit code", "seconds", "detail"),
-        row(*["---"] * 5),
-        *(
-            row(step["name"], step["status"], "" if step["rc"] is None else step["rc"], step["seconds"], step["detail"])
-            for step in report["steps"]
-        ),
-        "",
-    ]
-    if report["skips"]:
-        lines += ["Skips, each with its reason:", ""]
-        lines += [
-            f"- {skip['step']}{': ' + skip['test'] if skip['test'] else ''}: {skip['reason']}"
-            for skip in report["skips"]
-        ]
-    else:
-        lines.append("Nothing was skipped.")
-    return "\n".join(lines) + "\n"
+    lines = gpu_check_block(report, "This `make gpu-check`")
+    return "\n".join([f"# make gpu-check: {'PASSED' if report['passed'] else 'FAILED'}", "", *lines]) + "\n"
 
 
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:

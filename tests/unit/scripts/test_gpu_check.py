@@ -64,7 +64,9 @@ def test_every_step_ok_on_a_gpu_host_passes_with_exit_0(tmp_path):
     text = md_path.read_text()
     assert text.startswith("# make gpu-check: PASSED")
     assert "| tests/gpu | ok | 0 | 1.0 | exit 0 |" in text
-    assert "| driver_version | 580.159.04 |" in text
+    assert "This `make gpu-check` ran on 1 x NVIDIA H200, driver 580.159.04, CUDA 13.0, NVML 13.580.159.04" in text
+    no_nvml = report({**H200, "nvml_version": None, "no_nvml": "NVMLError: Not Supported"}, steps)
+    assert "CUDA 13.0, NVML none (NVMLError: Not Supported)," in gc.markdown(no_nvml)
 
 
 def test_a_failed_step_fails_the_run_naming_it_with_its_exit_code():
@@ -95,7 +97,7 @@ def test_the_tests_step_lists_each_skip_with_its_reason_and_is_skipped_when_noth
         ("tests/gpu", "tests.gpu.test_b::test_mps", "not root: the MPS control daemon ..."),
         ("tests/gpu", "tests.gpu.test_c::test_nccl", "no all_reduce_perf (nccl-tests) in PATH"),
     ]
-    assert "- tests/gpu: tests.gpu.test_c::test_nccl: no all_reduce_perf (nccl-tests) in PATH" in gc.markdown(got)
+    assert "- tests/gpu: no all_reduce_perf (nccl-tests) in PATH (`tests.gpu.test_c::test_nccl`)" in gc.markdown(got)
     junit.write_text(
         JUNIT.replace('<testcase classname="tests.gpu.test_a" name="test_ok"/>', "").replace('tests="3"', 'tests="2"')
     )
@@ -254,3 +256,4 @@ def test_a_failed_set_up_skips_every_later_step_with_its_reason(tmp_path, monkey
     why = "the set-up failed (exit 1: $ false)"  # the log's last line is the command itself: it printed nothing
     assert {(s["status"], s["gpu"], s["detail"]) for s in later} == {("skipped", True, why)}
     assert (got["passed"], got["why"]) == (False, "failed: setup")
+    assert "This `make gpu-check` ran before its probe, at commit " in gc.markdown(got)
