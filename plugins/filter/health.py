@@ -69,7 +69,7 @@ def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=Fa
         settings = {key: node[key] for key in ("reboot", "timeout", "report_dir") if node.get(key) is not None}
         if "reboot" in settings:
             settings["reboot"] = boolean(settings["reboot"])
-        hplan["steps"] = health_steps.host_steps(host, hplan, platform, members or [], settings)
+        hplan["steps"] = health_steps.host_steps(host, hplan, platform, members or {}, settings)
         hplan["swept"] = node.get("from")
     return plan
 

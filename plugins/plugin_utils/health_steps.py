@@ -77,11 +77,10 @@ def gpu_pods(pods: dict, node: str, timeout: int = 600) -> list[dict]:
     return found
 
 
-def holders(members: Any, gpus: list[str]) -> list[str]:
-    """The members whose workspace holds one of ``gpus`` (gpuops_members[].gpus)."""
+def holders(members: dict, gpus: list[str]) -> list[str]:
+    """The members whose workspace holds one of ``gpus`` (the plan's team.members: name -> {team, gpus})."""
     wanted = {str(g) for g in gpus}
-    return sorted(m["name"] for m in members or [] if isinstance(m, dict) and m.get("name")
-                  and wanted & {str(g) for g in m.get("gpus") or []})
+    return sorted(name for name, member in members.items() if wanted & {str(g) for g in member["gpus"]})
 
 
 def _reason(hplan: dict) -> str:
@@ -89,7 +88,7 @@ def _reason(hplan: dict) -> str:
     return label_value(f"{first['event']}" if first else hplan["action"])
 
 
-def host_steps(host: str, hplan: dict, platform: str, members: Any = None, settings: dict | None = None) -> list[dict]:
+def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: dict | None = None) -> list[dict]:
     """The steps that carry out one host's plan on ``platform`` (compose | kubernetes). ``settings``: reboot (bool),
     timeout (s), report_dir (the node's report directory for nvidia-bug-report)."""
     settings = {"reboot": True, "timeout": 600, "report_dir": "/var/log/gpuops", **(settings or {})}
@@ -111,7 +110,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: Any = None, setti
         steps.append({"kind": "notify", "message": f"{host} was cordoned by someone else (no {CORDONED_BY}="
                       f"{CORDONED_BY_US}): it stays cordoned; health never uncordons it"})
     whole_node = action in ("reboot", "restart_fm")
-    stop = holders(members, out) if not whole_node else sorted(m["name"] for m in members or [] if m.get("name"))
+    stop = holders(members, out) if not whole_node else sorted(members)
     if not kube and stop:
         steps.append({"kind": "stop_workspaces", "members": stop})
     if out:
@@ -184,7 +183,7 @@ def _reboot(host: str, hplan: dict, settings: dict) -> list[dict]:
             {"kind": "reboot", "enabled": True, "host": host, "reason": why}]
 
 
-def _give_back(host: str, hplan: dict, kube: bool, members: Any) -> list[dict]:
+def _give_back(host: str, hplan: dict, kube: bool, members: dict) -> list[dict]:
     if not hplan.get("gpus_back"):
         return []
     start = sorted(set(holders(members, hplan["gpus_back"])) | set(hplan.get("restart") or []))

@@ -13,7 +13,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_bound
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 
 NODES = ("node-a", "node-b", "node-c")
-MEMBERS = [{"name": "alice", "gpus": [0]}, {"name": "bob", "gpus": [1]}]
+MEMBERS = {"alice": {"team": None, "gpus": [0]}, "bob": {"team": None, "gpus": [1]}}  # the plan's team.members
 DEFAULTS = {"fleet_size": 3, "breaker_fraction": 0.5, "breaker_window": 300, "escalate_after": 1,
             "escalate_window": 7 * 86400, "by": "tester"}
 

@@ -16,7 +16,9 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import with_ou
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import gpu_health_assignment
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
 
-MEMBERS = [{"name": "alice", "gpus": [0, 1]}, {"name": "bob", "gpus": [2]}, {"name": "carol"}]
+# the plan's team.members
+MEMBERS = {"alice": {"team": None, "gpus": [0, 1]}, "bob": {"team": None, "gpus": [2]},
+           "carol": {"team": None, "gpus": []}}
 # A label value (and taint value) as the Kubernetes API validates it.
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -136,7 +138,7 @@ SWEPT = {"read_ok": True, "events": [], "findings": [], "gpus": [
 ])
 def test_clear_held_names_the_uuids_the_sweep_read(back, expected):
     previous = {"out_of_service": {gpu: {"event": "Xid 95", "pending": None} for gpu in back}}
-    steps = S.host_steps("node-a", H.host_plan(SWEPT, previous, release=True), "compose", [])
+    steps = S.host_steps("node-a", H.host_plan(SWEPT, previous, release=True), "compose", {})
     assert (steps[-1]["kind"], steps[-1]["gpus"], steps[-1]["uuids"]) == ("clear_held", back, expected)
 
 
@@ -179,7 +181,7 @@ def test_a_failed_clear_fails_the_step_but_the_gpus_stay_back_and_the_event_hand
     previous = {"out_of_service": {"0": {"event": "Xid 79", "pending": None}}, "cursor": "c1"}
     hplan = H.host_plan({"read_ok": True, "cursor": "c2", "events": [], "findings": [],
                          "gpus": [{"index": 0, "verdict": "healthy"}]}, previous, release=True)
-    steps = S.host_steps("node-a", hplan, "compose", [])
+    steps = S.host_steps("node-a", hplan, "compose", {})
     assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
     done = [{**steps[0], "result": "ok"}, {**steps[1], "result": "ok"}, {**steps[2], "result": "failed"}]
     entry = S.next_state({"hosts": {"node-a": previous}}, "node-a", hplan, done, "c2", "t")["hosts"]["node-a"]
@@ -287,15 +289,16 @@ def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
     plan = with_out_of_service({"hosts": {"node-a": {}, "node-b": {}}}, str(tmp_path))
     assert plan["hosts"]["node-a"]["out_of_service"]["1"]["event"] == "Xid 79"
     assert plan["hosts"]["node-b"]["out_of_service"] == {}
-    problems = out_of_service_problems(MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
+    members = [{"name": name, **member} for name, member in MEMBERS.items()]  # preflight reads gpuops_members
+    problems = out_of_service_problems(members, plan["hosts"]["node-a"]["out_of_service"], "node-a")
     assert len(problems) == 1
     assert "member alice is given GPU 1 of node-a, which is out of service since 2026-12-02T05:00:00Z: Xid 79" in \
         problems[0]
-    check = gpu_health_assignment(MEMBERS, plan["hosts"]["node-a"]["out_of_service"], "node-a")
+    check = gpu_health_assignment(members, plan["hosts"]["node-a"]["out_of_service"], "node-a")
     assert check["ok"] is False
     assert check["name"] == "gpu_health_assignment"
     # nobody on GPU 3: the check passes and says which GPUs are out
-    fine = gpu_health_assignment(MEMBERS, {"3": {"event": "Xid 48"}}, "node-a")
+    fine = gpu_health_assignment(members, {"3": {"event": "Xid 48"}}, "node-a")
     assert (fine["ok"], fine["msg"]) == (True, "GPU(s) 3 out of service; no member is given one")
 
 

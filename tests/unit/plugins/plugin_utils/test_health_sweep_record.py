@@ -73,7 +73,7 @@ def test_the_record_keeps_every_event_of_the_boot_and_what_was_handled_is_not_ac
     # run 1 reads Xid 79; an applied health run handles it; runs 2 and 3 read Xid 13, then nothing
     first = runs(XID79_9E)
     plan = H.build_plan({"a": swept(XID79_9E)}, {}, 1)["hosts"]["a"]
-    steps = health_steps.host_steps("a", plan, "compose", [], {"reboot": False, "timeout": 600,
+    steps = health_steps.host_steps("a", plan, "compose", {}, {"reboot": False, "timeout": 600,
                                                                "report_dir": "/var/log/gpuops"})
     done = [{**step, "result": "ok"} for step in steps]
     state = health_steps.next_state({}, "a", plan, done, "text:1", "2026-12-04T10:00:00Z")
