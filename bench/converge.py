@@ -32,17 +32,6 @@ TASK_TIME = re.compile(r"^(.+?) -+ (\d+\.\d+)s$", re.M)
 TARGETS_GPU = False  # the demo node (playbooks/demo_node.yml) is a container given no GPU
 
 
-def environment() -> dict[str, str]:
-    """ansible.cfg's jsonfile fact cache, in the bench's own folder (the second run reads what the first cached);
-    profile_tasks lists every task (its default is the slowest 20), so each task's median sees every round."""
-    return playbook_env(
-        REPO,
-        cache_dir=LOGS / "converge-facts",
-        bin_dir=Path(sys.executable).parent,
-        extra={"PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"},
-    )
-
-
 def playbook(name: str, *argv: str, env: dict[str, str]) -> tuple[float, str]:
     log = LOGS / f"converge-{name}.log"
     seconds, out = timed([str(Path(sys.executable).parent / "ansible-playbook"), *argv], env, log)
@@ -98,7 +87,10 @@ def main() -> None:
     if args.rounds < 1:
         parser.error(f"--rounds is {args.rounds}; expected 1 or more")
     LOGS.mkdir(parents=True, exist_ok=True)
-    env = environment()
+    # ansible.cfg's jsonfile fact cache, in the bench's own folder (the second run reads what the first cached);
+    # profile_tasks lists every task (its default is the slowest 20), so each task's median sees every round.
+    env = playbook_env(REPO, cache_dir=LOGS / "converge-facts", bin_dir=Path(sys.executable).parent,
+                       extra={"PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"})
     start = started()
     with open(LOCK, "w") as lock:
         print(f"bench converge: waiting for {LOCK}")

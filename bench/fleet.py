@@ -102,11 +102,6 @@ def commands(inv: Path, forks: int) -> dict[str, list[str]]:
     }
 
 
-def environment() -> dict[str, str]:
-    # the project's jsonfile cache, kept out of .cache/
-    return playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=Path(sys.executable).parent)
-
-
 class _PeakLoad(threading.Thread):
     """The highest 1-minute load average seen while a size is measured (sampled every few seconds)."""
 
@@ -180,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     forks = args.forks or default_forks()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
-    env = environment()
+    env = playbook_env(REPO, cache_dir=WORK / "facts", bin_dir=Path(sys.executable).parent)  # a cache of its own
     print(
         f"bench fleet: N = {sizes}, {args.rounds} interleaved rounds (median), {os.cpu_count()} CPUs, "
         f"targets' PID 1: {INIT}, forks {forks}"

@@ -43,9 +43,6 @@ FLEET_HOSTS = 1000
 TABLES: list[dict] = []  # every table printed, as recorded in results.json
 
 
-# ------------------------------------------------------------------------------------------------- timing
-
-
 def best(fn, repeat: int = REPEAT, min_seconds: float = MIN_SECONDS) -> float:
     """Seconds per call of ``fn()``: as many calls per repeat as make one last ``min_seconds``, the fastest repeat;
     with ``min_seconds=0``, one call per repeat (a slow ``fn`` that loops itself). The collector stays on, as in a
@@ -66,9 +63,6 @@ def table(title: str, header: list[str], rows: list[list[str]], note: str = "") 
 
 def skip(title: str, reason: str) -> None:
     table(title, [], [], f"skipped: {reason}")
-
-
-# ------------------------------------------------------------------------------- 1. topology parsing cost
 
 
 def synthetic_matrix(gpus: int) -> str:
@@ -132,9 +126,6 @@ def bench_topology() -> None:
         rows,
         "per-cell ratio near 1 means the cost grows linearly in cells (GPUs squared)",
     )
-
-
-# -------------------------------------------------------------------- 2. gpu_facts: one pass vs per GPU
 
 
 def fleet_xml(template: str, gpus: int) -> str:
@@ -239,9 +230,6 @@ def bench_gather() -> None:
     )
 
 
-# ------------------------------------------------------------------------ 3. preflight evaluate per host
-
-
 def fleet_hosts(count: int) -> dict[str, list[tuple[dict, dict]]]:
     """Hand-made (plan, facts) pairs of four kinds of host, ``count`` in all."""
     debian = {"distribution": "Debian", "version": "12.7"}
@@ -335,8 +323,6 @@ def bench_preflight() -> None:
         f"the whole fleet's evaluate() took {whole * 1e3:.1f} ms on the controller",
     )
 
-
-# ------------------------------------------------------------ 4. what NVML adds per host, on a real GPU host
 
 # One module run on a host: a fresh interpreter imports gpu_facts and gathers with one backend, as the AnsiballZ
 # payload does (each host, each run). "pci" is what a host without a GPU does (the bench fleet's containers).

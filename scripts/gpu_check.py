@@ -39,9 +39,6 @@ BUILD_BACKEND = "setuptools>=64"  # builds gpuops-run from this checkout (pyproj
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
 
-# --------------------------------------------------------------------------- the report
-
-
 def step_record(
     name: str,
     status: str,
@@ -121,9 +118,6 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
 
 def exit_code(report: dict) -> int:
     return 0 if report["passed"] else 1
-
-
-# --------------------------------------------------------------------------- running the steps
 
 
 def environment() -> dict:
@@ -279,9 +273,6 @@ def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict
     return build_report(host, steps, started, time.time(), commit(), load_start)
 
 
-# --------------------------------------------------------------------------- the probe (in the venv)
-
-
 def probe_host() -> dict:
     """The host's GPUs and versions: ``nvidia-smi -L`` decides whether there is a GPU, as it decides for tests/gpu
     (tests/gpu/live.py); gpu_facts (NVML, else nvidia-smi) names the model, driver and CUDA version; nvidia-ml-py the
@@ -313,9 +304,6 @@ def probe_host() -> dict:
     except Exception as err:  # reported, not raised: the other versions stand
         host["no_nvml"] = f"{type(err).__name__}: {err}"
     return host
-
-
-# --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str]) -> int:
