@@ -53,21 +53,22 @@ def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvba
     count = int(gpu.get("count") or len(names))
     text = _text(result)
     topology = gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None
-    expected = burnin.expected_busbw(topology, list(range(count)), int(config.get("pcie_gen") or 4))
+    expected = burnin.expected_busbw(topology, list(range(count)), int(config.get("validate_pcie_gen") or 4))
     health = health if isinstance(health, dict) else None
     try:
-        membw_options = {"floor": float(config.get("membw_floor") or 0),
-                         "expected_gbps": float(config.get("membw_expected_gbps") or 0),
-                         "binary": str(config.get("nvbandwidth") or "")}
+        membw_options = {"floor": float(config.get("burnin_membw_floor") or 0),
+                         "expected_gbps": float(config.get("burnin_membw_expected_gbps") or 0),
+                         "binary": str(config.get("burnin_nvbandwidth") or "")}
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"burnin_node: membw_floor and membw_expected_gbps must be numbers ({exc})") from exc
+        raise AnsibleFilterError("burnin_node: burnin_membw_floor and burnin_membw_expected_gbps must be numbers "
+                                 f"({exc})") from exc
     membw = _burnin_membw.judge_membw(str(node), nvbandwidth if isinstance(nvbandwidth, dict) else None, names,
                                       membw_options)
     try:
         measured = _thresholds.measure(nccl=text, nvbandwidth=_text(nvbandwidth),
                                        health=(health or {}).get("gpus") if health and "gpus" in health else None)
         judged = _thresholds.judge(names[0] if names else "", measured,
-                                   overrides=_dict(config.get("thresholds") or {}, "burnin_thresholds"),
+                                   overrides=_dict(config.get("burnin_thresholds") or {}, "burnin_thresholds"),
                                    gpu_count=count)
     except ValueError as exc:
         raise AnsibleFilterError(f"burnin_thresholds: {exc}") from exc
@@ -98,7 +99,9 @@ def burnin_report(pairs, nodes=None, config=None, **options) -> dict:
                                    node=str(entry.get("node") or ""), gpu=gpu, config=config,
                                    health=entry.get("health"), nvbandwidth=entry.get("nvbandwidth")))
         topologies.append(gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None)
-    options.update(topologies=topologies, socket_ifname=str(config.get("socket_ifname") or ""))
+    options.update(topologies=topologies, socket_ifname=str(config.get("socket_ifname") or ""),
+                   expected_gbps=float(config.get("burnin_pair_expected_busbw") or 0),
+                   floor_share=float(config.get("burnin_pair_floor") or 0))
     return burnin.judge_fleet(singles, {k: v for k, v in pairs.items() if isinstance(v, dict)}, options)
 
 

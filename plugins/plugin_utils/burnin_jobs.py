@@ -15,6 +15,7 @@ import re
 import shlex
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_jobs import nccl_env
 
 SSH_DIR = "/burnin-ssh"
@@ -26,13 +27,13 @@ def _dns(name: str) -> str:
 
 def single_command(config: dict, gpus: int) -> list[str]:
     """all_reduce_perf over every GPU of one node, one process (``-g``)."""
-    return [f"{config['nccl_tests_dir']}/build/all_reduce_perf", "-b", str(config["min_bytes"]),
-            "-e", str(config["max_bytes"]), "-f", "2", "-g", str(int(gpus))]
+    return [f"{config['nccl_tests_dir']}/build/all_reduce_perf", "-b", str(config["burnin_min_bytes"]),
+            "-e", str(config["burnin_max_bytes"]), "-f", "2", "-g", str(int(gpus))]
 
 
 def sshd_command(config: dict) -> str:
     """The second node's side of a pair: sshd on burnin_ssh_port, the run's public key only."""
-    port = int(config["ssh_port"])
+    port = int(config["burnin_ssh_port"])
     return (f"mkdir -p /run/sshd /root/.ssh && cp {SSH_DIR}/id.pub /root/.ssh/authorized_keys && "
             f"chmod 600 /root/.ssh/authorized_keys && exec /usr/sbin/sshd -D -e -p {port} "
             "-o PasswordAuthentication=no -o PermitRootLogin=prohibit-password")
@@ -40,7 +41,7 @@ def sshd_command(config: dict) -> str:
 
 def mpirun_command(config: dict, hosts: list[str], gpus: int, env: dict[str, str]) -> str:
     """The first node's side: wait for the peer's sshd, then one rank per GPU on both nodes."""
-    port = int(config["ssh_port"])
+    port = int(config["burnin_ssh_port"])
     rsh = f"ssh -p {port} -i {SSH_DIR}/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
     exports = " ".join(f"-x {name}={shlex.quote(str(value))}" for name, value in sorted(env.items()))
     peer = shlex.quote(hosts[1])
@@ -53,8 +54,8 @@ def mpirun_command(config: dict, hosts: list[str], gpus: int, env: dict[str, str
 
 def _container(config: dict, gpus: int, command: list[str], env: dict[str, str]) -> dict:
     limits: dict[str, Any] = {"nvidia.com/gpu": int(gpus)}
-    if config.get("rdma_resource"):
-        limits[str(config["rdma_resource"])] = 1
+    if config.get("burnin_rdma_resource"):
+        limits[str(config["burnin_rdma_resource"])] = 1
     container: dict[str, Any] = {
         "name": "pytorch" if config.get("_pytorch") else "nccl-tests",
         "image": str(config["image"]),
@@ -63,13 +64,14 @@ def _container(config: dict, gpus: int, command: list[str], env: dict[str, str])
         "resources": {"limits": limits, "requests": dict(limits)},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    if config.get("rdma_resource"):
+    if config.get("burnin_rdma_resource"):
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     return container
 
 
 def _pod(config: dict, node: str, container: dict, ssh: bool) -> dict:
-    volumes: list[dict] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(config["shm_size"])}}]
+    shm = {"medium": "Memory", "sizeLimit": str(config["burnin_shm_size"])}
+    volumes: list[dict] = [{"name": "dshm", "emptyDir": shm}]
     if ssh:
         volumes.append({"name": "ssh", "secret": {"secretName": str(config["ssh_secret"]), "defaultMode": 0o400}})
         container["volumeMounts"].append({"name": "ssh", "mountPath": SSH_DIR, "readOnly": True})
@@ -92,11 +94,11 @@ def single_job(node: str, gpus: int, config: dict) -> dict:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f"gpuops-burnin-{_dns(node)}", "namespace": str(config["namespace"]),
+        "metadata": {"name": f"gpuops-burnin-{_dns(node)}", "namespace": str(config["burnin_namespace"]),
                      "labels": {"app.kubernetes.io/name": "gpuops-burnin", "app.kubernetes.io/managed-by": "gpuops",
                                 "gpuops.io/node": _dns(node)},
                      "annotations": {"gpuops.io/node": str(node)}},
-        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(config["timeout"]),
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(config["burnin_timeout"]),
                  "ttlSecondsAfterFinished": 3600, "template": _pod(config, node, container, ssh=False)},
     }
 
@@ -123,11 +125,11 @@ def pair_pytorchjob(pair: list[str], gpus: int, topologies: list[dict | None], c
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": str(config["namespace"]),
+        "metadata": {"name": name, "namespace": str(config["burnin_namespace"]),
                      "labels": {"app.kubernetes.io/name": "gpuops-burnin", "app.kubernetes.io/managed-by": "gpuops"},
                      "annotations": {"gpuops.io/pair": ",".join(pair),
                                      "gpuops.io/nccl-notes": "; ".join(nccl["notes"]) or "none"}},
-        "spec": {"runPolicy": {"cleanPodPolicy": "None", "activeDeadlineSeconds": int(config["timeout"])},
+        "spec": {"runPolicy": {"cleanPodPolicy": "None", "activeDeadlineSeconds": int(config["burnin_timeout"])},
                  "pytorchReplicaSpecs": specs},
     }
 
@@ -135,8 +137,7 @@ def pair_pytorchjob(pair: list[str], gpus: int, topologies: list[dict | None], c
 def objects(nodes: list[dict], pairs: list[list[str]], config: dict) -> list[dict]:
     """Every object of a Kubernetes burn-in: a Job per node, a PyTorchJob per pair.
 
-    nodes: [{name, gpus, topology}]. config: namespace, image, nccl_tests_dir, min_bytes, max_bytes, ssh_port,
-    ssh_secret, shm_size, timeout, socket_ifname, rdma_resource ("" = none)."""
+    nodes: [{name, gpus, topology}]. config: _burnin_config (roles/burnin/vars)."""
     by_name = {str(n["name"]): n for n in nodes}
     out = [single_job(n["name"], int(n["gpus"]), config) for n in nodes if int(n.get("gpus") or 0) > 0]
     for pair in pairs:
@@ -165,7 +166,7 @@ def _version(url: str, pattern: re.Pattern) -> str:
 def _pin(config: dict, tool: str, version: str) -> dict:
     """The pinned release ({tag, commit, tar_sha256}: config's source_pins) that a source fetched without a checksum
     is checked against before it is unpacked; {} where the source has a checksum or the release is not pinned."""
-    if config.get(f"{tool.replace('-', '_')}_checksum"):
+    if config.get(f"burnin_{tool.replace('-', '_')}_checksum"):
         return {}
     return dict(((config.get("source_pins") or {}).get(tool) or {}).get(version) or {})
 
@@ -178,13 +179,14 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     found = _probe(probe)
     cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
     archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
-    tools_dir = str(config["tools_dir"]).rstrip("/")
+    tools_dir = str(config["burnin_tools_dir"]).rstrip("/")
     arch = found.get("arch", "")
-    wheel = ({"url": str(config["nccl_wheel_url"]), "checksum": str(config.get("nccl_wheel_checksum") or "")}
-             if config.get("nccl_wheel_url") else (config.get("nccl_wheels") or {}).get(arch))
+    wheel = ({"url": str(config["burnin_nccl_wheel_url"]),
+              "checksum": str(config.get("burnin_nccl_wheel_checksum") or "")}
+             if config.get("burnin_nccl_wheel_url") else (config.get("nccl_wheels") or {}).get(arch))
     wheel_version = _version(wheel["url"], _WHEEL_VERSION) if wheel else "unknown"
-    nccl_home = str(config.get("nccl_home") or f"{tools_dir}/nccl-{wheel_version}/nvidia/nccl")
-    nccl_version = found.get("nccl_version") if config.get("nccl_home") else wheel_version
+    nccl_home = str(config.get("burnin_nccl_home") or f"{tools_dir}/nccl-{wheel_version}/nvidia/nccl")
+    nccl_version = found.get("nccl_version") if config.get("burnin_nccl_home") else wheel_version
     sm = "sm" + "-".join(archs)
     needs = []
     if not found.get("nvbandwidth"):
@@ -195,16 +197,16 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
                            "gencode": " ".join(f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs),
                            "nvbandwidth": found.get("nvbandwidth", ""), "env": {}, "build": [], "nccl_wheel": None,
                            "all_reduce_perf": found.get("all_reduce_perf", ""), "problems": []}
-    if not needs or not config.get("tools_build"):
+    if not needs or not boolean(config.get("burnin_tools_build"), strict=False):
         return out
     missing = []
     if not (cuda and release):
-        where = config.get("cuda_home") or "/usr/local/cuda, /usr/local/cuda-*"
+        where = config.get("burnin_cuda_home") or "/usr/local/cuda, /usr/local/cuda-*"
         missing.append(f"no CUDA toolkit (bin/nvcc) at {where}")
     if not archs:
         read = found.get("caps", "")
         missing.append(f"no compute capability from nvidia-smi --query-gpu=compute_cap (read: '{read}')")
-    if "nccl-tests" in needs and not config.get("nccl_home") and not wheel:
+    if "nccl-tests" in needs and not config.get("burnin_nccl_home") and not wheel:
         missing.append(f"no NCCL: burnin_nccl_home is unset and no wheel is pinned for the architecture '{arch}' "
                        "(set burnin_nccl_home, or burnin_nccl_wheel_url with burnin_nccl_wheel_checksum)")
     if missing:
@@ -215,14 +217,15 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
             "false to burn in without them (their checks are then UNKNOWN)")
         return out
     if "nvbandwidth" in needs:
-        version = _version(config["nvbandwidth_url"], _VERSION_IN_URL)
+        version = _version(config["burnin_nvbandwidth_url"], _VERSION_IN_URL)
         folder = f"{tools_dir}/nvbandwidth-{version}-cuda{release}-{sm}"
         out["nvbandwidth"] = f"{folder}/build/nvbandwidth"
         out["build"].append({
             "tool": "nvbandwidth", "version": version, "dir": folder, "archive": f"{folder}.tar.gz",
             "stamp": f"{folder}/{STAMP}",
-            "binary": out["nvbandwidth"], "url": str(config["nvbandwidth_url"]),
-            "checksum": str(config.get("nvbandwidth_checksum") or ""), "pin": _pin(config, "nvbandwidth", version),
+            "binary": out["nvbandwidth"], "url": str(config["burnin_nvbandwidth_url"]),
+            "checksum": str(config.get("burnin_nvbandwidth_checksum") or ""),
+            "pin": _pin(config, "nvbandwidth", version),
             "argv": [["cmake", "-S", folder, "-B", f"{folder}/build", f"-DCMAKE_CUDA_COMPILER={cuda}/bin/nvcc",
                       f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"],
                      ["make", "-C", f"{folder}/build", "-j"]]})
@@ -237,7 +240,7 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
             **source, "dir": folder, "stamp": f"{folder}/{STAMP}", "binary": out["all_reduce_perf"],
             "argv": [["make", "-C", folder, "-j", "MPI=0", f"CUDA_HOME={cuda}", f"NCCL_HOME={nccl_home}",
                       f"NVCC_GENCODE={out['gencode']}"]]})
-        if not config.get("nccl_home"):
+        if not config.get("burnin_nccl_home"):
             # A source release too (tasks/sources.yml): a zip, unpacked as it is, with its checksum always.
             folder = f"{tools_dir}/nccl-{wheel_version}"
             out["nccl_wheel"] = dict(wheel, tool="nccl", version=wheel_version, dir=folder, archive=f"{folder}.whl",

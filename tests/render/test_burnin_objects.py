@@ -16,10 +16,10 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import pair_
 from conftest import SHARED_DATA
 from validator import problems
 
-CONFIG = {"namespace": "gpuops-burnin", "image": "registry.lan:5000/gpuops/nccl-tests-mpi:2.19.6",
-          "nccl_tests_dir": "/opt/nccl-tests", "min_bytes": "8M", "max_bytes": "1G", "ssh_port": 2222,
-          "ssh_secret": "gpuops-burnin-ssh", "shm_size": "16Gi", "timeout": 1800, "socket_ifname": "=ens1f0",
-          "rdma_resource": "rdma/rdma_shared_device_a"}
+CONFIG = {"burnin_namespace": "gpuops-burnin", "image": "registry.lan:5000/gpuops/nccl-tests-mpi:2.19.6",
+          "nccl_tests_dir": "/opt/nccl-tests", "burnin_min_bytes": "8M", "burnin_max_bytes": "1G",
+          "burnin_ssh_port": 2222, "ssh_secret": "gpuops-burnin-ssh", "burnin_shm_size": "16Gi",
+          "burnin_timeout": 1800, "socket_ifname": "=ens1f0", "burnin_rdma_resource": "rdma/rdma_shared_device_a"}
 
 
 def _topology(name: str) -> dict:

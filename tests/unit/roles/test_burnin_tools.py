@@ -13,7 +13,7 @@ without a real nvcc: it records its argv and writes a Makefile that makes ``nvba
 Every stand-in records its argv: those are what our code controls.
 
 The default sources (NVIDIA's GitHub archives, fetched without a checksum) are checked against the pins of the role's
-vars (_burnin_config.source_pins: the sha256 of the tar inside the .tar.gz) before anything of them is unpacked:
+vars (_burnin_source_pins: the sha256 of the tar inside the .tar.gz) before anything of them is unpacked:
 the pins are the tags of the local mirrors, and the same tar gzipped as GitHub does has the sha256 Spack records for
 GitHub's archive (SPACK below); a file served under a pinned release's name that is another release is refused. The
 same for the one nccl-tests release (burnin_nccl_tests_url) that the pairs' image on Compose and validate's
@@ -55,7 +55,7 @@ MIRRORS = {
 # layout: nccl-tests' make variables and output, nvbandwidth's CMake project. The real sources add what only they
 # prove: nccl-tests' own Makefile compiling every collective for sm_90 against the wheel's NCCL.
 REAL_SOURCES = all(mirror.is_dir() for mirror, _tag in MIRRORS.values())
-PINS = yaml.safe_load((REPO / "roles" / "burnin" / "vars" / "main.yml").read_text())["_burnin_config"]["source_pins"]
+PINS = yaml.safe_load((REPO / "roles" / "burnin" / "vars" / "main.yml").read_text())["_burnin_source_pins"]
 # The sha256 of GitHub's archive (https://github.com/NVIDIA/<tool>/archive/[refs/tags/]<tag>.tar.gz) as Spack records
 # it, by tool and tag: github.com/spack/spack-packages, repos/spack_repo/builtin/packages/nvbandwidth/package.py at
 # 7084fd29926ed9c985d00fdabdf83a72a28758f5 (v0.8, the release pinned here) and .../nccl_tests/package.py at
@@ -335,9 +335,9 @@ def test_every_default_source_is_a_pinned_release() -> None:
 
 def test_the_host_build_takes_the_release_of_the_image_and_validate() -> None:
     # The pairs' image and validate's tree (nccl_tests_source.yml) and the host build (burnin_jobs.tools) take one
-    # release, _burnin_nccl_tests of vars/main.yml: tools.yml hands it to the filter, which computes none.
-    tools = (REPO / "roles" / "burnin" / "tasks" / "tools.yml").read_text()
-    assert "_burnin_config | combine({'nccl_tests': _burnin_nccl_tests})" in tools
+    # release, _burnin_nccl_tests of vars/main.yml: _burnin_config carries it to the filter, which computes none.
+    assert "burnin_tools(_burnin_config," in (REPO / "roles" / "burnin" / "tasks" / "tools.yml").read_text()
+    assert "'nccl_tests': _burnin_nccl_tests" in (REPO / "roles" / "burnin" / "vars" / "main.yml").read_text()
     assert "_burnin_nccl_tests" in (REPO / "roles" / "burnin" / "tasks" / "nccl_tests_source.yml").read_text()
     assert "nccl_tests_url" not in (REPO / "plugins" / "plugin_utils" / "burnin_jobs.py").read_text()
 

@@ -127,7 +127,8 @@ def test_fewer_gpus_measured_than_the_node_has_fails() -> None:
 
 def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> None:
     gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]}
-    config = {"membw_floor": "0.7", "membw_expected_gbps": "0", "nvbandwidth": "/opt/nvbw/nvbandwidth"}
+    config = {"burnin_membw_floor": "0.7", "burnin_membw_expected_gbps": "0",
+              "burnin_nvbandwidth": "/opt/nvbw/nvbandwidth"}
     node = burnin_node({"skipped": True}, node="hgx-01", gpu=gpu, config=config, nvbandwidth=run(H100))
     assert node["membw"]["status"] == "ok", node["membw"]["detail"]
     assert burnin_node({"skipped": True}, node="hgx-01", gpu=gpu, config=config)["membw"]["detail"].startswith(
@@ -140,7 +141,7 @@ def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing
     """burnin_report judges the nodes it is given (burnin_node over each node's runs): a Compose node with one GPU
     or no all_reduce_perf is skipped with the reason, a Kubernetes node whose Job left no log is failed."""
     gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)], "topology": None}
-    config = {"membw_floor": 0.7, "nvbandwidth": "", "socket_ifname": "=ens1f0"}
+    config = {"burnin_membw_floor": 0.7, "burnin_nvbandwidth": "", "socket_ifname": "=ens1f0"}
     one = {"node": "one", "gpu": {**gpu, "count": 1, "gpus": gpu["gpus"][:1]}, "run": {"skipped": True}}
     nodes = [one, {"node": "hgx-01", "gpu": gpu, "run": None, "nvbandwidth": run(H100)}]
     singles = {s["node"]: s for s in burnin_report({}, nodes=nodes, config=config)["singles"]}
@@ -153,6 +154,14 @@ def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing
     assert "no Job ran" in kube["detail"]
     with pytest.raises(AnsibleFilterError, match="a node's gpu"):
         burnin_report({}, nodes=[{"node": "x"}], config=config)
+
+
+def test_the_pair_expectation_and_floor_are_the_settings_as_given() -> None:
+    """The role hands burnin_report its settings by their names (_burnin_config), -e strings included."""
+    report = burnin_report({}, nodes=[], config={"burnin_pair_expected_busbw": "180", "burnin_pair_floor": "0.8"})
+    assert (report["expected_gbps"], report["expected_source"], report["floor_share"]) == (
+        180.0, "burnin_pair_expected_busbw", 0.8)
+    assert burnin_report({}, nodes=[], config={"burnin_pair_expected_busbw": "0"})["expected_gbps"] is None
 
 
 def _single(membw: dict | None) -> dict:

@@ -92,20 +92,20 @@ def test_the_thresholds_table_fails_a_node_the_path_expectation_passes() -> None
 def test_an_operator_override_that_is_no_check_is_refused_naming_the_checks() -> None:
     with pytest.raises(Exception, match="burnin_thresholds: thresholds override 'busbw' is not a check; allowed: "):
         burnin_node({"skipped": True}, node="n", gpu={"count": 8, "gpus": [{"index": 0, "name": "NVIDIA H200"}]},
-                    config={"thresholds": {"busbw": 1}})
+                    config={"burnin_thresholds": {"busbw": 1}})
 
 
 # The tools probe (roles/burnin/tasks/tools.yml) of a node like the recorded H200's, with the CUDA 13.0 toolkit.
 PROBE = ("arch=x86_64\ncuda=/usr/local/cuda-13.0\ncuda_release=13.0\ncaps=9.0 9.0 \nnvbandwidth=\n"
          "all_reduce_perf=\nbuilt=\n")
-CONFIG = {"tools_build": True, "tools_dir": "/var/cache/gpuops/burnin-tools",
-          "cuda_home": "", "nccl_home": "",
+CONFIG = {"burnin_tools_build": True, "burnin_tools_dir": "/var/cache/gpuops/burnin-tools",
+          "burnin_cuda_home": "", "burnin_nccl_home": "",
           # the one nccl-tests release, as roles/burnin/vars (_burnin_nccl_tests) gives it to tools.yml's call
           "nccl_tests": {"tool": "nccl-tests", "version": "2.19.6",
                          "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz",
                          "checksum": "", "archive": "/var/cache/gpuops/burnin/nccl-tests-2.19.6.tar.gz", "pin": {}},
-          "nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
-          "nvbandwidth_checksum": "", "nccl_wheel_url": "", "nccl_wheel_checksum": "",
+          "burnin_nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
+          "burnin_nvbandwidth_checksum": "", "burnin_nccl_wheel_url": "", "burnin_nccl_wheel_checksum": "",
           "nccl_wheels": {"x86_64": {"url": "https://pypi.example/nvidia_nccl_cu13-2.28.9-py3-none-manylinux_2_18_x86_64.whl",
                                      "checksum": "sha256:e4553a30"}}}
 NCCL_TESTS = "/var/cache/gpuops/burnin-tools/nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90"
@@ -156,7 +156,7 @@ def test_no_nvcc_no_compute_capability_or_no_wheel_is_a_problem_naming_the_fix()
                               "burnin_nccl_home is unset and no wheel is pinned for the architecture 'ppc64le'")
     assert "set burnin_cuda_home" in problem
     assert "burnin_tools_build: false" in problem
-    off = J.tools(bare, CONFIG | {"tools_build": False}, gpus=8, platform="compose")
+    off = J.tools(bare, CONFIG | {"burnin_tools_build": "false"}, gpus=8, platform="compose")
     assert (off["problems"], off["build"], off["nvbandwidth"], off["all_reduce_perf"]) == ([], [], "", "")
 
 
@@ -167,5 +167,5 @@ def test_a_source_without_a_checksum_carries_its_pin_and_one_with_a_checksum_non
     plan = J.tools(PROBE, CONFIG | {"source_pins": pins, "nccl_tests": pinned}, gpus=8, platform="compose")
     assert [b["pin"] for b in plan["build"]] == [pins["nvbandwidth"]["0.8"], pins["nccl-tests"]["2.19.6"]]
     mirrored = CONFIG | {"source_pins": pins, "nccl_tests": CONFIG["nccl_tests"] | {"checksum": "sha256:0b1d"},
-                         "nvbandwidth_url": "https://mirror.example/nvbandwidth-v0.7.tar.gz"}
+                         "burnin_nvbandwidth_url": "https://mirror.example/nvbandwidth-v0.7.tar.gz"}
     assert [b["pin"] for b in J.tools(PROBE, mirrored, gpus=8, platform="compose")["build"]] == [{}, {}]
