@@ -168,6 +168,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuops-run: ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-
-if __name__ == "__main__":
-    sys.exit(main())
