@@ -38,12 +38,11 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
     """What the role's argument spec cannot say (ranges, names, the plan's source); it checked the types before.
     ``bounds``: health_breaker_fraction, _window, health_escalate_after, _window as the inventory or -e give them
     (breaker_fraction, breaker_window, escalate_after, escalate_window)."""
-    bounds = bounds or {}
     validation = health_return.settings_problems({} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
                                     boolean(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
-        _fraction(bounds.get("breaker_fraction", 0.5)), bounds.get("breaker_window", 300),
-        _count(bounds.get("escalate_after", 1)), bounds.get("escalate_window", 604800)) + validation
+        _fraction(bounds["breaker_fraction"]), bounds["breaker_window"],
+        _count(bounds["escalate_after"]), bounds["escalate_window"]) + validation
 
 
 def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, platform="compose",
@@ -65,10 +64,8 @@ def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=Fa
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              boolean(release), bounds)
     for host, hplan in plan["hosts"].items():
-        node = nodes[host]  # host_steps holds the defaults of the settings a record leaves out
-        settings = {key: node[key] for key in ("reboot", "timeout", "report_dir") if node.get(key) is not None}
-        if "reboot" in settings:
-            settings["reboot"] = boolean(settings["reboot"])
+        node = nodes[host]  # its own settings (sweep.yml); a host with no record was not swept: no steps
+        settings = {**node, "reboot": boolean(node.get("reboot", False))}
         hplan["steps"] = health_steps.host_steps(host, hplan, platform, members or {}, settings)
         hplan["swept"] = node.get("from")
     return plan

@@ -326,8 +326,7 @@ def _bound(host: str, hplan: dict, entry: dict, bounds: dict, now: Any) -> None:
         hplan.update(status="service_required", gpus_back=[], restart=[],
                      reason=f"{hplan['reason']} (held: {held.get('reason')})")
     elif hplan["status"] == "act" and hplan["action"] in DISRUPTIVE and now is not None:
-        escalate = bounds_rules.escalation(entry, now, int(bounds.get("escalate_after", 1)),
-                                           int(bounds.get("escalate_window", 7 * 86400)))
+        escalate = bounds_rules.escalation(entry, now, int(bounds["escalate_after"]), int(bounds["escalate_window"]))
         if escalate:
             every = [str(g) for g in hplan.pop("_gpus", [])]
             first = next(iter(hplan["gpus_out"].values()), {"event": "repeat", "line": ""})
@@ -367,8 +366,8 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
     guard = None
     if now is not None:
         guard = bounds_rules.breaker(state, int(bounds.get("fleet_size") or len(sweeps)), now,
-                                     float(bounds.get("breaker_fraction", 0.5)),
-                                     int(bounds.get("breaker_window", 300)), bool(bounds.get("breaker_reset")))
+                                     float(bounds["breaker_fraction"]), int(bounds["breaker_window"]),
+                                     bool(bounds.get("breaker_reset")))
         # tripped before this run: nothing acts (nor gives back); tripped by this plan: the hosts past the limit wait
         held = [h for h, p in hosts.items() if p["status"] == "act" or p["gpus_back"]] if guard["tripped"] else [
             h for h in disruptive if hosts[h]["status"] == "act" and not bounds_rules.admit(guard, h)]

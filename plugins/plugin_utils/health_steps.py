@@ -88,13 +88,12 @@ def _reason(hplan: dict) -> str:
     return label_value(f"{first['event']}" if first else hplan["action"])
 
 
-def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: dict | None = None) -> list[dict]:
-    """The steps that carry out one host's plan on ``platform`` (compose | kubernetes). ``settings``: reboot (bool),
-    timeout (s), report_dir (the node's report directory for nvidia-bug-report)."""
-    settings = {"reboot": True, "timeout": 600, "report_dir": "/var/log/gpuops", **(settings or {})}
+def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: dict) -> list[dict]:
+    """The steps that carry out one host's plan on ``platform`` (compose | kubernetes). ``settings``: the host's
+    health_reboot (bool), health_timeout (s) and health_node_report_dir, as ``reboot``, ``timeout``, ``report_dir``."""
     action, kube = hplan.get("action", "none"), platform == "kubernetes"
     out = sorted(hplan.get("gpus_out") or {}, key=int)
-    reason, timeout, steps = _reason(hplan), int(settings["timeout"]), []
+    reason, steps = _reason(hplan), []
     notify = [i for i in hplan.get("items") or [] if i.get("new") and i["action"] in ("notify_owner", "review")]
     for item in notify:
         who = holders(members, [str(item["gpu"])]) if item["gpu"] is not None else []
@@ -125,6 +124,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: d
         steps.append({"kind": "bug_report", "dest": dest, "argv": ["sh", "-c", script, "sh", dest]})
         return steps
     if kube:
+        timeout = int(settings["timeout"])
         steps.append({"kind": "kubectl", "argv": kubectl("drain", host, timeout=timeout)} if whole_node else
                      {"kind": "drain_gpu_pods", "timeout": timeout})
     if action == "reboot":

@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_bounds as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
+from health_settings import HOST_SETTINGS
 
 NODES = ("node-a", "node-b", "node-c")
 MEMBERS = {"alice": {"team": None, "gpus": [0]}, "bob": {"team": None, "gpus": [1]}}  # the plan's team.members
@@ -37,7 +38,7 @@ def applied(state: dict, fleet: dict, now: str, platform: str = "compose", resul
     record = (fleet.get("breaker") or {}).get("record")  # the plan's breaker record, as plan.yml writes it
     state = {**state, "breaker": record} if record else state
     for host, hplan in fleet["hosts"].items():
-        steps = S.host_steps(host, hplan, platform, MEMBERS)
+        steps = S.host_steps(host, hplan, platform, MEMBERS, HOST_SETTINGS)
         done = [{**s, "result": (results or {}).get(s["kind"], "healthy" if s["kind"] == "back_if_healthy" else "ok")}
                 for s in steps]
         state = S.next_state(state, host, hplan, done, None, now)
@@ -61,7 +62,7 @@ def test_the_breaker_trips_on_the_second_node_within_the_window_and_resets_only_
     assert (b["status"], second["breaker"]["tripped_now"]) == ("held", True)
     assert "circuit breaker: 1 of 3 GPU node(s) (node-a)" in b["reason"]
     assert "health_breaker_reset=true" in b["reason"]
-    assert S.host_steps("node-b", b, "compose", MEMBERS) == []
+    assert S.host_steps("node-b", b, "compose", MEMBERS, HOST_SETTINGS) == []
     state = applied(state, second, "2026-12-04T10:02:00Z")
     assert state["breaker"]["tripped"] is True
     assert "node-b" not in state["hosts"] or not state["hosts"]["node-b"].get("remediations")
@@ -94,7 +95,7 @@ def test_a_repeat_within_the_window_escalates_to_service_required_until_released
     assert a["action"] == "quarantine"
     assert a["escalated"].startswith("service required: remediated 1 time(s)")
     assert sorted(a["gpus_out"]) == ["0", "1"]  # the node is taken out: every GPU
-    assert [s["kind"] for s in S.host_steps("node-a", a, "compose", MEMBERS)] == [
+    assert [s["kind"] for s in S.host_steps("node-a", a, "compose", MEMBERS, HOST_SETTINGS)] == [
         "stop_workspaces", "mark_out", "bug_report"]
     state = applied(state, again, t1)
     entry = state["hosts"]["node-a"]
@@ -104,7 +105,7 @@ def test_a_repeat_within_the_window_escalates_to_service_required_until_released
     held = plan({"node-a": sweep(95, "RESET_GPU", gpu=1, time="t3")}, state, "2026-12-03T12:00:00Z",
                 fleet_size=1, breaker_fraction=1)["hosts"]["node-a"]
     assert held["status"] == "service_required"
-    assert S.host_steps("node-a", held, "compose", MEMBERS) == []
+    assert S.host_steps("node-a", held, "compose", MEMBERS, HOST_SETTINGS) == []
     assert S.next_state(state, "node-a", held, [], "c9", "t") == state
     # health_release: cleared, and the GPUs go back once the sweep finds them healthy
     release = plan({"node-a": sweep()}, state, "2026-12-04T09:00:00Z", fleet_size=1, breaker_fraction=1,
@@ -135,7 +136,7 @@ def test_opt_out_by_host_variable_or_node_label_is_reported_never_acted_on():
     a = fleet["hosts"]["node-a"]
     assert a["status"] == "opted_out"
     assert "gpuops.io/health-remediation=disabled" in a["reason"]
-    assert S.host_steps("node-a", a, "kubernetes", MEMBERS) == []
+    assert S.host_steps("node-a", a, "kubernetes", MEMBERS, HOST_SETTINGS) == []
     by_var = plan({"node-b": sweep(79)}, {}, "2026-12-04T10:00:00Z", remediation={"node-b": False},
                   breaker_fraction=1)["hosts"]["node-b"]
     assert by_var["status"] == "opted_out"
@@ -147,12 +148,12 @@ def test_an_operators_cordon_is_left_alone_and_the_collections_own_is_undone():
     nodes = B.node_facts(GET_NODES)
     fleet = plan({"node-b": sweep(79), "node-c": sweep(79)}, {}, "2026-12-04T10:00:00Z", nodes=nodes,
                  breaker_fraction=1)
-    operator = S.host_steps("node-b", fleet["hosts"]["node-b"], "kubernetes", MEMBERS)
+    operator = S.host_steps("node-b", fleet["hosts"]["node-b"], "kubernetes", MEMBERS, HOST_SETTINGS)
     assert [s["argv"] for s in operator if s["kind"] == "kubectl"] == [
         ["kubectl", "drain", "node-b", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]]
     assert "stays cordoned" in operator[0]["message"]
     assert [s["kind"] for s in operator[-3:]] == ["validate", "back_if_healthy", "clear_held"]  # no uncordon
-    ours = S.host_steps("node-c", fleet["hosts"]["node-c"], "kubernetes", MEMBERS)
+    ours = S.host_steps("node-c", fleet["hosts"]["node-c"], "kubernetes", MEMBERS, HOST_SETTINGS)
     assert [s["argv"] for s in ours if s["kind"] == "kubectl"][:2] == [
         ["kubectl", "cordon", "node-c"],
         ["kubectl", "annotate", "nodes", "node-c", "gpuops.io/cordoned-by=gpuops-health", "--overwrite"]]
@@ -163,18 +164,20 @@ def test_an_operators_cordon_is_left_alone_and_the_collections_own_is_undone():
                     {"back_if_healthy": "unhealthy"})
     assert state["hosts"]["node-b"]["cordoned_by"] == "operator"  # who took it out, recorded; never undone here
     back = plan({"node-b": sweep()}, state, "2026-12-04T12:00:00Z", nodes=nodes, release=True)["hosts"]["node-b"]
-    argv = [s["argv"] for s in S.host_steps("node-b", back, "kubernetes", MEMBERS) if s["kind"] == "kubectl"]
+    steps = S.host_steps("node-b", back, "kubernetes", MEMBERS, HOST_SETTINGS)
+    argv = [s["argv"] for s in steps if s["kind"] == "kubectl"]
     assert argv == [["kubectl", "taint", "nodes", "node-b", "gpuops.io/unhealthy:NoSchedule-"],
                     ["kubectl", "label", "nodes", "node-b", "gpuops.io/health-"]]
     # once the operator has uncordoned it, a new failure is the collection's to cordon (and to undo)
     nodes["node-b"]["unschedulable"] = False
     again = plan({"node-b": sweep(79, time="t9")}, state, "2026-12-20T10:00:00Z", nodes=nodes)["hosts"]["node-b"]
-    assert S.host_steps("node-b", again, "kubernetes", MEMBERS)[0]["argv"] == ["kubectl", "cordon", "node-b"]
+    first = S.host_steps("node-b", again, "kubernetes", MEMBERS, HOST_SETTINGS)[0]
+    assert first["argv"] == ["kubectl", "cordon", "node-b"]
 
 
 def test_compose_starts_again_only_the_workspaces_it_stopped():
     hplan = plan({"node-a": sweep(61, "CONTACT_SUPPORT")}, {}, "2026-12-04T10:00:00Z")["hosts"]["node-a"]
-    steps = S.host_steps("node-a", hplan, "compose", MEMBERS)
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, HOST_SETTINGS)
     registered = {"workspaces": {"rc": 0, "stdout_lines": ["3f2a9c"]}, "stop": {"rc": 0}}
     stop = {**steps[0], **S.step_result(steps[0], registered)}
     assert stop["containers"] == ["3f2a9c"]  # docker ps -q: the running ones; one an operator stopped is not there
@@ -182,7 +185,7 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
     state = S.next_state({}, "node-a", hplan, done, "c1", "2026-12-04T10:00:00Z")
     assert state["hosts"]["node-a"]["stopped_containers"] == ["3f2a9c"]
     back = plan({"node-a": sweep()}, state, "2026-12-05T10:00:00Z", release=True)["hosts"]["node-a"]
-    give = S.host_steps("node-a", back, "compose", MEMBERS)
+    give = S.host_steps("node-a", back, "compose", MEMBERS, HOST_SETTINGS)
     assert give == [{"kind": "validate", "gpus": ["0"], "bench": []},
                     {"kind": "give_back", "gpus": ["0"], "members": ["alice"], "containers": ["3f2a9c"]},
                     {"kind": "clear_held", "gpus": ["0"], "uuids": [],
@@ -193,7 +196,7 @@ def test_compose_starts_again_only_the_workspaces_it_stopped():
 
 def test_a_reset_is_tried_before_a_reboot_and_the_reboot_reason_goes_to_the_hosts_syslog():
     hplan = plan({"node-a": sweep(95, "RESET_GPU", gpu=1)}, {}, "2026-12-04T10:00:00Z")["hosts"]["node-a"]
-    steps = S.host_steps("node-a", hplan, "compose", MEMBERS)
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, HOST_SETTINGS)
     assert [(s["kind"], s.get("only_if_unhealthy")) for s in steps] == [
         ("stop_workspaces", None), ("mark_out", None), ("gpu_idle", None), ("command", None), ("sweep", None),
         ("command", ["1"]), ("reboot", ["1"]), ("validate", None), ("back_if_healthy", None), ("clear_held", None)]
@@ -202,7 +205,7 @@ def test_a_reset_is_tried_before_a_reboot_and_the_reboot_reason_goes_to_the_host
     assert logger[:3] == ["logger", "-t", "gpuops-health"]
     assert "Xid 95 on GPU 1: RESET_GPU" in logger[3]
     assert steps[6]["reason"] == logger[3]
-    without = S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})
+    without = S.host_steps("node-a", hplan, "compose", MEMBERS, {**HOST_SETTINGS, "reboot": False})
     assert "reboot" not in [s["kind"] for s in without]  # health_reboot false: a reset, never a reboot
 
 

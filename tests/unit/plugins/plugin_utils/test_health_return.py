@@ -19,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_retur
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands
+from health_settings import HOST_SETTINGS
 from jinja2.nativetypes import NativeEnvironment
 from task_tree import every_task
 
@@ -155,7 +156,7 @@ def test_the_benchmarks_run_over_every_gpu_and_an_absent_tool_is_not_run():
     """The validate step carries both runs over the node's GPUs (step.yml runs each where the tool is on the PATH,
     rc 127 where not); a node with no GPU read runs none."""
     hplan = {"status": "act", "action": "reset_gpu", "gpus_out": {"0": {}}, "items": [], "uuids": {"0": "GPU-a"}}
-    step = next(s for s in S.host_steps("a", hplan, "compose", {}) if s["kind"] == "validate")
+    step = next(s for s in S.host_steps("a", hplan, "compose", {}, HOST_SETTINGS) if s["kind"] == "validate")
     assert step["bench"] == [
         {"tool": "all_reduce_perf", "argv": ["all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g"]},
         {"tool": "nvbandwidth", "argv": ["nvbandwidth", "-t", "host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
@@ -173,7 +174,7 @@ def test_step_yml_ends_all_reduce_perf_with_the_validation_sweeps_gpu_count():
     task = next(t for t in every_task(yaml.safe_load(step_yml.read_text())) if t.get("name") == name)
     argv = NativeEnvironment().from_string(task["ansible.builtin.command"]["argv"])
     plan_bench = S.host_steps("a", {"status": "act", "action": "reboot", "gpus_out": {"0": {}}, "items": [],
-                                    "uuids": {"1": "GPU-b"}}, "compose", {})
+                                    "uuids": {"1": "GPU-b"}}, "compose", {}, HOST_SETTINGS)
     bench = next(s for s in plan_bench if s["kind"] == "validate")["bench"]
     resweep = {"gpus": [{"index": 0}, {"index": 1}]}
     runs = [argv.render(item=item, __health_resweep=resweep) for item in bench]
@@ -204,16 +205,17 @@ def quarantined_state() -> tuple[dict, dict]:
     state = {"schema": 2, "hosts": {"node-a": {"remediations": [{"time": "2026-12-04T09:00:00Z", "action": "reboot",
                                                                  "cause": "Xid 79", "gpus": ["0"]}]}}}
     bounds = {"now": "2026-12-04T10:00:00Z", "escalate_after": 1, "escalate_window": 604800, "fleet_size": 3,
-              "breaker_fraction": 1}
+              "breaker_fraction": 1, "breaker_window": 300}
     hplan = H.build_plan({"node-a": events}, state, 1, bounds=bounds)["hosts"]["node-a"]
-    done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", {})]
+    done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", {}, HOST_SETTINGS)]
     return S.next_state(state, "node-a", hplan, done, "c1", "2026-12-04T10:00:00Z"), hplan
 
 
 def released(state: dict) -> dict:
     healthy = {"read_ok": True, "cursor": "c2", "events": [], "findings": [],
                "gpus": [{"index": 0, "verdict": "healthy"}, {"index": 1, "verdict": "healthy"}]}
-    return H.build_plan({"node-a": healthy}, state, 1, release=True, bounds={"now": "2026-12-05T10:00:00Z"})
+    bounds = {"now": "2026-12-05T10:00:00Z", "breaker_fraction": 0.5, "breaker_window": 300}
+    return H.build_plan({"node-a": healthy}, state, 1, release=True, bounds=bounds)
 
 
 def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required():
@@ -221,7 +223,7 @@ def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required(
     assert hplan["action"] == "quarantine"
     assert "service_required" in state["hosts"]["node-a"]
     back = released(state)["hosts"]["node-a"]
-    steps = S.host_steps("node-a", back, "compose", {})
+    steps = S.host_steps("node-a", back, "compose", {}, HOST_SETTINGS)
     assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
     swept = sweep(dcgmi(226, dcgm_output(fail_gpu=0)))
     check = R.validation(swept, steps[0]["gpus"], 2)
@@ -239,7 +241,7 @@ def test_a_failed_validation_on_release_keeps_the_gpus_out_and_service_required(
 def test_a_passing_validation_on_release_gives_the_gpus_back():
     state, _audit = quarantined_state()
     back = released(state)["hosts"]["node-a"]
-    steps = S.host_steps("node-a", back, "compose", {})
+    steps = S.host_steps("node-a", back, "compose", {}, HOST_SETTINGS)
     done = [{**steps[0], **S.step_result(steps[0], {"resweep": sweep(dcgmi(0, dcgm_output()))})},
             {**steps[1], "result": "ok"}]
     assert done[0]["result"] == "ok"
@@ -264,7 +266,7 @@ def test_the_reboot_reason_logged_is_no_remedy():
     hplan = H.host_plan({"read_ok": True, "cursor": "c1", "findings": [], "gpus": [{"index": 0, "verdict": "failed"}],
                          "events": [{"kind": "xid", "code": 79, "gpu": 0, "immediate_action": "RESTART_BM",
                                      "line": XID79_GPU0, "time": "t1"}]}, {})
-    steps = S.host_steps("node-a", hplan, "compose", {})
+    steps = S.host_steps("node-a", hplan, "compose", {}, HOST_SETTINGS)
     assert [s["kind"] for s in steps] == ["mark_out", "command", "reboot", "validate", "back_if_healthy", "clear_held"]
     done = [{**steps[0], "result": "ok"}, {**steps[1], "result": "ok"}, {**steps[2], "result": "failed"}]
     entry = S.next_state({}, "node-a", hplan, done, "c1", "t")["hosts"]["node-a"]

@@ -15,6 +15,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import with_out_of_service
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import gpu_health_assignment
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import out_of_service_problems
+from health_settings import HOST_SETTINGS
 
 # the plan's team.members
 MEMBERS = {"alice": {"team": None, "gpus": [0, 1]}, "bob": {"team": None, "gpus": [2]},
@@ -36,7 +37,7 @@ def kinds(steps: list[dict]) -> list[str]:
 
 
 def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report():
-    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT"), "kubernetes", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT"), "kubernetes", MEMBERS, HOST_SETTINGS)
     argv = [s["argv"] for s in steps if s["kind"] == "kubectl"]
     assert argv == [["kubectl", "cordon", "node-a"],
                     ["kubectl", "annotate", "nodes", "node-a", "gpuops.io/cordoned-by=gpuops-health", "--overwrite"],
@@ -51,7 +52,7 @@ def test_kubernetes_quarantine_cordons_taints_labels_and_collects_a_bug_report()
 
 
 def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_healthy():
-    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "kubernetes", MEMBERS, HOST_SETTINGS)
     assert kinds(steps) == ["cordon node-a", "annotate nodes", "mark_out", "drain node-a", "command", "reboot",
                             "validate", "back_if_healthy", "uncordon node-a", "annotate nodes", "clear_held"]
     drain = next(s["argv"] for s in steps if s["kind"] == "kubectl" and s["argv"][1] == "drain")
@@ -62,7 +63,8 @@ def test_kubernetes_reboot_cordons_drains_reboots_sweeps_then_uncordons_only_if_
 
 
 def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
-    steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "kubernetes", MEMBERS, {"timeout": 120})
+    hplan = plan_of(95, "RESET_GPU", gpu=2)
+    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS, {**HOST_SETTINGS, "timeout": 120})
     assert kinds(steps)[:7] == ["cordon node-a", "annotate nodes", "mark_out", "drain_gpu_pods", "gpu_idle", "command",
                                 "sweep"]
     assert steps[4] == {"kind": "gpu_idle", "gpu": "2", "argv": [
@@ -71,7 +73,7 @@ def test_kubernetes_reset_drains_the_gpu_pods_and_resets_only_an_idle_gpu():
 
 
 def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
-    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS, HOST_SETTINGS)
     assert kinds(steps) == ["stop_workspaces", "mark_out", "command", "reboot", "validate", "back_if_healthy",
                             "clear_held"]
     assert steps[0]["members"] == ["alice", "bob", "carol"]  # a reboot stops every workspace of the node
@@ -79,28 +81,28 @@ def test_compose_reboot_stops_the_workspaces_and_takes_the_gpu_out():
 
 
 def test_compose_reboot_left_to_the_operator_stops_after_taking_the_gpu_out():
-    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS, {"reboot": False})
+    steps = S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS, {**HOST_SETTINGS, "reboot": False})
     assert kinds(steps) == ["stop_workspaces", "mark_out", "reboot"]
     assert steps[-1]["enabled"] is False
 
 
 def test_compose_quarantine_stops_only_the_workspace_holding_the_gpu():
-    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT", gpu=2), "compose", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(61, "CONTACT_SUPPORT", gpu=2), "compose", MEMBERS, HOST_SETTINGS)
     assert kinds(steps) == ["stop_workspaces", "mark_out", "bug_report"]
     assert steps[0]["members"] == ["bob"]
 
 
 def test_restart_app_tells_the_owner_and_changes_nothing():
-    steps = S.host_steps("node-a", plan_of(13, "RESTART_APP", gpu=1), "compose", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(13, "RESTART_APP", gpu=1), "compose", MEMBERS, HOST_SETTINGS)
     assert kinds(steps) == ["notify"]
     assert "owner(s) alice" in steps[0]["message"]
-    assert S.host_steps("node-a", plan_of(43, "IGNORE"), "kubernetes", MEMBERS) == []
+    assert S.host_steps("node-a", plan_of(43, "IGNORE"), "kubernetes", MEMBERS, HOST_SETTINGS) == []
 
 
 def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
     hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {},
              "cordoned_by": "gpuops"}
-    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
+    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS, HOST_SETTINGS)
     assert [s.get("argv") for s in steps[3:]] == [
         ["kubectl", "taint", "nodes", "node-a", "gpuops.io/unhealthy:NoSchedule-"],
         ["kubectl", "label", "nodes", "node-a", "gpuops.io/health-"],
@@ -115,13 +117,13 @@ def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
 
 
 def test_a_reset_gpu_back_in_service_clears_only_the_gpus_it_reset():
-    steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "compose", MEMBERS)
+    steps = S.host_steps("node-a", plan_of(95, "RESET_GPU", gpu=2), "compose", MEMBERS, HOST_SETTINGS)
     assert kinds(steps)[-3:] == ["validate", "back_if_healthy", "clear_held"]
     assert steps[-1]["gpus"] == ["2"]
     assert steps[-1]["why"].startswith("back in service after a passed validation (reset_gpu: ")
     # a quarantine never goes back in this run (health_release later), a reboot left to the operator neither
-    for hplan, settings in ((plan_of(61, "CONTACT_SUPPORT", gpu=2), {}),
-                            (plan_of(79, "RESTART_BM"), {"reboot": False})):
+    for hplan, settings in ((plan_of(61, "CONTACT_SUPPORT", gpu=2), HOST_SETTINGS),
+                            (plan_of(79, "RESTART_BM"), {**HOST_SETTINGS, "reboot": False})):
         assert "clear_held" not in kinds(S.host_steps("node-a", hplan, "compose", MEMBERS, settings))
 
 
@@ -138,12 +140,12 @@ SWEPT = {"read_ok": True, "events": [], "findings": [], "gpus": [
 ])
 def test_clear_held_names_the_uuids_the_sweep_read(back, expected):
     previous = {"out_of_service": {gpu: {"event": "Xid 95", "pending": None} for gpu in back}}
-    steps = S.host_steps("node-a", H.host_plan(SWEPT, previous, release=True), "compose", {})
+    steps = S.host_steps("node-a", H.host_plan(SWEPT, previous, release=True), "compose", {}, HOST_SETTINGS)
     assert (steps[-1]["kind"], steps[-1]["gpus"], steps[-1]["uuids"]) == ("clear_held", back, expected)
 
 
 def test_a_whole_node_remedy_releases_all():
-    assert S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS)[-1]["uuids"] == ["all"]
+    assert S.host_steps("node-a", plan_of(79, "RESTART_BM"), "compose", MEMBERS, HOST_SETTINGS)[-1]["uuids"] == ["all"]
 
 
 CLEAR = {"kind": "clear_held", "gpus": ["0"], "why": "back in service after a passed validation (health_release)"}
@@ -181,7 +183,7 @@ def test_a_failed_clear_fails_the_step_but_the_gpus_stay_back_and_the_event_hand
     previous = {"out_of_service": {"0": {"event": "Xid 79", "pending": None}}, "cursor": "c1"}
     hplan = H.host_plan({"read_ok": True, "cursor": "c2", "events": [], "findings": [],
                          "gpus": [{"index": 0, "verdict": "healthy"}]}, previous, release=True)
-    steps = S.host_steps("node-a", hplan, "compose", {})
+    steps = S.host_steps("node-a", hplan, "compose", {}, HOST_SETTINGS)
     assert [s["kind"] for s in steps] == ["validate", "give_back", "clear_held"]
     done = [{**steps[0], "result": "ok"}, {**steps[1], "result": "ok"}, {**steps[2], "result": "failed"}]
     entry = S.next_state({"hosts": {"node-a": previous}}, "node-a", hplan, done, "c2", "t")["hosts"]["node-a"]
@@ -211,7 +213,7 @@ def test_gpu_pods_are_the_running_pods_on_the_node_that_ask_for_gpus():
 
 def test_next_state_records_the_gpu_out_and_moves_the_cursor():
     hplan = plan_of(79, "RESTART_BM")
-    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, {**HOST_SETTINGS, "reboot": False})
     done = [{**s, "result": "skipped" if s["kind"] == "reboot" else "ok"} for s in steps]
     state = S.next_state({}, "node-a", hplan, done, "c2", "2026-12-02T05:00:00Z")
     entry = state["hosts"]["node-a"]
@@ -229,7 +231,8 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
                                     "gpus": [{"index": 0, "verdict": "healthy"}]}}, released, 1)
     assert back["hosts"]["node-a"]["gpus_back"] == ["0"]
     assert entry["stopped"] == ["alice", "bob", "carol"]  # the reboot stopped every workspace of the node
-    give = [{**s, "result": "ok"} for s in S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS)]
+    steps = S.host_steps("node-a", back["hosts"]["node-a"], "compose", MEMBERS, HOST_SETTINGS)
+    give = [{**s, "result": "ok"} for s in steps]
     assert give[0] == {"kind": "validate", "gpus": ["0"], "bench": [], "result": "ok"}  # back: a validation run
     assert give[1]["members"] == ["alice", "bob", "carol"]  # every workspace it stopped starts again
     after = S.next_state(released, "node-a", back["hosts"]["node-a"], give, "c2", "t4")["hosts"]["node-a"]
@@ -239,7 +242,7 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
 
 def test_a_reboot_done_and_a_healthy_sweep_give_the_gpu_back_at_once():
     hplan = plan_of(79, "RESTART_BM")
-    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS)
+    steps = S.host_steps("node-a", hplan, "kubernetes", MEMBERS, HOST_SETTINGS)
     done = [{**s, "result": "healthy" if s["kind"] == "back_if_healthy" else "ok"} for s in steps]
     entry = S.next_state({}, "node-a", hplan, done, "c3", "t")["hosts"]["node-a"]
     assert entry["out_of_service"] == {}
@@ -349,7 +352,8 @@ def test_the_sweep_after_a_reset_says_whether_the_reboot_after_it_is_needed():
     """step.yml skips a step with only_if_unhealthy (the reboot after a reset) when the sweep step's result says
     healthy: the sweep step carries the GPUs taken out, and its result judges them (in check mode too: the sweep is
     read-only and runs)."""
-    steps = S.host_steps("node-a", {**plan_of(109, "RESET_GPU"), "gpus_out": {"0": {}}}, "compose", MEMBERS)
+    hplan = {**plan_of(109, "RESET_GPU"), "gpus_out": {"0": {}}}
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, HOST_SETTINGS)
     sweep = next(step for step in steps if step["kind"] == "sweep")
     assert [step["only_if_unhealthy"] for step in steps if "only_if_unhealthy" in step] == [sweep["gpus"]] * 2
     read = {"read_ok": True, "verdict": "degraded", "gpus": [{"index": 0, "verdict": "healthy"}]}
@@ -361,7 +365,8 @@ def test_the_sweep_after_a_reset_says_whether_the_reboot_after_it_is_needed():
 
 def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
     hplan = plan_of(79, "RESTART_BM")
-    done = [{**s, "result": "ok"} for s in S.host_steps("node-a", hplan, "compose", MEMBERS, {"reboot": False})]
+    steps = S.host_steps("node-a", hplan, "compose", MEMBERS, {**HOST_SETTINGS, "reboot": False})
+    done = [{**s, "result": "ok"} for s in steps]
     state = S.next_state({}, "node-a", hplan, done, "c2", "t1")
     again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
                                      "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)["hosts"]["node-a"]
