@@ -2,8 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """The NVIDIA GPU Operator's Helm values, built from a handful of variables (one document, no template branches).
 
-``plan(config)`` returns ``{"problems": [...], "values": {...}, "device_plugin_config": {...}, "node_labels": {...},
-"node_objects": [...]}``.
+``plan(config)`` returns ``{"problems": [...], "values": {...}, "device_plugin_config": {...}, ...}``.
 Every refusal names the variable, the value found and the fix; values are only meaningful when there are none.
 
 Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yaml at NVIDIA/gpu-operator@a22dbf6):
@@ -13,9 +12,10 @@ Decisions (sources: ../shared/data/rules.md sections 2-4, the chart's values.yam
   installs the driver, which then must be an exact version (never the chart's moving default) and must run
   ``gpuops_cuda_version`` (checked with cuda_compat).
 * GPU sharing (MPS, time-slicing or whole GPUs per pool; the rules: ``gpu_sharing``): one device-plugin config per
-  pool in one ConfigMap, which a node selects with the label ``nvidia.com/device-plugin.config=<pool>``, rendered
-  from the plan's ``gpuops_plan.gpu_sharing`` (``config["sharing"]``); a plan that lacks a pool or chose otherwise
-  than its settings now ask is refused as stale. ``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the
+  pool in one ConfigMap, rendered from the plan's ``gpuops_plan.gpu_sharing`` (``config["sharing"]``); a node
+  selects its pool's by the label ``nvidia.com/device-plugin.config=<pool>`` (``node_labels``, in the plan's node
+  registration, which kube_join applies). A plan that lacks a pool or chose otherwise than its settings now ask is
+  refused as stale. ``config["mps_context_reserve"]`` and ``["mps_min_usable"]``: the
   gpuops_mps_* variables, None for their defaults (the rule is ``plugin_utils/mps``).
 * MIG: only on pools that are neither NVLink-connected (MIG disables NVLink P2P; NCCL does not run on MIG) nor
   marked for multi-node training, and only on MIG-capable GPUs (Ampere data-center and newer, per NVIDIA's list).
@@ -274,17 +274,15 @@ def node_labels(pools: dict, nodes: list[dict]) -> dict[str, dict[str, str]]:
 
 
 def plan(config: dict) -> dict[str, Any]:
-    """Problems, values, device-plugin ConfigMap data and node labels for ``config``; ``config["sharing"]``: the
+    """Problems, values and device-plugin ConfigMap data for ``config``; ``config["sharing"]``: the
     plan's gpu_sharing part; ``config["enabled"]``: kube_addons_gpu_operator."""
     found = problems(config)
     pools = config.get("pools") or {}
-    nodes = config.get("nodes") or []
     if not found:
         sharing, found = _planned_sharing(pools, config.get("sharing"), bool(config.get("enabled", True)))
     if found:
-        return {"problems": found, "values": {}, "device_plugin_config": {}, "node_labels": {}, "node_objects": [],
-                "sharing": {}, "device_plugin_annotations": {}}
-    labels = node_labels(pools, nodes)
+        return {"problems": found, "values": {}, "device_plugin_config": {}, "sharing": {},
+                "device_plugin_annotations": {}}
     return {
         "problems": [],
         "sharing": {name: {key: entry.get(key) for key in gpu_sharing.SHARE_KEYS} for name, entry in sharing.items()},
@@ -293,8 +291,4 @@ def plan(config: dict) -> dict[str, Any]:
                                       for name, item in sharing.items()},
         "values": build_values(config),
         "device_plugin_config": device_plugin_config(sharing),
-        "node_labels": labels,
-        # server-side apply of these partial Nodes sets only our labels, owned by the field manager "gpuops"
-        "node_objects": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_set}}
-                         for name, node_set in sorted(labels.items())],
     }

@@ -49,7 +49,7 @@ def pod_specs(obj: dict) -> list[dict]:
 def test_every_addon_rendered(rendered_objects):
     kinds = {(path.split("/")[0], obj["kind"]) for path, obj in rendered_objects}
     for expected in [
-        ("gpu_operator", "ConfigMap"), ("gpu_operator", "Node"),
+        ("gpu_operator", "ConfigMap"), ("kube_join", "Node"),
         ("kube_tenancy", "ResourceQuota"), ("kube_tenancy", "LimitRange"), ("kube_tenancy", "NetworkPolicy"),
         ("kube_tenancy", "RoleBinding"), ("kube_tenancy", "PersistentVolumeClaim"),
         ("local_pv", "StorageClass"), ("local_pv", "DaemonSet"),
@@ -284,10 +284,13 @@ def test_mps_sharing_and_node_labels(rendered_objects):
         "gpu_operator_gpu_memory_mib"]
     note = config["metadata"]["annotations"]["gpuops.io/sharing.inference"]
     assert note.startswith(f"MPS: {wanted} replicas per GPU, each limited to {memory // wanted} MiB"), note
-    nodes = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objects if o["kind"] == "Node"}
+    # each GPU node selects its pool's config by the label kube_join applies with the node's others (one applier)
+    assert not [o for o in objects if o["kind"] == "Node"], "gpu_operator applies no Node: kube_join labels them"
+    nodes = {o["metadata"]["name"]: o["metadata"]["labels"]["nvidia.com/device-plugin.config"]
+             for o in addon_objects(rendered_objects, "kube_join") if o["kind"] == "Node"}
     hosts = yaml.safe_load((REPO_ROOT / "inventories/cluster/hosts.yml").read_text(encoding="utf-8"))
     gpu_nodes = hosts["all"]["children"]["k8s_cluster"]["children"]["gpu_nodes"]["hosts"]
-    assert nodes == {name: {"nvidia.com/device-plugin.config": h["gpuops_pool"]} for name, h in gpu_nodes.items()}
+    assert nodes == {name: h["gpuops_pool"] for name, h in gpu_nodes.items()}
 
 
 DEVICE_PLUGIN_CONFIG = "gpu_operator/configmap-gpuops-device-plugin-config.yaml"

@@ -100,7 +100,7 @@ def test_time_slicing_per_pool() -> None:
     assert inference["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert inference["sharing"]["timeSlicing"]["failRequestsGreaterThanOne"] is True
     assert "sharing" not in yaml.safe_load(data["training"]), "training gets whole GPUs"
-    assert result["node_labels"] == {
+    assert go.node_labels(config()["pools"], config()["nodes"]) == {
         "gpu-t1": {"nvidia.com/device-plugin.config": "training"},
         "gpu-i1": {"nvidia.com/device-plugin.config": "inference"},
     }
@@ -122,7 +122,7 @@ def test_mig_allowed_on_pcie_inference_pool() -> None:
     assert result["problems"] == []
     assert result["values"]["mig"]["strategy"] == "single"
     assert result["values"]["migManager"]["enabled"] is True
-    assert result["node_labels"]["gpu-i1"] == {
+    assert go.node_labels(pools, config()["nodes"])["gpu-i1"] == {
         "nvidia.com/device-plugin.config": "inference", "nvidia.com/mig.config": "all-1g.6gb"}
     assert yaml.safe_load(result["device_plugin_config"]["inference"])["flags"]["migStrategy"] == "single"
 
