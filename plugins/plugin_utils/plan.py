@@ -5,10 +5,10 @@
 Pure functions, no Ansible imports. ``build_plan()`` is called by the action ``preflight_fleet`` with what preflight
 judged; ``inventory_plan()`` builds the same shape from the inventory alone, for a run without a preflight on record
 (``playbooks/tasks/plan.yml``: render, a platform play run alone). The shape is ``SCHEMA`` (JSON Schema), from which
-``docs/plan.md`` is generated (``scripts/gen-role-docs``); ``SCHEMA_VERSION`` changes whenever a key changes meaning.
-A key added without changing another's meaning keeps the version; it is then optional in SCHEMA (a plan.json written
-before it lacks it) and readers take its absence as "not planned". Each part comes from the function the roles call
-themselves (three hops: inventory variable -> this module -> the function); docs/plan.md names them.
+``docs/plan.md`` is generated (``scripts/gen-role-docs``); ``SCHEMA_VERSION`` changes whenever a key is added or
+changes meaning, and ``playbooks/tasks/plan.yml`` refuses a plan of another version, so a reader never meets a
+plan.json written before a key it reads. Each part comes from the function the roles call themselves (three hops:
+inventory variable -> this module -> the function); docs/plan.md names them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     size_workspaces,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
 
 _NULL_STR = {"type": ["string", "null"]}
@@ -151,9 +151,10 @@ SCHEMA: dict[str, Any] = {
     "by every play, role and day-2 playbook. Written as plan.json in the run's report folder and as the last plan "
     "in the report folder itself (reports/plan.json), which day-2 playbooks read.",
     "type": "object",
-    "required": ["schema_version", "source", "platform", "team", "pins", "hosts"],
+    "required": ["schema_version", "source", "platform", "team", "pins", "pools", "gpu_sharing", "nodes", "hosts"],
     "properties": {
-        "schema_version": {"const": SCHEMA_VERSION, "description": "Changes whenever a key changes meaning."},
+        "schema_version": {"const": SCHEMA_VERSION, "description": "Changes whenever a key is added or changes "
+                           "meaning; playbooks/tasks/plan.yml refuses a plan of another."},
         "source": {
             "enum": ["preflight", "inventory"],
             "description": "preflight: made from the facts preflight gathered in one call per host. inventory: made "
@@ -275,7 +276,7 @@ SCHEMA: dict[str, Any] = {
         },
         "nodes": {
             "type": "object",
-            "required": ["gpu", "control_planes", "workers"],
+            "required": ["gpu", "control_planes", "workers", "registration"],
             "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
             "(grow reads them on compose). gpu_operator, kube_tenancy, training_stack and grow's plan read their GPU "
             "nodes here.",
@@ -325,7 +326,8 @@ SCHEMA: dict[str, Any] = {
             "description": "The per-host part, by inventory name (gpu_nodes hosts that preflight judged).",
             "additionalProperties": {
                 "type": "object",
-                "required": ["gpu_count", "topology", "packages", "pool", "kubelet_policy", "nccl"],
+                "required": ["gpu_count", "topology", "packages", "pool", "kubelet_policy", "nccl", "node",
+                             "workspaces", "health_sweep"],
                 "properties": {
                     "ok": {"type": ["boolean", "null"], "description": "preflight's verdict on this host."},
                     "gpu_count": {**_NULL_INT, "description": "GPUs found (null: not read)."},

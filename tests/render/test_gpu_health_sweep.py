@@ -33,6 +33,7 @@ if str(REPO_ROOT / "collections") not in sys.path:
 if str(REPO_ROOT / "tests" / "unit") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "tests" / "unit"))
 from ansible_collections.gpuops.cluster.plugins.lookup.shipped_script import LookupModule as ShippedScript
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.images import is_pinned
 from kernel_log_samples import DEVELOPMENT
 
@@ -256,20 +257,20 @@ def test_a_mixed_cluster_gives_each_gpu_node_one_sweep(tmp_path):
     assert nodes["gpu-train-02"]["metadata"]["labels"]["nvidia.com/gpu"] == "true"
 
 
-def test_a_plan_whose_daemonset_node_lacks_the_label_is_refused(rendered, tmp_path):
-    """A plan that gives a node the DaemonSet but registers it without gpuops.io/gpu-health-sweep (a plan.json an
-    older preflight wrote) would leave that node with no sweep: kube_monitoring's render refuses it, naming the
-    selector and the fix, and writes no sweep object."""
+def test_a_plan_an_older_preflight_wrote_is_refused_before_any_role(rendered, tmp_path):
+    """A plan.json from before the sweep label (a node given the DaemonSet registers without
+    gpuops.io/gpu-health-sweep, so it would have no sweep) is of an older schema_version: playbooks/tasks/plan.yml
+    refuses it before any role renders, naming both versions and the fix, and no sweep object is written."""
     stale = json.loads((rendered / "plan.json").read_text(encoding="utf-8"))
     assert stale["hosts"]["gpu-train-01"]["health_sweep"]["form"] == "daemonset"
     del stale["hosts"]["gpu-train-01"]["node"]["labels"]["gpuops.io/gpu-health-sweep"]
+    stale["schema_version"] = plan.SCHEMA_VERSION - 1
     (tmp_path / "plan.json").write_text(json.dumps({"gpuops_plan": stale}), encoding="utf-8")
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"@{tmp_path / 'plan.json'}")
     assert result.returncode != 0
-    assert ('the GPU health sweep DaemonSet runs on the nodes labelled {"gpuops.io/gpu-health-sweep": "daemonset"}, '
-            "but of the 3 GPU node(s) the plan (inventory) gave the form daemonset, not every one") in result.stdout
-    assert "Fix: plan again" in result.stdout
+    assert (f"has schema_version {plan.SCHEMA_VERSION - 1}; this collection reads schema_version "
+            f"{plan.SCHEMA_VERSION}. Nothing was changed. Fix: run playbooks/preflight.yml") in result.stdout
     assert _sweep_objects(load_objects(out)) == []
 
 

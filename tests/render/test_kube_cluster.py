@@ -178,7 +178,7 @@ def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
     reports.mkdir(parents=True)
     (reports / "gpu-train-02.json").write_text(json.dumps({"topology": _topology("gpu-train-01")}))
     plan = {"gpuops_plan": {
-        "schema_version": 1, "source": "preflight", **_planned_team_and_pins(),
+        "schema_version": plan_py.SCHEMA_VERSION, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
         "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training"}},
         "nodes": {**_planned_nodes(), "registration": {}}}}
@@ -209,7 +209,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
                        "kubelet_policy": planned, "node": kube_plan.node_registration(planned, pool)}
     plan = {"gpuops_plan": {
-        "schema_version": 1, "source": "preflight", **_planned_team_and_pins(),
+        "schema_version": plan_py.SCHEMA_VERSION, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
         "hosts": hosts,
         "pools": {"training": {"hosts": ["gpu-train-01", "gpu-train-02"],

@@ -11,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
 from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +49,11 @@ PLAYBOOK = [_on_gpu_nodes("Resolve the plan as a play run on its own does", [
 ])]
 
 
-def _report_dir(root: Path, planned: str) -> Path:
+def _report_dir(root: Path, planned: str, version: int = SCHEMA_VERSION) -> Path:
     folder = root / planned
     folder.mkdir()
-    plan = {"source": "preflight", "platform": {"name": "compose", "reason": "recorded"}, "hosts": {planned: {}}}
+    plan = {"schema_version": version, "source": "preflight", "platform": {"name": "compose", "reason": "recorded"},
+            "hosts": {planned: {}}}
     (folder / "plan.json").write_text(json.dumps(plan))
     return folder
 
@@ -88,6 +90,23 @@ def test_the_last_plan_is_taken_only_for_its_own_site(tmp_path: Path) -> None:
     assert said["node-a"] == "preflight node-a", "plan.json plans node-a, one of this site's gpu_nodes: taken"
     assert said["node-b"].startswith("inventory "), "plan.json plans only another site's host: not taken"
     assert said["node-b"] == "inventory node-a,node-b"
+
+
+def test_a_plan_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    """A plan.json an older preflight wrote (another schema_version) may lack keys the roles read or mean other things
+    by them: refused once, before any role reads it, naming the file, both versions and the fix - not piecemeal by
+    each reader (kube_monitoring's refusal of a plan whose nodes lack the sweep label was one)."""
+    ours = _report_dir(tmp_path, "node-a", version=SCHEMA_VERSION - 1)
+    run, plays = _play(tmp_path, _inventory({"node-a": {"gpuops_report_dir": str(ours)}}, gpuops_platform="compose"),
+                       PLAYBOOK)
+    assert run.returncode != 0
+    ((_host, refused),) = _results(plays, "Plan | the plan is of this collection's schema")
+    assert refused.get("failed") is True
+    assert f"{ours}/plan.json" in refused["msg"]
+    assert f"has schema_version {SCHEMA_VERSION - 1}; this collection reads schema_version {SCHEMA_VERSION}" in (
+        refused["msg"])
+    assert "Nothing was changed. Fix: run playbooks/preflight.yml" in refused["msg"]
+    assert not _results(plays, WHERE), "a role would have read the stale plan"
 
 
 CHECK = "gpuops.cluster._gpuops_vars : Known names, exact types, choices, forms; no retired variable; a usable team"
@@ -169,8 +188,8 @@ def test_the_gpu_facts_are_read_where_those_held_lack_what_the_plan_reads(tmp_pa
     }
     inventory = _inventory({name: {**variables, "gpuops_report_dir": str(tmp_path)}
                             for name, variables in hosts.items()}, gpuops_platform="compose")
-    planned = {"source": "preflight", "platform": {"name": "compose", "reason": "decided"},
-               "hosts": {"planned-by-preflight": {}}}
+    planned = {"schema_version": SCHEMA_VERSION, "source": "preflight",
+               "platform": {"name": "compose", "reason": "decided"}, "hosts": {"planned-by-preflight": {}}}
     left_behind = _on_gpu_nodes("A platform play run on its own, after other tasks left GPU facts behind", [
         {"name": PCI_READ, "gpuops.cluster.gpu_facts": {"backend": "pci", "_sysfs_root": str(sysfs)},
          "when": "test_left == 'pci'"},

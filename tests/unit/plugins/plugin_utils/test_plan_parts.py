@@ -453,14 +453,18 @@ def test_topology_without_cpu_affinity_takes_the_gpu_facts(tmp_path):
     assert _one_member_workspaces(facts)["members"] == {"alice": ALICE_ON_H200}
 
 
-def test_a_plan_written_before_these_parts_still_validates():
-    """The parts are additions (SCHEMA_VERSION stays 1): a plan.json without them is still a v1 plan."""
-    built = _cluster_plan(_inventory("cluster"))
-    del built["pools"]
-    del built["pins"]["container_toolkit"]
-    del built["pins"]["images"]
-    for part in built["hosts"].values():
-        for key in ("node", "workspaces"):
-            del part[key]
-        del part["packages"]["container_toolkit"]
-    assert _valid(built)["schema_version"] == 1
+def test_a_plan_written_before_these_parts_is_not_a_plan_of_this_version():
+    """A key is added with a new SCHEMA_VERSION (playbooks/tasks/plan.yml refuses a plan of another), so the parts
+    the roles read are required: a plan.json without one of them does not validate."""
+    built = _valid(_cluster_plan(_inventory("cluster")))
+    host = next(iter(built["hosts"]))
+    for path in (("pools",), ("gpu_sharing",), ("nodes", "registration"), ("hosts", host, "node"),
+                 ("hosts", host, "workspaces"), ("hosts", host, "health_sweep")):
+        stale = json.loads(json.dumps(built))
+        *parent, key = path
+        node = stale
+        for step in parent:
+            node = node[step]
+        del node[key]
+        with pytest.raises(jsonschema.ValidationError, match=f"'{key}' is a required property"):
+            _valid(stale)
