@@ -219,3 +219,15 @@ def test_the_sweep_script_writes_the_record_from_a_copy_of_the_shipped_files(tmp
     assert set(swept("")) <= set(record["result"])  # gpu_health's own keys, as the module returns them
     clock = record["time"] + 1
     assert "could not read the GPUs' state" in H.sweep_record(host_read(record, clock), SETTINGS)["why"]
+
+
+def test_health_reads_the_result_where_both_sweep_forms_write_it():
+    """health's _health_sweep_result is result.json beside the state file of gpu_health's timer, which
+    kube_monitoring's DaemonSet keeps too (no variable moves any of them)."""
+    def role_vars(role: str) -> dict:
+        return yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text(encoding="utf-8"))
+
+    timer = str(Path(role_vars("gpu_health")["_gpu_health_sweep_state"]).parent)
+    assert role_vars("kube_monitoring")["_kube_monitoring_gpu_health_sweep_state_dir"] == timer
+    assert role_vars("health")["_health_sweep_result"] == f"{timer}/{gpu_health_result.RESULT_NAME}"
+    assert SETTINGS["path"] == role_vars("health")["_health_sweep_result"]
