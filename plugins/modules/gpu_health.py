@@ -331,18 +331,8 @@ ARGUMENT_SPEC = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.run_command_environ_update = {"LC_ALL": "C"}
-    params = module.params
     try:
-        result = sweep(
-            module.run_command,
-            module.get_bin_path,
-            kernel_log_text=params["kernel_log_text"],
-            since_cursor=params["since_cursor"],
-            expected_gpus=params["expected_gpus"],
-            dcgm_level=params["dcgm_level"],
-            backend=params["backend"],
-            state_text=params["state_text"],
-        )
+        result = sweep(module.run_command, module.get_bin_path, **module.params)  # the options are sweep's keywords
     except GpuFactsError as err:
         module.fail_json(msg=str(err))
     for warning in result.pop("warnings"):
