@@ -1,6 +1,7 @@
 """The one writer of bench/results.json and the ``generator`` fields of its entries (bench/README.md,
 docs/performance.md); ``timed``, the one runner of a measured command; the stamp every recorded figure carries
-(``commit``, ``utc``, ``load1``), also scripts/test_summary.py's and scripts/gpu_check.py's."""
+(``commit``, ``utc``, ``load1``), also in ``run_stamp``, that of scripts/test_summary.py's and scripts/gpu_check.py's
+records."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results.json"
 LOAD_LIMIT_PER_CORE = 1.5
+RECORD_FORMAT = 1  # of a recorded test run and gpu-check report (run_stamp); bench/figures.py keeps only this one
 GENERATOR_FIELDS = (
     "script",
     "command",
@@ -72,6 +74,14 @@ def command(argv: list[str] | None = None) -> str:
     """The command as run: the script relative to the repository, its arguments."""
     argv = sys.argv if argv is None else argv
     return shlex.join(["python", str(shown(Path(argv[0]).resolve())), *argv[1:]])
+
+
+def run_stamp(command: str, started: float, ended: float, load_start: float | None) -> dict:
+    """A test run's or gpu-check's record begins so: its format, command, commit, cores, UTC start and end, whole
+    seconds, the 1-minute load at the start (taken by the caller) and now."""
+    return {"format": RECORD_FORMAT, "command": command, "commit": commit(), "cores": os.cpu_count(),
+            "started": utc(started), "ended": utc(ended), "seconds": round(ended - started),
+            "load_start": load_start, "load_end": load1()}
 
 
 def load_limit(cores: int) -> float:

@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-from _meta import REPO, RESULTS, load_limit, over_load, shown
+from _meta import RECORD_FORMAT, REPO, RESULTS, load_limit, over_load, shown
 
 sys.path.insert(0, str(REPO / "scripts"))
 from test_summary import skip_groups  # the closing lines' grouping of a run's skips, quoted here
@@ -370,9 +370,9 @@ def _refusal(kind: str, run: dict | None) -> str | None:
         return f"does not exist. Fix: run `make {kind}` first"
     fields, command = (SUMMARY_FIELDS, "all") if kind == "test" else (GPU_CHECK_FIELDS, "make gpu-check")
     missing = [field for field in fields if field not in run]
-    if missing or run["format"] != 1:
-        return (f"is not a format-1 `make {kind}` record (missing {missing}, format {run.get('format')!r}). "
-                f"Fix: rerun `make {kind}` with this checkout")
+    if missing or run["format"] != RECORD_FORMAT:
+        return (f"is not a format-{RECORD_FORMAT} `make {kind}` record (missing {missing}, format "
+                f"{run.get('format')!r}). Fix: rerun `make {kind}` with this checkout")
     if run["command"] != command:
         return f"records command {run['command']!r}, not {command!r}: only a full `make {kind}` is kept. Fix: run it"
     if not run["commit"]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,12 +20,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench"), str(REPO / "tests")]
-from _meta import commit, load1, utc  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
+from _meta import load1, run_stamp  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
 from ansible_env import playbook_env  # noqa: E402 -- the tests' and benches' ansible environment, tests/ansible_env.py
 from figures import gpu_check_block  # noqa: E402 -- the one rendering of a report, bench/figures.py
 from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
 
-FORMAT = 1
 VENV = REPO / ".venv"
 OUT = REPO / "build" / "gpu-check"
 HOST_KEYS = ("gpu_model", "gpu_count", "driver_version", "cuda_version", "nvml_version", "source", "no_gpu", "no_nvml")
@@ -77,24 +75,14 @@ def verdict(host: dict, steps: list) -> tuple[bool, str]:
     return True, "every step passed"
 
 
-def build_report(
-    host: dict, steps: list, started: float, ended: float, sha: str | None, load_start: float | None = None
-) -> dict:
+def build_report(host: dict, steps: list, started: float, ended: float, load_start: float | None = None) -> dict:
     passed, why = verdict(host, steps)
     skips = [
         {"step": step["name"], "test": None, "reason": step["detail"]} for step in steps if step["status"] == SKIPPED
     ]
     skips += [{"step": step["name"], **skip} for step in steps for skip in step["skips"]]
     return {
-        "format": FORMAT,
-        "command": "make gpu-check",
-        "commit": sha,
-        "cores": os.cpu_count(),
-        "load_start": load_start,
-        "load_end": load1(),
-        "started": utc(started),
-        "ended": utc(ended),
-        "seconds": round(ended - started, 1),
+        **run_stamp("make gpu-check", started, ended, load_start),
         "host": {key: host.get(key) for key in HOST_KEYS},
         "passed": passed,
         "why": why,
@@ -270,7 +258,7 @@ def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict
     else:
         probe, host = probe_step(out, env)
         steps += [probe, tests_step(out, env)]
-    return build_report(host, steps, started, time.time(), commit(), load_start)
+    return build_report(host, steps, started, time.time(), load_start)
 
 
 def probe_host() -> dict:

@@ -26,9 +26,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from _meta import commit, load1, utc  # the one stamp of a recorded figure, bench/_meta.py
+from _meta import run_stamp  # the one stamp of a recorded figure, bench/_meta.py
 
-FORMAT = 1
 RESULTS = Path("build") / "results"
 
 
@@ -175,21 +174,13 @@ def summary(args: argparse.Namespace) -> dict:
             stages[name] = unfinished(name)
     ended = time.time()
     return {
-        "format": FORMAT,
-        "command": args.command,
-        "commit": commit(),
+        **run_stamp(args.command, args.started, ended, args.load_start),
         "ci": is_ci(),
-        "cores": os.cpu_count(),
-        "started": utc(args.started),
-        "ended": utc(ended),
-        "seconds": round(ended - args.started),
         # Set by the Makefile when make began (before its set-up): the wall time including the set-up (venv,
         # images, host packages) and what the set-up found (cold / partial / warm); null when run without make.
         "make_seconds": round(ended - int(os.environ["GPUOPS_MAKE_STARTED"]))
         if os.environ.get("GPUOPS_MAKE_STARTED", "").isdigit() else None,
         "setup_found": os.environ.get("GPUOPS_MAKE_FOUND") or None,
-        "load_start": args.load_start,
-        "load_end": load1(),
         "cpu": cpu_use(args.cpu_start, cpu_line()),
         "speed_probe": {"workload": PROBE_WORKLOAD, "start": _probe_arg(args.probe_start), "end": probe()},
         "lanes": [lane.split(",") for lane in args.lane],
