@@ -167,4 +167,3 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"gpuops-run: ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
