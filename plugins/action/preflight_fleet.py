@@ -134,21 +134,11 @@ class ActionModule(ActionBase):
             for host, record in records.items()
             if not record["result"]["ok"]
         ]
-        failed = sorted({name for r in records.values() for name in r["result"]["failed_checks"]})
         result.update(
             changed=False,
             summary="\n".join(summary),
-            report_dir=run_dir,
             plan=plan,
             plan_files=plan_files,
-            fleet={k: fleet.get(k) for k in ("ok", "platform", "source", "reason", "gpu_count")},
-            ansible_facts={
-                "preflight_result": {
-                    "ok": not refused,
-                    "failed": failed,
-                    "platform": {k: fleet.get(k) for k in ("platform", "source", "reason")},
-                },
-            },
         )
         if warnings:
             result["warnings"] = warnings

@@ -20,9 +20,8 @@ description:
   - Writes C(<report_dir>/<UTC run id>/<host>.json) and C(<host>.md) for every host, and C(fleet.json), once.
   - Fails, naming every refused host and its failed checks, when any check failed on any host.
   - Returns the plan (C(gpuops_plan), documented in docs/plan.md), which the preflight role sets on every host of the
-    play, and writes it as C(plan.json) in the run's report folder and in O(report_dir) itself (the last plan).
-  - Sets C(preflight_result) as a fact on every host of the play; this run's report folder is the plan's
-    C(report_dir).
+    play, and writes it as C(plan.json) in the run's report folder and in O(report_dir) itself (the last plan). The
+    plan holds the fleet's platform decision (C(platform)) and this run's report folder (C(report_dir)).
 options:
   report_dir:
     description: Controller directory for the reports; each run writes a timestamped subdirectory.
@@ -65,21 +64,6 @@ summary:
   description: Every host's platform, GPUs and checks, one line each, with its report's path.
   returned: always
   type: str
-report_dir:
-  description: This run's report directory.
-  returned: always
-  type: str
-  sample: /srv/gpuops/reports/20261201T070000Z
-fleet:
-  description: The fleet's platform decision.
-  returned: always
-  type: dict
-  sample:
-    ok: true
-    platform: kubernetes
-    source: auto
-    gpu_count: 24
-    reason: "a team of 4 with 24 GPUs is large (...): Kubernetes (GPUs: the sum of the GPUs detected on 3 gpu_nodes)"
 plan:
   description: The plan of this run, C(gpuops_plan); its keys are documented in docs/plan.md.
   returned: always

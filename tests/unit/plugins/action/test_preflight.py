@@ -234,11 +234,12 @@ def test_no_pin_judges_the_running_driver() -> None:
     assert result["preflight"]["driver_judged"] == {"version": "580.159.04", "source": "running"}
 
 
-def test_the_fleet_facts_shadow_no_role_variable() -> None:
+def test_the_fleet_sets_no_fact() -> None:
     """A fact outranks a role default: a fact named like a preflight_* variable (preflight_report_dir, once) made the
-    next run, with the fact cache on, take the last run's folder as its report folder."""
+    next run, with the fact cache on, take the last run's folder as its report folder. The fleet action sets none:
+    what it decided is the plan (gpuops_plan: platform, report_dir), which the role sets with set_fact (not cached);
+    preflight_run_dir and preflight_result, which repeated it, are retired."""
     source = (ROLE.parents[1] / "plugins" / "action" / "preflight_fleet.py").read_text()
-    facts = source.split('ansible_facts={', 1)[1].split("},\n        )", 1)[0]
-    assert '"preflight_result"' in facts
-    assert "preflight_run_dir" not in source  # retired: the run's report folder is the plan's report_dir
-    assert "preflight_result" not in spec_options(str(ROLE_SPEC))
+    assert "ansible_facts=" not in source
+    assert "preflight_run_dir" not in source
+    assert "preflight_result" not in source
