@@ -104,7 +104,7 @@ def main() -> None:
     changed = [r["second_recap"]["changed"] for r in rounds]
     loads = tuple(load for r in rounds for load in r["load_1min_at_start"].values())
     # The round whose ratio is the median (the lower middle one for an even count) stands for the run in the
-    # figures' recaps; every round's recap is kept under "rounds".
+    # figures' recaps; every round's recap is kept under "each_round".
     middle = sorted(rounds, key=lambda r: r["second_over_first"])[(len(rounds) - 1) // 2]
     entry = {
         "generator": generator(start, "bench/converge.py", TARGETS_GPU, loads),
@@ -114,7 +114,6 @@ def main() -> None:
         "second_over_first": round(ratio, 3),
         "first_recap": middle["first_recap"],
         "second_recap": {**middle["second_recap"], "changed": max(changed)},
-        "second_changed_per_round": changed,
         "second_slowest_tasks": median_slowest(tasks),
         "load_1min_at_start": middle["load_1min_at_start"],
         "each_round": rounds,
