@@ -292,7 +292,7 @@ def test_converge_rounds_are_shown_each_with_the_median_and_the_largest_changed(
     rounds = [one(80.0, 16.0, 0, (1.0, 1.5)), one(90.0, 15.3, 0, (1.1, 1.6)), one(85.0, 17.0, 2, (1.2, 1.7))]
     entry = {"generator": gen, "rounds": 3, "first_seconds": 85.0, "second_seconds": 16.0, "second_over_first": 0.2,
              "first_recap": rounds[0]["first_recap"], "second_recap": {**rounds[0]["second_recap"], "changed": 2},
-             "second_changed_per_round": [0, 0, 2], "second_slowest_tasks": [["a task", 1.25]],
+             "second_slowest_tasks": [["a task", 1.25]],
              "load_1min_at_start": rounds[0]["load_1min_at_start"], "each_round": rounds}
     text = "\n".join(figures.converge_block(entry))
     assert "The median of 3 rounds" in text
