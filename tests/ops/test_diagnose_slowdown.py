@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer, slowdown_queries
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
 from ansible_env import playbook_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +183,7 @@ def prometheus(tmp_path_factory):
 
 def plan(platform: str) -> dict:
     nv18 = {"gpus": [{"index": i, "nvlink_peers": {str(p): 18 for p in range(8) if p != i}} for i in range(8)]}
-    return {"source": "test", "platform": {"name": platform, "reason": "test"},
+    return {"schema_version": SCHEMA_VERSION, "source": "test", "platform": {"name": platform, "reason": "test"},
             "team": {"members": {"alice": {"team": "vision", "gpus": [0, 1]}, "bob": {"team": "nlp", "gpus": [2]}},
                      "namespaces": {"vision": "team-vision", "nlp": "team-nlp"}},
             "hosts": {"localhost": {"topology": nv18}}}
