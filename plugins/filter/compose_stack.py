@@ -4,13 +4,16 @@
 
 * ``ref | gpuops.cluster.mirror_image(mirror)``: rewrite an image reference to a registry mirror;
 * ``ref | gpuops.cluster.image_pinned``: true when a tag other than latest, or a digest, is given;
-* ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests).
+* ``rules | gpuops.cluster.cap_rule_for(maximum)``: shorten alert ``for:`` durations (tests);
+* ``{name: value} | gpuops.cluster.weak_secrets``: the one password rule of both platforms' inputs passes.
 
-Thin: the logic lives in plugins/plugin_utils/{images,alert_rules}.py (controller-only); documentation
-in the .yml files next to this one.
+Thin: the image and alert logic lives in plugins/plugin_utils/{images,alert_rules}.py (controller-only);
+documentation in the .yml files next to this one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
@@ -40,6 +43,28 @@ def cap_rule_for(rules: object, maximum: object = "") -> dict:
         raise AnsibleFilterError(f"cap_rule_for: {exc}") from exc
 
 
+# The well-known defaults of MIN_LENGTH characters or more (shorter ones are refused for their length).
+KNOWN_DEFAULTS = frozenset({"password1234"})
+MIN_LENGTH = 12
+NOT_TEXT = ((bool, "bool"), (int, "int"), (float, "float"), (Mapping, "dict"), (list, "list"))
+
+
+def weak_secrets(secrets: object) -> list:
+    problems = []
+    for name, value in dict(secrets or {}).items():
+        kind = "NoneType" if value is None else next((kind for cls, kind in NOT_TEXT if isinstance(value, cls)), "")
+        if kind:
+            why = f"of type {kind}, not a string"
+        elif len(str(value)) < MIN_LENGTH:
+            why = f"{len(str(value))} characters long"
+        elif str(value).lower() in KNOWN_DEFAULTS:
+            why = "a well-known default"
+        else:
+            continue
+        problems.append(f"{name} is {why} (the value is not shown)")
+    return problems
+
+
 class FilterModule:
     """gpuops.cluster compose stack filters."""
 
@@ -48,4 +73,5 @@ class FilterModule:
             "mirror_image": mirror_image,
             "image_pinned": image_pinned,
             "cap_rule_for": cap_rule_for,
+            "weak_secrets": weak_secrets,
         }
