@@ -149,7 +149,6 @@ def objects(nodes: list[dict], pairs: list[list[str]], config: dict) -> list[dic
 # The host's own tools (issue 38): nccl-tests (MPI=0, the single-node run) and nvbandwidth, built from their pinned
 # source releases where the host lacks them, into <tools_dir>/<tool>-<version>-cuda<X.Y>[-nccl<X.Y.Z>]-sm<archs>/,
 # whose stamp file makes a later burn-in use the build instead of building again.
-_VERSION_IN_URL = re.compile(r"v?([0-9]+(?:[.][0-9]+)+)[.](?:tar[.]gz|tgz|tar|zip)$")
 _WHEEL_VERSION = re.compile(r"-([0-9]+(?:[.][0-9]+)+)-py3")
 STAMP = ".gpuops-built"
 
@@ -161,14 +160,6 @@ def _probe(text: str) -> dict[str, str]:
 def _version(url: str, pattern: re.Pattern) -> str:
     found = pattern.search(str(url).rsplit("/", 1)[-1])
     return found.group(1) if found else "unknown"
-
-
-def _pin(config: dict, tool: str, version: str) -> dict:
-    """The pinned release ({tag, commit, tar_sha256}: config's source_pins) that a source fetched without a checksum
-    is checked against before it is unpacked; {} where the source has a checksum or the release is not pinned."""
-    if config.get(f"burnin_{tool.replace('-', '_')}_checksum"):
-        return {}
-    return dict(((config.get("source_pins") or {}).get(tool) or {}).get(version) or {})
 
 
 def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
@@ -217,15 +208,13 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
             "false to burn in without them (their checks are then UNKNOWN)")
         return out
     if "nvbandwidth" in needs:
-        version = _version(config["burnin_nvbandwidth_url"], _VERSION_IN_URL)
-        folder = f"{tools_dir}/nvbandwidth-{version}-cuda{release}-{sm}"
+        # The release as roles/burnin/vars (_burnin_sources) gives it: tool, version, url, checksum, pin.
+        source = dict(config["sources"]["nvbandwidth"])
+        folder = f"{tools_dir}/nvbandwidth-{source['version']}-cuda{release}-{sm}"
         out["nvbandwidth"] = f"{folder}/build/nvbandwidth"
         out["build"].append({
-            "tool": "nvbandwidth", "version": version, "dir": folder, "archive": f"{folder}.tar.gz",
-            "stamp": f"{folder}/{STAMP}",
-            "binary": out["nvbandwidth"], "url": str(config["burnin_nvbandwidth_url"]),
-            "checksum": str(config.get("burnin_nvbandwidth_checksum") or ""),
-            "pin": _pin(config, "nvbandwidth", version),
+            **source, "dir": folder, "archive": f"{folder}.tar.gz", "stamp": f"{folder}/{STAMP}",
+            "binary": out["nvbandwidth"],
             "argv": [["cmake", "-S", folder, "-B", f"{folder}/build", f"-DCMAKE_CUDA_COMPILER={cuda}/bin/nvcc",
                       f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"],
                      ["make", "-C", f"{folder}/build", "-j"]]})

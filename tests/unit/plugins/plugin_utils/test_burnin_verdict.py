@@ -104,8 +104,9 @@ CONFIG = {"burnin_tools_build": True, "burnin_tools_dir": "/var/cache/gpuops/bur
           "nccl_tests": {"tool": "nccl-tests", "version": "2.19.6",
                          "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz",
                          "checksum": "", "archive": "/var/cache/gpuops/burnin/nccl-tests-2.19.6.tar.gz", "pin": {}},
-          "burnin_nvbandwidth_url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz",
-          "burnin_nvbandwidth_checksum": "", "burnin_nccl_wheel_url": "", "burnin_nccl_wheel_checksum": "",
+          "sources": {"nvbandwidth": {"tool": "nvbandwidth", "version": "0.8", "checksum": "", "pin": {},
+                                      "url": "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v0.8.tar.gz"}},
+          "burnin_nccl_wheel_url": "", "burnin_nccl_wheel_checksum": "",
           "nccl_wheels": {"x86_64": {"url": "https://pypi.example/nvidia_nccl_cu13-2.28.9-py3-none-manylinux_2_18_x86_64.whl",
                                      "checksum": "sha256:e4553a30"}}}
 NCCL_TESTS = "/var/cache/gpuops/burnin-tools/nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90"
@@ -160,12 +161,11 @@ def test_no_nvcc_no_compute_capability_or_no_wheel_is_a_problem_naming_the_fix()
     assert (off["problems"], off["build"], off["nvbandwidth"], off["all_reduce_perf"]) == ([], [], "", "")
 
 
-def test_a_source_without_a_checksum_carries_its_pin_and_one_with_a_checksum_none() -> None:
-    pins = {"nccl-tests": {"2.19.6": {"tag": "v2.19.6", "commit": "a0b82b22", "tar_sha256": "a82a2923"}},
-            "nvbandwidth": {"0.8": {"tag": "v0.8", "commit": "66746a3b", "tar_sha256": "8880af55"}}}
-    pinned = CONFIG["nccl_tests"] | {"pin": pins["nccl-tests"]["2.19.6"]}  # nccl-tests' pin: _burnin_nccl_tests'
-    plan = J.tools(PROBE, CONFIG | {"source_pins": pins, "nccl_tests": pinned}, gpus=8, platform="compose")
-    assert [b["pin"] for b in plan["build"]] == [pins["nvbandwidth"]["0.8"], pins["nccl-tests"]["2.19.6"]]
-    mirrored = CONFIG | {"source_pins": pins, "nccl_tests": CONFIG["nccl_tests"] | {"checksum": "sha256:0b1d"},
-                         "burnin_nvbandwidth_url": "https://mirror.example/nvbandwidth-v0.7.tar.gz"}
-    assert [b["pin"] for b in J.tools(PROBE, mirrored, gpus=8, platform="compose")["build"]] == [{}, {}]
+def test_each_build_is_its_release_as_the_role_gives_it_with_its_pin() -> None:
+    # The releases and their pins are roles/burnin/vars' (_burnin_sources); test_burnin_tools.py runs that logic.
+    nvbandwidth = CONFIG["sources"]["nvbandwidth"] | {"pin": {"tag": "v0.8", "commit": "66746a3b", "tar_sha256": "88"}}
+    nccl_tests = CONFIG["nccl_tests"] | {"pin": {"tag": "v2.19.6", "commit": "a0b82b22", "tar_sha256": "a8"}}
+    plan = J.tools(PROBE, CONFIG | {"sources": {"nvbandwidth": nvbandwidth}, "nccl_tests": nccl_tests}, gpus=8,
+                   platform="compose")
+    assert [(b["url"], b["pin"]) for b in plan["build"]] == [(nvbandwidth["url"], nvbandwidth["pin"]),
+                                                             (nccl_tests["url"], nccl_tests["pin"])]
