@@ -237,8 +237,9 @@ def driver_versions(proc_version: str, installed: str, pin: str = "") -> dict:
 
 def fabric_manager(nvswitch: bool, active: str, fm_version: str = "", driver: str = "",
                    fabric_state: str = "") -> dict:
-    """NVSwitch hosts: nvidia-fabricmanager active (`systemctl is-active`), its version equal to the driver's
-    (`dpkg-query` version), and the GPUs' fabric state Completed (`nvidia-smi -q`, Fabric > State)."""
+    """NVSwitch hosts: nvidia-fabricmanager active (`systemctl is-active`), its version (`nv-fabricmanager
+    --version`, or a package version) equal to the driver's, and the GPUs' fabric state Completed (`nvidia-smi -q`,
+    Fabric > State)."""
     link = "fabric manager"
     if not nvswitch:
         return result(link, OK, "no NVSwitch: Fabric Manager is not needed")
@@ -344,9 +345,9 @@ def node_links(outputs: dict, pin: str = "") -> list[dict]:
 
 
 def _fabric(outputs: dict) -> dict:
-    facts = outputs.get("gpu_facts") or {}
-    fm = facts.get("fabric_manager") or {}
-    return fabric_manager(bool(fm.get("required")), _out(outputs, "fm_active"), _out(outputs, "fm_version"),
+    """Fabric Manager as gpu_facts read it: required, its service state, its version and the fabric state."""
+    fm = (outputs.get("gpu_facts") or {}).get("fabric_manager") or {}
+    return fabric_manager(bool(fm.get("required")), fm.get("service_state") or "", fm.get("version") or "",
                           parse_proc_driver_version(_out(outputs, "proc_version")) or "", fm.get("state") or "")
 
 

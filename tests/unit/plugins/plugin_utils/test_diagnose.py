@@ -302,6 +302,16 @@ def test_kubernetes_chain_reaches_reboot_required():
     healthy = dict(outputs, packages={"rc": 0, "out": R.DPKG_535_261},
                    gpu_facts={"fabric_manager": {"required": False}})
     assert D.chain(healthy, "kubernetes", 8, "gpu-01")["broken"] is None
+    # An NVSwitch host: Fabric Manager as gpu_facts read it (service state, nv-fabricmanager --version).
+    fm = {"required": True, "service_state": "active", "version": "535.261.03", "state": "Completed"}
+    assert D.chain(dict(healthy, gpu_facts={"fabric_manager": fm}), "kubernetes", 8, "gpu-01")["broken"] is None
+    older = D.chain(dict(healthy, gpu_facts={"fabric_manager": {**fm, "version": "535.247.01"}}), "kubernetes", 8,
+                    "gpu-01")["broken"]
+    assert (older["link"], older["evidence"]) == (
+        "fabric manager", "Fabric Manager 535.247.01 does not match the driver 535.261.03 (they must be equal)")
+    stopped = D.chain(dict(healthy, gpu_facts={"fabric_manager": {**fm, "service_state": None}}), "kubernetes", 8,
+                      "gpu-01")["broken"]
+    assert stopped["evidence"] == "nvidia-fabricmanager is unknown on an NVSwitch host"
 
 
 # ---- a GPU node where gpu_facts sees no GPU ----
