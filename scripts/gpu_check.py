@@ -23,7 +23,7 @@ sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench"), str(REPO / "tests")]
 from _meta import load1, run_stamp  # noqa: E402 -- the one stamp of a recorded figure, bench/_meta.py
 from ansible_env import playbook_env  # noqa: E402 -- the tests' and benches' ansible environment, tests/ansible_env.py
 from figures import gpu_check_block  # noqa: E402 -- the one rendering of a report, bench/figures.py
-from test_summary import junit_counts, junit_skips  # noqa: E402 -- one JUnit reader, scripts/test_summary.py
+from test_summary import junit  # noqa: E402 -- the one JUnit reader, scripts/test_summary.py
 
 VENV = REPO / ".venv"
 OUT = REPO / "build" / "gpu-check"
@@ -212,11 +212,11 @@ def probe_step(out: Path, env: dict) -> tuple[dict, dict]:
     return step, host
 
 
-def judge_tests(step: dict, junit: Path) -> dict:
+def judge_tests(step: dict, junit_file: Path) -> dict:
     """The tests/gpu step from its JUnit file: counts in the detail, every skip with its reason; skipped as a whole
     when no test passed or failed."""
-    passed, failed, skipped = junit_counts([str(junit)])
-    step["skips"] = junit_skips([str(junit)])
+    passed, failed, step["skips"] = junit([str(junit_file)])
+    skipped = len(step["skips"])
     step["detail"] = f"{passed} passed, {failed} failed, {skipped} skipped" + (
         "" if step["rc"] == 0 else f" ({step['detail']})"
     )
@@ -227,19 +227,19 @@ def judge_tests(step: dict, junit: Path) -> dict:
 
 
 def tests_step(out: Path, env: dict) -> dict:
-    junit = out / "tests-gpu.xml"
+    junit_file = out / "tests-gpu.xml"
     # the report lists each skip with its reason; CI=true would turn them into failures (tests/ci_skips.py), and
     # this run's verdict is its own: a failure, or no GPU
     live_env = {key: value for key, value in env.items() if key != "CI"}
     live_env["GPUOPS_LIVE_OUT"] = str(out / "live")
     step = run_commands(
         "tests/gpu",
-        [[VENV / "bin" / "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/gpu", f"--junitxml={junit}"]],
+        [[VENV / "bin" / "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/gpu", f"--junitxml={junit_file}"]],
         out,
         live_env,
         gpu=True,
     )
-    return judge_tests(step, junit)
+    return judge_tests(step, junit_file)
 
 
 def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict:

@@ -31,56 +31,43 @@ from _meta import run_stamp  # the one stamp of a recorded figure, bench/_meta.p
 RESULTS = Path("build") / "results"
 
 
-def _suites(path: str) -> list[ET.Element]:
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return []
-    return [root] if root.tag == "testsuite" else root.findall("testsuite")
-
-
-def junit_counts(paths: list[str]) -> tuple[int, int, int]:
-    """(passed, failed, skipped) over JUnit files; errors count as failures."""
-    passed = failed = skipped = 0
-    for path in paths:
-        for suite in _suites(path):
-            tests, skips = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-            fails = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-            passed += tests - fails - skips
-            failed += fails
-            skipped += skips
-    return passed, failed, skipped
-
-
-def junit_skips(paths: list[str]) -> list[dict[str, str]]:
-    """Every skipped test case: {"test": "classname::name", "reason": the <skipped message=...>}."""
+def junit(paths: list[str]) -> tuple[int, int, list[dict[str, str]]]:
+    """(passed, failed, skips) over the test cases of JUnit files: a case with a <failure> or an <error> failed, one
+    with <skipped> is a skip, {"test": "classname::name", "reason": its message}. A missing file counts nothing."""
+    passed = failed = 0
     skips = []
     for path in paths:
-        for suite in _suites(path):
-            for case in suite.iter("testcase"):
-                skipped = case.find("skipped")
-                if skipped is None:
-                    continue
+        try:
+            cases = ET.parse(path).getroot().iter("testcase")
+        except (OSError, ET.ParseError):
+            continue
+        for case in cases:
+            skipped = case.find("skipped")
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed += 1
+            elif skipped is not None:
                 test = "::".join(part for part in (case.get("classname", ""), case.get("name", "")) if part)
                 reason = (skipped.get("message") or (skipped.text or "").strip() or "no reason given").strip()
                 skips.append({"test": test, "reason": reason.removeprefix("Skipped: ")})
-    return skips
+            else:
+                passed += 1
+    return passed, failed, skips
 
 
 def stage_record(args: argparse.Namespace) -> dict:
-    passed, failed, skipped = junit_counts(args.junit)
+    passed, failed, skips = junit(args.junit)
     failures = list(args.failure)
     if is_ci() and args.junit and passed == 0 and args.rc == 0 and args.failed + failed == 0:
         # A stage skipped whole (every test case skipped, or none ran: a Molecule verify that found no tests writes
         # no JUnit) tested nothing; under CI=true that fails, as a skip does (tests/ci_skips.py).
-        failures.append(f"{args.name}: no test case passed ({skipped} skipped; JUnit: {', '.join(args.junit)}): "
+        failures.append(f"{args.name}: no test case passed ({len(skips)} skipped; JUnit: {', '.join(args.junit)}): "
                         "under CI=true a stage skipped whole fails")
         failed += 1
     return {
         "passed": args.passed + passed,
         "failed": args.failed + failed,
-        "skipped": skipped,
-        "skips": junit_skips(args.junit),
+        "skipped": len(skips),
+        "skips": skips,
         "seconds": args.seconds,
         "rc": args.rc,
         "lane": args.lane,
@@ -240,7 +227,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     if args.what == "counts":
-        print(*junit_counts(args.junit))
+        passed, failed, skips = junit(args.junit)
+        print(passed, failed, len(skips))
         return 0
     if args.what == "probe":
         print(json.dumps(probe()))

@@ -30,6 +30,10 @@ tests/container_node.py:41: docker is not available here</skipped></testcase>
 """
 
 
+# JUNIT's skipped test cases alone
+ONLY_SKIPS = "".join(line for line in JUNIT.splitlines(keepends=True) if 'classname="tests.a"' not in line)
+
+
 @pytest.fixture(autouse=True)
 def _outside_ci(monkeypatch) -> None:
     """The results do not depend on the CI running this test: the tests that need CI=true set it."""
@@ -50,13 +54,20 @@ def stage(name: str, *extra: str) -> None:
 
 
 def test_counts_take_errors_as_failures_and_skips_apart(junit, tmp_path):
-    assert ts.junit_counts([junit]) == (2, 2, 3)
-    assert ts.junit_counts([junit, junit]) == (4, 4, 6)
-    assert ts.junit_counts([str(tmp_path / "absent.xml")]) == (0, 0, 0), "a stage that wrote no JUnit counts nothing"
+    def counts(*paths):
+        passed, failed, skips = ts.junit(list(paths))
+        return passed, failed, len(skips)
+
+    assert counts(junit) == (2, 2, 3)
+    assert counts(junit, junit) == (4, 4, 6)
+    assert counts(str(tmp_path / "absent.xml")) == (0, 0, 0), "a stage that wrote no JUnit counts nothing"
+    both = JUNIT.replace('<failure message="assert 1 == 2">...</failure>', '<failure message="1"/><error message="2"/>')
+    Path(junit).write_text(both.replace('errors="1"', 'errors="2"'))
+    assert counts(junit) == (2, 2, 3), "a test that failed, then errored in its teardown, is one failed case"
 
 
 def test_every_skip_keeps_its_test_and_reason(junit):
-    assert ts.junit_skips([junit]) == [
+    assert ts.junit([junit])[2] == [
         {"test": "tests.b::test_node", "reason": "docker is not available here"},
         {"test": "tests.b::test_data[x]", "reason": "real third-party data not present: /d/x"},
         {"test": "tests.b::test_data[y]", "reason": "real third-party data not present: /d/x"},
@@ -121,8 +132,7 @@ def test_a_stage_that_left_no_result_fails_the_run(junit, capsys):
 
 def test_nothing_ran_fails_the_run_even_with_skips_only(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    only_skips = JUNIT.replace('errors="1" failures="1"', 'errors="0" failures="0"').replace('tests="7"', 'tests="3"')
-    (tmp_path / "s.xml").write_text(only_skips)
+    (tmp_path / "s.xml").write_text(ONLY_SKIPS)
     stage("bad_input", "--junit", "s.xml")
     rc = ts.main(["summary", "--command", "bad_input", "--started", "1800000000", "--out", "s.json", "bad_input"])
     assert rc == 1
@@ -175,9 +185,6 @@ def test_the_speed_probe_times_its_fixed_workload_and_the_summary_records_both_e
     for start in ("", "not json", '{"wall_seconds": "fast"}', "[1, 2]"):
         ts.main([*args, "--probe-start", start])
         assert json.loads((tmp_path / "s.json").read_text())["speed_probe"]["start"] is None, start
-
-
-ONLY_SKIPS = JUNIT.replace('errors="1" failures="1"', 'errors="0" failures="0"').replace('tests="7"', 'tests="3"')
 
 
 @pytest.mark.parametrize("ci", ["true", None])
