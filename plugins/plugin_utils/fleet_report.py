@@ -14,13 +14,12 @@ from html import escape
 from math import log2
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import membw_cell
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.slowdown_report import slowdown_html
 
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
 STATUS_CLASS = {"ok": "ok", "passed": "ok", "failed": "bad", "broken": "bad", "error": "bad", "warn": "warn",
                 "slow": "bad", "tcp_fallback": "bad",
                 "skipped": "skip", "unknown": "skip", "clear": "ok", "act": "bad", "deferred": "warn",
-                "unreadable": "warn"}
+                "unreadable": "warn", "healthy": "ok"}
 
 
 def _get(data, *keys, default=None):
@@ -240,6 +239,30 @@ def burnin_section(burnin: dict | None) -> list[str]:
     return html
 
 
+def slowdown_section(reports: list[dict]) -> str:
+    """The "Is training slow?" section: one block per answer (diagnose.yml -e diagnose_job=...), causes most likely
+    first. Empty when no report carries one."""
+    out = []
+    for report in reports:
+        answer = report.get("slowdown")
+        if not isinstance(answer, dict):
+            continue
+        job = escape(str(answer.get("job", "")))
+        signals = ", ".join(f"{k} {v}" for k, v in (answer.get("signals") or {}).items() if v is not None)
+        out.append(f"<section class='host slowdown' data-job='{job}'>"
+                   f"<h2>Is training slow? {job} {_badge(str(answer.get('verdict', '?')))}</h2>"
+                   f"<div class='legend'>{escape(str(report.get('host', '')))}, {escape(str(answer.get('window', '')))}"
+                   f"; window means: {escape(signals or 'none measured')}</div>")
+        causes = answer.get("causes") or []
+        if causes:
+            out.append(_table("slowdown-causes", ["#", "Cause", "Evidence", "Fix"], [
+                f"<tr><td>{rank}</td><td>{escape(str(cause.get('cause')))}</td>"
+                f"<td>{escape(str(cause.get('summary', '')))}</td><td>{escape(str(cause.get('fix', '')))}</td></tr>"
+                for rank, cause in enumerate(causes, 1)]))
+        out.append("</section>")
+    return "".join(out)
+
+
 def render_fleet_report(reports: list[dict], generated: str = "", title: str = "gpuops.cluster fleet report",
                         burnin: dict | None = None) -> str:
     """The whole page. ``reports`` as described in the module docstring; ``generated`` a UTC timestamp;
@@ -273,7 +296,7 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
     html.append(_table("fleet", head, cells, attr="id"))
     html += burnin_section(burnin)
-    html.append(slowdown_html(sorted(reports, key=lambda r: str(r.get("host", "")))))
+    html.append(slowdown_section(sorted(reports, key=lambda r: str(r.get("host", "")))))
     for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
         name = str(report.get("host", "?"))
         svg = topology_svg(report.get("topology"), f"{name}: GPU, NVLink, NUMA and NIC topology")
