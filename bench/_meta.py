@@ -17,18 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results.json"
 LOAD_LIMIT_PER_CORE = 1.5
 RECORD_FORMAT = 1  # of a recorded test run and gpu-check report (run_stamp); bench/figures.py keeps only this one
-GENERATOR_FIELDS = (
-    "script",
-    "command",
-    "commit",
-    "measured_at",
-    "cores",
-    "load_1min_before",
-    "load_1min_after",
-    "load_limit",
-    "over_load",
-    "targets_gpu",
-)
 
 
 def timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, str]:
@@ -121,22 +109,16 @@ def generator(start: dict, script: str, targets_gpu: bool | None, loads_during: 
     }
 
 
-def missing_fields(entry: object) -> list[str]:
-    """The generator fields an entry lacks (all of them when it has no generator object)."""
-    gen = entry.get("generator") if isinstance(entry, dict) else None
-    if not isinstance(gen, dict):
-        return list(GENERATOR_FIELDS)
-    return [name for name in GENERATOR_FIELDS if name not in gen]
-
-
-def record(key: str, entry: dict) -> None:
-    """Store ``entry`` (with its ``generator``) as results.json[key], replacing the previous one."""
-    if missing_fields(entry):
-        raise SystemExit(f"bench: entry {key!r} lacks generator fields {missing_fields(entry)}; use _meta.generator()")
+def record(key: str, start: dict, script: str, targets_gpu: bool | None, body: dict,
+           loads_during: tuple[float, ...] = ()) -> dict:
+    """Store ``body`` with its generator object (``generator``'s arguments) as results.json[key], replacing the
+    previous one; returns the entry. Every entry gets its generator fields here, so none can lack one."""
+    entry = {"generator": generator(start, script, targets_gpu, loads_during), **body}
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     data[key] = entry
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
     print(f"  written: {shown(RESULTS)} ({key})")
+    return entry
 
 
 def shown(path: Path) -> Path:

@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from _meta import REPO, generator, load1, record, started, timed
+from _meta import REPO, load1, record, started, timed
 from figures import converge_block
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -106,8 +106,7 @@ def main() -> None:
     # The round whose ratio is the median (the lower middle one for an even count) stands for the run in the
     # figures' recaps; every round's recap is kept under "each_round".
     middle = sorted(rounds, key=lambda r: r["second_over_first"])[(len(rounds) - 1) // 2]
-    entry = {
-        "generator": generator(start, "bench/converge.py", TARGETS_GPU, loads),
+    entry = record("converge", start, "bench/converge.py", TARGETS_GPU, {
         "rounds": len(rounds),
         "first_seconds": round(first, 1),
         "second_seconds": round(second, 1),
@@ -117,8 +116,7 @@ def main() -> None:
         "second_slowest_tasks": median_slowest(tasks),
         "load_1min_at_start": middle["load_1min_at_start"],
         "each_round": rounds,
-    }
-    record("converge", entry)
+    }, loads)
     print("", *converge_block(entry), sep="\n")  # as docs/performance.md will show it
 
 

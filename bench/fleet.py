@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from _meta import REPO, generator, load1, load_limit, over_load, record, started, timed
+from _meta import REPO, load1, load_limit, over_load, record, started, timed
 from figures import fleet_block
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -212,14 +212,8 @@ def marginal(results: list[dict]) -> list[dict]:
 def record_fleet(start: dict, sizes: list[int], results: list[dict]) -> dict:
     """The fleet entry, recorded in results.json; printed as docs/performance.md will show it."""
     loads = tuple(r[key] for r in results for key in ("load_1min_before", "load_1min_peak", "load_1min_after"))
-    entry = {
-        "generator": generator(start, "bench/fleet.py", TARGETS_GPU, loads),
-        "sizes_requested": sizes,
-        "sizes": results,
-        "marginal_seconds_per_host": marginal(results),
-    }
-    record("fleet", entry)
-    return entry
+    body = {"sizes_requested": sizes, "sizes": results, "marginal_seconds_per_host": marginal(results)}
+    return record("fleet", start, "bench/fleet.py", TARGETS_GPU, body, loads)
 
 
 if __name__ == "__main__":

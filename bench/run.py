@@ -15,7 +15,7 @@ import time
 import timeit
 from pathlib import Path
 
-from _meta import REPO, generator, record, started
+from _meta import REPO, record, started
 from figures import table_lines
 
 sys.path.insert(0, str(REPO / "collections"))  # the collection, imported in place
@@ -400,7 +400,7 @@ def main() -> None:
     on_gpu = bench_nvml()
     print(f"\ntotal bench time: {time.perf_counter() - t0:.1f} s")
     # tables 1-3 run in-process (no targets); table 4 measures this host: targets_gpu is true only when it ran
-    record("parsers", {"generator": generator(start, "bench/run.py", True if on_gpu else None), "tables": TABLES})
+    record("parsers", start, "bench/run.py", True if on_gpu else None, {"tables": TABLES})
 
 
 if __name__ == "__main__":
