@@ -12,11 +12,7 @@ A results entry whose generator says ``over_load`` (bench/_meta.py) is shown wit
 
     python bench/figures.py record-test [build/test-summary.json]
     python bench/figures.py record-gpu-check [build/gpu-check/report.json]
-        `make record-test` and `make record-gpu-check` (bench/README.md): a full `make test`'s summary kept as
-        bench/test-summary.json, and also as bench/test-summary-cold.json when its set-up found nothing (setup_found
-        "cold"); a `make gpu-check` report kept as bench/gpu-check.json. Either refuses, with the fix, a file that
-        is not such a run or names no commit (GPUOPS_COMMIT names it where the run's checkout had no .git:
-        bench/_meta.py).
+        `make record-test` and `make record-gpu-check`, described in bench/README.md.
 """
 
 from __future__ import annotations
@@ -381,7 +377,7 @@ def _refusal(kind: str, run: dict | None) -> str | None:
 
 
 def record(kind: str, source: Path) -> int:
-    """`make record-test` and `make record-gpu-check` (module doc): ``kind`` "test" or "gpu-check"."""
+    """`make record-test` and `make record-gpu-check` (bench/README.md): ``kind`` "test" or "gpu-check"."""
     run = load(source)
     refusal = _refusal(kind, run)
     if refusal:
