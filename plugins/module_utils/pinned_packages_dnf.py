@@ -187,11 +187,8 @@ def _cmp(base):
     return cmp
 
 
-def _installed(base, names):
-    found = {}
-    for pkg in base.sack.query().installed().filter(name=list(names)):
-        found[pkg.name] = _evr(pkg)
-    return found
+def _installed(base):
+    return {pkg.name: _evr(pkg) for pkg in base.sack.query().installed()}
 
 
 def probe(module, p, result, label, scratch):
@@ -206,7 +203,7 @@ def probe(module, p, result, label, scratch):
         offered.setdefault(pkg.name, set()).add(_evr(pkg))
     problems = []
     resolved, reasons = {}, {}
-    installed_all = {pkg.name: _evr(pkg) for pkg in base.sack.query().installed()}
+    installed_all = _installed(base)
     for name, requested in p["versions"].items():
         evrs = sorted(offered.get(name, []), key=evr_string)
         evr = choose(evrs, requested, installed_all.get(name), cmp) if evrs else None
@@ -290,7 +287,7 @@ def verify(module, p, result, label):
     for name, version in p["verify"].items():
         epoch, ver, rel = parse_request(version) or (None, "", "")
         wanted[name] = (str(epoch or "0"), ver, rel or "")
-    installed = _installed(base, wanted)
+    installed = _installed(base)
     result["wrong"] = [f"{name}: installed {evr_string(installed[name]) if name in installed else 'none'}, "
                        f"pinned {evr_string(evr)}" for name, evr in wanted.items() if installed.get(name) != evr]
     locks, result["versionlock"] = _locklist(p["versionlock_conf"])
