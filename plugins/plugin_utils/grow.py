@@ -267,8 +267,8 @@ def plan(config: dict) -> dict[str, Any]:
     problems += mlflow_user_problems(new_members, new_teams, str(config.get("mlflow_admin_user") or "admin"))
     mlflow["users"] = [m["name"] for m in new_members]
     namespaces = {t["name"]: team.namespace_of(t) for t in new_teams}
-    tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams, "members": new_members,
-                                 "namespaces": namespaces,
+    tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams,
+                                 "members": {m["name"]: m for m in new_members}, "namespaces": namespaces,
                                  "cluster_gpus": sum(int(w.get("gpu_count") or 0) for w in workers)})
     problems += tenancy["problems"]
 

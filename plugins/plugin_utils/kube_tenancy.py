@@ -51,12 +51,8 @@ def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int,
 
 
 def _members(config: dict) -> list[dict]:
-    """The members of ``config``: a list of ``{name, team}``, or the plan's mapping member name -> ``{team, gpus}``
-    (``gpuops_plan.team.members``)."""
-    members = config.get("members") or []
-    if isinstance(members, dict):
-        return [{**entry, "name": name} for name, entry in members.items() if isinstance(entry, dict)]
-    return [member for member in members if isinstance(member, dict)]
+    """The members of ``config``, the plan's mapping member name -> ``{team, gpus}`` (``gpuops_plan.team.members``)."""
+    return [{**entry, "name": name} for name, entry in (config.get("members") or {}).items() if isinstance(entry, dict)]
 
 
 def problems(config: dict) -> list[str]:
@@ -140,7 +136,7 @@ def team_objects(team: dict, members: list[dict], config: dict) -> list[dict]:
 def plan(config: dict) -> dict[str, Any]:
     """Problems and, when there are none, every tenancy object for ``config``.
 
-    config: teams, members (a list of {name, team}, or the plan's team.members: name -> {team, gpus}), namespaces
+    config: teams, members (the plan's team.members: name -> {team, gpus}; grow's are in that shape), namespaces
     (team name -> its namespace: the plan's team.namespaces), cluster_gpus
     (0 = unknown, not checked), member_pvc_size, extra_pvcs, limit_default, limit_default_request,
     monitoring_namespace, default_storage_class, mlflow_namespace ("" = no MLflow allow), nfs_servers,

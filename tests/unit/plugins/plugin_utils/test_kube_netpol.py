@@ -37,7 +37,8 @@ def cluster_config() -> dict:
     def shared(name: str) -> object:  # a namespace homed in _gpuops_vars
         return hostvars.get(name, SHARED[name])
 
-    return {"teams": hostvars["gpuops_teams"], "members": hostvars["gpuops_members"], "cluster_gpus": 24,
+    return {"teams": hostvars["gpuops_teams"], "members": {m["name"]: m for m in hostvars["gpuops_members"]},
+            "cluster_gpus": 24,
             "namespaces": {t["name"]: namespace_of(t) for t in hostvars["gpuops_teams"]},
             "monitoring_namespace": shared("kube_monitoring_namespace"),
             "mlflow_namespace": shared("training_stack_mlflow_namespace"),

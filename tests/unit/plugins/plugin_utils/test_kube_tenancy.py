@@ -18,11 +18,11 @@ def config(**extra: object) -> dict:
             {"name": "nlp", "namespace": "nlp-lab", "gpu_quota": 4, "cpu_quota": "48", "memory_quota": "384Gi",
              "storage_quota": "2Ti"},
         ],
-        "members": [
-            {"name": "alice", "uid": 2001, "team": "vision", "gpus": [0, 1]},
-            {"name": "bob", "uid": 2002, "team": "vision"},
-            {"name": "chen", "uid": 2003, "team": "nlp"},
-        ],
+        "members": {  # the plan's team.members (plan._team)
+            "alice": {"team": "vision", "gpus": [0, 1]},
+            "bob": {"team": "vision", "gpus": []},
+            "chen": {"team": "nlp", "gpus": []},
+        },
         "cluster_gpus": 24,
         "member_pvc_size": "200Gi",
         "extra_pvcs": 8,
@@ -111,7 +111,7 @@ def test_the_team_rule_is_not_repeated_here(key: str, value: object) -> None:
     teams = config()["teams"]
     teams[1][key] = value
     assert kt.problems(config(teams=teams)) == []
-    members = [*config()["members"], {"name": "alice", "uid": 2009, "team": "robotics"}]
+    members = {**config()["members"], "dave": {"team": "robotics", "gpus": []}}
     assert kt.problems(config(members=members)) == []
 
 
@@ -124,13 +124,11 @@ def test_the_namespaces_are_the_plans() -> None:
 
 
 def test_the_members_are_the_plans() -> None:
-    """The role's default is the plan's team.members (member name -> {team, gpus}, plan._team): the same PVCs and
-    quota as from the member list, and the PVC count is checked against the storage quota the same way."""
-    members = {"alice": {"team": "vision", "gpus": [0, 1]}, "bob": {"team": "vision", "gpus": []},
-               "chen": {"team": "nlp", "gpus": []}}
-    from_plan = kt.plan(config(members=members))
+    """The members are the plan's team.members (member name -> {team, gpus}, plan._team): a PVC each, and the PVC
+    count is checked against the storage quota."""
+    members = config()["members"]
+    from_plan = kt.plan(config())
     assert from_plan["problems"] == []
-    assert from_plan == kt.plan(config())
     pvcs = [o["metadata"]["name"] for o in from_plan["objects"] if o["kind"] == "PersistentVolumeClaim"]
     assert pvcs == ["workspace-alice", "workspace-bob", "workspace-chen"]
     teams = config()["teams"]
