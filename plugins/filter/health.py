@@ -35,9 +35,6 @@ def _fraction(value):
 
 def health_problems(max_unavailable, overrides=None, apply=False, plan_source=None, bounds=None,
                     return_thresholds=None, dcgm_level=None) -> list:
-    """What the role's argument spec cannot say (ranges, names, the plan's source); it checked the types before.
-    ``bounds``: health_breaker_fraction, _window, health_escalate_after, _window as the inventory or -e give them
-    (breaker_fraction, breaker_window, escalate_after, escalate_window)."""
     validation = health_return.settings_problems({} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
                                     boolean(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
@@ -47,8 +44,6 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
 
 def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, platform="compose",
                 members=None) -> dict:
-    """``nodes``: host -> the host's record (its sweep, where it came from, its own reboot, timeout, report_dir and
-    remediation settings); each host's plan carries its steps and where its sweep came from (``swept``)."""
     nodes = {host: node or {} for host, node in (nodes or {}).items()}
     bounds = dict(bounds or {})
     for key in ("breaker_window", "escalate_window"):
@@ -86,7 +81,6 @@ def health_gpu_pods(pods, node: str = "", timeout: int = 600) -> list:
 
 
 def health_fleet_entry(item, state=None, nodes=None) -> dict:
-    """``{key: host, value: host plan}`` (dict2items of the plan's hosts) -> the host's fleet report entry."""
     host = str(item.get("key"))
     sweep = ((nodes or {}).get(host) or {}).get("sweep")
     return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, sweep or {})
