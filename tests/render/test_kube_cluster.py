@@ -135,6 +135,22 @@ def test_bad_plans_are_refused_before_anything_is_written(tmp_path, edit, extra,
     assert not list(out.rglob("*.yaml"))
 
 
+def test_a_stale_registration_is_refused_before_anything_is_written(rendered, tmp_path):
+    """render.yml checks the cluster plan after it resolved gpuops_plan, so the plan's registrations are judged too:
+    a plan whose control plane registers with the NoSchedule taint, read back after the inventory made it schedulable,
+    is refused (kube_plan.cluster_problems; before, render checked the cluster plan with no plan in hand)."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    shutil.copy(rendered / "plan.json", reports / "plan.json")  # the last plan, as preflight leaves it
+    out = tmp_path / "render"
+    result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={reports}",
+                        "-e", '{"kube_control_plane_schedulable": true}')
+    assert result.returncode != 0
+    assert ("gpuops_plan.nodes.registration.cp-01 has the control-plane taint, but kube_control_plane_schedulable "
+            "is True now") in result.stdout
+    assert not list(out.rglob("*.yaml"))
+
+
 def _topology(host):
     return yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text())["gpuops_gpu_topology"]
 
@@ -180,7 +196,9 @@ def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
     plan = {"gpuops_plan": {
         "schema_version": plan_py.SCHEMA_VERSION, "source": "preflight", **_planned_team_and_pins(),
         "platform": {"name": "kubernetes", "source": "auto", "reason": "this test's plan", "ok": True},
-        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training"}},
+        # gpu-train-01: a registration but a null kubelet_policy (plan.py writes null for a GPU host without a pool)
+        "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training", "kubelet_policy": None,
+                                   "node": {"labels": {}, "annotations": {}, "taints": []}}},
         "nodes": {**_planned_nodes(), "registration": {}}}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
