@@ -4,8 +4,9 @@ Every play imports the _gpuops_vars role first, so its defaults are the play's; 
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
 kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace,
 training_stack_namespace, kube_monitoring_namespace, training_stack_mlflow_namespace, gpu_health_textfile_dir,
-kube_control_plane_credentials_dir). This test reads the text of roles/, playbooks/, plugins/ and molecule/
-(comments count too: a default written in a comment is a second home in words) and fails, naming file:line, on
+kube_control_plane_credentials_dir, kube_control_plane_endpoint, kube_control_plane_bind_port). This test reads
+the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default written in a comment is a
+second home in words) and fails, naming file:line, on
 
 * an inline Jinja default of a gpuops_* variable or a shared cluster setting (``gpuops_x | default(...)``,
   ``kube_pod_cidr | default(...)``) outside roles/_gpuops_vars;
@@ -50,12 +51,17 @@ SHARED_CLUSTER_SETTINGS = (
     "training_stack_mlflow_namespace",
     "gpu_health_textfile_dir",
     "kube_control_plane_credentials_dir",
+    "kube_control_plane_endpoint",
+    "kube_control_plane_bind_port",
 )
 # \b: an internal fact (_gpuops_*, __gpuops_*: set by a task, not an inventory variable) has no shared default.
 JINJA_DEFAULT = re.compile(rf"(?:\bgpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
-ALLOWED: dict[str, str] = {}
+ALLOWED: dict[str, str] = {
+    "playbooks/tasks/kube_plan_assert.yml": "helper A has uncommitted hunks there; its kube_control_plane_endpoint "
+                                            "| default('') goes in A's next commit there, with this allowance",
+}
 # Plays that run a role or a task file and need no gpuops_* variable: the reason.
 PLAYS_WITHOUT_IMPORT = {
     "playbooks/demo_node.yml": "starts the demo node's container on the controller (tasks/node_container.yml)",
