@@ -109,6 +109,17 @@ def test_a_plan_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     assert not _results(plays, WHERE), "a role would have read the stale plan"
 
 
+def test_a_plan_that_decided_no_platform_is_refused(tmp_path: Path) -> None:
+    """auto, no GPU facts and no gpuops_gpu_count: the inventory's plan decides no platform, and the play stops with
+    the plan's reason and the fix (plan_require_platform, true unless the play says otherwise)."""
+    inventory = _inventory({"node-a": {"gpuops_report_dir": str(tmp_path)}}, gpuops_platform="auto")
+    run, plays = _play(tmp_path, inventory, PLAYBOOK)
+    assert run.returncode != 0
+    ((_host, refused),) = _results(plays, "Plan | the platform was decided")
+    assert "the platform of node-a is not decided (inventory plan: " in refused["msg"]
+    assert "set gpuops_platform: compose or kubernetes" in refused["msg"]
+
+
 CHECK = "gpuops.cluster._gpuops_vars : Known names, exact types, choices, forms; no retired variable; a usable team"
 
 
