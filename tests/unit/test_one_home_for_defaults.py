@@ -58,10 +58,7 @@ SHARED_CLUSTER_SETTINGS = (
 JINJA_DEFAULT = re.compile(rf"(?:\bgpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")
 PYTHON_DEFAULT = re.compile(r"(?:get_var\(.*?|\.get\(\s*)[\"']gpuops_(\w+)[\"']\s*,\s*[^)\s]")
 # Paths with inline defaults that other helpers are changing in this round (remove an entry once it is done).
-ALLOWED: dict[str, str] = {
-    "playbooks/tasks/kube_plan_assert.yml": "helper A has uncommitted hunks there; its kube_control_plane_endpoint "
-                                            "| default('') goes in A's next commit there, with this allowance",
-}
+ALLOWED: dict[str, str] = {}
 # Plays that run a role or a task file and need no gpuops_* variable: the reason.
 PLAYS_WITHOUT_IMPORT = {
     "playbooks/demo_node.yml": "starts the demo node's container on the controller (tasks/node_container.yml)",
