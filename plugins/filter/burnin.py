@@ -18,6 +18,7 @@ burnin = lazy("burnin")
 _burnin_membw = lazy("burnin_membw")
 _thresholds = lazy("thresholds")
 _diagnose = lazy("diagnose")
+_validate = lazy("validate")
 
 
 def _dict(value, what: str) -> dict:
@@ -53,7 +54,7 @@ def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvba
     count = int(gpu.get("count") or len(names))
     text = _text(result)
     topology = gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None
-    expected = burnin.expected_busbw(topology, list(range(count)), int(config.get("validate_pcie_gen") or 4))
+    expected = _validate.expected_busbw(topology, list(range(count)), int(config.get("validate_pcie_gen") or 4))
     health = health if isinstance(health, dict) else None
     try:
         membw_options = {"floor": float(config.get("burnin_membw_floor") or 0),

@@ -14,13 +14,7 @@ from statistics import median
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_jobs import pair_nccl
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import (
-    expected_busbw,
-    judge_nccl,
-    parse_all_reduce,
-)
-
-__all__ = ["expected_busbw", "judge_fleet", "judge_node", "markdown", "membw_cell", "pair_schedule", "transport"]
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import judge_nccl, parse_all_reduce
 
 # Below this share of the expected pair bus bandwidth a pair is slow.
 PAIR_FLOOR = 0.7

@@ -27,8 +27,6 @@ from pathlib import Path
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
 
-__all__ = ["GPU_MODELS", "MEMBW_FLOOR", "TESTCASE", "expected_membw", "gpu_model", "judge_membw", "parse_nvbandwidth"]
-
 TESTCASE = "device_local_copy"
 # A GPU whose copy traffic is below this share of its HBM peak fails (a healthy H100 SXM reaches ~0.9:
 # 2 x 1519 GB/s of 3350, fixtures/membw; the CUDA samples' bandwidthTest D2D reaches ~0.74 on A100 40GB).

@@ -17,8 +17,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_membw import
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import parse_all_reduce
 
-__all__ = ["CHECKS", "EXIT_CODES", "STATUSES", "judge", "measure", "status_of", "worst"]
-
 # Worst first: a verdict is its worst check's status. UNKNOWN is worse than PASS: nothing unjudged passes.
 STATUSES = ("FAIL", "WARN", "UNKNOWN", "PASS")
 # gpuops-run's exit codes (issue 38): 0 pass, 1 warnings (and anything not judged), 2 fail.
