@@ -8,7 +8,6 @@ image not on the host with its registry out of reach.
 
 from __future__ import annotations
 
-import json
 import re
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import (
@@ -106,10 +105,7 @@ def docker_down(probe) -> str | None:
 def _runtimes(probe) -> tuple[str, str]:
     """docker info's runtimes and CDI spec directories as evidence, and the fix (the diagnose link's)."""
     rc, text = _out(probe)
-    try:
-        info = json.loads(text) if rc == 0 else None
-    except ValueError:
-        info = None
+    info = parse_json(text) if rc == 0 else None
     if not isinstance(info, dict):
         return ("docker info gave no runtimes", docker_runtime({})["fix"])
     runtimes = info.get("Runtimes") or {}
