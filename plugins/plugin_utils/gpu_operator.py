@@ -32,7 +32,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import gpu_sharing,
 
 CONFIGMAP_NAME = "gpuops-device-plugin-config"
 WHOLE_GPU_CONFIG = "whole-gpu"
-DRIVER_OWNERS = ("host", "operator")
 # Chart sections that hold an image: repository is rewritten to the mirror.
 IMAGE_SECTIONS = {
     "operator": "nvcr.io/nvidia",
@@ -151,11 +150,7 @@ def _pool_problems(name: str, pool: dict, nodes: list[dict], rule: mps.Limits, m
 
 
 def _driver_problems(config: dict) -> list[str]:
-    owner = config.get("driver_owner", "host")
-    if owner not in DRIVER_OWNERS:
-        return [f"gpu_operator_driver_owner is {owner!r}: expected one of {', '.join(DRIVER_OWNERS)}; fix: "
-                "'host' when the host layer installs the driver (default), 'operator' to let the Operator do it"]
-    if owner == "host":
+    if config.get("driver_owner", "host") == "host":  # host or operator: the role's argument spec's choices
         return []
     version = config.get("driver_version") or ""
     try:

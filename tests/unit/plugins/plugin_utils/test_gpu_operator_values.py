@@ -81,10 +81,6 @@ def test_operator_driver_checked_against_cuda() -> None:
     assert "fix: upgrade the driver" in problems[0]
 
 
-def test_bad_owner() -> None:
-    assert "expected one of host, operator" in go.problems(config(driver_owner="both"))[0]
-
-
 @pytest.mark.parametrize("version", ["", "latest", ">=v25.0.0", "v26", "26.x", None])
 def test_chart_version_must_be_pinned(version: object) -> None:
     problems = go.problems(config(chart_version=version))
