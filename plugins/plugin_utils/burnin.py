@@ -188,7 +188,7 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
                         f"({row['status']}: {row['detail']})")
     if everywhere:
         why = "; ".join(sorted({r["detail"] for r in bad if r["status"] == "failed"}))[:400]
-        findings.append(f"every pair is below expectation or failed (expectation {_cell(expected) or 'none'} GB/s, "
+        findings.append(f"every pair is below expectation or failed (expectation {gbps_cell(expected) or 'none'} GB/s, "
                         f"{source}): a fabric-wide problem or a wrong expectation, not one node"
                         + (f"; {why}" if why else ""))
     for row in rows:
@@ -259,16 +259,17 @@ def membw_cell(membw: dict | None) -> str:
     status = str(membw.get("status") or "")
     if membw.get("measured_gbps") is None or status == "skipped":
         return str(membw.get("detail") or status) if status != "ok" else "ok"
-    return f"{status} {_cell(membw['measured_gbps'])}/{_cell(membw.get('expected_gbps')) or '?'}"
+    return f"{status} {gbps_cell(membw['measured_gbps'])}/{gbps_cell(membw.get('expected_gbps')) or '?'}"
 
 
-def _cell(value) -> str:
+def gbps_cell(value) -> str:
+    """A GB/s figure as a table shows it: one decimal, "" for none."""
     return "" if value is None else f"{float(value):.1f}"
 
 
 def markdown(report: dict) -> str:
     """The burn-in report as Markdown (burnin.md beside burnin.json, and the example in docs/operations.md)."""
-    lines = [f"burn-in: **{report['status']}**; pair expectation {_cell(report['expected_gbps'])} GB/s "
+    lines = [f"burn-in: **{report['status']}**; pair expectation {gbps_cell(report['expected_gbps'])} GB/s "
              f"({report['expected_source']}), slow below {report['floor_share']:.0%} of it", ""]
     lines += [f"- {finding}" for finding in report["findings"]] or ["- no finding: every node and pair passed"]
     lines += ["", "| node | result | single-node GB/s | expected (path) | pairs | pair mean GB/s | pair expected "
@@ -276,11 +277,11 @@ def markdown(report: dict) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for node in report["nodes"]:
         path = f" ({node['single_path']})" if node["single_path"] else ""
-        lines.append(f"| {node['node']} | {node['status']} | {_cell(node['single_measured'])} | "
-                     f"{_cell(node['single_expected'])}{path} | {node['pairs']} | {_cell(node['pair_mean'])} | "
-                     f"{_cell(node['pair_expected'])} | {membw_cell(node.get('membw'))} |")
+        lines.append(f"| {node['node']} | {node['status']} | {gbps_cell(node['single_measured'])} | "
+                     f"{gbps_cell(node['single_expected'])}{path} | {node['pairs']} | {gbps_cell(node['pair_mean'])} | "
+                     f"{gbps_cell(node['pair_expected'])} | {membw_cell(node.get('membw'))} |")
     lines += ["", "| pair | result | measured GB/s | expected GB/s | network |", "|---|---|---|---|---|"]
     for pair in report["pairs"]:
-        lines.append(f"| {pair['pair'][0]}-{pair['pair'][1]} | {pair['status']} | {_cell(pair['measured'])} | "
-                     f"{_cell(pair['expected'])} | {pair['network'] or '?'} |")
+        lines.append(f"| {pair['pair'][0]}-{pair['pair'][1]} | {pair['status']} | {gbps_cell(pair['measured'])} | "
+                     f"{gbps_cell(pair['expected'])} | {pair['network'] or '?'} |")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from math import log2
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import membw_cell
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin import gbps_cell, membw_cell
 
 GPU_W, GPU_H, GAP, NUMA_GAP, PAD = 64, 44, 14, 26, 16
 STATUS_CLASS = {"ok": "ok", "passed": "ok", "failed": "bad", "broken": "bad", "error": "bad", "warn": "warn",
@@ -208,16 +208,12 @@ section.host{background:#fff;border-radius:8px;padding:14px 16px;margin-bottom:1
 """
 
 
-def _gb(value) -> str:
-    return "" if value is None else f"{float(value):.1f}"
-
-
 def burnin_section(burnin: dict | None) -> list[str]:
     """The ``burnin`` section: the findings, then nodes and pairs ranked worst first, measured and expected GB/s."""
     if not burnin:
         return []
     html = [f"<section class='host' id='burnin'><h2>Burn-in {_badge(str(burnin.get('status', 'unknown')))}</h2>",
-            f"<p class='legend'>pair expectation {escape(_gb(burnin.get('expected_gbps')))} GB/s "
+            f"<p class='legend'>pair expectation {escape(gbps_cell(burnin.get('expected_gbps')))} GB/s "
             f"({escape(str(burnin.get('expected_source', '')))}); a pair is slow below "
             f"{float(burnin.get('floor_share') or 0):.0%} of it</p>"]
     findings = "".join(f"<li>{escape(str(f))}</li>" for f in burnin.get("findings") or [])
@@ -225,15 +221,15 @@ def burnin_section(burnin: dict | None) -> list[str]:
     html.append(_table("burnin-nodes", ["Node", "Result", "Single node GB/s", "Expected (path)", "Pairs",
                                         "Pair mean GB/s", "Pair expected", "Memory GB/s (read+write / HBM peak)"], [
         f"<tr data-node='{escape(str(node['node']))}'><td>{escape(str(node['node']))}</td>"
-        f"<td>{_badge(str(node['status']))}</td><td>{_gb(node.get('single_measured'))}</td>"
-        f"<td>{_gb(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
-        f"<td>{node.get('pairs', 0)}</td><td>{_gb(node.get('pair_mean'))}</td>"
-        f"<td>{_gb(node.get('pair_expected'))}</td><td>{escape(membw_cell(node.get('membw')))}</td></tr>"
+        f"<td>{_badge(str(node['status']))}</td><td>{gbps_cell(node.get('single_measured'))}</td>"
+        f"<td>{gbps_cell(node.get('single_expected'))} ({escape(str(node.get('single_path') or ''))})</td>"
+        f"<td>{node.get('pairs', 0)}</td><td>{gbps_cell(node.get('pair_mean'))}</td>"
+        f"<td>{gbps_cell(node.get('pair_expected'))}</td><td>{escape(membw_cell(node.get('membw')))}</td></tr>"
         for node in burnin.get("nodes") or []]))
     pairs = [("-".join(str(p) for p in pair["pair"]), pair) for pair in burnin.get("pairs") or []]
     html.append(_table("burnin-pairs", ["Pair", "Result", "Measured GB/s", "Expected", "Network", "Detail"], [
         f"<tr data-pair='{escape(name)}'><td>{escape(name)}</td><td>{_badge(str(pair['status']))}</td>"
-        f"<td>{_gb(pair.get('measured'))}</td><td>{_gb(pair.get('expected'))}</td>"
+        f"<td>{gbps_cell(pair.get('measured'))}</td><td>{gbps_cell(pair.get('expected'))}</td>"
         f"<td>{escape(str(pair.get('network') or '?'))}</td><td>{escape(str(pair.get('detail') or ''))}</td></tr>"
         for name, pair in pairs]) + "</section>")
     return html
