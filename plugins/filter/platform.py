@@ -28,7 +28,7 @@ def choose_platform(team_size: object, gpu_count: object = _MISSING, multi_node_
             "team_size | gpuops.cluster.choose_platform(gpu_count=8, multi_node_training=false)"
         )
     try:
-        return platform.choose_platform(team_size, gpu_count, multi_node_training)
+        return platform.choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -82,11 +82,6 @@ def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node
     )
 
 
-def choose_platform(team_size: object, gpu_count: object, multi_node_training: object) -> str:
-    """``compose`` or ``kubernetes`` (see the module docstring for the rule)."""
-    return choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
-
-
 def _decide_host(request: dict, fleet_gpus: int | None, unknown: list[str], counted: int) -> dict:
     """One host's platform from its plan; GPUs are the plan's gpu_count, else the fleet's sum."""
     wanted = request.get("platform") or "auto"

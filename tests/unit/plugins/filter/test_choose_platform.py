@@ -16,11 +16,14 @@ import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.platform import FilterModule
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (
-    choose_platform,
-    choose_platform_with_reason,
-)
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import choose_platform_with_reason
 from conftest import COLLECTIONS
+
+
+def choose_platform(team_size: object, gpu_count: object, multi_node_training: object) -> str:
+    """The rule's platform alone, as the filter returns it."""
+    return choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
+
 
 # Every combination on both sides of each threshold, expected values by hand.
 # team gpus  multi=false  multi=true
