@@ -5,8 +5,8 @@
 ``plan(config)`` turns the Compose inventory into what the Kubernetes platform needs (teams, datasets, workspaces,
 MLflow, hosts: docs/growth.md says what each part holds) and refuses what would not carry over, before anything
 changes. The teams and members are checked by the one team rule (``team.team_problems``) and rendered by the one
-tenancy builder (``kube_tenancy.plan``). ``stale_problems`` (a plan older than its sources) is also called on its
-own by the playbook.
+tenancy builder (``kube_tenancy.plan``). ``stale_problems`` (a plan older than the Compose host's state) is called
+on its own by the playbook.
 """
 
 from __future__ import annotations
@@ -301,7 +301,6 @@ def plan(config: dict) -> dict[str, Any]:
     return {
         "problems": problems,
         "created": config.get("created"),
-        "sources": dict(config.get("sources") or {}),
         "teams": [{"name": t["name"], "namespace": namespaces[t["name"]], "gpu_quota": t["gpu_quota"],
                    "members": [m["name"] for m in new_members if m["team"] == t["name"]]} for t in new_teams],
         "members": [{"name": m["name"], "uid": m.get("uid"), "gid": m.get("gid", m.get("uid")), "team": m["team"],
