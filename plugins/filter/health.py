@@ -42,7 +42,7 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
         _count(bounds["escalate_after"]), bounds["escalate_window"]) + validation
 
 
-def health_plan(nodes, state=None, max_unavailable=1, overrides=None, release=False, bounds=None, platform="compose",
+def health_plan(nodes, *, max_unavailable, platform, state=None, overrides=None, release=False, bounds=None,
                 members=None) -> dict:
     nodes = {host: node or {} for host, node in (nodes or {}).items()}
     bounds = dict(bounds or {})
@@ -76,7 +76,7 @@ def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:
     return health_steps.audit_records(host, done or [], host_plan or {}, now)
 
 
-def health_gpu_pods(pods, node: str = "", timeout: int = 600) -> list:
+def health_gpu_pods(pods, node: str, timeout: int) -> list:
     return health_steps.gpu_pods(pods or {}, node, int(timeout))
 
 
@@ -86,8 +86,7 @@ def health_fleet_entry(item, state=None, nodes=None) -> dict:
     return health_steps.fleet_entry(host, item.get("value") or {}, state or {}, sweep or {})
 
 
-def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expected_gpus=None, replay=False,
-                        path="") -> dict:
+def health_sweep_record(read, mode, max_age, dcgm_level=None, expected_gpus=None, replay=False, path="") -> dict:
     level = _level(dcgm_level)
     settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": None if level is None else int(level),
                 "expected_gpus": None if expected_gpus in (None, "") else int(_count(expected_gpus)),
@@ -95,7 +94,7 @@ def health_sweep_record(read, mode="fresh", max_age=300, dcgm_level=None, expect
     return health.sweep_record(read or {}, settings)
 
 
-def health_step_result(step, runs=None, check_mode=False, dcgm_level=2, thresholds=None) -> dict:
+def health_step_result(step, runs=None, check_mode=False, *, dcgm_level, thresholds=None) -> dict:
     return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(check_mode),
                                     int(_count(dcgm_level)), thresholds or {})
 

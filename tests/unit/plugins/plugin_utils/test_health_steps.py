@@ -407,7 +407,7 @@ def test_the_filter_gives_each_host_its_own_reboot_timeout_and_report_dir():
     assert next(s for s in a if s["kind"] == "reboot").get("enabled", True) is True
     support = {**sweep, "events": [{**sweep["events"][0], "code": 61, "immediate_action": "CONTACT_SUPPORT"}]}
     nodes = {"node-a": {"sweep": support, "report_dir": "/a"}, "node-b": {"sweep": support, "report_dir": "/b"}}
-    plan = health_plan(nodes, max_unavailable=2)
+    plan = health_plan(nodes, max_unavailable=2, platform="compose")
     dests = [plan["hosts"][h]["steps"][-1]["dest"] for h in ("node-a", "node-b")]
     assert dests == ["/a/nvidia-bug-report", "/b/nvidia-bug-report"]
 
@@ -421,7 +421,7 @@ def test_the_filter_reads_each_hosts_opt_out_and_says_where_its_sweep_came_from(
              "gpus": [{"index": i, "verdict": "failed" if i == 0 else "healthy"} for i in range(2)]}
     came = {"source": "sweep", "why": "the scheduled sweep's last result", "age": 12.0}
     plan = health_plan({"node-a": {"sweep": sweep, "from": came}, "node-b": {"sweep": sweep, "remediation": "false"},
-                        "node-c": {}}, max_unavailable=3)
+                        "node-c": {}}, max_unavailable=3, platform="compose")
     hosts = plan["hosts"]
     assert (hosts["node-a"]["status"], hosts["node-a"]["swept"]) == ("act", came)
     assert hosts["node-b"]["status"] == "opted_out"

@@ -150,7 +150,8 @@ def test_the_roles_defaults_take_the_timers_fresh_result():
     ("1", "gpu_health"), (2, "gpu_health"),  # the operator asks for more than the level-0 sweep ran
 ])
 def test_the_filter_reads_health_dcgm_level_as_the_inventory_or_extra_vars_give_it(given, source):
-    got = health_sweep_record(host_read(runs(XID79_9E), T0), mode="last", dcgm_level=given, expected_gpus=4)
+    got = health_sweep_record(host_read(runs(XID79_9E), T0), mode="last", max_age=300, dcgm_level=given,
+                              expected_gpus=4)
     assert got["source"] == source, got["why"]
 
 
