@@ -268,9 +268,11 @@ def test_mlflow_team_users_job_against_a_stand_in_auth_api(rendered_objects, tmp
     assert result.stdout.split("\n")[:2] == ["team-serving password set", "team-vision created"]
 
 
-def test_mps_sharing_and_node_labels(rendered_objects):
+def test_mps_sharing_and_node_labels(rendered, rendered_objects):
     objects = addon_objects(rendered_objects, "gpu_operator")
     config = next(o for o in objects if o["kind"] == "ConfigMap")
+    values = yaml.safe_load((rendered / "gpu_operator" / "helm-values-gpu-operator.yml").read_text(encoding="utf-8"))
+    assert config["metadata"]["name"] == values["devicePlugin"]["config"]["name"], "the device plugin reads this one"
     inference = yaml.safe_load(config["data"]["inference"])
     addons = yaml.safe_load((REPO_ROOT / "inventories/cluster/group_vars/k8s_cluster/addons.yml").read_text("utf-8"))
     wanted = addons["gpu_operator_pools"]["inference"]["mps_replicas"]
