@@ -32,6 +32,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  
     get_var,
     platform_request,
 )
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import nfs_targets
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     host_pools,
@@ -39,7 +40,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     size_workspaces,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
 
 _NULL_STR = {"type": ["string", "null"]}
@@ -136,6 +137,8 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "validate_nccl_build_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
     "training_image_base": Setting("training_image", _IMAGES, "reported where the inventory pins it"),
     "compose_stack_member_image": Setting("compose_stack", _IMAGES, "reported where the inventory pins it"),
+    "compose_stack_datasets": Setting("compose_stack", ("hosts.<name>.nfs_servers",),
+                                      "the NFS servers preflight and compose_stack probe (preflight.nfs_targets)"),
     "training_stack_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
     "training_stack_mlflow_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
 }
@@ -327,7 +330,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "required": ["gpu_count", "topology", "packages", "pool", "kubelet_policy", "nccl", "node",
-                             "workspaces", "health_sweep"],
+                             "workspaces", "health_sweep", "nfs_servers"],
                 "properties": {
                     "ok": {"type": ["boolean", "null"], "description": "preflight's verdict on this host."},
                     "gpu_count": {**_NULL_INT, "description": "GPUs found (null: not read)."},
@@ -460,6 +463,14 @@ SCHEMA: dict[str, Any] = {
                             "form": {"enum": list(HEALTH_SWEEP_FORMS)},
                             "reason": {"type": "string"},
                         },
+                    },
+                    "nfs_servers": {
+                        "type": "array",
+                        "description": "The NFS server of each compose_stack_datasets entry, as preflight probes it "
+                        "and compose_stack probes it again before mounting (preflight.nfs_targets): dataset, host "
+                        "(src's, an IPv6 address without its brackets) and port (port= in opts, else 2049).",
+                        "items": {"type": "object", "required": ["dataset", "host", "port"], "properties": {
+                            "dataset": _NULL_STR, "host": {"type": "string"}, "port": {"type": "integer"}}},
                     },
                     "out_of_service": {
                         "type": "object",
@@ -651,6 +662,7 @@ def host_part(
         "nccl": training_jobs.nccl_env([topology], ifname),
         "workspaces": _workspaces(topology, gpu, hostvars, host) if platform == "compose" else None,
         "health_sweep": sweep,
+        "nfs_servers": nfs_targets(_setting(hostvars, "compose_stack_datasets")),
     }
 
 

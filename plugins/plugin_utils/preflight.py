@@ -264,7 +264,7 @@ def free_space(wanted: list[dict[str, Any]] | None, measured: list[dict[str, Any
 def nfs_targets(datasets: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The NFS servers the datasets mount, as {dataset, host, port} (port= from opts, else 2049)."""
     targets = []
-    for item in datasets or []:
+    for item in [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []:
         fstype = str(item.get("fstype") or "nfs4")
         src = str(item.get("src") or "")
         if not fstype.startswith("nfs") or ":" not in src:
@@ -295,7 +295,7 @@ def nfs_reachable(targets: list[dict[str, Any]], probes: list[dict[str, Any]] | 
             False,
             "NFS server unreachable: "
             + "; ".join(problems)
-            + ". Nothing was mounted or created. Fix: start the NFS server or open TCP port 2049 to it from the "
+            + ". Nothing was mounted or created. Fix: start the NFS server or open that TCP port to it from the "
             "node, correct the dataset's src (server:/export), or remove the dataset (compose_stack_datasets).",
         )
     return _check("nfs_servers", True, "; ".join(fine))

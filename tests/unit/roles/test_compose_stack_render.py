@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -256,6 +257,23 @@ def test_a_gpu_the_host_lacks_fails_before_any_change(tmp_path: Path, h100_topol
     assert "Nothing was changed" in result.stdout
     assert not (tmp_path / "project").exists()
     assert not (tmp_path / "credentials").exists()
+
+
+def test_the_nfs_probe_takes_the_plans_host_and_port_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+    """The role probes the server preflight probed (the plan's nfs_servers: port= of opts, an IPv6 src's host), not
+    port 2049 of the text before src's first colon."""
+    with socket.socket(socket.AF_INET6) as closed:  # a port nothing listens on once this block ends
+        closed.bind(("::1", 0))
+        port = closed.getsockname()[1]
+    result = run_playbook(tmp_path, {
+        "gpuops_gpu_topology": h100_topology,
+        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0]}],
+        "compose_stack_datasets": [{"name": "v6", "src": "[::1]:/export/v6", "opts": f"ro,hard,port={port}"}],
+    })
+    assert result.returncode != 0
+    assert f"dataset v6: NFS server ::1 (compose_stack_datasets) did not answer on port {port} within 10 s" in (
+        result.stdout), result.stdout[-3000:]
+    assert not (tmp_path / "datasets").exists()
 
 
 def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:

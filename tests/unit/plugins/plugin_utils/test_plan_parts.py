@@ -338,6 +338,22 @@ def test_member_workspaces_in_the_plan():
     assert built["pools"] == {}, "the small team sets no gpuops_pool"
 
 
+def test_the_nfs_servers_compose_stack_probes_are_in_the_plan_with_their_port_and_ipv6_host():
+    """compose_stack probes the plan's servers (tasks/install.yml), parsed once: the port= of opts, an IPv6 src's host
+    without its brackets; a dataset on the host's own disk or of another fstype has no server."""
+    hostvars = _inventory("small-team")
+    hostvars["gpu01"] = {**hostvars["gpu01"], "compose_stack_datasets": [
+        {"name": "imagenet", "src": "nas.lan:/export/imagenet"},
+        {"name": "coco", "src": "10.0.0.5:/coco", "fstype": "nfs", "opts": "ro,hard,port=20490"},
+        {"name": "v6", "src": "[fd00::5]:/export/v6", "opts": "ro,port=2050"},
+        {"name": "local", "src": ""}, {"name": "bind", "src": "/srv/x", "fstype": "none"}]}
+    assert _compose_plan(hostvars)["hosts"]["gpu01"]["nfs_servers"] == [
+        {"dataset": "imagenet", "host": "nas.lan", "port": 2049},
+        {"dataset": "coco", "host": "10.0.0.5", "port": 20490},
+        {"dataset": "v6", "host": "fd00::5", "port": 2050},
+    ]
+
+
 def test_member_workspaces_are_sized_on_the_hosts_memory_and_cpus():
     # the default shares of 80% of the host's memory and all its CPUs (gpu_facts' memtotal_mb, processor_vcpus), in
     # proportion to each member's GPUs; nothing else changes
@@ -459,7 +475,7 @@ def test_a_plan_written_before_these_parts_is_not_a_plan_of_this_version():
     built = _valid(_cluster_plan(_inventory("cluster")))
     host = next(iter(built["hosts"]))
     for path in (("pools",), ("gpu_sharing",), ("nodes", "registration"), ("hosts", host, "node"),
-                 ("hosts", host, "workspaces"), ("hosts", host, "health_sweep")):
+                 ("hosts", host, "workspaces"), ("hosts", host, "health_sweep"), ("hosts", host, "nfs_servers")):
         stale = json.loads(json.dumps(built))
         *parent, key = path
         node = stale
