@@ -34,7 +34,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "kube_pod_cidr": "10.32.0.0/16", "kube_service_cidr": "10.100.0.0/16", "kube_dns_domain": "gpu.lan",
         "kube_image_repository": "registry.lan:5000", "kube_config_dir": "/etc/kubernetes/site",
         "gpu_operator_namespace": "nvidia-gpu-operator", "training_stack_namespace": "training-operator",
-        "kube_monitoring_namespace": "prometheus", "training_stack_mlflow_namespace": "experiments",
+        "kube_monitoring_namespace": "prometheus", "kube_monitoring_release_name": "prom",
+        "training_stack_mlflow_namespace": "experiments",
         "gpu_health_textfile_dir": "/srv/node-exporter/textfile", "kube_control_plane_credentials_dir": "/srv/creds",
         "kube_control_plane_endpoint": "cp.lan:6443", "kube_control_plane_bind_port": 8443}
 
