@@ -17,6 +17,7 @@ import json
 import os
 from typing import Any, NamedTuple
 
+import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
     gpu_sharing,
@@ -73,7 +74,6 @@ class Setting(NamedTuple):
 
 
 _WORKSPACES = ("hosts.<name>.workspaces",)
-_IMAGES = ("pins.images",)
 _HEALTH_SWEEP = "hosts.<name>.health_sweep"
 # The role settings the plan reads: the only place this module names one (docs/plan.md lists them, generated from
 # this map). Functions read them through _setting; an unset one reads as None (a gpuops_* one as its shared default,
@@ -101,11 +101,9 @@ ROLE_SETTINGS: dict[str, Setting] = {
     "nvidia_driver_fabric_manager": Setting("nvidia_driver", ("hosts.<name>.packages",),
                                             "true or false: Fabric Manager needed or not; else (auto) where the GPU "
                                             "facts found NVSwitches"),
-    "nvidia_container_toolkit_version": Setting("nvidia_container_toolkit",
-                                                ("pins.container_toolkit", "hosts.<name>.packages"),
-                                                "the toolkit pin, where the inventory sets one"),
-    "nvidia_container_toolkit_repo_url": Setting("nvidia_container_toolkit", ("hosts.<name>.packages",),
-                                                 "where the toolkit comes from"),
+    "nvidia_container_toolkit_version": Setting("nvidia_container_toolkit", ("hosts.<name>.packages",),
+                                                "the toolkit pin, where the inventory sets one (else the "
+                                                "role's default)"),
     **{name: Setting("kube_node", ("hosts.<name>.kubelet_policy",), "a kubelet reservation (kube_plan.kubelet_policy)")
        for name, _kind in kube_plan.RESERVATIONS.values()},
     "kube_control_plane_schedulable": Setting("kube_control_plane", ("hosts.<name>.node", "nodes.registration"),
@@ -132,18 +130,9 @@ ROLE_SETTINGS: dict[str, Setting] = {
                                               "host's, workspaces.host_pools)"),
     "training_stack_socket_ifname": Setting("training_stack", ("hosts.<name>.nccl", "pools"),
                                             "NCCL_SOCKET_IFNAME (unset: NCCL picks)"),
-    "validate_cuda_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
-    "validate_cuda_check_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
-    "validate_nccl_build_image": Setting("validate", _IMAGES, "reported where the inventory pins it"),
-    "training_image_base": Setting("training_image", _IMAGES, "reported where the inventory pins it"),
-    "compose_stack_member_image": Setting("compose_stack", _IMAGES, "reported where the inventory pins it"),
     "compose_stack_datasets": Setting("compose_stack", ("hosts.<name>.nfs_servers",),
                                       "the NFS servers preflight and compose_stack probe (preflight.nfs_targets)"),
-    "training_stack_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
-    "training_stack_mlflow_image": Setting("training_stack", _IMAGES, "reported where the inventory pins it"),
 }
-# Image pins reported in pins.images when the inventory sets them (validate, the training image, the job templates).
-IMAGE_PINS = tuple(name for name, setting in ROLE_SETTINGS.items() if setting.keys == _IMAGES)
 # A GPU node's inventory declarations that kube_gpu.gpu_nodes reads where the gpu facts are silent.
 _NODE_VARS = tuple(name for name, setting in ROLE_SETTINGS.items() if "nodes.gpu" in setting.keys)
 
@@ -215,17 +204,6 @@ SCHEMA: dict[str, Any] = {
                 "driver": {**_NULL_STR, "description": "nvidia_driver_version (exact)."},
                 "cuda": {**_NULL_STR, "description": "gpuops_cuda_version requested."},
                 "registry_mirror": {**_NULL_STR, "description": "gpuops_registry_mirror, when images come from one."},
-                "container_toolkit": {
-                    **_NULL_STR,
-                    "description": "nvidia_container_toolkit_version as the inventory pins it; null: the "
-                    "nvidia_container_toolkit role's default is in force.",
-                },
-                "images": {
-                    "type": "object",
-                    "additionalProperties": {"type": "string"},
-                    "description": "Image pins the inventory sets, by variable (" + ", ".join(IMAGE_PINS) + "); "
-                    "a variable left out keeps its role's or playbook's default.",
-                },
             },
         },
         "pools": {
@@ -353,8 +331,8 @@ SCHEMA: dict[str, Any] = {
                     "nvlink_domains": {**_INT_LISTS, "description": "GPU indexes joined by NVLink, per domain."},
                     "packages": {
                         "type": "object",
-                        "description": "The driver set this host gets, read by nvidia_driver (its pin, Fabric "
-                        "Manager).",
+                        "description": "The packages this host gets: the driver set, read by nvidia_driver (its "
+                        "pin, Fabric Manager), and the toolkit pin, read by nvidia_container_toolkit.",
                         "properties": {
                             "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
                             "driver_source": {
@@ -375,14 +353,9 @@ SCHEMA: dict[str, Any] = {
                             },
                             "fabric_manager_reason": {"type": "string", "description": "Why, in a few words."},
                             "container_toolkit": {
-                                **_NULL_STR,
-                                "description": "This host's nvidia_container_toolkit_version as the inventory pins "
-                                "it; null: the role's default.",
-                            },
-                            "container_toolkit_source": {
-                                **_NULL_STR,
-                                "description": "nvidia_container_toolkit_repo_url as the inventory sets it (a "
-                                "mirror); null: NVIDIA's repository, the role's default.",
+                                "type": "string",
+                                "description": "The toolkit pin nvidia_container_toolkit installs and holds: this "
+                                "host's nvidia_container_toolkit_version, else the role's default.",
                             },
                         },
                     },
@@ -489,12 +462,16 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _setting(hostvars: Any, name: str) -> Any:
+def _setting(hostvars: Any, name: str, role_default: bool = False) -> Any:
     """One host's value of a role setting the plan reads (ROLE_SETTINGS names it; KeyError otherwise), None when
-    unset (a gpuops_* one: its shared default)."""
+    unset (a gpuops_* one: its shared default; ``role_default``: the owner role's default)."""
     if name not in ROLE_SETTINGS:
         raise KeyError(f"{name} is not in plan.ROLE_SETTINGS: add it there (owner, plan keys, use) before reading it")
-    return get_var(hostvars, name)
+    value = get_var(hostvars, name)
+    if value is None and role_default:
+        defaults = os_support.ROLES_DIR / ROLE_SETTINGS[name].owner / "defaults" / "main.yml"
+        value = (yaml.safe_load(defaults.read_text(encoding="utf-8")) or {}).get(name)
+    return value
 
 
 def _gpu_operator_on(hostvars: Any) -> bool:
@@ -634,7 +611,7 @@ def host_part(
         | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
     )
     ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "")
-    toolkit = str(_setting(hostvars, "nvidia_container_toolkit_version") or "") or None
+    toolkit = _setting(hostvars, "nvidia_container_toolkit_version", role_default=True)
     sweep = health_sweep(platform, hostvars)
     return {
         "ok": ok,
@@ -652,8 +629,7 @@ def host_part(
             "fabric_manager": driver if fabric_manager else None,
             "fabric_manager_needed": fabric_manager,
             "fabric_manager_reason": fabric_manager_reason,
-            "container_toolkit": toolkit,
-            "container_toolkit_source": str(_setting(hostvars, "nvidia_container_toolkit_repo_url") or "") or None,
+            "container_toolkit": str(toolkit),
         },
         "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,
@@ -745,8 +721,6 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
             "driver": str(pins.get("driver") or "") or None,
             "cuda": str(pins.get("cuda") or "") or None,
             "registry_mirror": str(_setting(anyvars, "gpuops_registry_mirror") or "") or None,
-            "container_toolkit": str(_setting(anyvars, "nvidia_container_toolkit_version") or "") or None,
-            "images": {name: str(_setting(anyvars, name)) for name in IMAGE_PINS if _setting(anyvars, name)},
         },
     }
 

@@ -238,3 +238,55 @@ def test_no_role_default_reads_other_hosts():
 ])
 def test_the_node_list_rule_finds_a_walk(text: str):
     assert NODE_LIST_WALK.search(text)
+
+
+# --- package pins are the plan's --------------------------------------------------------------------------------
+
+# role -> its pin variable (the plan carries it: gpuops_plan.hosts.<host>.packages), and the tasks that may still
+# template it: the inputs pass's format check, and the assert that refuses a plan made for another pin. Every other
+# task (the pinned set, its names) takes the plan's pin.
+PLAN_PINS = {
+    "nvidia_driver": ("nvidia_driver_version", {
+        ("inputs.yml", "Inputs | nvidia_driver_version is a dotted driver version, not a branch"),
+        ("assert.yml", "Assert | the plan pins the driver this inventory pins"),
+    }),
+    "nvidia_container_toolkit": ("nvidia_container_toolkit_version", {
+        ("inputs.yml", "Inputs | nvidia_container_toolkit_version is an exact version"),
+        ("assert.yml", "Assert | the plan pins the toolkit this inventory pins"),
+    }),
+}
+_JINJA_KEYS = ("that", "when", "failed_when", "changed_when", "until")
+
+
+def _templates(node: Any, variable: str) -> bool:
+    """Whether ``node`` templates ``variable`` (in {{ }}, or in a bare-Jinja key such as that: or when:)."""
+    word = re.compile(rf"\b{variable}\b")
+    return any(
+        word.search(text) and (key in _JINJA_KEYS or re.search(rf"{{{{[^}}]*\b{variable}\b", text))
+        for key, value in _walk(node) for text in ([value] if isinstance(value, str) else
+                                                   [str(value)] if key in _JINJA_KEYS else [])
+    )
+
+
+@pytest.mark.parametrize("role", sorted(PLAN_PINS))
+def test_package_pins_are_read_from_the_plan(role):
+    variable, allowed = PLAN_PINS[role]
+    used = set()
+    for path, data in PARSED.items():
+        if re.match(rf"roles/{role}/(tasks|vars|handlers)/", path) and isinstance(data, (list, dict)):
+            items = data if isinstance(data, list) else [{"name": key, "value": value} for key, value in data.items()]
+            used |= {(path.rsplit("/", 1)[1], item.get("name")) for item in items if _templates(item, variable)}
+    assert used == allowed, (
+        f"{role} templates {variable} in {sorted(used - allowed)}; the plan holds the pin "
+        f"(gpuops_plan.hosts.<host>.packages). Fix: read the plan's pin" if used - allowed else
+        f"{sorted(allowed - used)} no longer template {variable}: remove them from the allowances")
+
+
+def test_the_pin_rule_finds_a_pin_computed_again():
+    old = {"name": "Pinned toolkit packages", "ansible.builtin.include_role": {"vars": {"pinned_packages_versions": (
+        "{{ dict(nvidia_container_toolkit_packages | zip(nvidia_container_toolkit_packages\n"
+        " | map('regex_replace', '^.*$', nvidia_container_toolkit_version))) }}")}}}
+    assert _templates(old, "nvidia_container_toolkit_version")
+    assert _templates({"ansible.builtin.assert": {"that": "x == nvidia_driver_version"}}, "nvidia_driver_version")
+    assert not _templates({"vars": {"pinned_packages_version_variable": "nvidia_driver_version"}},
+                          "nvidia_driver_version"), "a variable's name is not a use of it"

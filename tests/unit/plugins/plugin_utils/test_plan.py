@@ -10,12 +10,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, preflight_report
 from fleet_fixture import shared_path
 
 REPO = Path(__file__).resolve().parents[4]
 PIN = "550.90.07"
+# The toolkit pin where the inventory sets none: nvidia_container_toolkit's default, which the plan carries.
+TOOLKIT = yaml.safe_load((REPO / "roles/nvidia_container_toolkit/defaults/main.yml").read_text(encoding="utf-8"))[
+    "nvidia_container_toolkit_version"]
 
 
 def _topology(name: str) -> dict:
@@ -71,8 +75,8 @@ def test_host_part_from_the_hgx_capture(kube_plan):
     assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
     assert hgx["packages"] == {"driver": PIN, "driver_source": None, "fabric_manager": PIN,
                                "fabric_manager_needed": True, "fabric_manager_reason": "? NVSwitch device(s) found",
-                               "container_toolkit": None, "container_toolkit_source": None}, (
-        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin or source in this inventory")
+                               "container_toolkit": TOOLKIT}, (
+        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin in this inventory: the role's default")
     assert hgx["topology_source"] == "preflight"
     # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
     assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
@@ -96,7 +100,7 @@ def test_no_kubelet_policy_on_compose_or_without_a_pool():
     assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
         "driver": None, "driver_source": None, "fabric_manager": None, "fabric_manager_needed": None,
         "fabric_manager_reason": "the GPU facts were not read, so NVSwitches were not looked for",
-        "container_toolkit": None, "container_toolkit_source": None}
+        "container_toolkit": TOOLKIT}
 
 
 # nvidia_driver installs Fabric Manager where the plan says so (packages.fabric_manager_needed): the inventory's
@@ -119,12 +123,13 @@ def test_fabric_manager_is_decided_in_the_plan(setting, found, needed, reason):
     assert packages["fabric_manager"] == (PIN if needed else None)
 
 
-def test_gpu_presence_and_package_sources_are_in_the_plan():
-    hostvars = {"nvidia_driver_source": "distro", "nvidia_container_toolkit_repo_url": "http://mirror.lan/nct"}
+def test_gpu_presence_and_package_pins_are_in_the_plan():
+    hostvars = {"nvidia_driver_source": "distro", "nvidia_container_toolkit_version": "1.18.0"}
     part = plan.host_part("compose", {"count": 0, "present": False, "source": "pci"}, hostvars)
     assert part["gpus_present"] is False, "playbooks/host.yml skips this host"
-    assert (part["packages"]["driver_source"], part["packages"]["container_toolkit_source"]) == (
-        "distro", "http://mirror.lan/nct")
+    assert (part["packages"]["driver_source"], part["packages"]["container_toolkit"]) == ("distro", "1.18.0"), (
+        "nvidia_container_toolkit installs the plan's toolkit pin: the inventory's")
+    assert TOOLKIT != "1.18.0", "the default differs, so the line above tells the two apart"
     assert plan.host_part("compose", {"count": 8, "present": True}, {})["gpus_present"] is True
     assert plan.host_part("compose", {}, {})["gpus_present"] is None, "not read: not known"
 

@@ -81,25 +81,21 @@ def _job_env(pool: str, nodes: list[dict], **config: object) -> dict:
 def test_pools_and_pins_of_the_cluster_inventory(cluster):
     assert {pool: part["hosts"] for pool, part in cluster["pools"].items()} == {
         "training": ["gpu-train-01", "gpu-train-02"], "inference": ["gpu-infer-01"]}
-    assert cluster["pins"]["container_toolkit"] == "1.17.8", "group_vars/gpu_nodes/driver.yml pins the toolkit"
-    assert cluster["pins"]["images"] == {}, "inventories/cluster sets no image pin: the roles' defaults are in force"
     assert cluster["pins"]["driver"] == DRIVER
     for host in CAPTURES:
         assert cluster["hosts"][host]["packages"] == {
             "driver": DRIVER, "driver_source": None, "fabric_manager": DRIVER, "fabric_manager_needed": True,
-            "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8",
-            "container_toolkit_source": None}
+            "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8"}, (
+            "group_vars/gpu_nodes/driver.yml pins the toolkit")
         assert cluster["hosts"][host]["workspaces"] is None, "kubernetes members get namespaces, not workspaces"
 
 
-def test_image_pins_the_inventory_sets():
-    hostvars = _inventory("small-team")
-    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["images"] == {
-        "compose_stack_member_image": "registry.lab.example:5000/gpuops/training:0.1.0"}
-    hostvars["gpu01"]["validate_cuda_image"] = "registry.lab.example:5000/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["images"]["validate_cuda_image"] == (
-        "registry.lab.example:5000/nvidia/cuda:12.4.1-base-ubuntu22.04")
-    assert plan.inventory_plan(["gpu01"], hostvars)["pins"]["container_toolkit"] is None, "the role's default"
+def test_the_toolkit_pin_is_the_roles_default_where_the_inventory_sets_none():
+    small = plan.inventory_plan(["gpu01"], _inventory("small-team"))
+    default = (REPO / "roles/nvidia_container_toolkit/defaults/main.yml").read_text(encoding="utf-8")
+    pin = small["hosts"]["gpu01"]["packages"]["container_toolkit"]
+    assert f'nvidia_container_toolkit_version: "{pin}"\n' in default, "nvidia_container_toolkit installs it"
+    assert set(small["pins"]) == {"driver", "cuda", "registry_mirror"}, "no pin that no role reads"
 
 
 def test_a_host_without_a_pool_is_in_no_pool():

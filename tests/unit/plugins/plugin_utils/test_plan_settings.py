@@ -76,7 +76,6 @@ def test_every_setting_in_the_map_is_read():
     rules' modules (mps.VARIABLES, kube_plan.RESERVATIONS)."""
     read = (
         _literal_names("_setting")
-        | set(plan.IMAGE_PINS)
         | set(plan._NODE_VARS)
         | set(mps.VARIABLES)
         | {name for name, _kind in kube_plan.RESERVATIONS.values()}
