@@ -145,7 +145,9 @@ def test_writes_where_node_exporter_reads_and_keeps_the_timers_cursor(rendered, 
     node_exporter_dir = flag.split("=", 1)[1].removeprefix("/host/root")
     container = _container(daemonset)
     assert _arg(container, "--textfile-dir") == node_exporter_dir
-    assert _arg(container, "--state-file") == _gpu_health_vars()["_gpu_health_sweep_state"]
+    shared = yaml.safe_load((REPO_ROOT / "roles/_gpuops_vars/defaults/main.yml").read_text(encoding="utf-8"))
+    timer = jinja2.Template(_gpu_health_vars()["_gpu_health_sweep_state"]).render(shared)
+    assert _arg(container, "--state-file") == timer
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in _pod(daemonset)["volumes"]}
     host_paths = {name: v["hostPath"] for name, v in volumes.items() if "hostPath" in v}

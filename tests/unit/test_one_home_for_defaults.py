@@ -4,7 +4,7 @@ Every play imports the _gpuops_vars role first, so its defaults are the play's; 
 variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTINGS: kube_version, kube_pod_cidr,
 kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace,
 training_stack_namespace, kube_monitoring_namespace, kube_monitoring_release_name,
-training_stack_mlflow_namespace, gpu_health_textfile_dir,
+training_stack_mlflow_namespace, gpu_health_textfile_dir, gpu_health_state_dir,
 kube_control_plane_credentials_dir, kube_control_plane_endpoint, kube_control_plane_bind_port). This test reads
 the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default written in a comment is a
 second home in words) and fails, naming file:line, on
@@ -52,6 +52,7 @@ SHARED_CLUSTER_SETTINGS = (
     "kube_monitoring_release_name",
     "training_stack_mlflow_namespace",
     "gpu_health_textfile_dir",
+    "gpu_health_state_dir",
     "kube_control_plane_credentials_dir",
     "kube_control_plane_endpoint",
     "kube_control_plane_bind_port",

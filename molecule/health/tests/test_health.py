@@ -245,7 +245,7 @@ case "$*" in *--after-cursor*) ;; *) cat /etc/gpuops-standin/kernel.log ;; esac
 echo "-- cursor: s=gpuops-standin;i=1"
 """
 SWEEP_LIB = "/usr/local/lib/gpuops/gpu_health"  # roles/gpu_health/vars/main.yml _gpu_health_sweep_lib
-SWEEP_STATE = "/var/lib/gpuops/gpu_health/sweep.json"  # _gpu_health_sweep_state; result.json beside it
+SWEEP_STATE = "/var/lib/gpuops/gpu_health/sweep.json"  # in gpu_health_state_dir's default; result.json beside it
 SWEEP_UNIT = "/etc/systemd/system/gpuops-gpu-health-sweep.service"  # where gpu_health's tasks/sweep.yml writes it
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"  # gpu_health_textfile_dir's default
 CAPTURE = PROJECT / "../shared/data/nvidia-smi/query/h100-nvl-x2_nvidia-smi-q.txt"  # molecule.yml's health_state_text

@@ -38,7 +38,7 @@ PATH=/nonexistent PYTHONPATH={collections} exec {python} -m \\
 def release(folder: Path, form: str, check: bool = False) -> dict:
     """One run of the entry point for every GPU of the scratch state; returns gpu_health_released."""
     variables = {"gpu_health_release_gpus": ["all"], "gpu_health_release_reason": REASON,
-                 "_gpu_health_sweep_state": str(folder / "sweep.json"),
+                 "gpu_health_state_dir": str(folder),
                  "_gpu_health_sweep_unit": f"../../..{folder}/gpuops-gpu-health-sweep",
                  "gpuops_plan": {"hosts": {"localhost": {"health_sweep": {"form": form, "reason": "test"}}}},
                  "gpu_health_test_out": str(folder / "released.json")}

@@ -36,7 +36,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "gpu_operator_namespace": "nvidia-gpu-operator", "training_stack_namespace": "training-operator",
         "kube_monitoring_namespace": "prometheus", "kube_monitoring_release_name": "prom",
         "training_stack_mlflow_namespace": "experiments",
-        "gpu_health_textfile_dir": "/srv/node-exporter/textfile", "kube_control_plane_credentials_dir": "/srv/creds",
+        "gpu_health_textfile_dir": "/srv/node-exporter/textfile", "gpu_health_state_dir": "/srv/gpu-health",
+        "kube_control_plane_credentials_dir": "/srv/creds",
         "kube_control_plane_endpoint": "cp.lan:6443", "kube_control_plane_bind_port": 8443}
 
 

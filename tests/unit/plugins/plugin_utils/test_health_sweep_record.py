@@ -222,13 +222,17 @@ def test_the_sweep_script_writes_the_record_from_a_copy_of_the_shipped_files(tmp
     assert "could not read the GPUs' state" in H.sweep_record(host_read(record, clock), SETTINGS)["why"]
 
 
-def test_health_reads_the_result_where_both_sweep_forms_write_it():
-    """health's _health_sweep_result is result.json beside the state file of gpu_health's timer, which
-    kube_monitoring's DaemonSet keeps too (no variable moves any of them)."""
-    def role_vars(role: str) -> dict:
-        return yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text(encoding="utf-8"))
-
-    timer = str(Path(role_vars("gpu_health")["_gpu_health_sweep_state"]).parent)
-    assert role_vars("kube_monitoring")["_kube_monitoring_gpu_health_sweep_state_dir"] == timer
-    assert role_vars("health")["_health_sweep_result"] == f"{timer}/{gpu_health_result.RESULT_NAME}"
-    assert SETTINGS["path"] == role_vars("health")["_health_sweep_result"]
+def test_the_sweep_folder_has_one_home():
+    """gpu_health_state_dir (roles/_gpuops_vars) is where gpu_health's timer and kube_monitoring's DaemonSet keep
+    the sweep's state and where health reads result.json: no role, playbook or plugin spells the folder itself,
+    and health's read is the sweep's RESULT_NAME in it."""
+    shared = yaml.safe_load((REPO / "roles/_gpuops_vars/defaults/main.yml").read_text(encoding="utf-8"))
+    folder = shared["gpu_health_state_dir"]
+    spelt = [f"{path.relative_to(REPO)}:{number}"
+             for top in ("roles", "playbooks", "plugins") for path in sorted((REPO / top).rglob("*"))
+             if path.suffix in {".yml", ".j2", ".py"} and "_gpuops_vars" not in path.parts
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if folder in line]
+    assert not spelt, f"{folder} spelt outside roles/_gpuops_vars (read gpu_health_state_dir instead): {spelt}"
+    health = yaml.safe_load((REPO / "roles/health/vars/main.yml").read_text(encoding="utf-8"))
+    assert health["_health_sweep_result"] == "{{ gpu_health_state_dir }}/" + gpu_health_result.RESULT_NAME
+    assert SETTINGS["path"] == f"{folder}/{gpu_health_result.RESULT_NAME}"
