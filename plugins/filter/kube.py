@@ -20,6 +20,13 @@ def kube_cluster_problems(plan: object) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
+def unpinned_releases(releases: object, like: str) -> list[str]:
+    if not isinstance(releases, dict):
+        raise AnsibleFilterError(f"unpinned_releases: expected a mapping, got {type(releases).__name__}")
+    return [found for found in (kube_plan.release_problem(str(name), value, str(like))
+                                for name, value in releases.items()) if found]
+
+
 def containerd_config(
     text: object, systemd_cgroup: bool = False, imports: object = (), drop_imports: object = (),
 ) -> str:
@@ -57,6 +64,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "kube_cluster_problems": kube_cluster_problems,
+            "unpinned_releases": unpinned_releases,
             "containerd_config": containerd_config,
             "kube_ca_cert_hash": kube_ca_cert_hash,
             "kubeadm_node_registration": kubeadm_node_registration,

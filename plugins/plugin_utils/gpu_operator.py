@@ -80,17 +80,6 @@ MIG_CAPABLE = (
 )
 _MIG_PATTERNS = [re.compile(r"(?<![A-Z0-9])" + re.escape(name) + r"(?![A-Z0-9])") for name in MIG_CAPABLE]
 _MIG_CONFIG = re.compile(r"^[a-z0-9]([a-z0-9.+-]{0,61}[a-z0-9])?$")
-_CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
-
-
-def chart_version_problem(variable: str, value: object) -> str | None:
-    """A Helm chart version must be one exact release (``v26.3.2``), never a range, ``latest`` or empty."""
-    if isinstance(value, str) and _CHART_VERSION.match(value.strip()):
-        return None
-    return (
-        f"{variable} is {value!r}: expected one exact chart release such as 'v26.3.2' (no range, no 'latest', "
-        f"not empty); fix: pin the version you tested (helm search repo --versions)"
-    )
 
 
 def mig_capable(gpu_model: str | None) -> bool:
@@ -176,7 +165,7 @@ def _driver_problems(config: dict) -> list[str]:
 def problems(config: dict) -> list[str]:
     """Every refusal for ``config`` (see ``plan``)."""
     found = []
-    chart = chart_version_problem("gpu_operator_chart_version", config.get("chart_version"))
+    chart = kube_plan.release_problem("gpu_operator_chart_version", config.get("chart_version"), "v26.3.2")
     if chart:
         found.append(chart)
     found.extend(_driver_problems(config))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,6 +53,18 @@ LABEL_MAX = 63
 # A GPU node's label naming its one scheduled GPU health sweep (plan.health_sweep's form); kube_monitoring's DaemonSet
 # selects the value "daemonset" (roles/kube_monitoring/templates/gpu-health-sweep.yaml.j2).
 HEALTH_SWEEP_LABEL = "gpuops.io/gpu-health-sweep"
+_RELEASE = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+$")
+
+
+def release_problem(variable: str, value: object, like: str) -> str | None:
+    """The one pin rule of the add-ons' releases (Calico's and the training operator's tags, the GPU Operator's and
+    kube-prometheus-stack's charts): None for one exact release X.Y.Z spelt as ``like``, the project's own spelling
+    (a git tag is matched letter for letter, 'v' included), else the refusal. No prerelease: we test releases."""
+    text = value if isinstance(value, str) else ""
+    if _RELEASE.match(text) and text.startswith("v") == like.startswith("v"):
+        return None
+    return (f"{variable} is {value!r}: expected one exact release spelt as {like!r} is (no range, no 'latest', no "
+            "prerelease, not empty); fix: pin the release you tested")
 
 
 def kube_version_problem(version: object, name: str = "kube_version") -> str | None:

@@ -184,6 +184,31 @@ def test_kube_version(version, problem):
 
 
 @pytest.mark.parametrize(
+    ("value", "like", "pinned"),
+    [
+        ("v3.30.3", "v3.30.3", True),  # Calico's tag, in the manifest URL: its 'v' is part of the name
+        ("3.30.3", "v3.30.3", False),
+        ("79.5.0", "79.5.0", True),  # kube-prometheus-stack's chart has none
+        ("v79.5.0", "79.5.0", False),
+        (">=79", "79.5.0", False),
+        ("v26.3.2-rc.1", "v26.3.2", False),  # a prerelease: the collection is tested on releases only
+        ("v26.3", "v26.3.2", False),
+        ("latest", "v26.3.2", False),
+        ("", "v26.3.2", False),
+        (None, "v26.3.2", False),
+        (26.3, "v26.3.2", False),
+    ],
+)
+def test_one_pin_rule_for_the_add_on_releases(value, like, pinned):
+    """kube_cni, kube_monitoring and training_stack (filter unpinned_releases) and gpu_operator's plan judge their
+    releases by this one rule."""
+    found = kube_plan.release_problem("x_version", value, like)
+    assert (found is None) == pinned, found
+    if found:
+        assert found.startswith(f"x_version is {value!r}: expected one exact release spelt as {like!r} is")
+
+
+@pytest.mark.parametrize(
     ("count", "endpoint", "problem"),
     [
         (1, "", None),
