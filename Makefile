@@ -143,7 +143,7 @@ site-check-test: setup
 molecule: setup
 	@scripts/run-tests.sh molecule $(SCENARIO)
 
-test: setup
+test: host venv
 	@scripts/run-tests.sh all
 
 demo: setup

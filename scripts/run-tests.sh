@@ -26,25 +26,28 @@ results() { python3 "$root/scripts/test_summary.py" "$@"; }
 
 # The work of `all`: a queue that two lanes take from, each lane taking the next item whenever it is free, so
 # the lanes stay even when stage times differ from one machine to the next (cold, warm, a slower disk). An item
-# is stages run in series in one lane. Longest first, so that the short ones fill the ends: the driver scenario,
-# which mostly waits on downloads, dpkg and container boots, starts at once beside the CPU-bound lint and unit
-# stages; compose shares the host's image cache with ops (the demo node), so both are one item (and both take
-# the demo's lock as well), and bad_input follows them in it: bad_input runs its cases several playbooks at a
-# time, and beside compose both slowed down (seen in the full run of 3c4fd16, compared with earlier runs' stage
-# times). Containers, names and locks of two stages never overlap. A stage not named here (a
-# new scenario) is added as an item of its own at the end (check_lanes).
+# is stages run in series in one lane. The driver scenario, which mostly waits on downloads, dpkg and container
+# boots, starts at once beside the CPU-bound unit stage (on a fresh machine it first builds the images, below).
+# compose shares the host's image cache with ops (the demo node), so both are one item (and both take the demo's
+# lock as well), and bad_input follows them in it: bad_input runs its cases several playbooks at a time, and
+# beside compose both slowed down (seen in the full run of 3c4fd16, compared with earlier runs' stage times). That
+# item is the longest by far, so the lane that takes it gets only unit before it: with lint as well it ended ~300 s
+# after the other lane (the runs of d385bf6 and 14a8f83); lint goes to the other lane, and the short stages fill
+# the ends. Containers, names and locks of two stages never overlap. A stage not named here (a new scenario) is
+# added as an item of its own at the end (check_lanes).
 ALL_QUEUE=(
   molecule-driver
-  lint,unit
+  unit
   ops,molecule-compose,bad_input
+  lint
   molecule-kubernetes
-  molecule-grow
-  dnf
-  site_check
-  collection
   molecule-health
+  molecule-grow
+  site_check
   molecule-preflight
+  dnf
   molecule-local_pv
+  collection
   report
 )
 LANES=2
@@ -105,14 +108,24 @@ unit() {
   pytest_run "render tests" build/junit/render.xml build/logs/render.log tests/render
 }
 
-# with_lock LOCKFILE CMD...: CMD under an exclusive flock (the node containers a stage owns, across checkouts).
+# with_lock LOCKFILE CMD...: CMD under an exclusive flock (the node containers a stage owns, across checkouts);
+# returns CMD's exit status.
 with_lock() {
-  local fd lock=$1; shift
+  local fd rc lock=$1; shift
   exec {fd}>"$lock"
   flock "$fd"
-  "$@"
+  "$@"; rc=$?
   flock -u "$fd"
   exec {fd}>&-
+  return "$rc"
+}
+
+# images LOG: the debootstrap node images (scripts/build-images.sh: rebuilt only when its recipe changed, else a
+# no-op), under one lock, for a stage that starts containers. `make test` does not wait for them: on a fresh
+# machine the first such stage builds them while the other lane runs unit or lint.
+images() {
+  with_lock /tmp/gpuops-images.lock scripts/build-images.sh all >"$1" 2>&1 && return
+  bad "the node images (scripts/build-images.sh; log: $1)"; note_rc 1; tail -20 "$1" | sed 's/^/        /'; return 1
 }
 
 # Tests outside tests/unit that need the host set-up (bootstrap.sh): pytest per folder.
@@ -158,12 +171,17 @@ molecule_scenario() {
 
 # run_stage NAME LANE: one stage, with its own counters; its result goes to build/results/NAME.json.
 run_stage() {
-  local name=$1 lane=$2 t0 args=() j f
+  local name=$1 lane=$2 t0 args=() j f body=$1
   passed=0 failed=0 stage_rc=0 failures=() junits=()
   t0=$(date +%s)
   rm -f "build/results/$name.json"
   echo "== $name"
   case "$name" in
+    lint|unit|collection|report) ;;
+    *) images "build/logs/images-$name.log" || body=none ;;  # counted as a failure of this stage
+  esac
+  case "$body" in
+    none) ;;
     lint) lint ;;
     unit) unit ;;
     collection) collection ;;

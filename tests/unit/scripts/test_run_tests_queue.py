@@ -3,9 +3,13 @@ not hold the short ones behind it; `plan` lists every stage once, ops and compos
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 FIXED_STAGES = ["lint", "unit", "collection", "report", "ops", "bad_input", "dnf", "site_check"]
@@ -55,3 +59,43 @@ def test_the_plan_queues_every_stage_once_and_ops_with_compose() -> None:
     # ops and compose share the host's image cache and the demo's lock; bad_input never runs beside compose
     assert ["ops", "molecule-compose", "bad_input"] in items
     assert re.match(r"queue \(2 lanes", out)
+
+
+def _runner_with_failing_images(tmp_path: Path) -> Path:
+    """A copy of the runner whose scripts/build-images.sh is a LABELLED TEST STAND-IN that records its call (in
+    calls.log) and fails as debootstrap would."""
+    for folder in ("scripts", "bench", "molecule"):
+        (tmp_path / folder).mkdir()
+    for name in ("scripts/run-tests.sh", "scripts/_queue.sh", "scripts/test_summary.py", "bench/_meta.py"):
+        shutil.copy(REPO / name, tmp_path / name)
+    stub = tmp_path / "scripts" / "build-images.sh"
+    stub.write_text("#!/bin/sh\n# LABELLED TEST STAND-IN for scripts/build-images.sh\n"
+                    'echo "$*" >> calls.log\necho "E: debootstrap failed"\nexit 1\n')
+    stub.chmod(0o755)
+    return tmp_path / "scripts" / "run-tests.sh"
+
+
+def _stage(runner: Path, stage: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(runner), stage], cwd=runner.parents[1], text=True, capture_output=True, check=False,
+                          env={"PATH": "/usr/bin:/bin"})
+
+
+def test_a_container_stage_builds_the_images_first_and_fails_without_them(tmp_path: Path) -> None:
+    run = _stage(_runner_with_failing_images(tmp_path), "dnf")
+    assert run.returncode != 0
+    assert (tmp_path / "calls.log").read_text() == "all\n"
+    assert "FAIL  the node images (scripts/build-images.sh; log: build/logs/images-dnf.log)" in run.stdout
+    assert "E: debootstrap failed" in run.stdout
+    assert "dnf tests" not in run.stdout  # the stage's pytest never started
+    result = json.loads((tmp_path / "build" / "results" / "dnf.json").read_text())
+    assert (result["failed"], result["rc"]) == (1, 1)
+
+
+@pytest.mark.parametrize("stage", ["unit", "report"])
+def test_the_stages_without_containers_never_build_the_images(tmp_path: Path, stage: str) -> None:
+    # `make test` starts them before the images exist (on a fresh machine they build in the other lane); here
+    # they fail for want of pytest on PATH, after the point where a container stage builds the images
+    run = _stage(_runner_with_failing_images(tmp_path), stage)
+    assert f"== {stage}" in run.stdout
+    assert not (tmp_path / "calls.log").exists()
+    assert "the node images" not in run.stdout
