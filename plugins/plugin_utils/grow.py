@@ -70,16 +70,6 @@ def grow_teams(members: list[dict], teams: list[dict], team_of: dict, defaults: 
     return new_teams, new_members
 
 
-def counted_workers(config: dict) -> list[dict]:
-    """The GPU workers with their GPU counts: the plan's GPU nodes (``workers``: the GPUs preflight read, else the
-    inventory's declarations), else the fleet's ``gpuops_gpu_count`` shared evenly (``fleet_gpu_count``)."""
-    workers = [dict(w) for w in config.get("workers") or []]
-    share = int(config.get("fleet_gpu_count") or 0) // max(len(workers), 1)
-    for w in workers:
-        w["gpu_count"] = int(w.get("gpu_count") or share)
-    return workers
-
-
 def member_gpu_problems(members: list[dict], workers: list[dict], pool: str) -> list[str]:
     """A member whose GPUs would not fit the cluster's GPU pool: more than any one worker of ``pool`` has (their
     workspace pod runs on one node), or, all members together, more than the pool has."""
@@ -252,7 +242,7 @@ def plan(config: dict) -> dict[str, Any]:
     new_teams, new_members = grow_teams(members, declared, dict(config.get("team_of") or {}),
                                         dict(config.get("team_defaults") or {}), storage_class)
     problems = team.team_problems(new_teams, new_members)
-    workers = counted_workers(config)
+    workers = list(config.get("workers") or [])  # the plan's GPU nodes, with the plan's one GPU count each
     pool = str(config.get("pool") or "training")
     problems += member_gpu_problems(new_members, workers, pool)
     datasets = list(config.get("datasets") or [])

@@ -87,8 +87,9 @@ ROLE_SETTINGS: dict[str, Setting] = {
                            "the host's pool: its kubelet policy, labels and taints, and which pool's NCCL it joins"),
     "gpuops_gpu_topology": Setting("_gpuops_vars", ("hosts.<name>.topology", "nodes.gpu", *_WORKSPACES),
                                    "the topology where preflight read none"),
-    "gpuops_gpu_count": Setting("_gpuops_vars", _WORKSPACES,
-                                "GPUs 0..n-1 for the workspaces of a plan from the inventory alone (no GPU facts)"),
+    "gpuops_gpu_count": Setting("_gpuops_vars", (*_WORKSPACES, "nodes.gpu"),
+                                "GPUs 0..n-1 for the workspaces of a plan from the inventory alone (no GPU facts); "
+                                "a GPU node's even share of it where its GPUs were neither read nor declared"),
     "gpuops_multi_node_training": Setting("_gpuops_vars", ("gpu_sharing",),
                                           "gpu_operator_pools' default where unset (gpu_sharing.default_pools)"),
     "gpuops_cuda_version": Setting("_gpuops_vars", ("pins.cuda",), "the CUDA version, where preflight judged none"),
@@ -268,7 +269,8 @@ SCHEMA: dict[str, Any] = {
                     "name, pool (gpuops_pool), gpu_model, gpu_count, topology, gpu_memory_mib (the smallest GPU's), "
                     "mig_enabled; from the gpu facts preflight read, else the inventory's declarations "
                     "(gpuops_gpu_topology, gpu_operator_gpu_model, gpu_operator_gpu_count, "
-                    "gpu_operator_gpu_memory_mib).",
+                    "gpu_operator_gpu_memory_mib); with neither, gpu_count is an even share of gpuops_gpu_count. "
+                    "The cluster's GPUs are their sum (kube_tenancy's quota check, grow).",
                     "items": {
                         "type": "object",
                         "required": ["name", "pool", "gpu_count", "topology"],

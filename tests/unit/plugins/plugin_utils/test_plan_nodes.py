@@ -98,3 +98,17 @@ def test_compose_site_lists_its_gpu_host_and_no_control_plane():
     assert nodes["control_planes"] == []
     assert [n["name"] for n in nodes["gpu"]] == ["gpu01"]
     assert nodes["gpu"] == kube_gpu_nodes([{**hostvars["gpu01"], "inventory_hostname": "gpu01"}])
+
+
+def test_the_cluster_gpu_count_is_the_plans_one():
+    """A GPU node whose GPUs were neither read nor declared counts an even share of gpuops_gpu_count: the one count
+    that kube_tenancy's quota check (their sum) and grow (each worker's) read. small-team declares 8 GPUs and no
+    topology for gpu01; before, the plan counted 0 there and grow shared gpuops_gpu_count by a rule of its own."""
+    hostvars = _inventory("small-team")
+    nodes = _valid(plan.inventory_plan(["gpu01"], hostvars))["nodes"]["gpu"]
+    assert [(n["name"], n["gpu_count"]) for n in nodes] == [("gpu01", 8)]
+    declared = {"gpuops_gpu_count": 12, "gpuops_gpu_topology": {"gpus": [{"index": 0}, {"index": 1}]}}
+    shared = kube_gpu_nodes([{"inventory_hostname": "a", **declared},
+                             {"inventory_hostname": "b", "gpuops_gpu_count": 12},
+                             {"inventory_hostname": "c", "gpuops_gpu_count": 12, "gpu_operator_gpu_count": 4}])
+    assert [n["gpu_count"] for n in shared] == [2, 4, 4], "a topology or a declared count first, else 12 // 3"
