@@ -5,7 +5,8 @@ variable, nor the cluster settings homed there beside them (SHARED_CLUSTER_SETTI
 kube_service_cidr, kube_dns_domain, kube_image_repository, kube_config_dir, gpu_operator_namespace,
 training_stack_namespace, kube_monitoring_namespace, kube_monitoring_release_name,
 training_stack_mlflow_namespace, gpu_health_textfile_dir, gpu_health_state_dir,
-kube_control_plane_credentials_dir, kube_control_plane_endpoint, kube_control_plane_bind_port). This test reads
+kube_control_plane_credentials_dir, kube_control_plane_endpoint, kube_control_plane_bind_port, and Compose's
+publish addresses and ports, read by compose_stack and diagnose). This test reads
 the text of roles/, playbooks/, plugins/ and molecule/ (comments count too: a default written in a comment is a
 second home in words) and fails, naming file:line, on
 
@@ -56,6 +57,9 @@ SHARED_CLUSTER_SETTINGS = (
     "kube_control_plane_credentials_dir",
     "kube_control_plane_endpoint",
     "kube_control_plane_bind_port",
+    "compose_stack_bind_address",
+    "compose_stack_service_bind_address",
+    "compose_stack_ports",
 )
 # \b: an internal fact (_gpuops_*, __gpuops_*: set by a task, not an inventory variable) has no shared default.
 JINJA_DEFAULT = re.compile(rf"(?:\bgpuops_\w+|\b(?:{'|'.join(SHARED_CLUSTER_SETTINGS)})\b)\s*\|\s*default\(")

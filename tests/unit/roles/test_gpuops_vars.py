@@ -38,7 +38,9 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "training_stack_mlflow_namespace": "experiments",
         "gpu_health_textfile_dir": "/srv/node-exporter/textfile", "gpu_health_state_dir": "/srv/gpu-health",
         "kube_control_plane_credentials_dir": "/srv/creds",
-        "kube_control_plane_endpoint": "cp.lan:6443", "kube_control_plane_bind_port": 8443}
+        "kube_control_plane_endpoint": "cp.lan:6443", "kube_control_plane_bind_port": 8443,
+        "compose_stack_bind_address": "127.0.0.2", "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
+        "compose_stack_ports": {"prometheus": 19090}}
 
 
 def _options() -> dict:
