@@ -98,7 +98,6 @@ ROLE_SETTINGS: dict[str, Setting] = {
        for name in mps.VARIABLES},
     "nvidia_driver_version": Setting("nvidia_driver", ("pins.driver", "hosts.<name>.packages"),
                                      "the driver pin, where preflight judged none"),
-    "nvidia_driver_source": Setting("nvidia_driver", ("hosts.<name>.packages",), "where the driver comes from"),
     "nvidia_driver_fabric_manager": Setting("nvidia_driver", ("hosts.<name>.packages",),
                                             "true or false: Fabric Manager needed or not; else (auto) where the GPU "
                                             "facts found NVSwitches"),
@@ -337,18 +336,9 @@ SCHEMA: dict[str, Any] = {
                         "pin, Fabric Manager), and the toolkit pin, read by nvidia_container_toolkit.",
                         "properties": {
                             "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
-                            "driver_source": {
-                                **_NULL_STR,
-                                "description": "nvidia_driver_source as the inventory sets it (nvidia or distro); "
-                                "null: the role's default, nvidia.",
-                            },
-                            "fabric_manager": {
-                                **_NULL_STR,
-                                "description": "Exactly the driver pin where Fabric Manager is needed, else null.",
-                            },
                             "fabric_manager_needed": {
                                 "type": ["boolean", "null"],
-                                "description": "Whether nvidia_driver installs Fabric Manager: "
+                                "description": "Whether nvidia_driver installs Fabric Manager, at the driver pin: "
                                 "nvidia_driver_fabric_manager when the inventory sets it true or false, else (auto) "
                                 "whether the GPU facts found NVSwitches; null: not known (auto, and the GPU facts were "
                                 "not read), which nvidia_driver refuses.",
@@ -627,8 +617,6 @@ def host_part(
         "gpus_present": gpu["present"] if isinstance(gpu.get("present"), bool) else None,
         "packages": {
             "driver": driver,
-            "driver_source": str(_setting(hostvars, "nvidia_driver_source") or "") or None,
-            "fabric_manager": driver if fabric_manager else None,
             "fabric_manager_needed": fabric_manager,
             "fabric_manager_reason": fabric_manager_reason,
             "container_toolkit": str(toolkit),

@@ -73,10 +73,9 @@ def test_host_part_from_the_hgx_capture(kube_plan):
     hgx = kube_plan["hosts"]["hgx-01"]
     assert hgx["numa_nodes"] == [0, 1]
     assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
-    assert hgx["packages"] == {"driver": PIN, "driver_source": None, "fabric_manager": PIN,
-                               "fabric_manager_needed": True, "fabric_manager_reason": "? NVSwitch device(s) found",
-                               "container_toolkit": TOOLKIT}, (
-        "NVSwitch host: Fabric Manager at exactly the pin; no toolkit pin in this inventory: the role's default")
+    assert hgx["packages"] == {"driver": PIN, "fabric_manager_needed": True,
+                               "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": TOOLKIT}, (
+        "NVSwitch host: Fabric Manager needed (at the pin); no toolkit pin in this inventory: the role's default")
     assert hgx["topology_source"] == "preflight"
     # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
     assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
@@ -98,7 +97,7 @@ def test_no_kubelet_policy_on_compose_or_without_a_pool():
     assert plan.host_part("compose", gpu, {"gpuops_pool": "training"}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {}, ok=True)["kubelet_policy"] is None
     assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
-        "driver": None, "driver_source": None, "fabric_manager": None, "fabric_manager_needed": None,
+        "driver": None, "fabric_manager_needed": None,
         "fabric_manager_reason": "the GPU facts were not read, so NVSwitches were not looked for",
         "container_toolkit": TOOLKIT}
 
@@ -120,15 +119,13 @@ def test_fabric_manager_is_decided_in_the_plan(setting, found, needed, reason):
         hostvars["nvidia_driver_fabric_manager"] = setting
     packages = plan.host_part("compose", gpu, hostvars)["packages"]
     assert (packages["fabric_manager_needed"], packages["fabric_manager_reason"]) == (needed, reason)
-    assert packages["fabric_manager"] == (PIN if needed else None)
 
 
 def test_gpu_presence_and_package_pins_are_in_the_plan():
-    hostvars = {"nvidia_driver_source": "distro", "nvidia_container_toolkit_version": "1.18.0"}
+    hostvars = {"nvidia_container_toolkit_version": "1.18.0"}
     part = plan.host_part("compose", {"count": 0, "present": False, "source": "pci"}, hostvars)
     assert part["gpus_present"] is False, "playbooks/host.yml skips this host"
-    assert (part["packages"]["driver_source"], part["packages"]["container_toolkit"]) == ("distro", "1.18.0"), (
-        "nvidia_container_toolkit installs the plan's toolkit pin: the inventory's")
+    assert part["packages"]["container_toolkit"] == "1.18.0", "nvidia_container_toolkit installs the inventory's pin"
     assert TOOLKIT != "1.18.0", "the default differs, so the line above tells the two apart"
     assert plan.host_part("compose", {"count": 8, "present": True}, {})["gpus_present"] is True
     assert plan.host_part("compose", {}, {})["gpus_present"] is None, "not read: not known"

@@ -84,7 +84,7 @@ def test_pools_and_pins_of_the_cluster_inventory(cluster):
     assert cluster["pins"]["driver"] == DRIVER
     for host in CAPTURES:
         assert cluster["hosts"][host]["packages"] == {
-            "driver": DRIVER, "driver_source": None, "fabric_manager": DRIVER, "fabric_manager_needed": True,
+            "driver": DRIVER, "fabric_manager_needed": True,
             "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8"}, (
             "group_vars/gpu_nodes/driver.yml pins the toolkit")
         assert cluster["hosts"][host]["workspaces"] is None, "kubernetes members get namespaces, not workspaces"
