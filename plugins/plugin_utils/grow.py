@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_tenancy, team
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import nfs_source
 
 NFS_TYPES = ("nfs", "nfs4")
-NFS_SOURCE = re.compile(r"^(?P<server>[A-Za-z0-9.\-\[\]:]+?):(?P<path>/[^\s]*)$")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")
 LABEL = "gpuops.io/grow"
 _show = team.show  # values quoted in refusals as the team rules quote them
@@ -26,12 +26,6 @@ _show = team.show  # values quoted in refusals as the team rules quote them
 def _gpus(member: dict) -> int:
     gpus = member.get("gpus")
     return len(gpus) if isinstance(gpus, list) else 0
-
-
-def parse_nfs(src: Any) -> dict | None:
-    """``server:/path`` as {server, path}, else None."""
-    match = NFS_SOURCE.match(src) if isinstance(src, str) else None
-    return {"server": match.group("server"), "path": match.group("path").rstrip("/") or "/"} if match else None
 
 
 def version_tuple(image_or_version: Any) -> tuple[int, ...] | None:
@@ -101,7 +95,7 @@ def _under(path: str, export: str) -> bool:
 
 def dataset_problems(datasets: list, exports: list) -> list[str]:
     problems = []
-    parsed_exports = [(e, parse_nfs(e)) for e in exports]
+    parsed_exports = [(e, nfs_source(e)) for e in exports]
     for e, parsed in parsed_exports:
         if parsed is None:
             problems.append(f"grow_nfs_exports lists {_show(e)}; expected server:/path of an NFS export. "
@@ -109,7 +103,7 @@ def dataset_problems(datasets: list, exports: list) -> list[str]:
     for i, d in enumerate(datasets):
         where = f"compose_stack_datasets[{i}]"
         src, fstype = d.get("src"), d.get("fstype", "nfs4")
-        nfs = parse_nfs(src)
+        nfs = nfs_source(src)
         if fstype not in NFS_TYPES or nfs is None:
             problems.append(f"{where} ({d.get('name')}) is {_show(src)} with fstype {_show(fstype)}; expected an "
                             "NFS export (server:/path, fstype nfs or nfs4): a Kubernetes pod on any node mounts it, "
@@ -133,7 +127,7 @@ def _meta(name: str, namespace: str | None = None, extra: dict | None = None) ->
 
 def dataset_objects(dataset: dict, namespaces: list[str], size: str) -> list[dict]:
     """One ReadOnlyMany NFS PV per namespace, pre-bound to a PVC ``dataset-<name>`` in that namespace."""
-    nfs = parse_nfs(dataset["src"]) or {}
+    nfs = nfs_source(dataset["src"]) or {}
     name = str(dataset["name"])
     opts = [o for o in str(dataset.get("opts") or "").split(",") if o and o not in ("ro", "rw")]
     objects = []
@@ -168,7 +162,7 @@ def workspace_pv(member: dict, claim: dict, config: dict) -> dict:
         "claimRef": {"namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"]},
     }
     if config.get("workspace_storage") == "nfs":
-        nfs = parse_nfs(config.get("workspace_nfs")) or {}
+        nfs = nfs_source(config.get("workspace_nfs")) or {}
         spec["nfs"] = {"server": nfs.get("server", ""), "path": f"{nfs.get('path', '').rstrip('/')}/{name}"}
     else:
         spec["local"] = {"path": f"{str(config['scratch_dir']).rstrip('/')}/{name}"}
@@ -248,7 +242,7 @@ def plan(config: dict) -> dict[str, Any]:
     datasets = list(config.get("datasets") or [])
     problems += dataset_problems(datasets, list(config.get("nfs_exports") or []))
     storage = config.get("workspace_storage") or "local"  # local or nfs: the role's argument spec allows no other
-    if storage == "nfs" and parse_nfs(config.get("workspace_nfs")) is None:
+    if storage == "nfs" and nfs_source(config.get("workspace_nfs")) is None:
         problems.append(f"grow_workspace_nfs is {_show(config.get('workspace_nfs'))}; with grow_workspace_storage: "
                         "nfs, expected the server:/path export that holds one directory per member. Fix: e.g. "
                         "nas.lab.example:/export/workspaces")
@@ -266,13 +260,13 @@ def plan(config: dict) -> dict[str, Any]:
     users = dict(config.get("dataset_users") or {})
     data_part, objects = [], list(tenancy["objects"])
     for d in datasets:
-        if parse_nfs(d.get("src")) is None:
+        if nfs_source(d.get("src")) is None:
             continue
         used_by = users.get(d.get("name"), [m["name"] for m in new_members])
         used_ns = sorted({ns_of_member[n] for n in used_by if n in ns_of_member})
         dataset_objs = dataset_objects(d, used_ns, str(config.get("dataset_size") or "1Ti"))
         objects += dataset_objs
-        data_part.append({"name": d["name"], **(parse_nfs(d["src"]) or {}), "access": "ReadOnlyMany",
+        data_part.append({"name": d["name"], **(nfs_source(d["src"]) or {}), "access": "ReadOnlyMany",
                           "used_by": list(used_by), "namespaces": used_ns,
                           "persistent_volumes": [o["metadata"]["name"] for o in dataset_objs
                                                  if o["kind"] == "PersistentVolume"],

@@ -22,6 +22,8 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import dec
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import host_gpu_problems, out_of_service_problems
 
 NFS_PORT = 2049
+# server:/export, the form compose_stack's inputs accept: a host name or IPv4 address, or an IPv6 one in brackets
+NFS_SOURCE = re.compile(r"^(?:(?P<name>[A-Za-z0-9.-]+)|\[(?P<v6>[0-9A-Fa-f:.]+)\]):(?P<path>/\S*)$")
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
@@ -261,18 +263,25 @@ def free_space(wanted: list[dict[str, Any]] | None, measured: list[dict[str, Any
     return _check("free_space", True, "; ".join(fine))
 
 
+def nfs_source(src: object) -> dict[str, str] | None:
+    """The one reading of an NFS ``src`` (preflight's probe, the plan's nfs_servers, grow's PVs): ``server:/export``
+    or ``[IPv6 address]:/export`` as {server (no brackets), path (no trailing /)}; None for anything else."""
+    match = NFS_SOURCE.match(src) if isinstance(src, str) else None
+    if not match:
+        return None
+    return {"server": match.group("name") or match.group("v6"), "path": match.group("path").rstrip("/") or "/"}
+
+
 def nfs_targets(datasets: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The NFS servers the datasets mount, as {dataset, host, port} (port= from opts, else 2049)."""
     targets = []
     for item in [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []:
-        fstype = str(item.get("fstype") or "nfs4")
-        src = str(item.get("src") or "")
-        if not fstype.startswith("nfs") or ":" not in src:
+        source = nfs_source(item.get("src"))
+        if not str(item.get("fstype") or "nfs4").startswith("nfs") or source is None:
             continue
-        host = src.rsplit(":", 1)[0] if not src.startswith("[") else src[1 : src.index("]")]
         opts = dict(o.split("=", 1) for o in str(item.get("opts") or "").split(",") if "=" in o)
         port = int(opts["port"]) if str(opts.get("port", "")).isdigit() and int(opts["port"]) > 0 else NFS_PORT
-        targets.append({"dataset": item.get("name"), "host": host, "port": port})
+        targets.append({"dataset": item.get("name"), "host": source["server"], "port": port})
     return targets
 
 

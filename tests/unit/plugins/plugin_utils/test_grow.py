@@ -15,7 +15,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow, preflight
 from ansible_env import json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[4]
@@ -277,3 +277,19 @@ def test_apply_gives_the_grown_hosts_a_kubernetes_plan(tmp_path: Path) -> None:
     stopped = [result for task in stage_1["tasks"] for result in task["hosts"].values()]
     assert len(stopped) == 1, "the stand-in must stop stage 1 at its fact gathering: " + str(stopped)
     assert "no_such_facts_module was not found" in stopped[0]["msg"]
+
+
+def test_an_ipv6_nfs_source_is_read_as_preflight_reads_it() -> None:
+    """grow reads a dataset's src with preflight.nfs_source, the parser of preflight's probe and the plan's
+    nfs_servers: an IPv6 server in brackets gives the PV the bare address (Kubernetes' form: the kubelet brackets an
+    IPv6 server itself since 1.22, kubernetes#101067); grow's own parser kept the brackets, and took an IPv6 address
+    without them (fd00::5:/export, which mount.nfs cannot read and compose_stack refuses) for a server."""
+    v6 = {"name": "v6", "src": "[fd00::5]:/export/datasets/v6/", "fstype": "nfs4", "opts": "ro,port=20490"}
+    result = grow.plan(config(datasets=[v6], nfs_exports=["[fd00::5]:/export/datasets"]))
+    assert result["problems"] == []
+    pvs = of_kind(result["objects"], "PersistentVolume", "dataset-v6-")
+    assert {(o["spec"]["nfs"]["server"], o["spec"]["nfs"]["path"]) for o in pvs} == {("fd00::5", "/export/datasets/v6")}
+    assert pvs[0]["spec"]["mountOptions"] == ["port=20490"]
+    assert preflight.nfs_targets([v6]) == [{"dataset": "v6", "host": "fd00::5", "port": 20490}]
+    bare = grow.plan(config(datasets=[{**v6, "src": "fd00::5:/export/datasets/v6"}], nfs_exports=[]))
+    assert any("expected an NFS export" in p for p in bare["problems"]), bare["problems"]
