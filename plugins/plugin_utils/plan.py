@@ -18,6 +18,7 @@ import os
 from typing import Any, NamedTuple
 
 import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import max_native_cuda
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
     gpu_sharing,
@@ -41,7 +42,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
     size_workspaces,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
 
 _NULL_STR = {"type": ["string", "null"]}
@@ -333,7 +334,9 @@ SCHEMA: dict[str, Any] = {
                     "packages": {
                         "type": "object",
                         "description": "The packages this host gets: the driver set, read by nvidia_driver (its "
-                        "pin, Fabric Manager), and the toolkit pin, read by nvidia_container_toolkit.",
+                        "pin, Fabric Manager), the toolkit pin, read by nvidia_container_toolkit, and DCGM's CUDA "
+                        "major, read by gpu_health.",
+                        "required": ["dcgm_cuda_major"],
                         "properties": {
                             "driver": {**_NULL_STR, "description": "The driver pin (nvidia_driver_version)."},
                             "fabric_manager_needed": {
@@ -348,6 +351,11 @@ SCHEMA: dict[str, Any] = {
                                 "type": "string",
                                 "description": "The toolkit pin nvidia_container_toolkit installs and holds: this "
                                 "host's nvidia_container_toolkit_version, else the role's default.",
+                            },
+                            "dcgm_cuda_major": {
+                                **_NULL_INT,
+                                "description": "gpu_health's DCGM package CUDA major (dcgm_cuda_major) for the "
+                                "driver (the pin, else the running one); null: no driver known.",
                             },
                         },
                     },
@@ -574,6 +582,15 @@ def health_sweep(platform: str | None, hostvars: Any) -> dict:
     return {"form": "timer", "reason": f"{where}: gpu_health's systemd timer"}
 
 
+def dcgm_cuda_major(driver: str | None) -> int | None:
+    """The N of DCGM 4's datacenter-gpu-manager-4-cuda<N> for ``driver``: the major of the newest CUDA it runs
+    natively (the CUDA Version nvidia-smi prints), which DCGM's build must match; None where none is known."""
+    try:
+        return int(max_native_cuda(driver).split(".")[0]) if driver else None
+    except (ValueError, AttributeError):  # not a driver version (nvidia_driver's inputs refuse it); before CUDA 10
+        return None
+
+
 def host_part(
     platform: str | None,
     gpu: dict,
@@ -620,6 +637,7 @@ def host_part(
             "fabric_manager_needed": fabric_manager,
             "fabric_manager_reason": fabric_manager_reason,
             "container_toolkit": str(toolkit),
+            "dcgm_cuda_major": dcgm_cuda_major(driver or (driver_judged or {}).get("version")),
         },
         "driver_judged": dict(driver_judged) if isinstance(driver_judged, dict) else None,
         "pool": pool,

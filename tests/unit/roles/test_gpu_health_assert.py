@@ -56,7 +56,8 @@ def _cases() -> dict[str, tuple[dict[str, str], dict]]:
     cases: dict[str, tuple[dict[str, str], dict]] = {
         "defaults": ({}, {}),
         "version_4_without_install": ({}, {"gpu_health_dcgm_version": "4"}),
-        "cuda_major_10": ({}, {**install, "gpu_health_dcgm_cuda_major": 10}),
+        "cuda_major_10": ({}, {**install, "test_cuda_major": 10}),  # the plan's, from a 418 driver (CUDA 10.1)
+        "no_driver_known": ({}, {**install, "test_cuda_major": None}),
         "auto_unrelated_source": (
             {"sources.list.d/debian.sources": "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"},
             install),
@@ -111,9 +112,12 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         (apt / "sources.list.d").mkdir(parents=True)
         for file, text in sources.items():
             (apt / file).write_text(text)
-        # The controller's own Python, as the implicit localhost would use.
+        # The controller's own Python, as the implicit localhost would use; the plan's DCGM CUDA major (12 unless
+        # the case names another), as plan.dcgm_cuda_major gives it for the host's driver.
+        packages = {"dcgm_cuda_major": variables.pop("test_cuda_major", 12)}
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                       "gpu_health_test_apt_dir": str(apt), **variables}
+                       "gpu_health_test_apt_dir": str(apt), "gpuops_plan": {"hosts": {name: {"packages": packages}}},
+                       **variables}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     # _gpu_health_apt_dir is a role variable (vars/main.yml): only an extra variable overrides it, templated per host.
@@ -170,9 +174,12 @@ def test_a_version_that_is_not_exact_is_not_judged_without_install(outcomes):
     verdict(outcomes, "version_4_without_install", refused=False)
 
 
-def test_a_cuda_major_dcgm_4_is_not_built_for_is_refused(outcomes):
-    out = verdict(outcomes, "cuda_major_10", refused=True)
-    assert "gpu_health_dcgm_cuda_major is 10; DCGM 4 ships datacenter-gpu-manager-4-cuda11" in out.text
+@pytest.mark.parametrize(("case", "major"), [("cuda_major_10", "10"), ("no_driver_known", "null")])
+def test_a_cuda_major_dcgm_4_is_not_built_for_is_refused(outcomes, case, major):
+    out = verdict(outcomes, case, refused=True)
+    assert f"(packages.dcgm_cuda_major, from its driver) is {major}; DCGM 4 ships datacenter-gpu-manager-4-cuda11" in (
+        out.text)
+    assert "Fix: pin nvidia_driver_version to a driver of branch 450 or later and rerun preflight" in out.text
 
 
 @pytest.mark.parametrize(("index", "fingerprint"), list(enumerate(FINGERPRINTS)))

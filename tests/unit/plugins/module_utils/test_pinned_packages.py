@@ -273,7 +273,7 @@ def test_dcgm_bare_version_pins_the_epoch_versioned_set(follow):
     "exact" is the closure of gpu_health_dcgm_source: configured (the host's own repositories)."""
     structure, index = _structure_index()
     role_vars = yaml.safe_load((REPO / "roles/gpu_health/vars/main.yml").read_text())
-    names = [n.replace("{{ gpu_health_dcgm_cuda_major }}", "12")
+    names = [n.replace("{{ _gpu_health_dcgm_cuda_major }}", "12")
              for n in role_vars["_gpu_health_dcgm_default_packages"]]
     default = yaml.safe_load((REPO / "roles/gpu_health/defaults/main.yml").read_text())["gpu_health_dcgm_version"]
     pin, newer = structure["dcgm_versions"]

@@ -74,8 +74,10 @@ def test_host_part_from_the_hgx_capture(kube_plan):
     assert hgx["numa_nodes"] == [0, 1]
     assert hgx["nvlink_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
     assert hgx["packages"] == {"driver": PIN, "fabric_manager_needed": True,
-                               "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": TOOLKIT}, (
-        "NVSwitch host: Fabric Manager needed (at the pin); no toolkit pin in this inventory: the role's default")
+                               "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": TOOLKIT,
+                               "dcgm_cuda_major": 12}, (
+        "NVSwitch host: Fabric Manager needed (at the pin); no toolkit pin in this inventory: the role's default; "
+        "DCGM for CUDA 12, which the 550 pin runs natively")
     assert hgx["topology_source"] == "preflight"
     # the NVLink domain spans both NUMA nodes: single-numa-node cannot hold it
     assert hgx["kubelet_policy"]["topology_manager_policy"] == "restricted"
@@ -99,7 +101,7 @@ def test_no_kubelet_policy_on_compose_or_without_a_pool():
     assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
         "driver": None, "fabric_manager_needed": None,
         "fabric_manager_reason": "the GPU facts were not read, so NVSwitches were not looked for",
-        "container_toolkit": TOOLKIT}
+        "container_toolkit": TOOLKIT, "dcgm_cuda_major": None}
 
 
 # nvidia_driver installs Fabric Manager where the plan says so (packages.fabric_manager_needed): the inventory's
@@ -119,6 +121,19 @@ def test_fabric_manager_is_decided_in_the_plan(setting, found, needed, reason):
         hostvars["nvidia_driver_fabric_manager"] = setting
     packages = plan.host_part("compose", gpu, hostvars)["packages"]
     assert (packages["fabric_manager_needed"], packages["fabric_manager_reason"]) == (needed, reason)
+
+
+@pytest.mark.parametrize(("pin", "running", "major"), [
+    ("535.261.03", None, 12), ("580.65.06", None, 13), ("470.82.01", None, 11), ("418.39", None, 10),
+    (None, "580.95.05", 13), ("575.57.08", "580.95.05", 12), (None, None, None), ("550", None, 12), ("abc", None, None),
+])
+def test_dcgm_packages_follow_the_cuda_major_of_the_driver(pin, running, major):
+    """gpu_health installs datacenter-gpu-manager-4-cuda<N> for the plan's N: the newest CUDA major the driver runs
+    natively (the pin, else the running driver preflight judged); none where no driver is known, or no version."""
+    hostvars = {"nvidia_driver_version": pin} if pin else {}
+    judged = {"version": pin or running, "source": "pin" if pin else "running"} if pin or running else None
+    part = plan.host_part("compose", {"count": 8, "present": True}, hostvars, driver_judged=judged)
+    assert part["packages"]["dcgm_cuda_major"] == major
 
 
 def test_gpu_presence_and_package_pins_are_in_the_plan():

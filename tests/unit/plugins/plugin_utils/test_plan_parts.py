@@ -85,8 +85,8 @@ def test_pools_and_pins_of_the_cluster_inventory(cluster):
     for host in CAPTURES:
         assert cluster["hosts"][host]["packages"] == {
             "driver": DRIVER, "fabric_manager_needed": True,
-            "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8"}, (
-            "group_vars/gpu_nodes/driver.yml pins the toolkit")
+            "fabric_manager_reason": "? NVSwitch device(s) found", "container_toolkit": "1.17.8",
+            "dcgm_cuda_major": 13}, "group_vars/gpu_nodes/driver.yml pins the toolkit; the 580 driver runs CUDA 13"
         assert cluster["hosts"][host]["workspaces"] is None, "kubernetes members get namespaces, not workspaces"
 
 
