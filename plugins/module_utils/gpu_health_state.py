@@ -197,33 +197,6 @@ def _link(value: str | None) -> int | None:
     return int_or_none((value_or_none(value) or "").rstrip("xX"))
 
 
-def q_state(tree: dict, persistence_mode) -> dict:
-    """The ``state`` dict of one GPU section of ``nvidia-smi -q`` (NVLink keys stay null: -q does not show them)."""
-    state = empty_state()
-    ecc = tree.get("ECC Errors") if isinstance(tree.get("ECC Errors"), dict) else {}
-    state["ecc_uncorrectable_volatile"] = _sum_uncorrectable(ecc.get("Volatile"))
-    state["ecc_uncorrectable_aggregate"] = _sum_uncorrectable(ecc.get("Aggregate"))
-    state["row_remap_pending"] = parse_flag(q_get(tree, "Remapped Rows", "Pending"))
-    state["row_remap_failure"] = parse_flag(q_get(tree, "Remapped Rows", "Remapping Failure Occurred"))
-    state["retired_pages_pending"] = parse_flag(
-        q_get(tree, "Retired Pages", "Pending Page Blacklist")
-        or q_get(tree, "Retired Pages", "Pending Page Retirement")
-    )
-    reasons = tree.get("Clocks Event Reasons") or tree.get("Clocks Throttle Reasons") or {}
-    if isinstance(reasons, dict) and reasons:
-        flags = {key: parse_flag(q_get(reasons, key)) for key in reasons}
-        state["gpu_idle"] = flags.get("Idle")
-        thermal = [flags.get("HW Thermal Slowdown"), flags.get("SW Thermal Slowdown")]
-        state["throttle_thermal"] = any(thermal) if any(flag is not None for flag in thermal) else None
-        state["throttle_power"] = flags.get("HW Power Brake Slowdown")
-        state["throttle_sw_power_cap"] = flags.get("SW Power Cap")
-        state["throttle_hw_slowdown"] = flags.get("HW Slowdown")
-    for key, path in _SMI_PCIE:
-        state[key] = _link(q_get(tree, "PCI", "GPU Link Info", *path))
-    state["persistence_mode"] = persistence_mode
-    return state
-
-
 def _q_section_not_supported(section) -> bool:
     """A -q section (or value) that says N/A throughout: ``ECC Errors`` with ECC off, ``Retired Pages`` on A100
     and newer, ``Remapped Rows : N/A`` before A100."""
@@ -238,32 +211,44 @@ def _q_section_not_supported(section) -> bool:
     return smi_not_supported(section)
 
 
-def q_not_supported(tree: dict) -> list:
-    """The state keys one GPU section of ``nvidia-smi -q`` prints as not supported (see ``smi_not_supported``)."""
-    found = []
+def q_health(tree: dict, persistence_mode) -> tuple:
+    """``(state, not_supported)`` of one GPU section of ``nvidia-smi -q``, each field read once: the ``state`` dict
+    (NVLink keys stay null: -q does not show them) and the state keys it prints as not supported
+    (``smi_not_supported``)."""
+    state, found = empty_state(), []
     ecc = tree.get("ECC Errors")
-    if smi_not_supported(ecc):
-        found += ["ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate"]
-    elif isinstance(ecc, dict):
-        found += [
-            key
-            for key, part in (("ecc_uncorrectable_volatile", "Volatile"), ("ecc_uncorrectable_aggregate", "Aggregate"))
-            if part in ecc and _q_section_not_supported(ecc[part])
-        ]
-    remap = tree.get("Remapped Rows")
-    if _q_section_not_supported(remap) or (isinstance(remap, dict) and smi_not_supported(remap.get("Pending"))):
+    for key, part in (("ecc_uncorrectable_volatile", "Volatile"), ("ecc_uncorrectable_aggregate", "Aggregate")):
+        section = ecc.get(part) if isinstance(ecc, dict) else None
+        state[key] = _sum_uncorrectable(section)
+        if smi_not_supported(ecc) or (section is not None and _q_section_not_supported(section)):
+            found.append(key)
+    pending = q_get(tree, "Remapped Rows", "Pending")
+    state["row_remap_pending"] = parse_flag(pending)
+    state["row_remap_failure"] = parse_flag(q_get(tree, "Remapped Rows", "Remapping Failure Occurred"))
+    if _q_section_not_supported(tree.get("Remapped Rows")) or smi_not_supported(pending):
         found += ["row_remap_pending", "row_remap_failure"]
-    pages = tree.get("Retired Pages")
-    pending = q_get(tree, "Retired Pages", "Pending Page Blacklist") or q_get(
-        tree, "Retired Pages", "Pending Page Retirement"
-    )
-    if smi_not_supported(pages) or smi_not_supported(pending):
+    pages = q_get(tree, "Retired Pages", "Pending Page Blacklist") or q_get(
+        tree, "Retired Pages", "Pending Page Retirement")
+    state["retired_pages_pending"] = parse_flag(pages)
+    if smi_not_supported(tree.get("Retired Pages")) or smi_not_supported(pages):
         found.append("retired_pages_pending")
-    reasons = tree.get("Clocks Event Reasons", tree.get("Clocks Throttle Reasons"))
-    if smi_not_supported(reasons):
+    reasons = tree.get("Clocks Event Reasons") or tree.get("Clocks Throttle Reasons") or {}
+    if isinstance(reasons, dict) and reasons:
+        flags = {key: parse_flag(q_get(reasons, key)) for key in reasons}
+        state["gpu_idle"] = flags.get("Idle")
+        thermal = [flags.get("HW Thermal Slowdown"), flags.get("SW Thermal Slowdown")]
+        state["throttle_thermal"] = any(thermal) if any(flag is not None for flag in thermal) else None
+        state["throttle_power"] = flags.get("HW Power Brake Slowdown")
+        state["throttle_sw_power_cap"] = flags.get("SW Power Cap")
+        state["throttle_hw_slowdown"] = flags.get("HW Slowdown")
+    elif smi_not_supported(reasons):
         found += list(_REASON_KEYS)
-    found += [key for key, path in _SMI_PCIE if smi_not_supported(q_get(tree, "PCI", "GPU Link Info", *path))]
-    return sorted(found)
+    for key, path in _SMI_PCIE:
+        value = q_get(tree, "PCI", "GPU Link Info", *path)
+        state[key] = _link(value)
+        found += [key] if smi_not_supported(value) else []
+    state["persistence_mode"] = persistence_mode
+    return state, sorted(found)
 
 
 def parse_health_q(text: str) -> list:
@@ -273,8 +258,7 @@ def parse_health_q(text: str) -> list:
     records = []
     for index, (bus, tree) in enumerate(blocks):
         record = q_gpu(index, bus, tree)
-        record["state"] = q_state(tree, record["persistence_mode"])
-        record["not_supported"] = q_not_supported(tree)
+        record["state"], record["not_supported"] = q_health(tree, record["persistence_mode"])
         records.append(record)
     return records
 
