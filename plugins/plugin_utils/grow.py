@@ -161,8 +161,8 @@ def workspace_pv(member: dict, claim: dict, config: dict) -> dict:
         "storageClassName": claim["spec"].get("storageClassName", ""),
         "claimRef": {"namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"]},
     }
-    if config.get("workspace_storage") == "nfs":
-        nfs = nfs_source(config.get("workspace_nfs")) or {}
+    if config["workspace_storage"] == "nfs":
+        nfs = nfs_source(config["workspace_nfs"]) or {}
         spec["nfs"] = {"server": nfs.get("server", ""), "path": f"{nfs.get('path', '').rstrip('/')}/{name}"}
     else:
         spec["local"] = {"path": f"{str(config['scratch_dir']).rstrip('/')}/{name}"}
@@ -194,7 +194,7 @@ def mlflow_part(config: dict) -> tuple[dict, list[str]]:
         "source": {"host": config["compose_host"], "image": source,
                    "version": ".".join(map(str, version_tuple(source) or ())), "dir": f"{data_dir}/mlflow",
                    "backend": f"{data_dir}/mlflow/backend/mlflow.db", "artifacts": f"{data_dir}/mlflow/artifacts"},
-        "target": {"namespace": config.get("mlflow_namespace") or "mlflow", "image": target,
+        "target": {"namespace": config["mlflow_namespace"], "image": target,
                    "version": ".".join(map(str, version_tuple(target) or ())), "pvc": "mlflow-store",
                    "backend": "/mlflow/backend/mlflow.db", "artifacts": "/mlflow/artifacts"},
     }
@@ -232,23 +232,23 @@ def plan(config: dict) -> dict[str, Any]:
     refusal; the other parts are filled even then, so that the plan can be reviewed."""
     members = list(config.get("members") or [])
     declared = list(config.get("teams") or [])
-    storage_class = str(config.get("workspace_storage_class") or "gpuops-workspace")
+    storage_class = str(config["workspace_storage_class"])
     new_teams, new_members = grow_teams(members, declared, dict(config.get("team_of") or {}),
                                         dict(config.get("team_defaults") or {}), storage_class)
     problems = team.team_problems(new_teams, new_members)
     workers = list(config.get("workers") or [])  # the plan's GPU nodes, with the plan's one GPU count each
-    pool = str(config.get("pool") or "training")
+    pool = str(config["pool"])
     problems += member_gpu_problems(new_members, workers, pool)
     datasets = list(config.get("datasets") or [])
     problems += dataset_problems(datasets, list(config.get("nfs_exports") or []))
-    storage = config.get("workspace_storage") or "local"  # local or nfs: the role's argument spec allows no other
-    if storage == "nfs" and nfs_source(config.get("workspace_nfs")) is None:
-        problems.append(f"grow_workspace_nfs is {_show(config.get('workspace_nfs'))}; with grow_workspace_storage: "
+    storage = config["workspace_storage"]  # local or nfs: the role's argument spec allows no other
+    if storage == "nfs" and nfs_source(config["workspace_nfs"]) is None:
+        problems.append(f"grow_workspace_nfs is {_show(config['workspace_nfs'])}; with grow_workspace_storage: "
                         "nfs, expected the server:/path export that holds one directory per member. Fix: e.g. "
                         "nas.lab.example:/export/workspaces")
     mlflow, mlflow_problems = mlflow_part(config)
     problems += mlflow_problems
-    problems += mlflow_user_problems(new_members, new_teams, str(config.get("mlflow_admin_user") or "admin"))
+    problems += mlflow_user_problems(new_members, new_teams, str(config["mlflow_admin_user"]))
     mlflow["users"] = [m["name"] for m in new_members]
     namespaces = {t["name"]: team.namespace_of(t) for t in new_teams}
     tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams,
@@ -264,7 +264,7 @@ def plan(config: dict) -> dict[str, Any]:
             continue
         used_by = users.get(d.get("name"), [m["name"] for m in new_members])
         used_ns = sorted({ns_of_member[n] for n in used_by if n in ns_of_member})
-        dataset_objs = dataset_objects(d, used_ns, str(config.get("dataset_size") or "1Ti"))
+        dataset_objs = dataset_objects(d, used_ns, str(config["dataset_size"]))
         objects += dataset_objs
         data_part.append({"name": d["name"], **(nfs_source(d["src"]) or {}), "access": "ReadOnlyMany",
                           "used_by": list(used_by), "namespaces": used_ns,
@@ -276,7 +276,7 @@ def plan(config: dict) -> dict[str, Any]:
     workspaces = []
     if not problems:
         for m in new_members:
-            pv = workspace_pv(m, claims[m["name"]], {**config, "workspace_storage": storage})
+            pv = workspace_pv(m, claims[m["name"]], config)
             objects.append(pv)
             workspaces.append({"member": m["name"], "uid": m.get("uid"), "gid": m.get("gid", m.get("uid")),
                                "namespace": ns_of_member[m["name"]], "claim": claims[m["name"]]["metadata"]["name"],

@@ -43,7 +43,8 @@ def config(**extra: object) -> dict:
         "dataset_users": {"audio": ["chen"]}, "nfs_exports": ["nas:/export/datasets"], "dataset_size": "1Ti",
         "workspace_storage": "local", "scratch_dir": "/srv/scratch", "data_dir": "/srv/gpuops",
         "mlflow_source_image": "ghcr.io/mlflow/mlflow:v3.17.2", "mlflow_target_image": "ghcr.io/mlflow/mlflow:v3.17.2",
-        "mlflow_namespace": "mlflow", "tenancy": TENANCY, "created": 1000, "sources": {},
+        "mlflow_namespace": "mlflow", "mlflow_admin_user": "admin", "tenancy": TENANCY, "created": 1000,
+        "sources": {}, "workspace_nfs": "",
     }
     return {**base, **extra}
 
@@ -293,3 +294,12 @@ def test_an_ipv6_nfs_source_is_read_as_preflight_reads_it() -> None:
     assert preflight.nfs_targets([v6]) == [{"dataset": "v6", "host": "fd00::5", "port": 20490}]
     bare = grow.plan(config(datasets=[{**v6, "src": "fd00::5:/export/datasets/v6"}], nfs_exports=[]))
     assert any("expected an NFS export" in p for p in bare["problems"]), bare["problems"]
+
+
+@pytest.mark.parametrize("key", ["pool", "workspace_storage", "workspace_storage_class", "dataset_size",
+                                 "mlflow_namespace", "mlflow_admin_user"])
+def test_the_settings_have_no_default_of_their_own(key: str) -> None:
+    """grow.plan takes each role setting as grow_plan.yml passes it: its default is the role's (grow, training_stack),
+    not a second one here; a missing one is an error."""
+    with pytest.raises(KeyError, match=key):
+        grow.plan({name: value for name, value in config().items() if name != key})
