@@ -11,7 +11,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_sysfs import scan_pci
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_dcgm import run_dcgm
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import map_gpus, parse_events
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import read_kernel_log
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import BOOT_ID_PATH, read_kernel_log
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import gather_state
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict import (
     HEALTHY,
@@ -55,7 +55,7 @@ def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary inje
     nvml_loader=None,
     sysfs_root: str = "/sys",
     kern_log: str = "/var/log/kern.log",
-    boot_id_path: str = "/proc/sys/kernel/random/boot_id",
+    boot_id_path: str = BOOT_ID_PATH,
 ) -> dict:
     """One host's health: see the module doc. Raises GpuHealthError (or GpuFactsError) for refused input;
     ``dcgm_level`` is one of 0-3 by both callers' argument choices (the module's, the sweep program's)."""

@@ -28,6 +28,7 @@ SOURCE_DMESG = "dmesg"
 SOURCE_FILE = "kern.log"
 SOURCE_TEXT = "text"
 SOURCE_NONE = "none"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's, in a container too (not namespaced)
 
 _JOURNAL_CURSOR_RE = re.compile(r"^-- cursor: (?P<cursor>.+)$")
 _DMESG_STAMP_RE = re.compile(r"^\[\s*(?P<seconds>\d+\.\d+)\]")
@@ -95,12 +96,13 @@ def read_journal(binary: str, since_cursor: str | None, run, notes: list) -> dic
 # --------------------------------------------------------------------------- dmesg
 
 
-def _boot_id(path: str) -> str:
+def boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """The kernel's boot id, None where it cannot be read."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read().strip() or "unknown"
+            return handle.read().strip() or None
     except OSError:
-        return "unknown"
+        return None
 
 
 def read_dmesg(binary: str, since_cursor: str | None, run, boot_id: str, notes: list) -> dict | None:
@@ -165,7 +167,7 @@ def read_kernel_log(
     which,
     text: str | None = None,
     kern_log: str = "/var/log/kern.log",
-    boot_id_path: str = "/proc/sys/kernel/random/boot_id",
+    boot_id_path: str = BOOT_ID_PATH,
 ) -> dict:
     """The kernel-log lines since ``since_cursor`` from the first source that answers (see the module doc)."""
     notes: list = []
@@ -180,7 +182,7 @@ def read_kernel_log(
         notes.append("journalctl is not in PATH")
     dmesg = which("dmesg")
     if dmesg:
-        found = read_dmesg(dmesg, since_cursor, run, _boot_id(boot_id_path), notes)
+        found = read_dmesg(dmesg, since_cursor, run, boot_id(boot_id_path) or "unknown", notes)
         if found:
             return found
     else:

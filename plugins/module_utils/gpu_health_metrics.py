@@ -53,7 +53,6 @@ CLEAR_REQUEST = "clear.json"  # beside the state file: a pending release request
 # The last lines of what the runs released, kept in the state file: gpu_health's release reports those its run added
 RELEASED_KEPT = 100
 _HELD_KEY = ("uuid", "gpu", "check", "action", "step")
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's, in a container too (not namespaced)
 
 
 def _label_value(value) -> str:
@@ -269,15 +268,6 @@ def request_release(path: str, gpus: list, reason: str, now: float) -> tuple:
     return request, request != pending
 
 
-def _boot_id(path: str) -> str | None:
-    """The kernel's boot id, None where it cannot be read (no held finding then ends by a reboot)."""
-    try:
-        with open(path, encoding="utf-8") as stream:
-            return stream.read().strip() or None
-    except OSError:
-        return None
-
-
 def _run(argv):
     done = subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
     return done.returncode, done.stdout, done.stderr
@@ -289,7 +279,7 @@ def main(argv=None) -> int:
     parser.add_argument("--textfile-dir", help="node-exporter's textfile collector directory (required to sweep)")
     parser.add_argument("--dcgm-level", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--expected-gpus", type=int, default=None)
-    parser.add_argument("--boot-id-file", default=BOOT_ID_PATH, help=argparse.SUPPRESS)
+    parser.add_argument("--boot-id-file", help=argparse.SUPPRESS)  # gpu_health_log.BOOT_ID_PATH unless a test's
     parser.add_argument("--release", nargs="+", metavar="UUID", help="instead of sweeping: write a release request "
                         "for these GPUs (UUIDs or all), merged with a pending one, for the next run; prints it")
     parser.add_argument("--reason", default="", help="who releases and why (with --release)")
@@ -304,11 +294,16 @@ def main(argv=None) -> int:
             sys.stdout.write(json.dumps({"gpus": request, "changed": changed}) + "\n")
             return 0
         from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
+        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import (  # noqa: PLC0415
+            BOOT_ID_PATH,
+            boot_id,
+        )
         from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import (  # noqa: PLC0415
             write_result,
         )
 
-        return _one_run(args, sweep, write_result)
+        args.boot_id_file = args.boot_id_file or BOOT_ID_PATH
+        return _one_run(args, sweep, write_result, boot_id)
 
 
 @contextlib.contextmanager
@@ -324,13 +319,13 @@ def _locked(directory: str):
         os.close(handle)  # closing the descriptor releases the lock
 
 
-def _one_run(args, sweep, write_result) -> int:
+def _one_run(args, sweep, write_result, read_boot_id) -> int:
     state = _load_state(args.state_file)
     result = sweep(_run, shutil.which, since_cursor=state["cursor"], expected_gpus=args.expected_gpus,
                    dcgm_level=args.dcgm_level, boot_id_path=args.boot_id_file)
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
-    boot_id = _boot_id(args.boot_id_file)
+    boot_id = read_boot_id(args.boot_id_file)  # None: no held finding then ends by a reboot
     request = os.path.join(os.path.dirname(os.path.abspath(args.state_file)), CLEAR_REQUEST)
     held, cleared = hold(state["held"], result, boot_id, now, _take_request(request))
     released = [f"gpu_health released: GPU {entry['gpu']} ({entry['uuid']}) {entry['check']} {entry['action']}, "
