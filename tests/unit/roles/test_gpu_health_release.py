@@ -69,7 +69,7 @@ def test_on_a_daemonset_node_the_request_is_written_for_the_pods_next_sweep(tmp_
     assert oct(stat.S_IMODE(request.stat().st_mode)) == "0o600"
     assert json.loads(request.read_text())["gpus"]["all"]["reason"] == REASON
     assert (released["held"], released["cleared"], released["skipped"]) == (held, [], "")
-    assert "DaemonSet applies the request" in released["pending"]
+    assert f"DaemonSet applies the request {request} at its next sweep" in released["pending"]
     assert not (tmp_path / "systemctl.log").exists()  # nothing started on a DaemonSet node
     before = request.read_text()
     assert release(tmp_path, "daemonset")["request"] == released["request"]  # a re-run merges: the same request
