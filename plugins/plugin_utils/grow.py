@@ -253,7 +253,7 @@ def plan(config: dict) -> dict[str, Any]:
     namespaces = {t["name"]: team.namespace_of(t) for t in new_teams}
     tenancy = kube_tenancy.plan({**dict(config.get("tenancy") or {}), "teams": new_teams,
                                  "members": {m["name"]: m for m in new_members}, "namespaces": namespaces,
-                                 "cluster_gpus": sum(int(w.get("gpu_count") or 0) for w in workers)})
+                                 "gpu_nodes": workers})
     problems += tenancy["problems"]
 
     ns_of_member = {m["name"]: namespaces[m["team"]] for m in new_members}

@@ -66,6 +66,7 @@ def problems(config: dict) -> list[str]:
                        for name, value in sorted((config.get(key) or {}).items())]
     found = [problem for problem in (quantity_problem(*entry) for entry in quantities) if problem]
     namespaces = config.get("namespaces") or {}
+    cluster_gpus = sum(int(node.get("gpu_count") or 0) for node in config.get("gpu_nodes") or [])
     for index, team in enumerate(teams):
         if not isinstance(team, dict):
             continue
@@ -74,8 +75,7 @@ def problems(config: dict) -> list[str]:
                          f"(gpuops_plan.team.namespaces holds {sorted(namespaces)}): the plan was made from another "
                          "team list; fix: run playbooks/preflight.yml (or site.yml) again, so the plan is this one's")
         count = sum(1 for member in members if member.get("team") == team.get("name"))
-        found.extend(_team_problems(index, team, int(config.get("cluster_gpus") or 0), count,
-                                    config.get("member_pvc_size")))
+        found.extend(_team_problems(index, team, cluster_gpus, count, config.get("member_pvc_size")))
     names = [str(team.get("name")) for team in teams if isinstance(team, dict)]
     found.extend(kube_netpol.problems(config, names))
     return found
@@ -137,8 +137,8 @@ def plan(config: dict) -> dict[str, Any]:
     """Problems and, when there are none, every tenancy object for ``config``.
 
     config: teams, members (the plan's team.members: name -> {team, gpus}; grow's are in that shape), namespaces
-    (team name -> its namespace: the plan's team.namespaces), cluster_gpus
-    (0 = unknown, not checked), member_pvc_size, extra_pvcs, limit_default, limit_default_request,
+    (team name -> its namespace: the plan's team.namespaces), gpu_nodes (the plan's nodes.gpu: the cluster's GPUs are
+    their gpu_count's sum; 0 = unknown, not checked), member_pvc_size, extra_pvcs, limit_default, limit_default_request,
     monitoring_namespace, default_storage_class, mlflow_namespace ("" = no MLflow allow), nfs_servers,
     egress_endpoints.
     """

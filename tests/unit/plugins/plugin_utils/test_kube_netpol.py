@@ -38,7 +38,7 @@ def cluster_config() -> dict:
         return hostvars.get(name, SHARED[name])
 
     return {"teams": hostvars["gpuops_teams"], "members": {m["name"]: m for m in hostvars["gpuops_members"]},
-            "cluster_gpus": 24,
+            "gpu_nodes": [{"name": "gpu-a", "gpu_count": 24}],
             "namespaces": {t["name"]: namespace_of(t) for t in hostvars["gpuops_teams"]},
             "monitoring_namespace": shared("kube_monitoring_namespace"),
             "mlflow_namespace": shared("training_stack_mlflow_namespace"),

@@ -23,7 +23,7 @@ def config(**extra: object) -> dict:
             "bob": {"team": "vision", "gpus": []},
             "chen": {"team": "nlp", "gpus": []},
         },
-        "cluster_gpus": 24,
+        "gpu_nodes": [{"name": "gpu-a", "gpu_count": 16}, {"name": "gpu-b", "gpu_count": 8}],  # the plan's nodes.gpu
         "member_pvc_size": "200Gi",
         "extra_pvcs": 8,
         "limit_default": {"cpu": "4", "memory": "16Gi"},
@@ -149,7 +149,7 @@ def test_gpu_quota_above_cluster() -> None:
     teams = config()["teams"]
     teams[0]["gpu_quota"] = 32
     assert "gpu_quota is 32, more than the cluster's 24 GPUs" in one_problem(teams=teams)
-    assert kt.problems(config(teams=teams, cluster_gpus=0)) == [], "unknown cluster size: not checked"
+    assert kt.problems(config(teams=teams, gpu_nodes=[])) == [], "unknown cluster size: not checked"
 
 
 def test_member_pvcs_must_fit_storage_quota() -> None:
