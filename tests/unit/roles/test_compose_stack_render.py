@@ -315,12 +315,15 @@ def test_an_authenticated_service_may_be_exposed_explicitly(tmp_path: Path, h100
         "gpuops_gpu_topology": h100_topology,
         "gpuops_members": MEMBERS,
         "compose_stack_expose_publicly": True,
-        "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
+        # and IPv6 loopback for Prometheus: Compose reads an IPv6 host address in brackets only
+        "compose_stack_service_bind_address": {"mlflow": "0.0.0.0", "prometheus": "::1"},
     }, REVIEW_PLAYBOOK)
     assert result.returncode == 0, result.stdout[-3000:]
     ports = {name: service.get("ports", []) for name, service in compose(tmp_path)["services"].items()}
     assert ports["mlflow"] == ["0.0.0.0:5000:5000"]
-    assert all(p.startswith("127.0.0.1:") for name, ps in ports.items() if name != "mlflow" for p in ps)
+    assert ports["prometheus"] == ["[::1]:9090:9090"]
+    assert all(p.startswith("127.0.0.1:") for name, ps in ports.items() if name not in ("mlflow", "prometheus")
+               for p in ps)
 
 
 def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Path) -> None:
