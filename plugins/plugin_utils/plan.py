@@ -586,7 +586,7 @@ def dcgm_cuda_major(driver: str | None) -> int | None:
     """The N of DCGM 4's datacenter-gpu-manager-4-cuda<N> for ``driver``: the major of the newest CUDA it runs
     natively (the CUDA Version nvidia-smi prints), which DCGM's build must match; None where none is known."""
     try:
-        return int(max_native_cuda(driver).split(".")[0]) if driver else None
+        return int(max_native_cuda(driver).split(".", maxsplit=1)[0]) if driver else None
     except (ValueError, AttributeError):  # not a driver version (nvidia_driver's inputs refuse it); before CUDA 10
         return None
 
