@@ -46,11 +46,13 @@ def _gpu_memory(gpu: Mapping, declared: Any) -> int | None:
 
 def gpu_nodes(hosts: Any) -> list[dict]:
     """One entry per GPU node, from this run's gpu facts (preflight) or else the inventory's declarations. A node
-    with neither counts an even share of the fleet's ``gpuops_gpu_count``: the one count kube_tenancy's quota check
-    and grow read (their sum is the cluster's GPUs)."""
+    with neither counts an even share of the fleet's ``gpuops_gpu_count`` (the first nodes one more each where it
+    does not divide, so that the shares add up to it): the one count kube_tenancy's quota check and grow read (their
+    sum is the cluster's GPUs)."""
     hosts = list(hosts or [])
     nodes = []
-    for host in hosts:
+    for index, host in enumerate(hosts):
+        share, left = divmod(int(host.get("gpuops_gpu_count") or 0), len(hosts))
         facts = host.get("ansible_facts") or {}
         gpu = facts.get("gpu") or {}
         topology = gpu.get("topology") or host.get("gpuops_gpu_topology")
@@ -60,7 +62,7 @@ def gpu_nodes(hosts: Any) -> list[dict]:
             "pool": host.get("gpuops_pool") or None,  # unset or "" (its shared default): no pool
             "gpu_model": names[0] if names else host.get("gpu_operator_gpu_model"),
             "gpu_count": _gpu_count(gpu, topology) or int(host.get("gpu_operator_gpu_count") or 0)
-            or int(host.get("gpuops_gpu_count") or 0) // len(hosts),
+            or share + (index < left),
             "topology": plain(topology) if isinstance(topology, Mapping) else None,
             "gpu_memory_mib": _gpu_memory(gpu, host.get("gpu_operator_gpu_memory_mib")),
             "mig_enabled": any(g.get("mig_mode") == "Enabled" for g in gpu.get("gpus") or []),

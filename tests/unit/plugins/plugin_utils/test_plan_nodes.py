@@ -112,3 +112,6 @@ def test_the_cluster_gpu_count_is_the_plans_one():
                              {"inventory_hostname": "b", "gpuops_gpu_count": 12},
                              {"inventory_hostname": "c", "gpuops_gpu_count": 12, "gpu_operator_gpu_count": 4}])
     assert [n["gpu_count"] for n in shared] == [2, 4, 4], "a topology or a declared count first, else 12 // 3"
+    # shares that do not divide still add up to gpuops_gpu_count (10 over 3 nodes: 4, 3, 3; not 3 each, 9 in all)
+    unread = kube_gpu_nodes([{"inventory_hostname": name, "gpuops_gpu_count": 10} for name in "abc"])
+    assert [n["gpu_count"] for n in unread] == [4, 3, 3]
