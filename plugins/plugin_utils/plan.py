@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cache
 from typing import Any, NamedTuple
 
 import yaml
@@ -469,9 +470,14 @@ def _setting(hostvars: Any, name: str, role_default: bool = False) -> Any:
         raise KeyError(f"{name} is not in plan.ROLE_SETTINGS: add it there (owner, plan keys, use) before reading it")
     value = get_var(hostvars, name)
     if value is None and role_default:
-        defaults = os_support.ROLES_DIR / ROLE_SETTINGS[name].owner / "defaults" / "main.yml"
-        value = (yaml.safe_load(defaults.read_text(encoding="utf-8")) or {}).get(name)
+        value = _role_defaults(ROLE_SETTINGS[name].owner).get(name)
     return value
+
+
+@cache
+def _role_defaults(role: str) -> dict:
+    """A role's defaults/main.yml, read once per process (not once per host the plan is made for)."""
+    return yaml.safe_load((os_support.ROLES_DIR / role / "defaults" / "main.yml").read_text(encoding="utf-8")) or {}
 
 
 def _gpu_operator_on(hostvars: Any) -> bool:
