@@ -8,6 +8,7 @@ from functools import cmp_to_key
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import strip_terminal
 from ansible_collections.gpuops.cluster.plugins.module_utils.versions import compare_versions
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import dcgm_cuda_major
 
 # Packages whose version is the driver's (Debian non-free, Ubuntu, NVIDIA's CUDA repository for Debian/Ubuntu and
 # for RHEL 9: there the role installs kmod-nvidia-{latest,open}-dkms and nvidia-driver-cuda).
@@ -50,7 +51,7 @@ def gpu_processes(query_output: str, rc: int | None) -> list[str]:
 
 def plan(dpkg_output: str, target: str, allow_downgrade: bool = False, processes: list | None = None,
          force: bool = False) -> dict:
-    """{installed, target, action (install | upgrade | downgrade | none), refuse (message or None)}."""
+    """{installed, target, action (install | upgrade | downgrade | none), refuse (message or None), packages}."""
     installed = installed_driver(dpkg_output)
     if installed is None:
         action = "install"
@@ -64,4 +65,5 @@ def plan(dpkg_output: str, target: str, allow_downgrade: bool = False, processes
     elif processes and action != "none" and not force:
         refuse = (f"{len(processes)} GPU process(es) running ({'; '.join(processes[:5])}): the driver is not "
                   f"moved under running jobs. Fix: stop them (or wait), or rerun with -e force=true")
-    return {"installed": installed, "target": target, "action": action, "refuse": refuse}
+    return {"installed": installed, "target": target, "action": action, "refuse": refuse,
+            "packages": {"driver": target, "dcgm_cuda_major": dcgm_cuda_major(target)}}  # the plan's, moved

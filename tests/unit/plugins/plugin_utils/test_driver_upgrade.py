@@ -8,6 +8,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.driver_upgrade import driver_upgrade_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import dcgm_cuda_major
 
 PROCS = "1843, /usr/bin/python3, 30512 MiB\n1910, /opt/conda/bin/torchrun, 1024 MiB\n"
 
@@ -46,6 +47,14 @@ def test_downgrade_is_refused_on_an_rpm_host_too():
     (R.DPKG_535_261, "535.261.03", "none"), ("", "535.261.03", "install")])
 def test_actions(dpkg, target, action):
     assert U.plan(dpkg, target)["action"] == action
+
+
+@pytest.mark.parametrize(("target", "major"), [("570.172.08", 12), ("580.95.05", 13), ("535.309.01", 12)])
+def test_the_plans_packages_move_with_the_driver_by_the_plans_rule(target, major):
+    """upgrade apply.yml moves the host's plan part to the target: the pin and DCGM's CUDA major together (a 570 ->
+    580 upgrade kept cuda12), by plan.dcgm_cuda_major, the rule preflight's plan uses."""
+    assert U.plan(R.DPKG_535_261, target)["packages"] == {"driver": target, "dcgm_cuda_major": major}
+    assert major == dcgm_cuda_major(target)
 
 
 def test_downgrade_needs_allow_downgrade():
