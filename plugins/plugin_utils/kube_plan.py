@@ -27,11 +27,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from functools import lru_cache
-from pathlib import Path
 
-import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import role_defaults
 
 POOLS = ("training", "inference")
 SUPPORTED_MINORS = (31, 37)  # kubeadm v1beta4 needs 1.31+; kubernetes-validate ships schemas up to 1.37
@@ -47,8 +45,6 @@ RESERVATIONS = {
     "reserved_memory_mib": ("kube_node_reserved_memory_mib", int),
     "eviction_memory_mib": ("kube_node_eviction_memory_mib", int),
 }
-# plugins/plugin_utils/ -> the collection root -> the role whose variables the reservations are.
-KUBE_NODE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "kube_node" / "defaults" / "main.yml"
 LABEL_MAX = 63
 # A GPU node's label naming its one scheduled GPU health sweep (plan.health_sweep's form); kube_monitoring's DaemonSet
 # selects the value "daemonset" (roles/kube_monitoring/templates/gpu-health-sweep.yaml.j2).
@@ -180,13 +176,6 @@ def _reserved_memory(nodes: list[int], total_mib: int) -> list[dict]:
     ]
 
 
-@lru_cache(maxsize=1)
-def reservation_defaults() -> dict:
-    """The reservations' defaults by kubelet_policy keyword, read from kube_node's defaults file."""
-    defaults = yaml.safe_load(KUBE_NODE_DEFAULTS.read_text(encoding="utf-8")) or {}
-    return {keyword: defaults[name] for keyword, (name, _kind) in RESERVATIONS.items()}
-
-
 def kubelet_policy(
     topology: dict | None,
     pool: str,
@@ -196,11 +185,12 @@ def kubelet_policy(
     eviction_memory_mib: int | None = None,
 ) -> dict:
     """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; a reservation left None
-    is kube_node's default (``reservation_defaults``)."""
+    is kube_node's default (``platform.role_defaults``)."""
     given = {"reserved_cpus_per_numa": reserved_cpus_per_numa, "reserved_system_cpus": reserved_system_cpus,
              "reserved_memory_mib": reserved_memory_mib, "eviction_memory_mib": eviction_memory_mib}
     reserved_cpus_per_numa, reserved_system_cpus, reserved_memory_mib, eviction_memory_mib = (
-        reservation_defaults()[keyword] if value is None else value for keyword, value in given.items())
+        role_defaults("kube_node")[RESERVATIONS[keyword][0]] if value is None else value
+        for keyword, value in given.items())
     if pool not in POOLS:
         raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
     topology = topology or {}

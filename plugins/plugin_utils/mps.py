@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import shared_defaults
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import role_defaults
 
 RESERVE_VAR = "gpuops_mps_context_reserve"
 MIN_USABLE_VAR = "gpuops_mps_min_usable"
@@ -47,13 +47,13 @@ class Limits:
 def _mib(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} is {value!r}; expected MiB as a whole number >= 0, unquoted. Fix: e.g. {name}: "
-                         f"{shared_defaults()[name]}, or leave it out for the default")
+                         f"{role_defaults()[name]}, or leave it out for the default")
     return value
 
 
 def limits(reserve_mib: Any = None, min_usable_mib: Any = None) -> Limits:
     """The rule's settings: the inventory's values when given (not None), else the _gpuops_vars role's defaults."""
-    defaults = shared_defaults()
+    defaults = role_defaults()
     reserve = defaults[RESERVE_VAR] if reserve_mib is None else reserve_mib
     usable = defaults[MIN_USABLE_VAR] if min_usable_mib is None else min_usable_mib
     return Limits(_mib(RESERVE_VAR, reserve), _mib(MIN_USABLE_VAR, usable))

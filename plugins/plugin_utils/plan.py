@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from functools import cache
 from typing import Any, NamedTuple
 
-import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import max_native_cuda
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
@@ -34,6 +32,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  
     decide_fleet,
     get_var,
     platform_request,
+    role_defaults,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import nfs_targets
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import namespace_of
@@ -470,14 +469,8 @@ def _setting(hostvars: Any, name: str, role_default: bool = False) -> Any:
         raise KeyError(f"{name} is not in plan.ROLE_SETTINGS: add it there (owner, plan keys, use) before reading it")
     value = get_var(hostvars, name)
     if value is None and role_default:
-        value = _role_defaults(ROLE_SETTINGS[name].owner).get(name)
+        value = role_defaults(ROLE_SETTINGS[name].owner).get(name)
     return value
-
-
-@cache
-def _role_defaults(role: str) -> dict:
-    """A role's defaults/main.yml, read once per process (not once per host the plan is made for)."""
-    return yaml.safe_load((os_support.ROLES_DIR / role / "defaults" / "main.yml").read_text(encoding="utf-8")) or {}
 
 
 def _gpu_operator_on(hostvars: Any) -> bool:

@@ -8,16 +8,16 @@
 
 Pure functions, no Ansible imports. Wrong types raise TypeError, out-of-range values ValueError; both say what
 was found and what is expected. ``get_var`` reads a host's variable for every plugin_utils module; a ``gpuops_*``
-variable the inventory leaves unset reads as its default from the one home of those defaults (``shared_defaults``).
+variable the inventory leaves unset reads as its default from the one home of those defaults (``role_defaults``).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
+from functools import cache
 from typing import Any
 
 import yaml
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.os_support import COLLECTION_ROOT
 
 COMPOSE = "compose"
 KUBERNETES = "kubernetes"
@@ -155,21 +155,21 @@ _PLATFORM_INPUTS = {
     "gpu_count": "gpuops_gpu_count",
     "multi_node_training": "gpuops_multi_node_training",
 }
-# plugins/plugin_utils/ -> the collection root -> the internal role whose defaults are every gpuops_* default.
-SHARED_DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
 
 
-@lru_cache(maxsize=1)
-def shared_defaults() -> dict:
-    """Every gpuops_* default, read once from its one home (the file plays import as role _gpuops_vars)."""
-    return yaml.safe_load(SHARED_DEFAULTS_FILE.read_text(encoding="utf-8")) or {}
+@cache
+def role_defaults(role: str = "_gpuops_vars") -> dict:
+    """A role's defaults/main.yml, read once per process: the one reader of a role's defaults in Python. The default,
+    the internal role _gpuops_vars (the file plays import), holds every gpuops_* default."""
+    path = COLLECTION_ROOT / "roles" / role / "defaults" / "main.yml"
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
     """A variable of one host; an undefined or untemplatable one reads as the default, which is, when none is given,
     the variable's shared default (role defaults never reach hostvars, so a gpuops_* default is read here)."""
     if default is None:
-        default = shared_defaults().get(name)
+        default = role_defaults().get(name)
     try:
         value = hostvars.get(name, default) if hasattr(hostvars, "get") else default
     except Exception:  # Ansible raises on a variable that cannot be templated

@@ -115,16 +115,14 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 # run (each role's meta/main.yml platforms, which the role's own assert stage reads through the os_refusal filter,
 # and the roles per platform in playbooks/vars/run_roles.yml, which the plays read), so that preflight refuses an OS
 # exactly when a role would (issue 36); metadata only, no role's tasks or variables.
-# And the MPS rule's two defaults: the shared gpuops_* defaults have one home, the _gpuops_vars role's defaults
-# (design.md), and the rule reads gpuops_mps_context_reserve and gpuops_mps_min_usable there where its caller passes
-# none (preflight's per-host check, a role run alone), instead of a second copy of the measured figures (issue 36).
-# And the kubelet reservations' defaults: kube_node's defaults are their one home, which kube_plan reads where its
-# caller passes none, instead of a copy in the plan and the filter (issue 37).
+# And the one reader of a role's defaults (platform.role_defaults): a default has one home, its role's defaults file,
+# which Python reads where its caller passes none instead of keeping a copy: every gpuops_* default (_gpuops_vars,
+# design.md; get_var, the MPS rule's measured figures, issue 36), the kubelet reservations (kube_node's, read by
+# kube_plan) and the role settings the plan takes a role's default of (plan._setting) (issue 37).
 ALLOWED = {
     "plugins/lookup/monitoring_assets.py": {"*/roles/monitoring_assets/files"},
     "plugins/plugin_utils/os_support.py": {"*/roles", "*/playbooks/vars/run_roles.yml"},
-    "plugins/plugin_utils/platform.py": {"*/roles/_gpuops_vars/defaults/main.yml"},  # get_var's gpuops_* defaults
-    "plugins/plugin_utils/kube_plan.py": {"*/roles/kube_node/defaults/main.yml"},
+    "plugins/plugin_utils/platform.py": {"*/roles/*/defaults/main.yml"},
 }
 
 

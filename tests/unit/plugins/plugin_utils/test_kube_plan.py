@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, platform
 from conftest import SHARED_DATA, shared_path
 
 TOPO_DIR = ("nvidia-smi", "topo")
@@ -118,17 +118,18 @@ def test_declared_topology_with_numa_cpus_and_explicit_cpus():
 
 def test_the_reservation_defaults_are_kube_node_s(tmp_path, monkeypatch):
     """Left unset, a reservation is what kube_node's defaults file says: the function keeps no copy of its own."""
-    kube_node = yaml.safe_load(kube_plan.KUBE_NODE_DEFAULTS.read_text())
-    assert kube_plan.reservation_defaults() == {k: kube_node[v] for k, (v, _kind) in kube_plan.RESERVATIONS.items()}
-    changed = tmp_path / "main.yml"
+    kube_node = yaml.safe_load((platform.COLLECTION_ROOT / "roles" / "kube_node" / "defaults" / "main.yml").read_text())
+    assert set(kube_plan.RESERVATIONS.values()) <= {(name, type(value)) for name, value in kube_node.items()}
+    changed = tmp_path / "roles" / "kube_node" / "defaults" / "main.yml"
+    changed.parent.mkdir(parents=True)
     changed.write_text(yaml.safe_dump({**kube_node, "kube_node_reserved_memory_mib": 8192,
                                        "kube_node_eviction_memory_mib": 1000}))
-    monkeypatch.setattr(kube_plan, "KUBE_NODE_DEFAULTS", changed)
-    kube_plan.reservation_defaults.cache_clear()
+    monkeypatch.setattr(platform, "COLLECTION_ROOT", tmp_path)
+    platform.role_defaults.cache_clear()
     try:
         result = kube_plan.kubelet_policy(None, "training")
     finally:
-        kube_plan.reservation_defaults.cache_clear()
+        platform.role_defaults.cache_clear()
     assert (result["system_reserved_memory"], result["eviction_memory"]) == ("7192Mi", "1000Mi")
 
 

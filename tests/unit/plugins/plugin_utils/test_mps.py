@@ -53,8 +53,8 @@ def capped(problems: list[str]) -> list[str]:
 
 
 def test_the_defaults_are_the_gpuops_vars_roles() -> None:
-    defaults = yaml.safe_load(platform.SHARED_DEFAULTS_FILE.read_text())
-    assert platform.SHARED_DEFAULTS_FILE.parts[-4:] == ("roles", "_gpuops_vars", "defaults", "main.yml")
+    home = platform.COLLECTION_ROOT / "roles" / "_gpuops_vars" / "defaults" / "main.yml"
+    defaults = yaml.safe_load(home.read_text())
     assert (DEFAULTS.reserve_mib, DEFAULTS.min_usable_mib) == (defaults[mps.RESERVE_VAR], defaults[mps.MIN_USABLE_VAR])
 
 
