@@ -20,10 +20,10 @@ def kube_cluster_problems(plan: object) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
-def unpinned_releases(releases: object, like: str) -> list[str]:
+def unpinned_releases(releases: object, role: str) -> list[str]:
     if not isinstance(releases, dict):
         raise AnsibleFilterError(f"unpinned_releases: expected a mapping, got {type(releases).__name__}")
-    return [found for found in (kube_plan.release_problem(str(name), value, str(like))
+    return [found for found in (kube_plan.release_problem(str(name), value, str(role))
                                 for name, value in releases.items()) if found]
 
 

@@ -165,7 +165,7 @@ def _driver_problems(config: dict) -> list[str]:
 def problems(config: dict) -> list[str]:
     """Every refusal for ``config`` (see ``plan``)."""
     found = []
-    chart = kube_plan.release_problem("gpu_operator_chart_version", config.get("chart_version"), "v26.3.2")
+    chart = kube_plan.release_problem("gpu_operator_chart_version", config.get("chart_version"), "gpu_operator")
     if chart:
         found.append(chart)
     found.extend(_driver_problems(config))

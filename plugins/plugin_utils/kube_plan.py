@@ -52,10 +52,11 @@ HEALTH_SWEEP_LABEL = "gpuops.io/gpu-health-sweep"
 _RELEASE = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+$")
 
 
-def release_problem(variable: str, value: object, like: str) -> str | None:
+def release_problem(variable: str, value: object, role: str) -> str | None:
     """The one pin rule of the add-ons' releases (Calico's and the training operator's tags, the GPU Operator's and
-    kube-prometheus-stack's charts): None for one exact release X.Y.Z spelt as ``like``, the project's own spelling
-    (a git tag is matched letter for letter, 'v' included), else the refusal. No prerelease: we test releases."""
+    kube-prometheus-stack's charts): None for one exact release X.Y.Z spelt as ``role``'s default of it is (a git tag
+    is matched letter for letter, 'v' included), else the refusal. No prerelease: we test releases."""
+    like = str(role_defaults(role)[variable])
     text = value if isinstance(value, str) else ""
     if _RELEASE.match(text) and text.startswith("v") == like.startswith("v"):
         return None

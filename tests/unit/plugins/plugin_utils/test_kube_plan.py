@@ -184,29 +184,37 @@ def test_kube_version(version, problem):
         assert "pin an exact release" in found
 
 
+CALICO = ("kube_cni", "kube_cni_calico_version")  # Calico's tag, in the manifest URL: its 'v' is part of the name
+CHART = ("kube_monitoring", "kube_monitoring_chart_version")  # kube-prometheus-stack's chart has none
+GPU_OPERATOR = ("gpu_operator", "gpu_operator_chart_version")
+
+
 @pytest.mark.parametrize(
-    ("value", "like", "pinned"),
+    ("owner", "value", "pinned"),
     [
-        ("v3.30.3", "v3.30.3", True),  # Calico's tag, in the manifest URL: its 'v' is part of the name
-        ("3.30.3", "v3.30.3", False),
-        ("79.5.0", "79.5.0", True),  # kube-prometheus-stack's chart has none
-        ("v79.5.0", "79.5.0", False),
-        (">=79", "79.5.0", False),
-        ("v26.3.2-rc.1", "v26.3.2", False),  # a prerelease: the collection is tested on releases only
-        ("v26.3", "v26.3.2", False),
-        ("latest", "v26.3.2", False),
-        ("", "v26.3.2", False),
-        (None, "v26.3.2", False),
-        (26.3, "v26.3.2", False),
+        (CALICO, "v3.30.3", True),
+        (CALICO, "3.30.3", False),
+        (CHART, "79.5.0", True),
+        (CHART, "v79.5.0", False),
+        (CHART, ">=79", False),
+        (GPU_OPERATOR, "v26.3.2-rc.1", False),  # a prerelease: the collection is tested on releases only
+        (GPU_OPERATOR, "v26.3", False),
+        (GPU_OPERATOR, "latest", False),
+        (GPU_OPERATOR, "", False),
+        (GPU_OPERATOR, None, False),
+        (GPU_OPERATOR, 26.3, False),
+        (GPU_OPERATOR, "v27.1.0", True),
     ],
 )
-def test_one_pin_rule_for_the_add_on_releases(value, like, pinned):
+def test_one_pin_rule_for_the_add_on_releases(owner, value, pinned):
     """kube_cni, kube_monitoring and training_stack (filter unpinned_releases) and gpu_operator's plan judge their
-    releases by this one rule."""
-    found = kube_plan.release_problem("x_version", value, like)
+    releases by this one rule, spelt as the variable's default in its role is."""
+    role, variable = owner
+    found = kube_plan.release_problem(variable, value, role)
     assert (found is None) == pinned, found
     if found:
-        assert found.startswith(f"x_version is {value!r}: expected one exact release spelt as {like!r} is")
+        like = platform.role_defaults(role)[variable]
+        assert found.startswith(f"{variable} is {value!r}: expected one exact release spelt as {like!r} is")
 
 
 @pytest.mark.parametrize(
