@@ -40,10 +40,12 @@ def _text(result) -> str | None:
     return _diagnose.output(result)
 
 
-def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None) -> dict:
+def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None,
+                planned=None) -> dict:
     """One node of burnin_report: a registered single-node run judged against what the node's NVLink or PCIe should
     give; the node's nvbandwidth run (skipped when none was found) against its GPUs' HBM peak (burnin_membw.py); the
-    node's measurements (that run, nvbandwidth's, gpu_health's GPU state) against the thresholds table."""
+    node's measurements (that run, nvbandwidth's, gpu_health's GPU state) against the thresholds table; the GPUs
+    found against the ``planned`` ones (burnin.judge_node)."""
     result = _dict(result or {}, "burnin_node's input (a registered command result)")
     gpu = _dict(gpu, "burnin_node's gpu (gpu_facts' result: count, gpus, topology)")
     config = _dict(config or {}, "burnin_node's config (the burn-in settings)")
@@ -74,7 +76,8 @@ def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvba
     except ValueError as exc:
         raise AnsibleFilterError(f"burnin_thresholds: {exc}") from exc
     return burnin.judge_node(str(node), text or "", None if text is None else result.get("rc"), expected, health,
-                             membw, judged, str(result.get("skip_reason") or "") if text is None else "")
+                             membw, judged, str(result.get("skip_reason") or "") if text is None else "",
+                             gpus=(count, count if planned is None else int(planned)))
 
 
 def _single_run(run, gpus: int, platform: str) -> dict:
@@ -98,7 +101,8 @@ def burnin_report(pairs, nodes=None, config=None, **options) -> dict:
         gpu = _dict(entry.get("gpu"), "a node's gpu (gpu_facts' result: count, gpus, topology)")
         singles.append(burnin_node(_single_run(entry.get("run"), int(gpu.get("count") or 0), platform),
                                    node=str(entry.get("node") or ""), gpu=gpu, config=config,
-                                   health=entry.get("health"), nvbandwidth=entry.get("nvbandwidth")))
+                                   health=entry.get("health"), nvbandwidth=entry.get("nvbandwidth"),
+                                   planned=entry.get("planned")))
         topologies.append(gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None)
     options.update(topologies=topologies, socket_ifname=str(config.get("socket_ifname") or ""),
                    expected_gbps=float(config.get("burnin_pair_expected_busbw") or 0),

@@ -69,13 +69,14 @@ def transport(text: str) -> dict:
     return {"network": network, "intra": intra, "evidence": evidence.strip()[:240], "hints": hints}
 
 
-def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None,
-               membw: dict | None = None, judged: dict | None = None, skipped: str = "") -> dict:
+def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None,  # noqa: PLR0913, PLR0917
+               membw: dict | None = None, judged: dict | None = None, skipped: str = "", gpus: tuple = (0, 0)) -> dict:
     """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), its
     gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings) and its
     memory-bandwidth result (burnin_membw.judge_membw; ``failed`` fails the node, ``skipped`` says why).
     judged: thresholds.judge's verdict of the node's measurements (kept as ``thresholds``). skipped: why the
-    single-node run did not run (one GPU, no nccl-tests): its row is then ``skipped``, never ok or failed."""
+    single-node run did not run (one GPU, no nccl-tests): its row is then ``skipped``, never ok or failed.
+    gpus: (found, planned) - the GPUs found now and those the plan holds; any difference fails the node."""
     row = {"status": "skipped", "detail": skipped} if skipped else judge_nccl(text, rc, expected)
     parsed = parse_all_reduce(text)
     verdict = str((health or {}).get("verdict") or "not run")
@@ -84,6 +85,10 @@ def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dic
         bad = [f"{f.get('check')} (GPU {f.get('gpu')}): {f.get('evidence')}" for f in (health or {}).get("findings")
                or [] if f.get("severity") == "failed"]
         status, detail = "failed", f"gpu_health failed: {'; '.join(bad) or 'see its findings'}; {detail}"
+    if gpus[0] != gpus[1]:
+        status, detail = "failed", (f"{gpus[0]} GPUs found, the plan holds {gpus[1]} (gpuops_plan.hosts.{node}."
+                                    "gpu_count): find the lost GPU (gpu_health's gpu_missing names it on the PCI "
+                                    f"bus), or rerun preflight where the node changed on purpose; {detail}")
     membw = membw or {"status": "not run", "detail": "memory bandwidth not tested"}
     if membw.get("status") == "failed":
         status, detail = "failed", f"memory bandwidth: {membw.get('detail')}; {detail}"

@@ -88,6 +88,17 @@ def test_single_node_that_did_not_run() -> None:
     assert "did not run (exit 127)" in verdict["detail"]
 
 
+@pytest.mark.parametrize(("found", "planned"), [(7, 8), (0, 8), (8, 4)])
+def test_a_node_with_other_gpus_than_the_plan_holds_fails_naming_both(found: int, planned: int) -> None:
+    """A GPU lost since preflight: the node fails, naming what was found and planned, even where its run passed."""
+    text = capture("rtx2080ti_x2_pcie-gen3_no-p2p_autodl.txt")
+    expected = {**expected_busbw(None, [0, 1], pcie_gen=3), "floor": 4.0}
+    assert B.judge_node("n1", text, 0, expected, gpus=(planned, planned))["status"] == "ok"
+    verdict = B.judge_node("n1", text, 0, expected, gpus=(found, planned))
+    assert verdict["status"] == "failed"
+    assert verdict["detail"].startswith(f"{found} GPUs found, the plan holds {planned} (gpuops_plan.hosts.n1.")
+
+
 @pytest.mark.parametrize("count", range(9))
 def test_pair_schedule_pairs_each_node_with_two_others(count: int) -> None:
     nodes = [f"n{i}" for i in range(count)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node
+from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node, burnin_report
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_state import parse_health_q
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_jobs as J
@@ -72,6 +72,15 @@ def test_one_gpu_h200_is_unknown_never_pass() -> None:
     assert statuses == {"health": "PASS", "single_node_busbw": "UNKNOWN", "memory_bandwidth": "UNKNOWN",
                         "row_remap_pending": "PASS", "row_remap_failure": "PASS"}
     assert (report["status"], report["verdict"], report["exit_code"]) == ("ok", "UNKNOWN", 1)
+
+
+def test_a_node_that_lost_a_gpu_since_the_plan_fails_the_run_with_exit_2() -> None:
+    """The plan's GPU count reaches the judgement (burnin_report's nodes[].planned): one H200 found of two planned."""
+    node = {"node": "h200", "gpu": {"count": 1, "gpus": [{"index": 0, "name": "NVIDIA H200"}]}, "planned": 2}
+    report = burnin_report({}, nodes=[node])
+    assert (report["status"], report["verdict"], report["exit_code"]) == ("failed", "FAIL", 2)
+    assert report["findings"][0].startswith("h200 single-node: 1 GPUs found, the plan holds 2 ")
+    assert burnin_report({}, nodes=[{**node, "planned": 1}])["verdict"] != "FAIL"
 
 
 def test_the_thresholds_table_fails_a_node_the_path_expectation_passes() -> None:
