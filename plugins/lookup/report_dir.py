@@ -16,8 +16,14 @@ description:
     playbook's folder (C(<playbook_dir>/../reports), resolved), the one default of every reader and writer of
     reports - preflight's reports and C(plan.json), the plan that a later play or day-2 playbook reads back, and
     the day-2 reports in its C(validate/), C(burnin/), C(diagnose/) and C(health/) folders.
-  - Takes no terms and no options; it reads the variables C(gpuops_report_dir) (templated, so
-    V({{ inventory_dir }}/reports) works) and C(playbook_dir).
+  - Takes no options; it reads the variables C(gpuops_report_dir) (templated, so V({{ inventory_dir }}/reports)
+    works) and C(playbook_dir).
+options:
+  _terms:
+    description: None for the folder; V(health_state) for the file in it where health.yml keeps its state and
+      preflight's plan reads the GPUs out of service (C(health/state.json)).
+    type: list
+    elements: str
 notes:
   - Needs C(playbook_dir) when C(gpuops_report_dir) is unset, so it is for plays run by C(ansible-playbook) (or
     C(gpuops-run)).
@@ -31,7 +37,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _raw:
-  description: One element, the absolute report folder.
+  description: One element, the absolute report folder (or the health state file in it).
   type: list
   elements: path
 """
@@ -40,19 +46,25 @@ import os
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.health_bounds import STATE_FILE
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        variables = variables or {}
+        if list(terms) not in ([], ["health_state"]):
+            raise AnsibleLookupError(f"report_dir: unknown term(s) {list(terms)!r}; expected none, or health_state")
+        folder = self._folder(variables or {})
+        return [os.path.join(folder, STATE_FILE) if terms else folder]
+
+    def _folder(self, variables):
         chosen = variables.get("gpuops_report_dir")
         if chosen is not None:
             chosen = self._templar.template(chosen)
         if chosen:
-            return [os.path.abspath(os.path.expanduser(str(chosen)))]
+            return os.path.abspath(os.path.expanduser(str(chosen)))
         playbook_dir = variables.get("playbook_dir")
         if not playbook_dir:
             raise AnsibleLookupError(
                 "report_dir: no gpuops_report_dir and no playbook_dir (not run from a playbook); "
                 "fix: set gpuops_report_dir to the report folder")
-        return [os.path.realpath(os.path.join(str(playbook_dir), "..", "reports"))]
+        return os.path.realpath(os.path.join(str(playbook_dir), "..", "reports"))

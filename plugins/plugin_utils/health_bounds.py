@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """GPU health over time (issue 38 §2): the circuit breaker, escalation to "service required", the opt-out and who
 took a node out. Pure functions, controller-side; plugins/plugin_utils/health.py's build_plan applies them to the
-fleet's plan, health_steps.py records what was done in the state (``reports/health/state.json``).
+fleet's plan, health_steps.py records what was done in the state (``STATE_FILE``).
 
 The state's parts read here (schema 2; a schema 1 file has none of them and reads as "nothing recorded"):
   hosts.<host>.remediations      [{time, action, cause, gpus}] every remediation that took the node or GPUs out
@@ -17,6 +17,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+STATE_FILE = "health/state.json"  # in the report folder (lookup report_dir health_state); preflight's plan reads it
 OPT_OUT_LABEL = "gpuops.io/health-remediation"
 CORDONED_BY = "gpuops.io/cordoned-by"
 CORDONED_BY_US = "gpuops-health"

@@ -21,6 +21,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
     gpu_sharing,
+    health_bounds,
     kube_gpu,
     kube_plan,
     mps,
@@ -43,7 +44,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.workspaces import (
 )
 
 SCHEMA_VERSION = 4
-HEALTH_STATE = "health/state.json"  # written by playbooks/health.yml (plugin_utils/health_steps.py)
 
 _NULL_STR = {"type": ["string", "null"]}
 _NULL_INT = {"type": ["integer", "null"]}
@@ -792,7 +792,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, platform: str | None = N
 def with_out_of_service(plan: dict, report_dir: str) -> dict:
     """The plan with each host's GPUs out of service, as health.yml left them in <report_dir>/health/state.json
     (``hosts.<name>.out_of_service``); a missing or unreadable file leaves every host with none."""
-    path = os.path.join(report_dir, HEALTH_STATE)
+    path = os.path.join(report_dir, health_bounds.STATE_FILE)
     try:
         with open(path, encoding="utf-8") as handle:
             state = json.load(handle)
