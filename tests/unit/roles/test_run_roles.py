@@ -157,3 +157,26 @@ def test_day2_plan_roles_found_and_a_validating_run_found() -> None:
     assert role_runs_validating([{"block": [include]}], "nvidia_driver") == ["move"]
     include["ansible.builtin.include_role"]["rolespec_validate"] = False
     assert role_runs_validating([{"block": [include]}], "nvidia_driver") == []
+
+
+def _repository_callers() -> list[str]:
+    """The roles that give _pinned_packages a repository of their own (pinned_packages_repo in a task file)."""
+    return sorted({path.parents[1].name for path in (REPO / "roles").glob("*/tasks/*.yml")
+                   if path.parents[1].name != "_pinned_packages" and "pinned_packages_repo:" in path.read_text()})
+
+
+@pytest.mark.parametrize("role", _repository_callers())
+def test_every_repository_key_fingerprint_is_refused_by_the_inputs_pass(role: str) -> None:
+    """The key fingerprint's form is judged by _pinned_packages' inputs step in the role's inputs pass (tasks/inputs.yml
+    or a file it imports), naming the role's variable: preflight refuses a bad fingerprint before the key probe would
+    (docker_engine and kube_node left it to the probe)."""
+    tasks = REPO / "roles" / role / "tasks"
+    inputs = (tasks / "inputs.yml").read_text()
+    text = inputs + "".join((tasks / name).read_text() for name in re.findall(r"import_tasks: (\S+\.yml)", inputs))
+    assert re.search(r"_pinned_step: inputs\n", text), f"{role}: its inputs pass does not run _pinned_packages' inputs"
+    assert f"pinned_packages_fingerprint_variable: {role}_" in (tasks / "pinned.yml").read_text(), role
+
+
+def test_the_repository_callers_are_found() -> None:
+    assert {"docker_engine", "kube_node", "nvidia_driver", "nvidia_container_toolkit", "gpu_health"} <= set(
+        _repository_callers())
