@@ -66,10 +66,10 @@ def health_plan(nodes, *, max_unavailable, platform, state=None, overrides=None,
     return plan
 
 
-def health_next_state(state, host: str = "", host_plan=None, done=None, cursor=None, now: str = "",
-                      release=False) -> dict:
+def health_next_state(state, host: str | None = "", host_plan=None, done=None, cursor=None, now: str = "",
+                      release=False, breaker=None) -> dict:
     return health_steps.next_state(state or {}, host, host_plan or {}, done or [], cursor, now,
-                                   boolean(release))
+                                   boolean(release), breaker)
 
 
 def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:

@@ -237,14 +237,17 @@ def _remediation(hplan: dict, done: list[dict], now: str) -> dict | None:
             **({"escalated": True} if hplan.get("escalated") else {})}
 
 
-def next_state(state: dict, host: str, hplan: dict, done: list[dict], cursor: str | None, now: str,
-               release: bool = False) -> dict:
+def next_state(state: dict, host: str | None, hplan: dict, done: list[dict], cursor: str | None, now: str,
+               release: bool = False, breaker: dict | None = None) -> dict:
     """The health state after this host's run. ``done``: the steps run, each with ``result`` (ok | failed | skipped
     | healthy). Items are handled (not acted on again) once their steps ran; the cursor moves on unless
     the host was deferred or unreadable (so its events are planned again); ``release``: the operator's
-    health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep)."""
+    health_release for this host (a quarantine was serviced: the GPUs go back at the next healthy sweep).
+    ``breaker``: the plan's breaker record (tripped now, or reset), with ``host`` None: that alone changes."""
     state = json.loads(json.dumps(state or {}))
-    if hplan.get("status") in HELD:
+    if breaker:
+        state["breaker"] = breaker
+    if host is None or hplan.get("status") in HELD:
         return state
     state["schema"] = STATE_SCHEMA
     entry = state.setdefault("hosts", {}).setdefault(host, {})

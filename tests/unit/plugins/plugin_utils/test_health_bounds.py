@@ -35,8 +35,8 @@ def plan(sweeps: dict, state: dict, now: str, **bounds) -> dict:
 
 def applied(state: dict, fleet: dict, now: str, platform: str = "compose", results: dict | None = None) -> dict:
     """Every acting host's steps run ok (``results``: kind -> result instead), its state written, as act.yml does."""
-    record = (fleet.get("breaker") or {}).get("record")  # the plan's breaker record, as plan.yml writes it
-    state = {**state, "breaker": record} if record else state
+    breaker = (fleet.get("breaker") or {}).get("record")  # the plan's breaker record, as plan.yml records it
+    state = S.next_state(state, None, {}, [], None, now, breaker=breaker)
     for host, hplan in fleet["hosts"].items():
         steps = S.host_steps(host, hplan, platform, MEMBERS, HOST_SETTINGS)
         done = [{**s, "result": (results or {}).get(s["kind"], "healthy" if s["kind"] == "back_if_healthy" else "ok")}
@@ -60,6 +60,9 @@ def test_the_breaker_trips_on_the_second_node_within_the_window_and_resets_only_
     second = plan({**quiet("node-a", "node-c"), "node-b": sweep(79, time="t2")}, state, "2026-12-04T10:02:00Z")
     b = second["hosts"]["node-b"]
     assert (b["status"], second["breaker"]["tripped_now"]) == ("held", True)
+    assert [(d["kind"], d["by"], d["detail"]) for d in second["breaker"]["done"]] == [
+        ("breaker_tripped", "tester", second["breaker"]["reason"])]  # plan.yml's audit line, none on the first run
+    assert first["breaker"]["done"] == []
     assert "circuit breaker: 1 of 3 GPU node(s) (node-a)" in b["reason"]
     assert "health_breaker_reset=true" in b["reason"]
     assert S.host_steps("node-b", b, "compose", MEMBERS, HOST_SETTINGS) == []
@@ -74,6 +77,8 @@ def test_the_breaker_trips_on_the_second_node_within_the_window_and_resets_only_
     reset = plan({**quiet("node-a", "node-b"), "node-c": sweep(79, time="t3")}, state, "2026-12-04T11:05:00Z",
                  breaker_reset=True)
     assert reset["hosts"]["node-c"]["status"] == "act"
+    assert [(d["kind"], d["detail"]) for d in reset["breaker"]["done"]] == [
+        ("breaker_reset", "health_breaker_reset=true")]
     state = applied(state, reset, "2026-12-04T11:05:00Z")
     assert state["breaker"]["tripped"] is False
     assert state["breaker"]["resets"] == [{"time": "2026-12-04T11:05:00Z", "by": "tester"}]

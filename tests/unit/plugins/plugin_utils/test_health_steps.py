@@ -282,6 +282,12 @@ def test_the_breaker_is_audited_by_the_same_records_with_who_and_no_host():
     [line] = [json.loads(line) for line in S.audit_records(None, done, {}, "2026-12-02T05:00:00Z")]
     assert (line["host"], line["step"], line["by"], line["result"], line["detail"]) == (
         None, "breaker_reset", "alice", "ok", "health_breaker_reset=true")
+    # and record.yml's state write for it: the plan's breaker record alone changes (no host entry, no schema)
+    state = {"hosts": {"node-a": {"cursor": "c1"}}, "breaker": {"tripped": True}}
+    record = {"tripped": False, "resets": [{"time": "2026-12-02T05:00:00Z", "by": "alice"}]}
+    assert S.next_state(state, None, {}, done, None, "2026-12-02T05:00:00Z", breaker=record) == {
+        "hosts": {"node-a": {"cursor": "c1"}}, "breaker": record}
+    assert S.next_state(state, None, {}, [], None, "2026-12-02T05:00:00Z", breaker={}) == state
 
 
 def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
