@@ -7,6 +7,7 @@ at the pinned version for core kinds, the CRD schema from ../shared/data for cus
 from __future__ import annotations
 
 import base64
+import configparser
 import http.server
 import json
 import shutil
@@ -16,6 +17,7 @@ import threading
 from pathlib import Path
 
 import helm_chart
+import jinja2
 import jsonschema
 import pytest
 import yaml
@@ -145,6 +147,26 @@ def test_training_templates(rendered_objects):
     secret = next(o for o in addon_objects(rendered_objects, "training_stack")
                   if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-auth")
     assert "<generated at apply time>" in secret["stringData"]["basic_auth.ini"], "the review copy holds no secret"
+
+
+def test_both_mlflow_servers_read_one_basic_auth_layout(rendered_objects):
+    """grow carries the Compose MLflow's users over to the cluster's, and molecule/grow serves the Compose side with
+    compose_stack's template: training_stack's Secret spells compose_stack's template (its keys, the user store's
+    path, the authorization function), given the same three values."""
+    secret = next(o for o in addon_objects(rendered_objects, "training_stack")
+                  if o["kind"] == "Secret" and o["metadata"]["name"] == "mlflow-auth")
+    cluster = configparser.ConfigParser(interpolation=None)
+    cluster.read_string(secret["stringData"]["basic_auth.ini"])
+    given = cluster["mlflow"]
+    template = (REPO_ROOT / "roles" / "compose_stack" / "templates" / "mlflow_basic_auth.ini.j2").read_text()
+    compose = configparser.ConfigParser(interpolation=None)
+    compose.read_string(jinja2.Template(template).render(
+        ansible_managed="", compose_stack_mlflow_default_permission=given["default_permission"],
+        compose_stack_mlflow_admin_user=given["admin_username"],
+        _compose_stack_mlflow_password=given["admin_password"]))
+    assert dict(compose["mlflow"]) == dict(given)
+    assert set(given) == {"default_permission", "database_uri", "admin_username", "admin_password",
+                          "authorization_function"}
 
 
 def test_mlflow_pods_run_as_the_one_mlflow_uid(rendered_objects):
