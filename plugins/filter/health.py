@@ -1,6 +1,6 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of playbooks/health.yml: settings check, plan, steps, step results, next state, audit lines, GPU pods.
+"""Filters of playbooks/health.yml: settings check, plan, steps, step results, the record (audit, state), GPU pods.
 
 Thin: the decisions live in plugins/plugin_utils/health.py and health_steps.py; documentation in the
 health_*.yml files next to this one.
@@ -66,14 +66,12 @@ def health_plan(nodes, *, max_unavailable, platform, state=None, overrides=None,
     return plan
 
 
-def health_next_state(state, host: str | None = "", host_plan=None, done=None, cursor=None, now: str = "",
-                      release=False, breaker=None) -> dict:
-    return health_steps.next_state(state or {}, host, host_plan or {}, done or [], cursor, now,
-                                   boolean(release), breaker)
-
-
-def health_audit(done, host: str = "", host_plan=None, now: str = "") -> list:
-    return health_steps.audit_records(host, done or [], host_plan or {}, now)
+def health_record(state, host: str | None = "", host_plan=None, done=None, cursor=None, now: str = "",
+                  release=False, breaker=None) -> dict:
+    host_plan, done = host_plan or {}, done or []
+    new = health_steps.next_state(state or {}, host, host_plan, done, cursor, now, boolean(release), breaker)
+    lines = health_steps.audit_records(host, done, host_plan, now)
+    return {"lines": lines, "state": new, "differs": new != (state or {})}
 
 
 def health_gpu_pods(pods, node: str, timeout: int) -> list:
@@ -106,8 +104,7 @@ class FilterModule:
         return {
             "health_problems": health_problems,
             "health_plan": health_plan,
-            "health_next_state": health_next_state,
-            "health_audit": health_audit,
+            "health_record": health_record,
             "health_gpu_pods": health_gpu_pods,
             "health_fleet_entry": health_fleet_entry,
             "health_step_result": health_step_result,

@@ -376,7 +376,7 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
                                reason=f"{hosts[host]['reason']} (held: {guard['reason']})")
         by = bounds.get("by") or "unknown"
         guard["record"] = bounds_rules.breaker_state(state, guard, bounds["now"], by).get("breaker")
-        # the audit log's lines for it (health_audit, host none): a reset, then a trip by this plan
+        # the audit log's lines for it (health_record, host none): a reset, then a trip by this plan
         done = [("breaker_reset", "health_breaker_reset=true")] if guard["reset"] else []
         done += [("breaker_tripped", guard["reason"])] if guard["tripped_now"] else []
         guard["done"] = [{"kind": kind, "result": "ok", "by": by, "detail": detail} for kind, detail in done]

@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.filter.health import health_plan
+from ansible_collections.gpuops.cluster.plugins.filter.health import health_plan, health_record
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health as H
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import health_steps as S
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import host_row, render_fleet_report
@@ -282,12 +282,14 @@ def test_the_breaker_is_audited_by_the_same_records_with_who_and_no_host():
     [line] = [json.loads(line) for line in S.audit_records(None, done, {}, "2026-12-02T05:00:00Z")]
     assert (line["host"], line["step"], line["by"], line["result"], line["detail"]) == (
         None, "breaker_reset", "alice", "ok", "health_breaker_reset=true")
-    # and record.yml's state write for it: the plan's breaker record alone changes (no host entry, no schema)
+    # record.yml's one filter: these lines, and the state where the plan's breaker record alone changes (no host
+    # entry, no schema); a record equal to the state's changes nothing
     state = {"hosts": {"node-a": {"cursor": "c1"}}, "breaker": {"tripped": True}}
     record = {"tripped": False, "resets": [{"time": "2026-12-02T05:00:00Z", "by": "alice"}]}
-    assert S.next_state(state, None, {}, done, None, "2026-12-02T05:00:00Z", breaker=record) == {
-        "hosts": {"node-a": {"cursor": "c1"}}, "breaker": record}
-    assert S.next_state(state, None, {}, [], None, "2026-12-02T05:00:00Z", breaker={}) == state
+    out = health_record(state, host=None, host_plan={}, done=done, now="2026-12-02T05:00:00Z", breaker=record)
+    assert (out["state"], out["differs"]) == ({"hosts": {"node-a": {"cursor": "c1"}}, "breaker": record}, True)
+    assert [json.loads(line)["step"] for line in out["lines"]] == ["breaker_reset"]
+    assert health_record(state, host=None, breaker=state["breaker"]) == {"lines": [], "state": state, "differs": False}
 
 
 def test_preflight_refuses_a_member_given_a_gpu_out_of_service(tmp_path):
