@@ -85,7 +85,6 @@ class ActionModule(ActionBase):
                 for h, r in judged.items()
             },
             hostvars,
-            served,
             now.isoformat(timespec="seconds"),
             run_dir,
         )

@@ -25,7 +25,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     kube_gpu,
     kube_plan,
     mps,
-    os_support,
     training_jobs,
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the rule and its inputs
@@ -47,7 +46,6 @@ SCHEMA_VERSION = 4
 
 _NULL_STR = {"type": ["string", "null"]}
 _NULL_INT = {"type": ["integer", "null"]}
-_INT_LISTS = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 _REGISTRATION = {"type": "object", "properties": {
     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
     "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -170,11 +168,6 @@ SCHEMA: dict[str, Any] = {
                 "reason": {"type": "string", "description": "One sentence: why this platform, or why none."},
                 "ok": {"type": "boolean", "description": "false when no platform could be decided."},
                 "gpu_count": {**_NULL_INT, "description": "The GPUs the decision counted (sum over gpu_nodes)."},
-                "with_play": {
-                    "type": "array",
-                    "items": {"enum": list(PLATFORMS)},
-                    "description": "Platforms that have a play in this run (playbooks/vars/run_roles.yml).",
-                },
             },
         },
         "team": {
@@ -258,7 +251,7 @@ SCHEMA: dict[str, Any] = {
         },
         "nodes": {
             "type": "object",
-            "required": ["gpu", "control_planes", "workers", "registration"],
+            "required": ["gpu", "registration"],
             "description": "The site's node lists, from the inventory's groups (plan.nodes_part), on every platform "
             "(grow reads them on compose). gpu_operator, kube_tenancy, training_stack and grow's plan read their GPU "
             "nodes here.",
@@ -285,17 +278,6 @@ SCHEMA: dict[str, Any] = {
                         },
                     },
                 },
-                "control_planes": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "kube_control_plane, in inventory order (empty on a compose site).",
-                },
-                "workers": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "The gpu_nodes and kube_nodes hosts outside kube_control_plane: the hosts that "
-                    "join as workers.",
-                },
                 "registration": {
                     "type": "object",
                     "additionalProperties": _REGISTRATION,
@@ -314,7 +296,6 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "ok": {"type": ["boolean", "null"], "description": "preflight's verdict on this host."},
                     "gpu_count": {**_NULL_INT, "description": "GPUs found (null: not read)."},
-                    "gpu_models": {"type": "array", "items": {"type": "string"}},
                     "gpu_source": {**_NULL_STR, "description": "nvml, nvidia-smi, sysfs or inventory."},
                     "gpus_present": {
                         "type": ["boolean", "null"],
@@ -329,8 +310,6 @@ SCHEMA: dict[str, Any] = {
                         **_NULL_STR,
                         "description": "preflight, or inventory (gpuops_gpu_topology) when preflight read none.",
                     },
-                    "numa_nodes": {"type": "array", "items": {"type": "integer"}, "description": "GPUs' NUMA nodes."},
-                    "nvlink_domains": {**_INT_LISTS, "description": "GPU indexes joined by NVLink, per domain."},
                     "packages": {
                         "type": "object",
                         "description": "The packages this host gets: the driver set, read by nvidia_driver (its "
@@ -614,22 +593,15 @@ def host_part(
             policy = kube_plan.kubelet_policy(topology, pool, **_reservations(hostvars))
         except (TypeError, ValueError) as exc:
             policy = {"error": str(exc)}
-    numa = sorted(
-        {g.get("numa_node") for g in (topology or {}).get("gpus") or [] if isinstance(g.get("numa_node"), int)}
-        | {g.get("numa_node") for g in (topology or {}).get("numa_groups") or [] if isinstance(g.get("numa_node"), int)}
-    )
     ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "")
     toolkit = _setting(hostvars, "nvidia_container_toolkit_version", role_default=True)
     sweep = health_sweep(platform, hostvars)
     return {
         "ok": ok,
         "gpu_count": gpu.get("count"),
-        "gpu_models": sorted({str(g.get("name")) for g in gpu.get("gpus") or [] if g.get("name")}),
         "gpu_source": gpu.get("source"),
         "topology": topology,
         "topology_source": source,
-        "numa_nodes": numa,
-        "nvlink_domains": [sorted(int(i) for i in d) for d in (topology or {}).get("nvlink_domains") or []],
         "gpus_present": gpu["present"] if isinstance(gpu.get("present"), bool) else None,
         "packages": {
             "driver": driver,
@@ -672,18 +644,16 @@ def nodes_part(gpus: dict[str, dict], hostvars: Any) -> dict:
     groups = (get_var(hostvars[first], "groups", {}) or {}) if first else {}
     gpu_hosts = [str(h) for h in groups.get("gpu_nodes") or gpus if str(h) in hostvars]
     control_planes = [str(h) for h in groups.get("kube_control_plane") or []]
-    workers = [str(h) for h in [*gpu_hosts, *(groups.get("kube_nodes") or [])] if str(h) not in control_planes]
     hosts = []
     for host in gpu_hosts:
         facts = get_var(hostvars[host], "ansible_facts", {}) or {}
         gpu = gpus.get(host) or get_var(facts, "gpu", {}) or {}
         hosts.append({**{name: _setting(hostvars[host], name) for name in _NODE_VARS}, "inventory_hostname": host,
                       "ansible_facts": {"gpu": gpu}})
-    others = [h for h in dict.fromkeys([*control_planes, *workers]) if h not in gpu_hosts and h in hostvars]
+    others = [h for h in dict.fromkeys([*control_planes, *map(str, groups.get("kube_nodes") or [])])
+              if h not in gpu_hosts and h in hostvars]
     return {
         "gpu": kube_gpu.gpu_nodes(hosts),
-        "control_planes": control_planes,
-        "workers": list(dict.fromkeys(workers)),
         "registration": {host: kube_plan.node_registration(
             None, "", host in control_planes, bool(_setting(hostvars[host], "kube_control_plane_schedulable")))
             for host in others},
@@ -707,7 +677,7 @@ def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> d
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
 
 
-def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | None = None) -> dict:
+def _fleet_part(fleet: dict, anyvars: Any, pins: dict | None = None) -> dict:
     """The fleet part; ``pins``: the driver and CUDA versions preflight judged, else the inventory's."""
     pins = pins or {
         "driver": _setting(anyvars, "nvidia_driver_version"),
@@ -721,7 +691,6 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
             "reason": fleet.get("reason") or "",
             "ok": bool(fleet.get("ok")),
             "gpu_count": fleet.get("gpu_count"),
-            "with_play": list(with_play),
         },
         "team": _team(_setting(anyvars, "gpuops_members"), _setting(anyvars, "gpuops_teams")),
         "pins": {
@@ -732,7 +701,7 @@ def _fleet_part(fleet: dict, with_play: list[str], anyvars: Any, pins: dict | No
     }
 
 
-def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: list[str], created: str | None = None,
+def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: str | None = None,
                report_dir: str | None = None, source: str = "preflight") -> dict:
     """The plan: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host: its OS facts
     (gpu_facts' gpu_host.os), and where preflight judged the host, result: its verdict (ok, driver_judged) and plan:
@@ -742,7 +711,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, with_play: 
     judged = (records[first].get("plan") or {}) if first else {}
     pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
     anyvars = hostvars[first] if first else {}
-    plan = _fleet_part(fleet, with_play, anyvars, pins)
+    plan = _fleet_part(fleet, anyvars, pins)
     plan.update(source=source, created=created, report_dir=report_dir)
     plan["hosts"] = {
         host: host_part(
@@ -786,7 +755,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, platform: str | None = N
         fleet = {**fleet, "ok": True, "platform": platform, "source": "play",
                  "reason": f"{platform}: the platform this play is for (undecided by the rule: {fleet.get('reason')})"}
     records = {h: {"gpu": gpus[h], "host": _os_facts(hostvars[h])} for h in hosts}
-    return build_plan(fleet, records, hostvars, os_support.platforms_with_play(), source="inventory")
+    return build_plan(fleet, records, hostvars, source="inventory")
 
 
 def with_out_of_service(plan: dict, report_dir: str) -> dict:

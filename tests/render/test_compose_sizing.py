@@ -48,7 +48,7 @@ def _preflight_plan(reports: Path) -> None:
                          "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8,
              "hosts": {}}
-    built = plan_py.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-04T00:00:00+00:00",
+    built = plan_py.build_plan(fleet, records, hostvars, "2026-12-04T00:00:00+00:00",
                                str(reports / "20261204T000000Z"))
     write_plan(built, str(reports))
 

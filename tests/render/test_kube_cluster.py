@@ -163,7 +163,7 @@ def _planned_nodes() -> dict:
     gpu = [{**variables, **yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text()),
             "inventory_hostname": host} for host, variables in hosts.items()]
     control_planes = list(groups["kube_control_plane"]["hosts"])
-    return {"gpu": kube_gpu.gpu_nodes(gpu), "control_planes": control_planes, "workers": list(hosts),
+    return {"gpu": kube_gpu.gpu_nodes(gpu),
             "registration": {host: kube_plan.node_registration(None, "", True) for host in control_planes}}
 
 

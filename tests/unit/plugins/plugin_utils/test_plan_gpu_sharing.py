@@ -60,7 +60,7 @@ def _plan(hostvars: dict, captures: dict[str, str] | None = None, platform: str 
     records = {host: {"gpu": _facts(name), "result": {"ok": True}, "plan": {"driver_version": "580.65.06"}}
                for host, name in captures.items()}
     fleet = {"ok": True, "platform": platform, "source": "auto", "reason": "test", "gpu_count": 10}
-    built = plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00", "/r")
+    built = plan.build_plan(fleet, records, hostvars, "2026-12-02T00:00:00+00:00", "/r")
     jsonschema.Draft202012Validator(plan.SCHEMA).validate(json.loads(json.dumps(built)))
     return built
 

@@ -45,14 +45,13 @@ def _valid(built: dict) -> dict:
 def _preflight_plan(hostvars: dict, judged: list[str]) -> dict:
     records = {host: {"gpu": _gpu(CAPTURES[host]), "result": {"ok": True}, "plan": {"driver_version": "580.65.06"}}
                for host in judged}
-    return _valid(plan.build_plan(FLEET, records, hostvars, ["kubernetes"], "2026-12-04T00:00:00+00:00", "/r/x"))
+    return _valid(plan.build_plan(FLEET, records, hostvars, "2026-12-04T00:00:00+00:00", "/r/x"))
 
 
 def test_preflight_plan_lists_the_cluster_nodes_with_the_gpu_facts_it_read():
     hostvars = _inventory("cluster")
     nodes = _preflight_plan(hostvars, list(CAPTURES))["nodes"]
-    assert nodes["control_planes"] == ["cp-01"]
-    assert nodes["workers"] == ["gpu-train-01", "gpu-train-02", "gpu-infer-01"]
+    assert list(nodes["registration"]) == ["cp-01"], "the control plane registers by the plan; GPU nodes by their part"
     with_facts = [{**hostvars[host], "inventory_hostname": host, "ansible_facts": {"gpu": _gpu(name)}}
                   for host, name in CAPTURES.items()]
     assert nodes["gpu"] == kube_gpu_nodes(with_facts)
@@ -87,15 +86,14 @@ def test_cpu_workers_and_a_second_control_plane():
     hostvars = {host: {**variables, "groups": groups} for host, variables in hostvars.items()}
     hostvars["cpu-01"] = {"groups": groups, "inventory_hostname": "cpu-01"}
     nodes = plan.inventory_plan(list(CAPTURES), hostvars)["nodes"]
-    assert nodes["control_planes"] == ["cp-01", "gpu-train-02"]
-    assert nodes["workers"] == ["gpu-train-01", "gpu-infer-01", "cpu-01"]
+    assert list(nodes["registration"]) == ["cp-01", "cpu-01"], "a GPU node that is a control plane registers as one"
     assert [n["name"] for n in nodes["gpu"]] == list(CAPTURES), "a schedulable control plane is still a GPU node"
 
 
 def test_compose_site_lists_its_gpu_host_and_no_control_plane():
     hostvars = _inventory("small-team")
     nodes = _valid(plan.inventory_plan(["gpu01"], hostvars))["nodes"]
-    assert nodes["control_planes"] == []
+    assert nodes["registration"] == {}
     assert [n["name"] for n in nodes["gpu"]] == ["gpu01"]
     assert nodes["gpu"] == kube_gpu_nodes([{**hostvars["gpu01"], "inventory_hostname": "gpu01"}])
 

@@ -54,7 +54,7 @@ def _cluster_plan(hostvars: dict) -> dict:
         for host, name in CAPTURES.items()
     }
     fleet = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "14 people on 24 GPUs", "gpu_count": 24}
-    return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
+    return _valid(plan.build_plan(fleet, records, hostvars, "2026-12-02T00:00:00+00:00",
                                   "/r/20261202T000000Z"))
 
 
@@ -116,7 +116,7 @@ def test_a_limited_preflight_plans_the_pools_of_every_gpu_node():
                       "topology": _topology(CAPTURES["gpu-train-01"])},
               "result": {"ok": True}, "plan": {"driver_version": DRIVER, "cuda_version": "12.4"}}
     fleet = {"ok": True, "platform": "kubernetes", "source": "auto", "reason": "limited", "gpu_count": 8}
-    built = _valid(plan.build_plan(fleet, {"gpu-train-01": record}, hostvars, ["kubernetes"]))
+    built = _valid(plan.build_plan(fleet, {"gpu-train-01": record}, hostvars))
     assert list(built["hosts"]) == ["gpu-train-01"]
     assert {pool: part["hosts"] for pool, part in built["pools"].items()} == {
         "training": ["gpu-train-01", "gpu-train-02"], "inference": ["gpu-infer-01"]}
@@ -319,7 +319,7 @@ def _compose_plan(hostvars: dict, host: dict | None = None) -> dict:
                          "host": host,
                          "result": {"ok": True}, "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8}
-    return _valid(plan.build_plan(fleet, records, hostvars, ["compose", "kubernetes"], "2026-12-02T00:00:00+00:00",
+    return _valid(plan.build_plan(fleet, records, hostvars, "2026-12-02T00:00:00+00:00",
                                   "/r/x"))
 
 

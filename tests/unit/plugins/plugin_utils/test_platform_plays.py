@@ -7,7 +7,6 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.gpuops.cluster.plugins.action.preflight_fleet import _no_play
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.os_support import platforms_with_play
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import PLATFORMS
 
@@ -30,10 +29,6 @@ def test_every_platform_run_roles_lists_has_a_play_that_site_yml_imports():
 
 def test_preflight_takes_those_platforms_as_the_ones_with_a_play():
     assert platforms_with_play() == [name for name in _run_roles() if name != "host"]
-
-
-def test_a_plan_from_the_inventory_alone_names_the_same_platforms():
-    assert plan.inventory_plan([], {})["platform"]["with_play"] == platforms_with_play()
 
 
 def test_the_preflight_play_skips_the_implicit_validation_only_because_the_action_makes_it():

@@ -157,7 +157,7 @@ def test_the_plan_records_the_driver_judged_and_whence():
     assert part["packages"]["driver"] is None  # no pin: nothing is installed at a version
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "small", "gpu_count": 1}
     records = {"h200": {"gpu": h200_facts(), "result": judged, "plan": {"driver_version": "", "cuda_version": "13.0"}}}
-    built = plan.build_plan(fleet, records, {"h200": {}}, ["compose"], "2026-12-04T00:00:00+00:00", "/r/x")
+    built = plan.build_plan(fleet, records, {"h200": {}}, "2026-12-04T00:00:00+00:00", "/r/x")
     assert built["hosts"]["h200"]["driver_judged"] == {"version": "580.159.04", "source": "running"}
     assert "driver_judged" in plan.SCHEMA["properties"]["hosts"]["additionalProperties"]["properties"]
 
