@@ -18,6 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.driver_upgrade impo
 
 OK, BROKEN, UNKNOWN = "ok", "broken", "unknown"
 _NOT_FOUND = 127  # the shell's exit status for a command it cannot find
+NO_WORKSPACE = 3  # validate's workspace probe: the member has no running workspace (it says so, naming the member)
 
 
 def result(link: str, status: str, evidence: str, fix: str = "") -> dict:
@@ -260,14 +261,16 @@ def fabric_manager(nvswitch: bool, active: str, fm_version: str = "", driver: st
 
 # ---------- compose ----------
 def workspace_gpus(rc: int | None, output: str, expected: list[str]) -> dict:
-    """`docker exec <workspace> nvidia-smi --query-gpu=uuid --format=csv,noheader` against the member's GPUs
-    (UUIDs, or indexes when that is what the inventory gives)."""
+    """validate's probe (roles/validate/tasks/workspaces.yml: `docker exec <workspace> nvidia-smi --query-gpu=uuid
+    --format=csv,noheader`, exit NO_WORKSPACE when none runs) against the member's GPUs (UUIDs, or indexes when that
+    is what the inventory gives)."""
     link = "workspace GPUs"
     if rc is None:
         return result(link, UNKNOWN, "the workspace was not probed")
     seen = [ln.strip() for ln in strip_terminal(output).splitlines() if ln.strip()]
     if rc != 0:
-        return result(link, UNKNOWN, f"the workspace cannot run nvidia-smi (exit {rc}): {seen[0] if seen else ''}")
+        return result(link, UNKNOWN, seen[0] if rc == NO_WORKSPACE and seen else
+                      f"the workspace cannot run nvidia-smi (exit {rc}): {seen[0] if seen else ''}")
     want = [str(x) for x in expected]
     if sorted(seen) == sorted(want):
         return result(link, OK, f"the workspace sees exactly its GPUs: {', '.join(seen)}")

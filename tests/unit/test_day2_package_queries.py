@@ -3,10 +3,12 @@ role (roles/upgrade) and the playbook, with LABELLED stand-ins of dpkg-query and
 Debian-family host dpkg-query is asked and rpm is not; on an RPM host rpm is asked, with the query format whose
 "name version" lines the parsers read (plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print
 output shaped like the real tools' (diagnose_recorded.py); that the real rpm renders the format so is tested
-nowhere here (no rpm on this machine)."""
+nowhere here (no rpm on this machine). And the one probe of the member workspaces (validate's entry point
+workspaces, which diagnose runs too), with a stand-in docker."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -73,3 +75,29 @@ def test_diagnose_reads_rpm_on_an_rpm_host(tmp_path):
 def test_diagnose_reads_dpkg_on_a_debian_host(tmp_path):
     _out, called = _run(_diagnose_commands()["packages"], tmp_path, {"dpkg-query": "", "rpm": ""}, "/bin/bash")
     assert list(called) == ["dpkg-query"]
+
+
+def _workspace_probe(tmp_path: Path, docker_says: str) -> tuple[int, str]:
+    """validate's probe (roles/validate/tasks/workspaces.yml) for member alice, as its loop renders it, with a
+    LABELLED stand-in docker that prints ``docker_says`` for `docker ps` and `docker exec` alike."""
+    cmd = yaml.safe_load((REPO / "roles/validate/tasks/workspaces.yml").read_text())[0]["ansible.builtin.shell"]["cmd"]
+    cmd = cmd.replace("{{ item.name | quote }}", shlex.quote("alice")).replace("{{ item.name }}", "alice")
+    assert "{{" not in cmd, "the command is run verbatim: no Jinja left in it"
+    (tmp_path / "docker").write_text(f"#!/bin/sh\n# LABELLED TEST STAND-IN for docker\nprintf '{docker_says}'\n")
+    (tmp_path / "docker").chmod(0o755)
+    out = subprocess.run(["/bin/bash", "-c", cmd], capture_output=True, text=True, env={"PATH": f"{tmp_path}:/bin"},
+                         check=False, timeout=30)
+    return out.returncode, out.stdout
+
+
+def test_the_one_workspace_probe_names_a_member_without_a_running_workspace(tmp_path):
+    """validate's row and diagnose's link judge one probe (diagnose ran a copy of its own that said "cannot run
+    nvidia-smi (exit 1)" where validate said "no running workspace for alice")."""
+    probes = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").rglob("*.yml")
+                    if "docker ps -q --filter label=org.gpuops.member=" in p.read_text())
+    assert probes == ["roles/validate/tasks/workspaces.yml"]
+    rc, out = _workspace_probe(tmp_path, "")
+    assert D.workspace_gpus(rc, out, ["GPU-0"])["evidence"] == "no running workspace for alice"
+    rc, out = _workspace_probe(tmp_path, "GPU-0\\n")
+    assert D.workspace_gpus(rc, out, ["GPU-0"])["status"] == D.OK
+

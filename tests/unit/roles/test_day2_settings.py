@@ -123,4 +123,4 @@ def test_the_checks_find_play_var_settings_and_stray_names() -> None:
     assert settings_used(text, "validate") == {"validate_timeout", "validate_pod"}
     # burnin's entry point nccl_tests_source (validate includes it): its parameter and its output.
     assert entry_point_names("burnin") == {"burnin_nccl_tests_for", "burnin_nccl_tests_tree"}
-    assert entry_point_names("validate") == set()
+    assert entry_point_names("validate") == {"validate_workspaces"}  # workspaces' output (diagnose includes it)
