@@ -1,7 +1,7 @@
-"""The commands upgrade_driver.yml and diagnose.yml run to read the installed driver, run here as written in the
-role (roles/upgrade) and the playbook, with LABELLED stand-ins of dpkg-query and rpm alone on PATH: on a
-Debian-family host dpkg-query is asked and rpm is not; on an RPM host rpm is asked, with the query format whose
-"name version" lines the parsers read (plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print
+"""The one reader of the installed driver (roles/upgrade's entry point installed, which upgrade_driver.yml's plan
+and diagnose.yml's driver link both run), run here as written, with LABELLED stand-ins of dpkg-query and rpm alone on
+PATH: on a Debian-family host dpkg-query is asked and rpm is not; on an RPM host rpm is asked, with the query format
+whose "name version" lines the parsers read (plugins/plugin_utils/driver_upgrade.py, diagnose.py). The stand-ins print
 output shaped like the real tools' (diagnose_recorded.py); that the real rpm renders the format so is tested
 nowhere here (no rpm on this machine). And the one probe of the member workspaces (validate's entry point
 workspaces, which diagnose runs too), with a stand-in docker."""
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import diagnose_recorded as R
 import yaml
-from ansible.parsing.yaml.loader import AnsibleLoader
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import diagnose as D
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
 
@@ -23,13 +22,11 @@ RPM_ARGS = ["-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "*nvi
 
 
 def _upgrade_command() -> str:
-    tasks = yaml.safe_load((REPO / "roles" / "upgrade" / "tasks" / "plan.yml").read_text())
-    return next(t for t in tasks if t.get("name") == "Installed driver packages")["ansible.builtin.shell"]["cmd"]
+    return yaml.safe_load((REPO / "roles/upgrade/tasks/installed.yml").read_text())[0]["ansible.builtin.shell"]["cmd"]
 
 
-def _diagnose_commands() -> dict:
-    vars_file = (REPO / "roles" / "diagnose" / "vars" / "main.yml").read_text()
-    return yaml.load(vars_file, Loader=AnsibleLoader)["_diagnose_node_commands"]  # !unsafe values: Go templates
+def _role_files_with(text: str) -> list[str]:
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").rglob("*.yml") if text in p.read_text())
 
 
 def _run(command: str, tmp_path: Path, tools: dict[str, str], shell: str = "/bin/sh") -> tuple[str, dict]:
@@ -63,18 +60,14 @@ def test_upgrade_driver_reads_dpkg_on_a_debian_host(tmp_path):
     assert U.installed_driver(out) == "535.261.03"
 
 
-def test_diagnose_reads_rpm_on_an_rpm_host(tmp_path):
-    commands = _diagnose_commands()
-    packages, called = _run(commands["packages"], tmp_path, {"rpm": R.RPM_RHEL9_550}, "/bin/bash")
+def test_diagnose_reads_the_installed_driver_with_upgrades_reader(tmp_path):
+    """One reader: diagnose's driver link judges what upgrade's entry point read (diagnose ran a copy of its own)."""
+    assert _role_files_with("dpkg-query -W") == _role_files_with("rpm -qa") == ["roles/upgrade/tasks/installed.yml"]
+    packages, called = _run(_upgrade_command(), tmp_path, {"rpm": R.RPM_RHEL9_550}, "/bin/bash")
     assert called == {"rpm": RPM_ARGS}
     loaded = R.PROC_VERSION_PROPRIETARY.replace("535.261.03", "550.90.07")
     evidence = D.driver_versions(loaded, packages, "550.90.07")["evidence"]
     assert evidence == "loaded 550.90.07 = pin 550.90.07; installed 550.90.07"
-
-
-def test_diagnose_reads_dpkg_on_a_debian_host(tmp_path):
-    _out, called = _run(_diagnose_commands()["packages"], tmp_path, {"dpkg-query": "", "rpm": ""}, "/bin/bash")
-    assert list(called) == ["dpkg-query"]
 
 
 def _workspace_probe(tmp_path: Path, docker_says: str) -> tuple[int, str]:
@@ -93,8 +86,7 @@ def _workspace_probe(tmp_path: Path, docker_says: str) -> tuple[int, str]:
 def test_the_one_workspace_probe_names_a_member_without_a_running_workspace(tmp_path):
     """validate's row and diagnose's link judge one probe (diagnose ran a copy of its own that said "cannot run
     nvidia-smi (exit 1)" where validate said "no running workspace for alice")."""
-    probes = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").rglob("*.yml")
-                    if "docker ps -q --filter label=org.gpuops.member=" in p.read_text())
+    probes = _role_files_with("docker ps -q --filter label=org.gpuops.member=")
     assert probes == ["roles/validate/tasks/workspaces.yml"]
     rc, out = _workspace_probe(tmp_path, "")
     assert D.workspace_gpus(rc, out, ["GPU-0"])["evidence"] == "no running workspace for alice"
