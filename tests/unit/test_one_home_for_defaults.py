@@ -205,3 +205,18 @@ def test_python_reads_the_shared_defaults_from_their_home() -> None:
         "gpu_count": None,
         "multi_node_training": defaults["gpuops_multi_node_training"],
     }
+
+
+def test_no_role_spells_a_shared_folder_by_its_default() -> None:
+    """A folder homed here (kube_config_dir, gpu_health_textfile_dir, ...) is named by its variable everywhere else:
+    a literal copy of its default keeps the old folder when the inventory moves it (compose's node-exporter read
+    /var/lib/node_exporter/textfile_collector whatever gpu_health_textfile_dir said; kube_cni wrote its manifest to
+    /etc/kubernetes/gpuops whatever kube_config_dir said)."""
+    defaults = yaml.safe_load((REPO / HOME / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    folders = {name: value for name, value in defaults.items() if isinstance(value, str) and value.startswith("/")}
+    assert {"kube_config_dir", "gpu_health_textfile_dir"} <= set(folders), sorted(folders)
+    copies = [f"{path.relative_to(REPO)}:{number}: {line.strip()} (the default of {name})"
+              for path in _files() if not str(path.relative_to(REPO)).startswith((HOME, "molecule/"))
+              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+              for name, folder in folders.items() if re.search(re.escape(folder) + r"(?![\w-])", line)]
+    assert not copies, "a shared folder spelt by its default; name its variable instead:\n" + "\n".join(copies)
