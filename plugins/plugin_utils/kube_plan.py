@@ -38,7 +38,7 @@ RESTRICTED = "restricted"
 BEST_EFFORT = "best-effort"
 FALLBACK_RESERVED_CPUS = "0-1"
 # The kubelet reservations: kubelet_policy's keyword -> the kube_node variable that sets it and its type (kube_node's
-# argument spec). Their defaults have one home, kube_node's defaults; a keyword given as None reads its default there.
+# argument spec). Their defaults have one home, kube_node's defaults, read by the plan where the inventory sets none.
 RESERVATIONS = {
     "reserved_cpus_per_numa": ("kube_node_reserved_cpus_per_numa", int),
     "reserved_system_cpus": ("kube_node_reserved_system_cpus", str),
@@ -180,18 +180,13 @@ def _reserved_memory(nodes: list[int], total_mib: int) -> list[dict]:
 def kubelet_policy(
     topology: dict | None,
     pool: str,
-    reserved_cpus_per_numa: int | None = None,
-    reserved_system_cpus: str | None = None,
-    reserved_memory_mib: int | None = None,
-    eviction_memory_mib: int | None = None,
+    reserved_cpus_per_numa: int,
+    reserved_system_cpus: str,
+    reserved_memory_mib: int,
+    eviction_memory_mib: int,
 ) -> dict:
-    """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; a reservation left None
-    is kube_node's default (``platform.role_defaults``)."""
-    given = {"reserved_cpus_per_numa": reserved_cpus_per_numa, "reserved_system_cpus": reserved_system_cpus,
-             "reserved_memory_mib": reserved_memory_mib, "eviction_memory_mib": eviction_memory_mib}
-    reserved_cpus_per_numa, reserved_system_cpus, reserved_memory_mib, eviction_memory_mib = (
-        role_defaults("kube_node")[RESERVATIONS[keyword][0]] if value is None else value
-        for keyword, value in given.items())
+    """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; the reservations are the
+    host's kube_node settings (RESERVATIONS; the plan passes the inventory's, else kube_node's defaults)."""
     if pool not in POOLS:
         raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
     topology = topology or {}

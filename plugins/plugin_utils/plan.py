@@ -76,7 +76,7 @@ _WORKSPACES = ("hosts.<name>.workspaces",)
 _HEALTH_SWEEP = "hosts.<name>.health_sweep"
 # The role settings the plan reads: the only place this module names one (docs/plan.md lists them, generated from
 # this map). Functions read them through _setting; an unset one reads as None (a gpuops_* one as its shared default,
-# platform.get_var), and the reader then leaves the decision to the owner's default. The kubelet reservations are
+# platform.get_var), or with role_default as its owner role's default (role_defaults). The kubelet reservations are
 # named by kube_plan.RESERVATIONS and the MPS cap settings by mps.VARIABLES, the modules whose rules they feed.
 ROLE_SETTINGS: dict[str, Setting] = {
     "gpuops_members": Setting("_gpuops_vars", ("team.members", *_WORKSPACES), "who gets which GPUs; the workspaces"),
@@ -458,10 +458,10 @@ def _gpu_operator_on(hostvars: Any) -> bool:
 
 
 def _reservations(hostvars: Any) -> dict:
-    """The reservations the inventory sets for this host (kube_plan.RESERVATIONS names them), typed as kube_node's
-    argument spec types them; None where unset: kube_plan reads kube_node's default."""
-    found = {keyword: (_setting(hostvars, name), kind) for keyword, (name, kind) in kube_plan.RESERVATIONS.items()}
-    return {keyword: None if value is None else kind(value) for keyword, (value, kind) in found.items()}
+    """This host's reservations (kube_plan.RESERVATIONS names them): the inventory's, else kube_node's defaults, typed
+    as kube_node's argument spec types them."""
+    return {keyword: kind(_setting(hostvars, name, role_default=True))
+            for keyword, (name, kind) in kube_plan.RESERVATIONS.items()}
 
 
 def _team(members: Any, teams: Any) -> dict:

@@ -223,7 +223,9 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
     }
     hosts, nodes = {}, _planned_nodes()
     for host, pool in (("gpu-train-01", "training"), ("gpu-train-02", "training"), ("gpu-infer-01", "inference")):
-        planned = policy if host == "gpu-train-01" else kube_plan.kubelet_policy(_topology(host), pool)
+        # the rest as the rule gives it, with kube_node's defaults (inventories/cluster sets the same reservations)
+        ruled = kube_plan.kubelet_policy(_topology(host), pool, 2, "", 4096, 500)
+        planned = policy if host == "gpu-train-01" else ruled
         hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
                        "kubelet_policy": planned, "node": kube_plan.node_registration(planned, pool)}
     plan = {"gpuops_plan": {

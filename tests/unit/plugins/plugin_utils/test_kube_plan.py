@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, platform
 from conftest import SHARED_DATA, shared_path
@@ -53,6 +52,13 @@ EXPECTED = {
 }
 
 
+def kubelet_policy(topology, pool, **given):
+    """kubelet_policy with kube_node's defaults for the reservations not given, as the plan passes them."""
+    defaults = {keyword: platform.role_defaults("kube_node")[name]
+                for keyword, (name, _kind) in kube_plan.RESERVATIONS.items()}
+    return kube_plan.kubelet_policy(topology, pool, **{**defaults, **given})
+
+
 def _topology(name: str) -> dict:
     return parse_topology(shared_path(*TOPO_DIR, f"{name}.txt").read_text(encoding="utf-8"), 2)
 
@@ -67,7 +73,7 @@ def test_every_real_capture_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_training_policy_on_real_capture(name):
     policy, cpus, label, reason = EXPECTED[name]
-    result = kube_plan.kubelet_policy(_topology(name), "training")
+    result = kubelet_policy(_topology(name), "training")
     assert result["topology_manager_policy"] == policy, result["reason"]
     assert result["reserved_system_cpus"] == cpus
     assert result["nvlink_domains_label"] == label
@@ -85,14 +91,14 @@ def test_training_policy_on_real_capture(name):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_inference_is_best_effort_on_real_capture(name):
-    result = kube_plan.kubelet_policy(_topology(name), "inference")
+    result = kubelet_policy(_topology(name), "inference")
     assert result["topology_manager_policy"] == "best-effort"
     assert result["memory_manager_policy"] == "None"
 
 
 def test_reserved_memory_split_over_gpu_numa_nodes_sums_exactly():
     topology = {"nvlink_domains": [[0], [1], [2]], "numa_groups": [{"numa_node": n, "gpus": [n]} for n in range(3)]}
-    result = kube_plan.kubelet_policy(topology, "training", reserved_memory_mib=1000, eviction_memory_mib=100)
+    result = kubelet_policy(topology, "training", reserved_memory_mib=1000, eviction_memory_mib=100)
     assert result["reserved_memory"] == [
         {"numaNode": 0, "limits": {"memory": "334Mi"}},
         {"numaNode": 1, "limits": {"memory": "333Mi"}},
@@ -108,33 +114,16 @@ def test_declared_topology_with_numa_cpus_and_explicit_cpus():
         "numa_groups": [{"numa_node": 0, "gpus": [0, 1, 2, 3], "cpus": "0-31"}],
         "placements": [[0, 1], [2, 3]],
     }
-    derived = kube_plan.kubelet_policy(declared, "training", reserved_cpus_per_numa=4)
+    derived = kubelet_policy(declared, "training", reserved_cpus_per_numa=4)
     assert derived["reserved_system_cpus"] == "0-3"
     assert derived["placements"] == "[[0,1],[2,3]]"
-    explicit = kube_plan.kubelet_policy(declared, "training", reserved_system_cpus="0,16")
+    explicit = kubelet_policy(declared, "training", reserved_system_cpus="0,16")
     assert explicit["reserved_system_cpus"] == "0,16"
     assert "set in the inventory" in explicit["reason"]
 
 
-def test_the_reservation_defaults_are_kube_node_s(tmp_path, monkeypatch):
-    """Left unset, a reservation is what kube_node's defaults file says: the function keeps no copy of its own."""
-    kube_node = yaml.safe_load((platform.COLLECTION_ROOT / "roles" / "kube_node" / "defaults" / "main.yml").read_text())
-    assert set(kube_plan.RESERVATIONS.values()) <= {(name, type(value)) for name, value in kube_node.items()}
-    changed = tmp_path / "roles" / "kube_node" / "defaults" / "main.yml"
-    changed.parent.mkdir(parents=True)
-    changed.write_text(yaml.safe_dump({**kube_node, "kube_node_reserved_memory_mib": 8192,
-                                       "kube_node_eviction_memory_mib": 1000}))
-    monkeypatch.setattr(platform, "COLLECTION_ROOT", tmp_path)
-    platform.role_defaults.cache_clear()
-    try:
-        result = kube_plan.kubelet_policy(None, "training")
-    finally:
-        platform.role_defaults.cache_clear()
-    assert (result["system_reserved_memory"], result["eviction_memory"]) == ("7192Mi", "1000Mi")
-
-
 def test_no_topology_is_restricted_with_a_reason():
-    result = kube_plan.kubelet_policy(None, "training")
+    result = kubelet_policy(None, "training")
     assert result["topology_manager_policy"] == "restricted"
     assert "no GPU topology" in result["reason"]
     assert result["nvlink_domains_label"] == "none"
@@ -149,7 +138,7 @@ def test_no_topology_is_restricted_with_a_reason():
 )
 def test_bad_policy_inputs_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        kube_plan.kubelet_policy({}, **kwargs)
+        kubelet_policy({}, **kwargs)
 
 
 def test_long_domain_label_stays_a_valid_label_value():

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils import gpu_facts
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, plan, training_jobs
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_plan, plan, platform, training_jobs
 from ansible_env import inventory_vars
 from fleet_fixture import shared_path
 from gpu_facts_helpers import Commands, make_pci, no_pynvml
@@ -215,6 +216,27 @@ def test_no_node_part_on_compose_or_with_an_unusable_policy():
     part = plan.host_part("kubernetes", gpu, broken)
     assert "error" in part["kubelet_policy"]
     assert part["node"] is None
+
+
+def test_unset_reservations_are_kube_node_s_defaults(tmp_path, monkeypatch):
+    """Left unset in the inventory, a kubelet reservation is what kube_node's defaults file says: the plan reads it
+    there (_setting, platform.role_defaults); neither it nor kube_plan keeps a copy of its own."""
+    kube_node = platform.role_defaults("kube_node")
+    assert set(kube_plan.RESERVATIONS.values()) <= {(name, type(value)) for name, value in kube_node.items()}
+    for defaults in (REPO / "roles").glob("*/defaults/main.yml"):
+        copy = tmp_path / defaults.relative_to(REPO)
+        copy.parent.mkdir(parents=True)
+        copy.write_text(defaults.read_text())
+    (tmp_path / "roles" / "kube_node" / "defaults" / "main.yml").write_text(yaml.safe_dump(
+        {**kube_node, "kube_node_reserved_memory_mib": 8192, "kube_node_eviction_memory_mib": 1000}))
+    monkeypatch.setattr(platform, "COLLECTION_ROOT", tmp_path)
+    platform.role_defaults.cache_clear()
+    try:
+        gpu = {"count": 2, "topology": _topology("a10x4_pcie_sys_2nic")}
+        policy = plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"})["kubelet_policy"]
+    finally:
+        platform.role_defaults.cache_clear()
+    assert (policy["system_reserved_memory"], policy["eviction_memory"]) == ("7192Mi", "1000Mi")
 
 
 # --- the kubelet policy kube_node renders: the plan's, as kube_plan.kubelet_policy gives it ---------------------
