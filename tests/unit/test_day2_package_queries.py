@@ -92,4 +92,3 @@ def test_the_one_workspace_probe_names_a_member_without_a_running_workspace(tmp_
     assert D.workspace_gpus(rc, out, ["GPU-0"])["evidence"] == "no running workspace for alice"
     rc, out = _workspace_probe(tmp_path, "GPU-0\\n")
     assert D.workspace_gpus(rc, out, ["GPU-0"])["status"] == D.OK
-
