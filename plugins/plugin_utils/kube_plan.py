@@ -232,7 +232,6 @@ def kubelet_policy(
         "memory_manager_policy": "Static" if policy == SINGLE_NUMA else "None",
         "reserved_memory": _reserved_memory(gpu_nodes or [0], reserved_memory_mib) if policy == SINGLE_NUMA else [],
         "system_reserved_memory": f"{reserved_memory_mib - eviction_memory_mib}Mi",
-        "eviction_memory": f"{eviction_memory_mib}Mi",
         "nvlink_domains_label": nvlink_domains_label(domains),
         "placements": json.dumps(topology.get("placements") or [], separators=(",", ":")),
         "reason": f"{reason}; {cpu_reason}",

@@ -218,7 +218,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "topology_manager_policy": "single-numa-node", "topology_manager_scope": "pod", "cpu_manager_policy": "static",
         "reserved_system_cpus": "0-3,52-55", "memory_manager_policy": "Static",
         "reserved_memory": [{"numaNode": 0, "limits": {"memory": "4096Mi"}}], "system_reserved_memory": "3596Mi",
-        "eviction_memory": "500Mi", "nvlink_domains_label": "0-3_4-7", "placements": "[]",
+        "nvlink_domains_label": "0-3_4-7", "placements": "[]",
         "reason": "this test's plan",
     }
     hosts, nodes = {}, _planned_nodes()

@@ -105,7 +105,6 @@ def test_reserved_memory_split_over_gpu_numa_nodes_sums_exactly():
         {"numaNode": 2, "limits": {"memory": "333Mi"}},
     ]
     assert result["system_reserved_memory"] == "900Mi"
-    assert result["eviction_memory"] == "100Mi"
 
 
 def test_declared_topology_with_numa_cpus_and_explicit_cpus():

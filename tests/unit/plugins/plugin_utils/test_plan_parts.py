@@ -236,7 +236,7 @@ def test_unset_reservations_are_kube_node_s_defaults(tmp_path, monkeypatch):
         policy = plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"})["kubelet_policy"]
     finally:
         platform.role_defaults.cache_clear()
-    assert (policy["system_reserved_memory"], policy["eviction_memory"]) == ("7192Mi", "1000Mi")
+    assert policy["system_reserved_memory"] == "7192Mi"  # 8192 reserved less the 1000 eviction threshold
 
 
 # --- the kubelet policy kube_node renders: the plan's, as kube_plan.kubelet_policy gives it ---------------------
