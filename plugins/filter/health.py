@@ -61,7 +61,8 @@ def health_plan(nodes, *, max_unavailable, platform, state=None, overrides=None,
     for host, hplan in plan["hosts"].items():
         node = nodes[host]  # its own settings (sweep.yml); a host with no record was not swept: no steps
         settings = {**node, "reboot": boolean(node.get("reboot", False))}
-        hplan["steps"] = health_steps.host_steps(host, hplan, platform, members or {}, settings)
+        hplan["steps"] = [] if hplan["status"] in health_steps.WAITING else health_steps.host_steps(
+            host, hplan, platform, members or {}, settings)
         hplan["swept"] = node.get("from")
     return plan
 

@@ -21,7 +21,8 @@ TAINT_KEY = "gpuops.io/unhealthy"
 LABEL_KEY = "gpuops.io/health"
 STATE_SCHEMA = 2  # 2 adds remediations, service_required, cordoned_by, stopped_containers, breaker; 1 reads as 2
 REMEDIATIONS_KEPT = 100  # per host, newest last; far more than any escalation window needs
-HELD = ("deferred", "unreadable", "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
+WAITING = ("deferred", "unreadable")  # planned again next run: no step now, not even a notify
+HELD = (*WAITING, "held", "opted_out", "service_required")  # planned, not acted on: state unchanged
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

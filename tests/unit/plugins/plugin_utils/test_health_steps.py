@@ -99,6 +99,20 @@ def test_restart_app_tells_the_owner_and_changes_nothing():
     assert S.host_steps("node-a", plan_of(43, "IGNORE"), "kubernetes", MEMBERS, HOST_SETTINGS) == []
 
 
+def test_a_deferred_host_has_no_step_not_even_a_notify():
+    """playbooks/health.yml runs every host's steps: a host planned again next run (deferred, unreadable) has none."""
+    xid = {"kind": "xid", "pci": "0000:3b:00", "time": "t1", "line": "NVRM: Xid"}
+    sweep = {"read_ok": True, "cursor": "c2", "verdict": "failed", "findings": [],
+             "events": [{**xid, "code": 79, "gpu": 0, "immediate_action": "RESTART_BM"},
+                        {**xid, "code": 13, "gpu": 1, "immediate_action": "RESTART_APP"}],
+             "gpus": [{"index": i, "verdict": "failed" if i == 0 else "healthy"} for i in range(2)]}
+    node = {"sweep": sweep, "report_dir": "/a"}
+    hosts = health_plan({"n1": node, "n2": node}, max_unavailable=1, platform="compose", members=MEMBERS)["hosts"]
+    assert kinds(hosts["n1"]["steps"])[:2] == ["notify", "stop_workspaces"]
+    assert (hosts["n2"]["status"], hosts["n2"]["steps"]) == ("deferred", [])
+    assert kinds(S.host_steps("n2", hosts["n2"], "compose", MEMBERS, HOST_SETTINGS)) == ["notify"]
+
+
 def test_giving_back_on_kubernetes_untaints_unlabels_uncordons():
     hplan = {"status": "clear", "action": "none", "items": [], "gpus_back": ["1"], "gpus_out": {},
              "cordoned_by": "gpuops"}
