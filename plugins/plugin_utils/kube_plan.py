@@ -186,7 +186,8 @@ def kubelet_policy(
     eviction_memory_mib: int,
 ) -> dict:
     """The KubeletConfiguration policy fields for one node, with a one-sentence ``reason``; the reservations are the
-    host's kube_node settings (RESERVATIONS; the plan passes the inventory's, else kube_node's defaults)."""
+    host's kube_node settings (RESERVATIONS; the plan passes the inventory's, else kube_node's defaults), which
+    kube_node's inputs check (the reserved memory exceeds the eviction threshold) in the run's inputs pass."""
     if pool not in POOLS:
         raise ValueError(f"gpuops_pool is {pool!r}: expected one of {', '.join(POOLS)}")
     topology = topology or {}
@@ -224,7 +225,7 @@ def kubelet_policy(
         cpu_reason = f"reservedSystemCPUs: the first {reserved_cpus_per_numa} CPUs of each GPU NUMA node"
     else:
         cpus, cpu_reason = FALLBACK_RESERVED_CPUS, "reservedSystemCPUs: CPU affinity unknown, reserving 0-1"
-    result = {
+    return {
         "topology_manager_policy": policy,
         "topology_manager_scope": "pod",
         "cpu_manager_policy": "static",
@@ -236,12 +237,6 @@ def kubelet_policy(
         "placements": json.dumps(topology.get("placements") or [], separators=(",", ":")),
         "reason": f"{reason}; {cpu_reason}",
     }
-    if reserved_memory_mib <= eviction_memory_mib:
-        raise ValueError(
-            f"kube_node_reserved_memory_mib is {reserved_memory_mib}: it must exceed the eviction threshold "
-            f"kube_node_eviction_memory_mib ({eviction_memory_mib}); e.g. 4096"
-        )
-    return result
 
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

@@ -128,16 +128,11 @@ def test_no_topology_is_restricted_with_a_reason():
     assert result["nvlink_domains_label"] == "none"
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"pool": "batch"}, "expected one of training, inference"),
-        ({"pool": "training", "reserved_memory_mib": 400}, "must exceed"),
-    ],
-)
-def test_bad_policy_inputs_raise(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        kubelet_policy({}, **kwargs)
+def test_bad_pool_raises():
+    """The reservations are taken as given: kube_node's inputs refuse reserved memory at or below the eviction
+    threshold, for every node (tests/unit/roles/test_kube_node_inputs.py)."""
+    with pytest.raises(ValueError, match="expected one of training, inference"):
+        kubelet_policy({}, "batch")
 
 
 def test_long_domain_label_stays_a_valid_label_value():

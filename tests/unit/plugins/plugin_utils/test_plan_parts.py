@@ -212,7 +212,7 @@ def test_mig_label_and_control_plane_taint_from_the_inventory():
 def test_no_node_part_on_compose_or_with_an_unusable_policy():
     gpu = {"count": 2, "topology": _topology("a10x4_pcie_sys_2nic")}
     assert plan.host_part("compose", gpu, {"gpuops_pool": "training"})["node"] is None
-    broken = {"gpuops_pool": "training", "kube_node_reserved_memory_mib": 400}  # below the eviction threshold
+    broken = {"gpuops_pool": "training", "kube_node_reserved_memory_mib": "lots"}  # not an int (the spec refuses it)
     part = plan.host_part("kubernetes", gpu, broken)
     assert "error" in part["kubelet_policy"]
     assert part["node"] is None
