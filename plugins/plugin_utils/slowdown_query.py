@@ -12,6 +12,7 @@ import math
 import re
 from datetime import datetime, timezone
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import role_defaults
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import SIGNALS, SlowdownInputError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import NVLINK_GBPS_PER_LINK, PCIE_X16_GBPS
 
@@ -221,18 +222,21 @@ def utc(seconds: float) -> str:
 
 
 OPTIONS = {"job": "", "window": "", "gpus": None, "members": None, "namespace": "", "hosts": None, "now": 0.0,
-           "lookback_s": 21600, "pcie_gbps": None, "pcie_gen": 4, "nvlink_peak_gbps": None, "topologies": None,
-           "rate_window": "5m"}
+           "lookback_s": None, "pcie_gbps": None, "pcie_gen": None, "nvlink_peak_gbps": None, "topologies": None,
+           "rate_window": None}
+ROLE_SETTINGS = {"lookback_s": ("diagnose", "diagnose_lookback_s"), "rate_window": ("diagnose", "diagnose_rate_window"),
+                 "pcie_gen": ("validate", "validate_pcie_gen")}
 
 
 def build(platform: str, options: dict) -> dict:
     """The filter slowdown_queries: the window (``window``, else the last ``lookback_s`` before ``now``), the job's
     selectors, the capacities (``pcie_gbps``, else (0 or None) from ``pcie_gen``; ``nvlink_peak_gbps``, else from
-    ``topologies``, else NVLink is not judged) and the queries."""
+    ``topologies``, else NVLink is not judged) and the queries; a ROLE_SETTINGS option left out: its role's default."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise SlowdownInputError(f"unknown option(s) {unknown}; allowed: {sorted(OPTIONS)}")
     o = {**OPTIONS, **options}
+    o.update({key: role_defaults(role)[name] for key, (role, name) in ROLE_SETTINGS.items() if o[key] is None})
     now = float(o["now"])
     span = parse_window(o["window"] or f"{now - float(o['lookback_s'])}/{now}", now)
     sels = selectors(platform, str(o["job"] or ""), o["gpus"], o["members"], str(o["namespace"] or ""),

@@ -157,6 +157,19 @@ def test_filter_builds_window_selectors_capacities_and_queries():
         slowdown_queries("compose", job="alice", members=MEMBERS, now=T0, pcie_gen=6)
 
 
+def test_an_option_left_out_is_its_role_setting_s_default(monkeypatch):
+    """lookback_s, rate_window and pcie_gen have one home, the diagnose and validate roles' defaults files: the
+    filter reads them there (a copy of its own would not follow a changed file)."""
+    defaults = {"diagnose": {"diagnose_lookback_s": 600, "diagnose_rate_window": "7m"},
+                "validate": {"validate_pcie_gen": 5}}
+    monkeypatch.setattr(sq, "role_defaults", defaults.__getitem__)
+    q = slowdown_queries("compose", job="alice", members=MEMBERS, now=T0)
+    assert (q["start"], q["end"], q["pcie_gbps"]) == (T0 - 600, T0, 63.0)
+    assert "[7m]" in q["queries"]["throttle_thermal"]
+    given = slowdown_queries("compose", job="alice", members=MEMBERS, now=T0, lookback_s=60, rate_window="1m")
+    assert (given["start"], "[1m]" in given["queries"]["throttle_thermal"]) == (T0 - 60, True)
+
+
 def test_answer_says_slow_healthy_or_no_data():
     slow = slowdown_answer({"memory_bandwidth_util": matrix([0.2, 0.3]), "gpu_count": matrix([1])},
                            about={"job": "alice", "where": "gpu1", "platform": "compose", "window": "w"})
