@@ -74,7 +74,9 @@ def _workspace_probe(tmp_path: Path, docker_says: str) -> tuple[int, str]:
     """validate's probe (roles/validate/tasks/workspaces.yml) for member alice, as its loop renders it, with a
     LABELLED stand-in docker that prints ``docker_says`` for `docker ps` and `docker exec` alike."""
     cmd = yaml.safe_load((REPO / "roles/validate/tasks/workspaces.yml").read_text())[0]["ansible.builtin.shell"]["cmd"]
+    label = yaml.safe_load((REPO / "roles/_gpuops_vars/vars/main.yml").read_text())["gpuops_workspace_label"]
     cmd = cmd.replace("{{ item.name | quote }}", shlex.quote("alice")).replace("{{ item.name }}", "alice")
+    cmd = cmd.replace("{{ gpuops_workspace_label }}", label)
     assert "{{" not in cmd, "the command is run verbatim: no Jinja left in it"
     (tmp_path / "docker").write_text(f"#!/bin/sh\n# LABELLED TEST STAND-IN for docker\nprintf '{docker_says}'\n")
     (tmp_path / "docker").chmod(0o755)
@@ -86,9 +88,21 @@ def _workspace_probe(tmp_path: Path, docker_says: str) -> tuple[int, str]:
 def test_the_one_workspace_probe_names_a_member_without_a_running_workspace(tmp_path):
     """validate's row and diagnose's link judge one probe (diagnose ran a copy of its own that said "cannot run
     nvidia-smi (exit 1)" where validate said "no running workspace for alice")."""
-    probes = _role_files_with("docker ps -q --filter label=org.gpuops.member=")
+    probes = _role_files_with("docker ps -q --filter label={{ gpuops_workspace_label }}=")
     assert probes == ["roles/validate/tasks/workspaces.yml"]
     rc, out = _workspace_probe(tmp_path, "")
     assert D.workspace_gpus(rc, out, ["GPU-0"])["evidence"] == "no running workspace for alice"
     rc, out = _workspace_probe(tmp_path, "GPU-0\\n")
     assert D.workspace_gpus(rc, out, ["GPU-0"])["status"] == D.OK
+
+
+def test_the_workspace_label_has_one_home():
+    """compose_stack labels each member workspace; health, validate and upgrade find them by it. All four name
+    gpuops_workspace_label (_gpuops_vars' vars, which every play imports): a copy of its value would find no
+    workspace once the two drift."""
+    label = yaml.safe_load((REPO / "roles/_gpuops_vars/vars/main.yml").read_text())["gpuops_workspace_label"]
+    files = [p for top in ("roles", "playbooks", "plugins") for p in sorted((REPO / top).rglob("*"))
+             if p.suffix in (".yml", ".j2", ".py") and p.is_file()]
+    assert [str(p.relative_to(REPO)) for p in files if label in p.read_text()] == ["roles/_gpuops_vars/vars/main.yml"]
+    named = {str(p.relative_to(REPO)).split("/")[1] for p in files if "gpuops_workspace_label" in p.read_text()}
+    assert {"compose_stack", "health", "validate", "upgrade"} <= named

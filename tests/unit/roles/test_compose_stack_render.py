@@ -100,6 +100,7 @@ def test_members_get_exactly_their_gpus_and_numa_local_cpus(rendered: Path) -> N
     assert alice["mem_limit"] == alice["memswap_limit"] == "204800m"  # 2 of 8 GPUs: a quarter of 819200 MiB
     assert bob["mem_limit"] == "102400m"
     assert (alice["cpus"], bob["cpus"]) == (52.0, 26.0)  # a quarter and an eighth of 208 CPUs
+    assert alice["labels"]["org.gpuops.member"] == "alice"  # what health, validate and upgrade filter on
 
 
 def test_a_shared_gpu_gets_one_mps_daemon_and_each_sharer_its_cap(rendered: Path) -> None:
