@@ -93,7 +93,7 @@ EXAMPLES = r"""
         max-size: 50m
         max-file: "5"
       live-restore: true
-      data-root: /var/lib/docker
+      data-root: /srv/docker
 
 - name: Drop a setting someone added
   gpuops.cluster.docker_daemon_config:

@@ -146,7 +146,7 @@ EXAMPLES = r"""
 - name: GPUs, OS facts, free space and an NFS server's reachability, in one remote call
   gpuops.cluster.gpu_facts:
     os_facts: true
-    free_space_paths: [/var/lib/gpuops, /var/lib/docker]
+    free_space_paths: [/srv/gpuops, /srv/docker]
     tcp_probes:
       - {host: nas.example.com, port: 2049}
     probe_timeout: 3
@@ -398,7 +398,7 @@ ansible_facts:
             C(total_bytes) and C(error) (null when measured).
           type: list
           elements: dict
-          sample: [{path: /var/lib/gpuops, measured_at: /var, free_bytes: 52428800000, total_bytes: 107374182400,
+          sample: [{path: /srv/gpuops, measured_at: /srv, free_bytes: 52428800000, total_bytes: 107374182400,
                     error: null}]
         tcp_probes:
           description: One entry per probe, with C(reachable), C(error), C(seconds) and the C(timeout) used.

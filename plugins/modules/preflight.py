@@ -129,7 +129,7 @@ EXAMPLES = r"""
     cuda_version: "12.4"
     team_size: 4
     free_space:
-      - {path: /var/lib/gpuops, min_free: 10G, why: service data}
+      - {path: /srv/gpuops, min_free: 10G, why: service data}
   register: __preflight_host
 
 - name: Decide the fleet's platform, write the reports and refuse a bad plan

@@ -40,7 +40,8 @@ GOOD = {**TEAM, "gpuops_platform": "compose", "gpuops_team_size": 2, "gpuops_gpu
         "kube_control_plane_credentials_dir": "/srv/creds",
         "kube_control_plane_endpoint": "cp.lan:6443", "kube_control_plane_bind_port": 8443,
         "compose_stack_bind_address": "127.0.0.2", "compose_stack_service_bind_address": {"mlflow": "0.0.0.0"},
-        "compose_stack_ports": {"prometheus": 19090}}
+        "compose_stack_ports": {"prometheus": 19090}, "compose_stack_data_dir": "/srv/gpuops",
+        "docker_engine_data_root": "/srv/docker"}
 
 
 def _options() -> dict:

@@ -1,6 +1,7 @@
 """preflight's free-space check measures the data folders the run will use: compose_stack_data_dir and
 docker_engine_data_root as the inventory sets them (inventories/small-team puts Docker's on /srv/docker), else their
-roles' defaults. A literal /var/lib/docker measured the root filesystem wherever the inventory moved Docker's data."""
+one home's defaults (roles/_gpuops_vars; test_one_home_for_defaults fails on a default written anywhere else). A
+literal /var/lib/docker measured the root filesystem wherever the inventory moved Docker's data."""
 
 from __future__ import annotations
 
@@ -8,19 +9,14 @@ from pathlib import Path
 
 import jinja2
 import yaml
-from ansible.parsing.yaml.loader import AnsibleLoader
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
-SETTINGS = {"compose_stack_data_dir": "compose_stack", "docker_engine_data_root": "docker_engine"}  # name -> its role
-
-
-def _role_default(role: str, name: str) -> str:
-    return AnsibleLoader((ROLES / role / "defaults" / "main.yml").read_text()).get_single_data()[name]
 
 
 def _paths(**variables) -> list[str]:
     entries = yaml.safe_load((ROLES / "preflight" / "defaults" / "main.yml").read_text())["preflight_free_space"]
-    return [jinja2.Environment(autoescape=False).from_string(entry["path"]).render(**variables) for entry in entries]
+    environment = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined)
+    return [environment.from_string(entry["path"]).render(**variables) for entry in entries]
 
 
 def test_the_free_space_check_measures_the_inventorys_data_folders():
@@ -28,5 +24,6 @@ def test_the_free_space_check_measures_the_inventorys_data_folders():
         "/data/gpuops", "/srv/docker"]
 
 
-def test_unset_they_are_the_roles_defaults():
-    assert _paths() == [_role_default(role, name) for name, role in SETTINGS.items()]
+def test_unset_they_are_the_shared_defaults():
+    shared = yaml.safe_load((ROLES / "_gpuops_vars" / "defaults" / "main.yml").read_text())
+    assert _paths(**shared) == [shared["compose_stack_data_dir"], shared["docker_engine_data_root"]]
