@@ -83,6 +83,10 @@ def _gpu_health_vars() -> dict:
     return yaml.safe_load((REPO_ROOT / "roles/gpu_health/vars/main.yml").read_text(encoding="utf-8"))
 
 
+def _shared_constants() -> dict:
+    return yaml.safe_load((REPO_ROOT / "roles/_gpuops_vars/vars/main.yml").read_text(encoding="utf-8"))
+
+
 def test_sweep_objects_valid_against_the_kubernetes_schema(daemonset, code):
     assert problems(daemonset) == []
     assert problems(code) == []
@@ -146,7 +150,7 @@ def test_writes_where_node_exporter_reads_and_keeps_the_timers_cursor(rendered, 
     container = _container(daemonset)
     assert _arg(container, "--textfile-dir") == node_exporter_dir
     shared = yaml.safe_load((REPO_ROOT / "roles/_gpuops_vars/defaults/main.yml").read_text(encoding="utf-8"))
-    timer = jinja2.Template(_gpu_health_vars()["_gpu_health_sweep_state"]).render(shared)
+    timer = jinja2.Template(_shared_constants()["gpuops_sweep_state"]).render(shared)  # the timer's (gpu_health)
     assert _arg(container, "--state-file") == timer
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in _pod(daemonset)["volumes"]}
@@ -426,7 +430,7 @@ def _run_timer(tmp_path: Path, bin_dir: Path) -> Path:
         _gpu_health_sweep_unit=_gpu_health_vars()["_gpu_health_sweep_unit"],
         _gpu_health_sweep_lib=str(lib),
         _gpu_health_sweep_python=str(bin_dir / "python3"),
-        _gpu_health_sweep_state=str(tmp_path / "state/sweep.json"),
+        gpuops_sweep_state=str(tmp_path / "state/sweep.json"),
         gpu_health_textfile_dir=str(tmp_path / "textfile"),
         gpu_health_sweep_dcgm_level=0,
         _gpu_health_sweep_expected_gpus="",

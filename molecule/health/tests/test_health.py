@@ -266,7 +266,7 @@ def scheduled_sweep(node: str, events: int) -> str:
         (PROJECT / "roles/gpu_health/templates/gpuops-gpu-health-sweep.service.j2").read_text()).render(
         ansible_managed="molecule/health", _gpu_health_sweep_unit="gpuops-gpu-health-sweep",
         _gpu_health_sweep_lib=SWEEP_LIB, _gpu_health_sweep_python="/usr/bin/python3",
-        _gpu_health_sweep_state=SWEEP_STATE, gpu_health_textfile_dir=TEXTFILE_DIR,
+        gpuops_sweep_state=SWEEP_STATE, gpu_health_textfile_dir=TEXTFILE_DIR,
         gpu_health_sweep_dcgm_level=SWEEP_DCGM_LEVEL, _gpu_health_sweep_expected_gpus=2)
     for argv in (["docker", "exec", node, "mkdir", "-p", code, "/var/lib/gpuops/gpu_health", TEXTFILE_DIR],
                  ["docker", "cp", str(PROJECT / "plugins" / "module_utils"), f"{node}:{code}/"]):
