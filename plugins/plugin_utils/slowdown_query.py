@@ -221,11 +221,10 @@ def utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-OPTIONS = {"job": "", "window": "", "gpus": None, "members": None, "namespace": "", "hosts": None, "now": 0.0,
-           "lookback_s": None, "pcie_gbps": None, "pcie_gen": None, "nvlink_peak_gbps": None, "topologies": None,
-           "rate_window": None}
 ROLE_SETTINGS = {"lookback_s": ("diagnose", "diagnose_lookback_s"), "rate_window": ("diagnose", "diagnose_rate_window"),
                  "pcie_gen": ("validate", "validate_pcie_gen")}
+OPTIONS = {"job": "", "window": "", "gpus": None, "members": None, "namespace": "", "hosts": None, "now": 0.0,
+           "pcie_gbps": None, "nvlink_peak_gbps": None, "topologies": None, **dict.fromkeys(ROLE_SETTINGS)}
 
 
 def build(platform: str, options: dict) -> dict:
