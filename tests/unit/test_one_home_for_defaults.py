@@ -229,9 +229,12 @@ def test_no_role_spells_a_shared_folder_by_its_default() -> None:
     defaults = yaml.safe_load((REPO / HOME / "defaults" / "main.yml").read_text(encoding="utf-8"))
     folders = {name: value for name, value in defaults.items() if isinstance(value, str) and value.startswith("/")}
     assert {"kube_config_dir", "gpu_health_textfile_dir"} <= set(folders), sorted(folders)
-    copies = [f"{path.relative_to(REPO)}:{number}: {line.strip()} (the default of {name})"
-              for path in _files() if not str(path.relative_to(REPO)).startswith((HOME, "molecule/"))
-              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-              for name, folder in folders.items() if re.search(re.escape(folder) + r"(?![\w-])", line)
-              and (str(path.relative_to(REPO)), name) not in NOT_COPIES]
+    hits = [(str(path.relative_to(REPO)), number, line.strip(), name)
+            for path in _files() if not str(path.relative_to(REPO)).startswith((HOME, "molecule/"))
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+            for name, folder in folders.items() if re.search(re.escape(folder) + r"(?![\w-])", line)]
+    copies = [f"{path}:{number}: {line} (the default of {name})" for path, number, line, name in hits
+              if (path, name) not in NOT_COPIES]
     assert not copies, "a shared folder spelt by its default; name its variable instead:\n" + "\n".join(copies)
+    stale = set(NOT_COPIES) - {(path, name) for path, _, _, name in hits}
+    assert not stale, f"no such literal left: remove {sorted(stale)} from NOT_COPIES"
