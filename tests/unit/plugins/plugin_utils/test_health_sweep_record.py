@@ -234,5 +234,7 @@ def test_the_sweep_folder_has_one_home():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if folder in line]
     assert not spelt, f"{folder} spelt outside roles/_gpuops_vars (read gpu_health_state_dir instead): {spelt}"
     health = yaml.safe_load((REPO / "roles/health/vars/main.yml").read_text(encoding="utf-8"))
-    assert health["_health_sweep_result"] == "{{ gpu_health_state_dir }}/" + gpu_health_result.RESULT_NAME
+    assert health["_health_sweep_result"] == "{{ gpuops_sweep_state | dirname }}/" + gpu_health_result.RESULT_NAME
+    constants = yaml.safe_load((REPO / "roles/_gpuops_vars/vars/main.yml").read_text(encoding="utf-8"))
+    assert constants["gpuops_sweep_state"].startswith("{{ gpu_health_state_dir }}/")  # the state, result beside it
     assert SETTINGS["path"] == f"{folder}/{gpu_health_result.RESULT_NAME}"
