@@ -236,5 +236,5 @@ def test_no_role_spells_a_shared_folder_by_its_default() -> None:
     copies = [f"{path}:{number}: {line} (the default of {name})" for path, number, line, name in hits
               if (path, name) not in NOT_COPIES]
     assert not copies, "a shared folder spelt by its default; name its variable instead:\n" + "\n".join(copies)
-    stale = set(NOT_COPIES) - {(path, name) for path, _, _, name in hits}
+    stale = set(NOT_COPIES) - {(path, name) for path, _number, _line, name in hits}
     assert not stale, f"no such literal left: remove {sorted(stale)} from NOT_COPIES"
