@@ -151,7 +151,9 @@ def test_validate_takes_its_settings_from_the_inventory_and_the_mirror(tmp_path)
 
 
 def test_upgrade_driver_checks_an_inventory_setting_before_anything_runs(tmp_path):
-    inventory = demo_inventory_with(tmp_path, "upgrade_drain_timeout: soon\n")
+    # Its own report folder: a plan.json an older checkout left in reports/ would be refused first.
+    inventory = demo_inventory_with(tmp_path, f"gpuops_report_dir: {tmp_path / 'reports'}\n"
+                                    "upgrade_drain_timeout: soon\n")
     run = gpuops_run("upgrade_driver", "-i", str(inventory), "--artifacts", str(tmp_path / "a"))
     assert run.returncode == EXIT_FAILED, run.stdout[-3000:] + run.stderr[-2000:]
     [failed] = json.loads((tmp_path / "a" / "summary.json").read_text())["hosts"][NODE]["failed_tasks"]
