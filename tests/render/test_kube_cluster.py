@@ -223,7 +223,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
     }
     hosts, nodes = {}, _planned_nodes()
     for host, pool in (("gpu-train-01", "training"), ("gpu-train-02", "training"), ("gpu-infer-01", "inference")):
-        # the rest as the rule gives it, with kube_node's defaults (inventories/cluster sets the same reservations)
+        # the rest as the rule gives it, with kube_node's defaults (inventories/cluster leaves the reservations to them)
         ruled = kube_plan.kubelet_policy(_topology(host), pool, 2, "", 4096, 500)
         planned = policy if host == "gpu-train-01" else ruled
         hosts[host] = {"topology": _topology(host), "topology_source": "preflight", "pool": pool,
