@@ -69,8 +69,10 @@ def transport(text: str) -> dict:
     return {"network": network, "intra": intra, "evidence": evidence.strip()[:240], "hints": hints}
 
 
-def judge_node(node: str, text: str, rc: int | None, expected: dict, health: dict | None = None,  # noqa: PLR0913, PLR0917
-               membw: dict | None = None, judged: dict | None = None, skipped: str = "", gpus: tuple = (0, 0)) -> dict:
+def judge_node(  # noqa: PLR0913, PLR0917 -- a node's every measurement, each from its own run, judged together
+    node: str, text: str, rc: int | None, expected: dict, health: dict | None = None, membw: dict | None = None,
+    judged: dict | None = None, skipped: str = "", gpus: tuple = (0, 0),
+) -> dict:
     """One node's single-node all_reduce_perf over all its GPUs, against ``expected`` (expected_busbw), its
     gpu_health verdict when that ran (a ``failed`` verdict fails the node, naming the findings) and its
     memory-bandwidth result (burnin_membw.judge_membw; ``failed`` fails the node, ``skipped`` says why).
