@@ -49,15 +49,10 @@ _TIME_RES = (
 )
 
 
-def xid_action(code: int) -> tuple:
-    """``(immediate_action, mnemonic)`` for an Xid: the catalog's bucket, or UNKNOWN when it gives none."""
-    mnemonic, action = XID_TABLE.get(code, (None, None))
-    return action or UNKNOWN, mnemonic
-
-
-def sxid_action(code: int) -> tuple:
-    """``(action, mnemonic)`` for an SXid from NVSentinel's mapping (not NVIDIA guidance); UNKNOWN when absent."""
-    mnemonic, action = SXID_TABLE.get(code, (None, None))
+def table_action(table: dict, code: int) -> tuple:
+    """``(action, mnemonic)`` of a code in ``XID_TABLE`` (the Xid catalog's bucket) or ``SXID_TABLE`` (NVSentinel's
+    mapping, not NVIDIA guidance); UNKNOWN when the table gives none."""
+    mnemonic, action = table.get(code, (None, None))
     return action or UNKNOWN, mnemonic
 
 
@@ -83,15 +78,18 @@ def line_time(prefix: str) -> str | None:
     return None
 
 
-def _event(kind, code, pci, action, mnemonic, line, prefix, source, **extra) -> dict:
+def _event(kind: str, code: int, device: str | None, line: str, match, **extra) -> dict:
+    """The event of ``line``, whose ``match`` starts the message (the text before it holds the time stamp)."""
+    table, source = (SXID_TABLE, SOURCE_SXID_NVSENTINEL) if kind == KIND_SXID else (XID_TABLE, SOURCE_XID_CATALOG)
+    action, mnemonic = table_action(table, code)
     event = {
         "kind": kind,
         "code": code,
-        "pci": pci,
+        "pci": pci_of(device),
         "gpu": None,
         "immediate_action": action,
         "line": line.strip(),
-        "time": line_time(prefix),
+        "time": line_time(line[: match.start()]),
         "mnemonic": mnemonic,
         "action_source": source if action != UNKNOWN else None,
         "fatal": None,
@@ -102,20 +100,15 @@ def _event(kind, code, pci, action, mnemonic, line, prefix, source, **extra) -> 
 
 
 def _xid_event(match, line: str) -> dict:
-    code = int(match.group("code"))
-    action, mnemonic = xid_action(code)
     rest = match.group("rest")
-    extra = {}
+    event = _event(KIND_XID, int(match.group("code")), match.group("device"), line, match)
     recovery = _RECOVERY_RE.search(rest)
     if recovery:
-        extra["recovery_action"] = recovery.group(2).strip()
+        event["recovery_action"] = recovery.group(2).strip()
     fatality = _NVLINK5_FATALITY_RE.match(rest)
-    if action == "WORKFLOW_NVLINK5_ERR" and fatality:
-        extra["fatal"] = fatality.group("fatality").lower() == "fatal"
-    prefix = line[: match.start()]
-    return _event(
-        KIND_XID, code, pci_of(match.group("device")), action, mnemonic, line, prefix, SOURCE_XID_CATALOG, **extra
-    )
+    if event["immediate_action"] == "WORKFLOW_NVLINK5_ERR" and fatality:
+        event["fatal"] = fatality.group("fatality").lower() == "fatal"
+    return event
 
 
 def _sxid_event(match, line: str, headers: set | None) -> dict | None:
@@ -129,21 +122,9 @@ def _sxid_event(match, line: str, headers: set | None) -> dict | None:
             return None
     elif headers is not None:
         headers.add(key)
-    action, mnemonic = sxid_action(code)
     lowered = rest.lower()
     fatal = True if lowered.startswith("fatal") else False if lowered.startswith(("non-fatal", "nonfatal")) else None
-    prefix = line[: match.start()]
-    return _event(
-        KIND_SXID,
-        code,
-        pci_of(match.group("device")),
-        action,
-        mnemonic,
-        line,
-        prefix,
-        SOURCE_SXID_NVSENTINEL,
-        fatal=fatal,
-    )
+    return _event(KIND_SXID, code, match.group("device"), line, match, fatal=fatal)
 
 
 def _fallen_event(match, line: str, previous: list) -> dict:
@@ -152,18 +133,8 @@ def _fallen_event(match, line: str, previous: list) -> dict:
         if address:
             break
         address = _FALLEN_PCI_RE.search(earlier)
-    action, mnemonic = xid_action(FALLEN_OFF_BUS_XID)
-    prefix = line[: match.start()]
-    return _event(
-        KIND_FALLEN_OFF_BUS,
-        FALLEN_OFF_BUS_XID,
-        address.group("pci") if address else None,
-        action,
-        mnemonic,
-        line,
-        prefix,
-        SOURCE_XID_CATALOG,
-    )
+    pci = address.group("pci") if address else None
+    return _event(KIND_FALLEN_OFF_BUS, FALLEN_OFF_BUS_XID, pci, line, match)
 
 
 def parse_line(line: str, previous: list | None = None, sxid_headers: set | None = None) -> dict | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import sxid_action, xid_action
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_events import table_action
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_xid_table import SXID_TABLE, XID_TABLE
 from conftest import shared_path
 
@@ -28,8 +28,8 @@ def test_every_catalog_row_maps_to_the_same_immediate_action() -> None:
     for row in rows:
         code = int(row["xid"])
         expected = row["immediate_action"] or "UNKNOWN"  # an empty cell: NVIDIA gives no immediate action
-        if xid_action(code) != (expected, row["mnemonic"]):
-            differ.append((code, row["immediate_action"], xid_action(code)))
+        if table_action(XID_TABLE, code) != (expected, row["mnemonic"]):
+            differ.append((code, row["immediate_action"], table_action(XID_TABLE, code)))
     assert differ == []
     assert sorted(XID_TABLE) == sorted(int(row["xid"]) for row in rows)
 
@@ -37,7 +37,7 @@ def test_every_catalog_row_maps_to_the_same_immediate_action() -> None:
 def test_every_sxid_row_maps_to_nvsentinels_action() -> None:
     rows = _rows("sxid-catalog.csv")
     assert len(rows) == SXID_MAPPING_ROWS
-    assert [sxid_action(int(row["sxid"])) for row in rows] == [
+    assert [table_action(SXID_TABLE, int(row["sxid"])) for row in rows] == [
         (row["nvsentinel_action"], row["mnemonic"]) for row in rows
     ]
     assert len(SXID_TABLE) == len(rows)
