@@ -30,9 +30,6 @@ options:
     description: The CUDA toolkit the team builds with. Not given, the host's C(gpuops_cuda_version).
     type: str
     default: ""
-  gpu_name:
-    description: GPU model for the forward-compatibility rule; defaults to the first GPU found.
-    type: str
   multi_node_training:
     description:
       - Whether the team often trains across nodes.

@@ -39,13 +39,10 @@ def _role_table(role: str) -> dict[str, list[str]]:
     return os_support.role_supported(os_support.ROLES_DIR / role)
 
 
-def os_supported(
-    os_facts: dict[str, Any], platform: str | None, tables: dict[str, dict[str, list[str]]] | None = None
-) -> dict[str, Any]:
+def os_supported(os_facts: dict[str, Any], platform: str | None) -> dict[str, Any]:
     """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
     platform's), each read from the role's meta/main.yml as the role's own assert stage reads it."""
-    if tables is None:
-        tables = {role: _role_table(role) for role in os_support.host_roles(platform)}
+    tables = {role: _role_table(role) for role in os_support.host_roles(platform)}
     distribution = str(os_facts.get("distribution") or "")
     version = str(os_facts.get("version") or "")
     found = f"{distribution or 'unknown OS'} {version}"
@@ -65,22 +62,13 @@ def os_supported(
     )
 
 
-def judged_driver(pin: str, running: str | None) -> dict[str, Any] | None:
-    """The driver CUDA is judged against: the pin (nvidia_driver_version) where set, else the driver running on the
-    host (the gpu facts' driver_version); None when neither is known."""
-    if pin:
-        return {"version": pin, "source": "pin"}
-    running = str(running or "").strip()
-    return {"version": running, "source": "running"} if running else None
-
-
 def driver_cuda(judged: dict | None, cuda: str, gpu_name: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """CUDA ``cuda`` on the driver ``judged_driver`` chose: pin (nvidia_driver_version) or running (the host's)."""
-    driver, source = (judged or {}).get("version", ""), (judged or {}).get("source", "pin")
-    what = "pinned" if source == "pin" else "running"
-    if not driver:
+    """CUDA ``cuda`` on the driver host_checks chose (``judged``): pin (nvidia_driver_version) or running."""
+    if not judged:
         msg = "no driver pin (nvidia_driver_version) and no running driver found: nothing to compare"
         return _check("driver_cuda_compat", None, msg), None
+    driver, source = judged["version"], judged["source"]
+    what = "pinned" if source == "pin" else "running"
     try:
         parse_driver_version(driver, "nvidia_driver_version" if source == "pin" else "the running driver")
     except ValueError as exc:
@@ -349,24 +337,21 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     host = facts.get("host") or {}
     driver = str(plan.get("driver_version") or "").strip()
     cuda = str(plan.get("cuda_version") or "").strip()
-    first_name = next((g.get("name") for g in gpu.get("gpus") or [] if g.get("name")), None)
-    gpu_name = plan.get("gpu_name") or first_name
-    judged = judged_driver(driver, gpu.get("driver_version"))
-
-    checks = [os_supported(os_facts, None)]
+    gpu_name = next((g.get("name") for g in gpu.get("gpus") or [] if g.get("name")), None)
+    # The driver CUDA is judged against: the pin where set, else the one running on the host; None with neither.
+    running = str(gpu.get("driver_version") or "").strip()
+    judged = ({"version": driver, "source": "pin"} if driver
+              else {"version": running, "source": "running"} if running else None)
     compat_check, compat = driver_cuda(judged, cuda, gpu_name)
-    checks.append(compat_check)
-    checks.append(fabric_manager(gpu, driver))
-    checks.append(
-        topology_readable(
-            str(facts.get("name") or "this host"),
-            gpu,
-            facts.get("declared_topology"),
-            bool(plan.get("topology_required", True)),
-        )
-    )
-    checks.append(mig(plan, gpu, topology))
-    checks.append(gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)))
+    checks = [
+        os_supported(os_facts, None),
+        compat_check,
+        fabric_manager(gpu, driver),
+        topology_readable(str(facts.get("name") or "this host"), gpu, facts.get("declared_topology"),
+                          bool(plan.get("topology_required", True))),
+        mig(plan, gpu, topology),
+        gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)),
+    ]
     if "free_space" in plan:
         checks.append(free_space(plan.get("free_space"), host.get("free_space")))
     if "nfs_datasets" in plan:
@@ -411,7 +396,6 @@ def evaluate(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "driver_version": {"type": "str", "default": ""},
     "cuda_version": {"type": "str", "default": ""},
-    "gpu_name": {"type": "str"},
     "multi_node_training": {"type": "bool", "default": False},
     "gpu_assignments": {"type": "list", "elements": "dict", "default": []},
     "platform": {"type": "str", "choices": ["auto", "compose", "kubernetes"], "default": "auto"},
