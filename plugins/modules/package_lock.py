@@ -11,8 +11,8 @@ module: package_lock
 short_description: Wait, bounded, until no other process holds apt's and dpkg's locks; fail naming the holder
 version_added: "0.2.0"
 description:
-  - Reads C(/proc/locks) and matches each lock to the lock files (device and inode). While one is held it waits,
-    at most O(timeout) seconds, polling every O(sleep) seconds.
+  - Reads C(/proc/locks) and matches each lock to apt's and dpkg's lock files (device and inode). While one is held
+    it waits, at most O(timeout) seconds, looking again every 2 seconds.
   - When the locks are still held at the end, it fails naming, for each held file, the holder's PID, its command
     line and its systemd unit (such as C(apt-daily-upgrade.service)), and says that no package was changed.
   - It only reads C(/proc); it never takes a lock itself, so it never gets in the way of the other tool.
@@ -23,19 +23,10 @@ author:
 extends_documentation_fragment:
   - gpuops.cluster.read_only
 options:
-  paths:
-    description: The lock files to watch. A missing file is not held.
-    type: list
-    elements: path
-    default: [/var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock, /var/lib/apt/lists/lock, /var/cache/apt/archives/lock]
   timeout:
     description: Seconds to wait for the locks to be free; V(0) checks once.
     type: int
     default: 300
-  sleep:
-    description: Seconds between two looks.
-    type: int
-    default: 2
   label:
     description: Who asks, at the start of the failure message (a role and its package set).
     type: str
@@ -92,6 +83,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.package_lock import
     unit_from_cgroup,
 )
 
+SLEEP = 2  # seconds between two looks
+
 
 def _cmdline(pid: int) -> bytes:
     try:
@@ -112,7 +105,7 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def look(paths: list[str]) -> list[Holder]:
+def look(paths: tuple[str, ...] | list[str]) -> list[Holder]:
     """The holders now, with their command line and unit."""
     held = holders_of(parse_proc_locks(read_text("/proc/locks") or ""), _files(paths))
     return [Holder(path, pid, command_from_cmdline(_cmdline(pid)) if pid > 0 else "",
@@ -123,27 +116,25 @@ def look(paths: list[str]) -> list[Holder]:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "paths": {"type": "list", "elements": "path", "default": list(APT_LOCK_FILES)},
             "timeout": {"type": "int", "default": 300},
-            "sleep": {"type": "int", "default": 2},
             "label": {"type": "str", "default": "package_lock"},
             "timeout_variable": {"type": "str", "default": "timeout"},
         },
         supports_check_mode=True,
     )
     params = module.params
-    if params["timeout"] < 0 or params["sleep"] < 1:
-        module.fail_json(msg=f"timeout is {params['timeout']} and sleep {params['sleep']}; expected timeout >= 0 and "
-                         f"sleep >= 1 (seconds). Fix: set {params['timeout_variable']} to 0 or more.")
+    if params["timeout"] < 0:
+        module.fail_json(msg=f"timeout is {params['timeout']}; expected 0 or more seconds. Fix: set "
+                         f"{params['timeout_variable']} to 0 or more.")
     if not os.path.exists("/proc/locks"):
         module.exit_json(changed=False, waited=0.0, held_at_start=[],
                          warnings=["/proc/locks is not readable here: the package manager's locks were not checked"])
     start = time.monotonic()
-    holders = look(params["paths"])
+    holders = look(APT_LOCK_FILES)
     first = [describe(holder) for holder in holders]
     while holders and time.monotonic() - start < params["timeout"]:
-        time.sleep(min(params["sleep"], max(0.1, params["timeout"] - (time.monotonic() - start))))
-        holders = look(params["paths"])
+        time.sleep(min(SLEEP, max(0.1, params["timeout"] - (time.monotonic() - start))))
+        holders = look(APT_LOCK_FILES)
     waited = round(time.monotonic() - start, 1)
     if holders:
         module.fail_json(msg=timeout_message(holders, params["timeout"], params["label"], params["timeout_variable"]),
