@@ -52,13 +52,6 @@ def host_json(record: dict) -> dict:
     }
 
 
-def _judged(driver: dict | None) -> str:
-    """The driver preflight judged CUDA against, and whence (pin or running), as a table cell."""
-    if not driver:
-        return "none (no pin and no running driver)"
-    return f"{_cell(driver.get('version'))} ({_cell(driver.get('source'))})"
-
-
 def host_markdown(record: dict) -> str:
     gpu = record.get("gpu") or {}
     os_facts = (record.get("host_facts") or {}).get("os") or {}
@@ -66,6 +59,8 @@ def host_markdown(record: dict) -> str:
     result = record["result"]
     platform = result["platform"]
     verdict = "PASS" if result["ok"] else "REFUSED: " + ", ".join(result["failed_checks"])
+    judged = result.get("driver_judged")  # the driver CUDA was judged against, and whence (pin or running)
+    judged = f"{_cell(judged['version'])} ({judged['source']})" if judged else "none (no pin and no running driver)"
     lines = [
         f"# Preflight: {record['host']}",
         "",
@@ -77,7 +72,7 @@ def host_markdown(record: dict) -> str:
         f"| GPUs | {gpu.get('count')} (source: {gpu.get('source')}) |",
         f"| driver (running) | {_cell(gpu.get('driver_version'))} |",
         f"| driver pin | {_cell(plan.get('driver_version'))} |",
-        f"| driver CUDA was judged against | {_judged(result.get('driver_judged'))} |",
+        f"| driver CUDA was judged against | {judged} |",
         f"| CUDA requested | {_cell(plan.get('cuda_version'))} |",
         f"| platform | **{_cell(platform.get('platform'))}** "
         f"({platform.get('source')}: {_cell(platform.get('reason'))}) |",
@@ -119,11 +114,9 @@ def summary_line(host: str, record: dict, report: str) -> str:
 
 def add_sections(host: str, record: dict, hostvars: Any) -> None:
     """The record gets ``sections`` (name -> {title, rows, data}): the kubelet section where it applies."""
-    record["sections"] = {}
     section = kubelet_section(host, record, hostvars)
-    if section:
-        record["sections"][section["name"]] = {
-            "title": section.get("title"), "rows": section.get("rows") or [], "data": section.get("data")}
+    record["sections"] = {section["name"]: {"title": section.get("title"), "rows": section.get("rows") or [],
+                                            "data": section.get("data")}} if section else {}
 
 
 def _write(path: str, text: str) -> None:
@@ -155,10 +148,7 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
         _write(f"{base}.md", host_markdown(record))
         written[host] = f"{base}.md"
     summary = {
-        "platform": fleet.get("platform"),
-        "source": fleet.get("source"),
-        "reason": fleet.get("reason"),
-        "gpu_count": fleet.get("gpu_count"),
+        **{key: fleet.get(key) for key in ("platform", "source", "reason", "gpu_count")},
         "ok": all(r["result"]["ok"] for r in records.values()),
         "hosts": {
             host: {"ok": r["result"]["ok"], "failed_checks": r["result"]["failed_checks"]}
