@@ -162,19 +162,11 @@ def _links_down(record: dict) -> list:
 _FLAG_FINDINGS = (
     ("row_remap_failure", FAILED, "Remapped Rows: Remapping Failure Occurred = Yes", "CONTACT_SUPPORT"),
     ("row_remap_pending", DEGRADED, "Remapped Rows: Pending = Yes (applied at the next GPU reset)", "RESET_GPU"),
-    (
-        "retired_pages_pending",
-        DEGRADED,
-        "Retired Pages: pending retirement (applied at the next GPU reset)",
-        "RESET_GPU",
-    ),
+    ("retired_pages_pending", DEGRADED, "Retired Pages: pending retirement (applied at the next GPU reset)",
+     "RESET_GPU"),
     ("throttle_thermal", DEGRADED, "clocks slowed for temperature (HW or SW thermal slowdown active)", INVESTIGATE),
-    (
-        "throttle_power",
-        DEGRADED,
-        "clocks slowed by the HW power brake (the board or system signalled a power problem)",
-        INVESTIGATE,
-    ),
+    ("throttle_power", DEGRADED, "clocks slowed by the HW power brake (the board or system signalled a power problem)",
+     INVESTIGATE),
 )
 
 
@@ -182,62 +174,37 @@ def state_findings(record: dict) -> list:
     """Findings of one GPU's state (the checks, their severity and bucket: the gpu_health module's documentation).
     ``ecc_dbe`` takes ``WORKFLOW_XID_48``, the catalog's bucket for a DBE; ``row_remap_failure`` ``CONTACT_SUPPORT``,
     Xid 64's investigatory action, since the flag survives resets."""
-    state, gpu, found = record["state"], record["index"], []
+    state, found = record["state"], []
+
+    def add(check: str, severity: str, evidence: str, action: str, step: str | None = None) -> None:
+        found.append(finding(record["index"], check, severity, evidence, action, step))
+
     volatile = state["ecc_uncorrectable_volatile"]
     if volatile:
-        found.append(
-            finding(
-                gpu,
-                "ecc_dbe",
-                FAILED,
-                f"{volatile} uncorrectable ECC errors since the driver loaded "
-                f"(aggregate {state['ecc_uncorrectable_aggregate']})",
-                "WORKFLOW_XID_48",
-                "RESET_GPU",
-            )
-        )
-    found.extend(
-        finding(gpu, check, severity, evidence, action)
-        for check, severity, evidence, action in _FLAG_FINDINGS
-        if state[check]
-    )
+        add("ecc_dbe", FAILED, f"{volatile} uncorrectable ECC errors since the driver loaded "
+            f"(aggregate {state['ecc_uncorrectable_aggregate']})", "WORKFLOW_XID_48", "RESET_GPU")
+    for check, severity, evidence, action in _FLAG_FINDINGS:
+        if state[check]:
+            add(check, severity, evidence, action)
     if state["throttle_hw_slowdown"] and not state["throttle_thermal"] and not state["throttle_power"]:
-        found.append(finding(gpu, "throttle_hw_slowdown", DEGRADED, "HW slowdown active", INVESTIGATE))
+        add("throttle_hw_slowdown", DEGRADED, "HW slowdown active", INVESTIGATE)
     counters = {key: state[key] for key in ("nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors")}
     if any(counters.values()):
         shown = ", ".join(f"{key.split('_')[1]} {value}" for key, value in counters.items() if value)
-        found.append(finding(gpu, "nvlink_errors", DEGRADED, f"NVLink error counters: {shown}", INVESTIGATE))
+        add("nvlink_errors", DEGRADED, f"NVLink error counters: {shown}", INVESTIGATE)
     down = _links_down(record)
     if down:
-        found.append(
-            finding(
-                gpu,
-                "nvlink_down",
-                DEGRADED,
-                f"NVLink links down: {down} (up: {state['nvlink_links_active'] or []})",
-                INVESTIGATE,
-            )
-        )
+        add("nvlink_down", DEGRADED, f"NVLink links down: {down} (up: {state['nvlink_links_active'] or []})",
+            INVESTIGATE)
     width, width_max = state["pcie_width_current"], state["pcie_width_max"]
     gen, gen_max = state["pcie_gen_current"], state["pcie_gen_max"]
     # a slower generation counts only while the GPU is busy: an idle GPU lowers its link speed to save power
     slow = gen is not None and gen_max is not None and gen < gen_max and state["gpu_idle"] is False
     if (width is not None and width_max is not None and width < width_max) or slow:
-        found.append(
-            finding(
-                gpu,
-                "pcie_degraded",
-                DEGRADED,
-                f"PCIe link x{width} gen {gen}, maximum x{width_max} gen {gen_max}",
-                "CHECK_MECHANICALS",
-            )
-        )
+        add("pcie_degraded", DEGRADED, f"PCIe link x{width} gen {gen}, maximum x{width_max} gen {gen_max}",
+            "CHECK_MECHANICALS")
     if state["persistence_mode"] is False:
-        found.append(
-            finding(
-                gpu, "persistence_off", DEGRADED, "persistence mode is off (start nvidia-persistenced)", INVESTIGATE
-            )
-        )
+        add("persistence_off", DEGRADED, "persistence mode is off (start nvidia-persistenced)", INVESTIGATE)
     return found
 
 
