@@ -28,9 +28,7 @@ def _dict(value, what: str) -> dict:
 
 
 def burnin_schedule(nodes) -> list:
-    if not isinstance(nodes, list):
-        raise AnsibleFilterError(f"burnin_schedule needs a list of node names, got {type(nodes).__name__}")
-    return burnin.pair_schedule([str(n) for n in nodes])
+    return burnin.pair_schedule(nodes)
 
 
 def _text(result) -> str | None:
