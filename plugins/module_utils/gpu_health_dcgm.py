@@ -82,23 +82,16 @@ def parse_dcgm_json(text: str) -> dict:
 def run_dcgm(level: int, run, which) -> dict:
     """``{ran, level, version, results, reason}``: ran is false (with the reason) when level is 0, ``dcgmi`` is
     absent, or it printed no diagnostic JSON (for example when nv-hostengine is not running)."""
-    outcome = {"ran": False, "level": level, "version": None, "results": [], "reason": ""}
+    outcome = {"ran": False, "level": level, "version": None, "results": []}
     if level == 0:
-        outcome["reason"] = "dcgm_level is 0: diagnostics not asked for"
-        return outcome
+        return {**outcome, "reason": "dcgm_level is 0: diagnostics not asked for"}
     binary = which("dcgmi")
     if not binary:
-        outcome["reason"] = "dcgmi is not installed (package datacenter-gpu-manager): no DCGM diagnostics"
-        return outcome
+        return {**outcome, "reason": "dcgmi is not installed (package datacenter-gpu-manager): no DCGM diagnostics"}
     rc, out, err = run([binary, "diag", "-r", str(level), "-j"])
     try:
         parsed = parse_dcgm_json(out)
     except ValueError as problem:
-        outcome["reason"] = (
-            f"`dcgmi diag -r {level} -j` exited {rc} without diagnostic JSON ({problem}); is nv-hostengine "
-            f"running? Output: {cut(one_line((out or '') + ' ' + (err or '')))}"
-        )
-        return outcome
-    outcome.update(ran=True, version=parsed["version"], results=parsed["results"])
-    outcome["reason"] = f"`dcgmi diag -r {level} -j` exited {rc}"
-    return outcome
+        return {**outcome, "reason": f"`dcgmi diag -r {level} -j` exited {rc} without diagnostic JSON ({problem}); "
+                f"is nv-hostengine running? Output: {cut(one_line((out or '') + ' ' + (err or '')))}"}
+    return {**outcome, "ran": True, **parsed, "reason": f"`dcgmi diag -r {level} -j` exited {rc}"}
