@@ -37,7 +37,7 @@ TOPOLOGY_COMMAND = "nvidia-smi topo -m"
 # --------------------------------------------------------------------------- fabric manager + orchestration
 
 
-def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: str) -> dict:
+def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which) -> dict:
     """``facts["fabric_manager"]``; its service and version are asked only where it is required, to keep the common
     path to the GPU query alone."""
     states = [gpu["fabric"]["state"] for gpu in gpus]
@@ -53,7 +53,7 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which, service: s
         return facts
     systemctl = which("systemctl")
     if systemctl:
-        _rc, out, _err = run([systemctl, "is-active", service])
+        _rc, out, _err = run([systemctl, "is-active", "nvidia-fabricmanager"])
         facts["service_state"] = (out or "").strip().splitlines()[0] if (out or "").strip() else None
     binary = which("nv-fabricmanager")
     if binary:
@@ -125,14 +125,13 @@ def _gather_nvidia_smi(run, which, notes: list) -> dict:
     return gather_nvidia_smi(binary, run, notes)
 
 
-def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, run, which, /sys, /proc) for tests
+def gather_gpu_facts(
     backend: str = "auto",
     nvml_loader=None,
     run=None,
     which=None,
     sysfs_root: str = "/sys",
     proc_root: str = "/proc",
-    fabric_manager_service: str = "nvidia-fabricmanager",
     *,
     topology: bool = False,
     gpus_per_job: int | None = None,
@@ -173,7 +172,7 @@ def gather_gpu_facts(  # noqa: PLR0913 -- each host boundary is injected (nvml, 
         "cuda_driver_version": result["cuda_driver_version"],
         "driver_loaded": bool(result["source"] in (SOURCE_NVML, SOURCE_NVIDIA_SMI) or proc["loaded"]),
         "gpus": gpus,
-        "fabric_manager": fabric_manager_facts(gpus, len(pci["nvswitches"]), run, which, fabric_manager_service),
+        "fabric_manager": fabric_manager_facts(gpus, len(pci["nvswitches"]), run, which),
         "topology": None,
         "topology_error": None,
         "notes": notes,

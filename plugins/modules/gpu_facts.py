@@ -32,11 +32,6 @@ options:
     type: str
     choices: [auto, nvml, nvidia-smi, pci]
     default: auto
-  fabric_manager_service:
-    description:
-      - systemd unit asked with C(systemctl is-active) when Fabric Manager is required.
-    type: str
-    default: nvidia-fabricmanager
   topology:
     description:
       - Also read C(nvidia-smi topo -m), once, and return it parsed as RV(ansible_facts.gpu.topology) (when it is
@@ -257,7 +252,7 @@ ansible_facts:
               type: str
               sample: Completed
             service_state:
-              description: Output of C(systemctl is-active <fabric_manager_service>) when required, else null.
+              description: Output of C(systemctl is-active nvidia-fabricmanager) when required, else null.
               type: str
               sample: active
             version:
@@ -418,7 +413,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import H
 
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi", "pci"]},
-    "fabric_manager_service": {"type": "str", "default": "nvidia-fabricmanager"},
     "topology": {"type": "bool", "default": False},
     "gpus_per_job": {"type": "int"},
     "os_facts": {"type": "bool", "default": False},
@@ -445,7 +439,6 @@ def main() -> None:
             which=module.get_bin_path,
             sysfs_root=module.params["_sysfs_root"],
             proc_root=module.params["_proc_root"],
-            fabric_manager_service=module.params["fabric_manager_service"],
             topology=module.params["topology"],
             gpus_per_job=module.params["gpus_per_job"],
         )
