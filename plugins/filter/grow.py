@@ -17,25 +17,19 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 grow = lazy("grow")
 
 
-def grow_plan(config: object) -> dict:
-    if not isinstance(config, dict):
-        raise AnsibleFilterError(f"grow_plan: expected a mapping, got {type(config).__name__}")
+def grow_plan(config: dict) -> dict:
     try:
         return grow.plan(config)
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"grow_plan: {exc!r}") from exc
 
 
-def grow_plan_markdown(plan: object) -> str:
-    if not isinstance(plan, dict):
-        raise AnsibleFilterError(f"grow_plan_markdown: expected the grow plan (a mapping), got {type(plan).__name__}")
+def grow_plan_markdown(plan: dict) -> str:
     return grow.markdown(plan)
 
 
-def grow_plan_stale(created: object, sources: object = None) -> list:
-    if sources is not None and not isinstance(sources, dict):
-        raise AnsibleFilterError(f"grow_plan_stale: sources must map paths to times, got {type(sources).__name__}")
-    return grow.stale_problems(created, sources or {})
+def grow_plan_stale(created: object, sources: dict | None = None) -> list:
+    return grow.stale_problems(created, sources)
 
 
 class FilterModule:
