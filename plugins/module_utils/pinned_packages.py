@@ -130,14 +130,13 @@ class LazyIndex:
     """name -> stanzas, newest first, like build_index, parsed only for the names asked for.
 
     A full Debian index is ~65,000 stanzas; a probe needs a handful of them. Stanzas are split and keyed by their
-    Package line up front (cheap string work); fields are parsed on first access. Virtual packages: the stanzas
-    that carry a Provides field are parsed once, when a lookup first needs them.
+    Package line up front (cheap string work); fields are parsed on first access. Virtual packages: only the stanzas
+    that carry a Provides field are parsed (provides).
     """
 
     def __init__(self, texts):
         self._raw = {}
         self._parsed = {}
-        self._provides = None
         for text in texts:
             for part in text.split("\n\n"):
                 chunk = part.strip("\n")
@@ -158,15 +157,10 @@ class LazyIndex:
     def __contains__(self, name):
         return name in self._raw
 
-    def __len__(self):
-        return len(self._raw)
-
     def provides(self):
-        """virtual name -> [(provider, provider version, provided version or '')], built on first use."""
-        if self._provides is None:
-            names = [name for name, chunks in self._raw.items() if any("\nProvides:" in chunk for chunk in chunks)]
-            self._provides = _provides((name, self.get(name, [])) for name in names)
-        return self._provides
+        """virtual name -> [(provider, provider version, provided version or '')]"""
+        names = [name for name, chunks in self._raw.items() if any("\nProvides:" in chunk for chunk in chunks)]
+        return _provides((name, self.get(name, [])) for name in names)
 
 
 def build_index(stanzas):
@@ -259,7 +253,7 @@ def _candidates(alt, index, provides):
     fits = [v for v in offered_versions(index, name) if satisfies(v, op, wanted)]
     if fits:
         out[name] = fits
-    for provider, version, provided in provides.get(name, []):
+    for provider, version, provided in provides().get(name, []):
         if not op or (provided and satisfies(provided, op, wanted)):
             out.setdefault(provider, []).append(version)
     return out
@@ -277,7 +271,7 @@ def resolve(index, requested, follow="all", installed=None):
     it in when that is offered and allowed, else the installed version, else the newest allowed.
     """
     installed = installed or {}
-    provides = _LazyProvides(index)
+    provides = functools.lru_cache(maxsize=None)(lambda: provides_index(index))  # built on first use
     errors, resolved, reasons, rules = [], {}, {}, {}
     dep_errors = {}  # dep -> its latest error, which states every rule on it (one message per package)
 
@@ -332,18 +326,6 @@ def resolve(index, requested, follow="all", installed=None):
         "closure_reasons": {n: list(dict.fromkeys(r)) for n, r in sorted(reasons.items())},
         "errors": list(dict.fromkeys(errors + list(dep_errors.values()))),
     }
-
-
-class _LazyProvides:
-    """provides_index(index), built the first time a dependency is looked up (a request alone never needs it)."""
-
-    def __init__(self, index):
-        self._index, self._map = index, None
-
-    def get(self, name, default=None):
-        if self._map is None:
-            self._map = provides_index(self._index)
-        return self._map.get(name, default)
 
 
 def _choose(alts, index, provides, resolved):

@@ -118,6 +118,7 @@ def ignored_requirement(text):
 # dnf's Python API on the host.
 
 PROBE_REPO = "gpuops-pinned-probe"
+VERSIONLOCK_CONF = "/etc/dnf/plugins/versionlock.conf"  # the plugin's configuration; its locklist names the list file
 
 
 def _evr(pkg):
@@ -223,7 +224,7 @@ def probe(module, p, result, label, scratch):
     result["requested"] = {name: evr_string(resolved[name]) for name in p["versions"] if name in resolved}
     if problems:
         module.fail_json(msg=pp.refusal(label, problems, p["fix"]), **result)
-    locks, result["versionlock"] = _locklist(p["versionlock_conf"])
+    locks, result["versionlock"] = _locklist(VERSIONLOCK_CONF)
     locked, stale = lock_state(resolved, read_locklist(locks))
     result.update(pp.standing({name: evr_string(evr) for name, evr in resolved.items()},
                               {name: evr_string(evr) for name, evr in installed_all.items()}))
@@ -290,7 +291,7 @@ def verify(module, p, result, label):
     installed = _installed(base)
     result["wrong"] = [f"{name}: installed {evr_string(installed[name]) if name in installed else 'none'}, "
                        f"pinned {evr_string(evr)}" for name, evr in wanted.items() if installed.get(name) != evr]
-    locks, result["versionlock"] = _locklist(p["versionlock_conf"])
+    locks, result["versionlock"] = _locklist(VERSIONLOCK_CONF)
     locked, _stale = lock_state(wanted, read_locklist(locks))
     result["locked"] = locked
     result["unheld"] = sorted(name for name in wanted if name not in locked) if p["hold"] else []

@@ -118,14 +118,6 @@ options:
     description: apt - dpkg status file read for installed versions and holds.
     type: path
     default: /var/lib/dpkg/status
-  versionlock_conf:
-    description: dnf - the versionlock plugin's configuration (its C(locklist) names the list file).
-    type: path
-    default: /etc/dnf/plugins/versionlock.conf
-  timeout:
-    description: Seconds to wait for O(key_url) (the index download follows apt's or dnf's own timeouts).
-    type: int
-    default: 30
   set_name:
     description: apt - name of the package set, written in the header of RV(pin_content) and RV(sources_content).
     type: str
@@ -242,7 +234,7 @@ lock_entries:
   returned: when versions are resolved (dnf)
   type: dict
 versionlock:
-  description: dnf - the versionlock plugin is installed (O(versionlock_conf) exists).
+  description: dnf - the versionlock plugin is installed (C(/etc/dnf/plugins/versionlock.conf) exists).
   returned: when versions are resolved, or with verify (dnf)
   type: bool
 complete:
@@ -293,6 +285,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packa
 from ansible_collections.gpuops.cluster.plugins.module_utils import pinned_packages_dnf as ppd
 
 HTTP_OK = 200
+KEY_TIMEOUT = 30  # seconds to wait for the key (the index download follows apt's or dnf's own timeouts)
 _SCRATCH_APT = (
     "Dir::Etc::SourceList={d}/sources.list",
     "Dir::Etc::SourceParts={d}/parts",
@@ -305,39 +298,11 @@ _SCRATCH_APT = (
 )
 
 
-def _status(path):
-    if path and os.path.exists(path):
-        return pp.parse_stanzas(pp.read_index(path))
-    return []
-
-
-def check_key(module, raw, label, where):
-    """Fingerprints of the key bytes (`where` says where they came from); fail unless key_fingerprint is a
-    primary one."""
-    p = module.params
-    try:
-        fingerprints = pp.key_fingerprints(raw)
-    except (ValueError, IndexError) as exc:
-        module.fail_json(
-            msg=f"{label}{where} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
-            "repository's public key."
-        )
-    want = pp.normalize_fingerprint(p["key_fingerprint"])
-    if want and want not in fingerprints["primary"]:
-        found = ", ".join(fingerprints["primary"]) or "none"
-        module.fail_json(
-            msg=f"{label}the repository key has fingerprint {found} ({where}); "
-            f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
-            "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
-            fingerprints=fingerprints,
-        )
-    return fingerprints
-
-
 def fetch_key(module, label, result):
-    """The key at key_url, its fingerprint checked (fingerprints in result): the bytes as served."""
+    """The key at key_url, failing unless key_fingerprint is a primary one (fingerprints in result): the bytes as
+    served."""
     p = module.params
-    response, info = fetch_url(module, p["key_url"], timeout=p["timeout"])
+    response, info = fetch_url(module, p["key_url"], timeout=KEY_TIMEOUT)
     # A file:// URL (a mirror on the host's disk) answers without an HTTP status.
     if response is None or info.get("status") not in (HTTP_OK, None):
         module.fail_json(
@@ -346,7 +311,23 @@ def fetch_key(module, label, result):
             **result,
         )
     raw = response.read()
-    result["fingerprints"] = check_key(module, raw, label, f"key {p['key_url']}")
+    try:
+        fingerprints = pp.key_fingerprints(raw)
+    except (ValueError, IndexError) as exc:
+        module.fail_json(
+            msg=f"{label}key {p['key_url']} is not an OpenPGP public key ({exc}). Fix: point the key URL at the "
+            "repository's public key."
+        )
+    want = pp.normalize_fingerprint(p["key_fingerprint"])
+    if want and want not in fingerprints["primary"]:
+        found = ", ".join(fingerprints["primary"]) or "none"
+        module.fail_json(
+            msg=f"{label}the repository key has fingerprint {found} (key {p['key_url']}); "
+            f"expected {want}. Fix: serve the repository's own key at the key URL, or correct the expected "
+            "fingerprint if the vendor rotated its key (check the vendor's published fingerprint).",
+            fingerprints=fingerprints,
+        )
+    result["fingerprints"] = fingerprints
     return raw
 
 
@@ -505,8 +486,6 @@ def main():
         "lists_dir": {"type": "path"},
         "installed_only": {"type": "bool", "default": False},
         "status_file": {"type": "path", "default": "/var/lib/dpkg/status"},
-        "versionlock_conf": {"type": "path", "default": "/etc/dnf/plugins/versionlock.conf"},
-        "timeout": {"type": "int", "default": 30},
         "set_name": {"type": "str", "default": ""},
         "pin_file": {"type": "path"},
         "sources_file": {"type": "path"},
@@ -541,7 +520,9 @@ def main():
 def probe_apt(module, label, result):
     p = module.params
     reads_status = p["repo_url"] or p["lists_dir"] or p["installed_only"] or p["verify"] is not None
-    status = _status(p["status_file"]) if reads_status else []
+    status = []
+    if reads_status and os.path.exists(p["status_file"]):
+        status = pp.parse_stanzas(pp.read_index(p["status_file"]))
     if p["verify"] is not None:
         verify(module, status, result)
     if p["installed_only"]:
