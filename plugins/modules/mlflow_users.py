@@ -50,10 +50,6 @@ options:
         description: The user's password.
         type: str
         required: true
-  timeout:
-    description: Seconds to wait for each answer.
-    type: int
-    default: 30
 attributes:
   check_mode:
     support: full
@@ -114,7 +110,6 @@ def main() -> None:
                     "password": {"type": "str", "required": True, "no_log": True},
                 },
             },
-            "timeout": {"type": "int", "default": 30},
         },
         supports_check_mode=True,
     )
@@ -124,7 +119,7 @@ def main() -> None:
         module.fail_json(msg=f"mlflow_users: each user once; got {[user['name'] for user in params['users']]}")
     try:
         done = ensure_users(params["url"], params["admin_username"], params["admin_password"], users,
-                            check_mode=module.check_mode, timeout=params["timeout"])
+                            check_mode=module.check_mode)
     except MlflowUsersError as error:
         module.fail_json(msg=str(error))
     module.exit_json(changed=any(action != UNCHANGED for action in done.values()), users=done)
