@@ -21,11 +21,6 @@ def _count(value):
     return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
 
 
-def _level(value):
-    """A DCGM level setting: None (and an -e key= left empty) for unset, else as _count reads it."""
-    return None if value is None or (isinstance(value, str) and not value.strip()) else _count(value)
-
-
 def _fraction(value):
     try:
         return float(value) if isinstance(value, str) else value
@@ -37,24 +32,21 @@ def health_problems(max_unavailable, overrides=None, apply=False, plan_source=No
                     return_thresholds=None, dcgm_level=None) -> list:
     validation = health_return.settings_problems({} if return_thresholds is None else return_thresholds)
     return health.settings_problems(_count(max_unavailable), {} if overrides is None else overrides,
-                                    boolean(apply), plan_source, _level(dcgm_level)) + health_bounds.settings_problems(
+                                    boolean(apply), plan_source, _count(dcgm_level)) + health_bounds.settings_problems(
         _fraction(bounds["breaker_fraction"]), bounds["breaker_window"],
         _count(bounds["escalate_after"]), bounds["escalate_window"]) + validation
 
 
 def health_plan(nodes, *, max_unavailable, platform, state=None, overrides=None, release=False, bounds=None,
                 members=None) -> dict:
-    nodes = {host: node or {} for host, node in (nodes or {}).items()}
     bounds = dict(bounds or {})
-    for key in ("breaker_window", "escalate_window"):
-        if key in bounds:
-            bounds[key] = health_bounds.seconds(bounds[key])
-    for key, read in (("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", boolean)):
+    for key, read in (("breaker_window", health_bounds.seconds), ("escalate_window", health_bounds.seconds),
+                      ("breaker_fraction", _fraction), ("escalate_after", _count), ("breaker_reset", boolean)):
         if key in bounds:
             bounds[key] = read(bounds[key])
     bounds["remediation"] = {h: boolean(node.get("remediation", True)) for h, node in nodes.items()}
     if bounds.get("nodes") is not None:  # kubectl get nodes -o json
-        bounds["nodes"] = health_bounds.node_facts(bounds["nodes"] if isinstance(bounds["nodes"], dict) else {})
+        bounds["nodes"] = health_bounds.node_facts(bounds["nodes"])
     sweeps = {host: node.get("sweep") or {"read_ok": False} for host, node in nodes.items()}
     plan = health.build_plan(sweeps, state or {}, int(_count(max_unavailable)), overrides or {},
                              boolean(release), bounds)
@@ -86,16 +78,13 @@ def health_fleet_entry(item, state=None, nodes=None) -> dict:
 
 
 def health_sweep_record(read, mode, max_age, dcgm_level=None, expected_gpus=None, replay=False, path="") -> dict:
-    level = _level(dcgm_level)
-    settings = {"mode": mode, "max_age": int(_count(max_age)), "dcgm_level": None if level is None else int(level),
-                "expected_gpus": None if expected_gpus in (None, "") else int(_count(expected_gpus)),
-                "replay": boolean(replay), "path": path}
+    settings = {"mode": mode, "max_age": _count(max_age), "dcgm_level": _count(dcgm_level),
+                "expected_gpus": _count(expected_gpus), "replay": boolean(replay), "path": path}
     return health.sweep_record(read or {}, settings)
 
 
 def health_step_result(step, runs=None, check_mode=False, *, dcgm_level, thresholds=None) -> dict:
-    return health_steps.step_result(step or {"kind": "?"}, runs or {}, bool(check_mode),
-                                    int(_count(dcgm_level)), thresholds or {})
+    return health_steps.step_result(step, runs or {}, check_mode, _count(dcgm_level), thresholds or {})
 
 
 class FilterModule:

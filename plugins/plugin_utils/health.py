@@ -218,19 +218,14 @@ def _sxid(item: dict, others: list) -> tuple[str, str]:
     return "review", f"SXid {item.get('code')} not fatal: report only; {advice}"
 
 
-def _verdict_step(item: dict, others: list) -> str | None:
-    """The step gpu_health's verdict rule names for an Xid among the sweep's other events (``xid_judgement``)."""
-    codes, recovery = verdict.xid_context([item, *others])
-    where = verdict.where_of(item)
-    bucket = item.get("bucket") or "UNKNOWN"
-    return verdict.xid_judgement(bucket, codes.get(where, set()), recovery.get(where), item.get("fatal"))[1]
-
-
 def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str, str]:
     """(action, why) for one event or finding; an override (health_action_overrides) replaces the bucket's action."""
     bucket, step = item.get("bucket"), item.get("step")
-    if step is None and item.get("kind") == "xid":
-        step = _verdict_step(item, others)
+    if step is None and item.get("kind") == "xid":  # the step gpu_health's verdict rule names among the sweep's events
+        codes, recovery = verdict.xid_context([item, *others])
+        where = verdict.where_of(item)
+        step = verdict.xid_judgement(bucket or "UNKNOWN", codes.get(where, set()), recovery.get(where),
+                                     item.get("fatal"))[1]
     if item.get("kind") == "sxid":
         action, why = _sxid(item, others)
     elif step in STEPS:
@@ -311,7 +306,7 @@ def host_plan(sweep: dict, previous: dict, overrides: dict | None = None, releas
             "reason": "; ".join(f"{i['event']} on GPU {i['gpu']}: {i['why']}" for i in new) or "nothing new"}
 
 
-def _bound(host: str, hplan: dict, entry: dict, bounds: dict, now: Any) -> None:
+def _bound(host: str, hplan: dict, sweep: dict, entry: dict, bounds: dict, now: Any) -> None:
     """Over time (plugin_utils/health_bounds.py): the opt-out, "service required" (held until health_release) and
     the escalation of a repeated remediation to it; who cordoned the node."""
     node = (bounds.get("nodes") or {}).get(host)
@@ -328,26 +323,25 @@ def _bound(host: str, hplan: dict, entry: dict, bounds: dict, now: Any) -> None:
     elif hplan["status"] == "act" and hplan["action"] in DISRUPTIVE and now is not None:
         escalate = bounds_rules.escalation(entry, now, int(bounds["escalate_after"]), int(bounds["escalate_window"]))
         if escalate:
-            every = [str(g) for g in hplan.pop("_gpus", [])]
+            every = [str(g["index"]) for g in sweep.get("gpus") or [] if g.get("index") is not None]
             first = next(iter(hplan["gpus_out"].values()), {"event": "repeat", "line": ""})
             hplan.update(action="quarantine", escalated=escalate, reason=f"{hplan['reason']}; {escalate}",
                          gpus_out={g: {**first, "action": "quarantine", "why": escalate} for g in every}
                          or hplan["gpus_out"])
-    hplan.pop("_gpus", None)
 
 
 def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overrides: dict | None = None,
                release: bool = False, bounds: dict | None = None) -> dict:
-    """The fleet's plan: every host's plan, and which hosts act now. At most ``max_unavailable`` nodes are out of
-    service at once (those the state already holds out count); the rest are deferred to a later run. ``bounds``: the
-    health_plan filter's option (windows in seconds, ``nodes`` as node_facts); none, no bound over time."""
+    """The fleet's plan: every host's plan (its ``status`` says whether it acts now) and the breaker. At most
+    ``max_unavailable`` nodes are out of service at once (those the state already holds out count); the rest are
+    deferred to a later run. ``bounds``: the health_plan filter's option (windows in seconds, ``nodes`` as
+    node_facts); none, no bound over time."""
     known = (state or {}).get("hosts") or {}
     bounds = {**(bounds or {}), "release": release}
     now = bounds_rules.when(bounds.get("now"))
     hosts = {h: host_plan(s, known.get(h) or {}, overrides, release) for h, s in sorted(sweeps.items())}
     for host, hplan in hosts.items():
-        hplan["_gpus"] = [g.get("index") for g in (sweeps[host] or {}).get("gpus") or [] if g.get("index") is not None]
-        _bound(host, hplan, known.get(host) or {}, bounds, now)
+        _bound(host, hplan, sweeps[host] or {}, known.get(host) or {}, bounds, now)
         if (state or {}).get("schema", 1) > 1:
             # the workspaces it stopped start again once every GPU is back: those, never one an operator stopped
             kept = (known.get(host) or {}).get("stopped_containers") or []
@@ -380,14 +374,7 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
         done = [("breaker_reset", "health_breaker_reset=true")] if guard["reset"] else []
         done += [("breaker_tripped", guard["reason"])] if guard["tripped_now"] else []
         guard["done"] = [{"kind": kind, "result": "ok", "by": by, "detail": detail} for kind, detail in done]
-    return {
-        "max_unavailable": max_unavailable,
-        "breaker": guard,
-        "hosts": hosts,
-        "act": [h for h, p in hosts.items() if p["status"] == "act" or p["gpus_back"]],
-        "deferred": [h for h, p in hosts.items() if p["status"] == "deferred"],
-        "unreadable": [h for h, p in hosts.items() if p["status"] == "unreadable"],
-    }
+    return {"breaker": guard, "hosts": hosts}
 
 
 def _stale_why(record: dict, age: float, settings: dict) -> str | None:

@@ -84,17 +84,12 @@ def holders(members: dict, gpus: list[str]) -> list[str]:
     return sorted(name for name, member in members.items() if wanted & {str(g) for g in member["gpus"]})
 
 
-def _reason(hplan: dict) -> str:
-    first = next((i for i in hplan["items"] if i.get("new") and i["action"] == hplan["action"]), None)
-    return label_value(f"{first['event']}" if first else hplan["action"])
-
-
 def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: dict) -> list[dict]:
     """The steps that carry out one host's plan on ``platform`` (compose | kubernetes). ``settings``: the host's
     health_reboot (bool), health_timeout (s) and health_node_report_dir, as ``reboot``, ``timeout``, ``report_dir``."""
     action, kube = hplan.get("action", "none"), platform == "kubernetes"
     out = sorted(hplan.get("gpus_out") or {}, key=int)
-    reason, steps = _reason(hplan), []
+    steps = []
     notify = [i for i in hplan.get("items") or [] if i.get("new") and i["action"] in ("notify_owner", "review")]
     for item in notify:
         who = holders(members, [str(item["gpu"])]) if item["gpu"] is not None else []
@@ -117,7 +112,9 @@ def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: d
         steps.append({"kind": "mark_out", "gpus": {g: hplan["gpus_out"][g] for g in out},
                       "pending": "support" if action == "quarantine" else action})
     if action == "quarantine":
-        if kube:
+        if kube:  # the taint's value: the event of the first new item that asks for a quarantine
+            first = next((i for i in hplan["items"] if i.get("new") and i["action"] == action), {"event": action})
+            reason = label_value(first["event"])
             steps += [{"kind": "kubectl", "argv": kubectl("taint", host, reason), "object": taint(reason)},
                       {"kind": "kubectl", "argv": kubectl("label", host, "quarantined")}]
         dest = f"{settings['report_dir']}/nvidia-bug-report"
@@ -133,7 +130,7 @@ def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: d
     elif action == "restart_fm":
         steps.append({"kind": "command", "argv": ["systemctl", "restart", "nvidia-fabricmanager"]})
     else:
-        for gpu in _reset_gpus(hplan, out):
+        for gpu in out:  # a reset_gpu item takes its GPU out (one that names none: every GPU the sweep read)
             reset = ["nvidia-smi", "-r", "-i", str(gpu)]
             idle = ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", str(gpu)]
             steps += [{"kind": "gpu_idle", "gpu": gpu, "argv": idle}, {"kind": "command", "gpu": gpu, "argv": reset}]
@@ -148,20 +145,14 @@ def host_steps(host: str, hplan: dict, platform: str, members: dict, settings: d
     steps.append({"kind": "back_if_healthy", "gpus": out, "members": stop})
     # only after back_if_healthy (a failed step, the validation among them, stops the rest)
     steps += _kubectl_steps(host, "uncordon", "unmark") if ours else []
-    cleared = CLEAR_ALL if whole_node else out or (_reset_gpus(hplan, out) if action == "reset_gpu" else [])
-    if cleared:
-        steps.append(clear_held(cleared, f"{action}: {hplan.get('reason') or ''}", hplan))
+    if whole_node or out:
+        steps.append(clear_held(CLEAR_ALL if whole_node else out, f"{action}: {hplan.get('reason') or ''}", hplan))
     return steps
 
 
 def _validate(hplan: dict, gpus: list[str]) -> dict:
     """The validation run before ``gpus`` go back: a sweep, and the benchmarks over the node's GPUs (health_return)."""
     return {"kind": "validate", "gpus": gpus, "bench": bench_runs(len(hplan.get("uuids") or {}))}
-
-
-def _reset_gpus(hplan: dict, out: list[str]) -> list[str]:
-    """The GPUs a reset_gpu plan resets: those taken out, else those of its new items."""
-    return out or sorted({str(i["gpu"]) for i in hplan["items"] if i.get("new") and i["gpu"] is not None})
 
 
 def clear_held(gpus: list[str] | str, why: str, hplan: dict) -> dict:

@@ -238,7 +238,7 @@ def test_next_state_records_the_gpu_out_and_moves_the_cursor():
     # the next run with nothing new: nothing planned, nothing done, the state unchanged but for the time
     again = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
                                      "gpus": [{"index": 0, "verdict": "healthy"}]}}, state, 1)
-    assert again["act"] == []
+    assert (again["hosts"]["node-a"]["status"], again["hosts"]["node-a"]["gpus_back"]) == ("clear", [])
     # released by the operator after the repair, then healthy: given back
     released = S.next_state(state, "node-a", again["hosts"]["node-a"], [], "c2", "t3", release=True)
     back = H.build_plan({"node-a": {"read_ok": True, "events": [], "findings": [], "cursor": "c2",
