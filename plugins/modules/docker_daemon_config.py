@@ -155,6 +155,7 @@ validated_by:
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon import (
@@ -163,17 +164,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon impor
     render,
     validate_candidate,
 )
-
-
-def _read(path: str) -> bytes | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def _is_executable(name: str) -> bool:
-    return shutil.which(name) is not None
 
 
 def _keep_invalid(module: AnsibleModule, path: str, data: bytes, reason: str) -> tuple[dict, bool]:
@@ -221,7 +211,8 @@ def _validate(module: AnsibleModule, path: str, candidate: str, config: dict, re
             "Fix: install Docker Engine first, or set validate: false.",
             **failed,
         )
-    ok, message, by = validate_candidate(module.run_command, dockerd, candidate, config, _is_executable)
+    ok, message, by = validate_candidate(module.run_command, dockerd, candidate, config,
+                                         lambda name: shutil.which(name) is not None)
     response.update(validation=message, validated_by=by)
     failed.update(validation=message, validated_by=by)
     if not ok:
@@ -249,7 +240,7 @@ def main() -> None:
     module.run_command_environ_update = {"LC_ALL": "C"}
     path = module.params["path"]
     try:
-        data = _read(path)
+        data = Path(path).read_bytes() if os.path.exists(path) else None
     except OSError as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}. Fix: check the path and permissions.", path=path)
     result = plan(data, module.params["config"])
