@@ -14,24 +14,16 @@ kube_plan = lazy("kube_plan")
 kubeadm = lazy("kubeadm")
 
 
-def kube_cluster_problems(plan: object) -> list[str]:
-    if not isinstance(plan, dict):
-        raise AnsibleFilterError(f"kube_cluster_problems: expected a mapping, got {type(plan).__name__}")
+def kube_cluster_problems(plan: dict) -> list[str]:
     return kube_plan.cluster_problems(plan)
 
 
-def unpinned_releases(releases: object, role: str) -> list[str]:
-    if not isinstance(releases, dict):
-        raise AnsibleFilterError(f"unpinned_releases: expected a mapping, got {type(releases).__name__}")
+def unpinned_releases(releases: dict, role: str) -> list[str]:
     return [found for found in (kube_plan.release_problem(str(name), value, str(role))
                                 for name, value in releases.items()) if found]
 
 
-def containerd_config(
-    text: object, systemd_cgroup: bool = False, imports: object = (), drop_imports: object = (),
-) -> str:
-    if not isinstance(text, str):
-        raise AnsibleFilterError(f"containerd_config: expected config.toml text, got {type(text).__name__}")
+def containerd_config(text: str, systemd_cgroup: bool = False, imports: object = (), drop_imports: object = ()) -> str:
     try:
         if imports or drop_imports:
             text = containerd_config_text.with_imports(text, list(imports), list(drop_imports))
@@ -40,9 +32,7 @@ def containerd_config(
         raise AnsibleFilterError(f"containerd_config: {exc}") from exc
 
 
-def kube_ca_cert_hash(pem: object) -> str:
-    if not isinstance(pem, (str, bytes)):
-        raise AnsibleFilterError(f"kube_ca_cert_hash: expected the PEM text of ca.crt, got {type(pem).__name__}")
+def kube_ca_cert_hash(pem: str | bytes) -> str:
     try:
         return kube_ca.ca_cert_hash(pem)
     except ValueError as exc:

@@ -93,10 +93,6 @@ def problems(config: dict, team_names: list[str]) -> list[str]:
     return found
 
 
-def _ports(ports: list[dict]) -> list[dict]:
-    return [{"protocol": str(p.get("protocol", "TCP")), "port": int(p["port"])} for p in ports]
-
-
 def team_policies(team: str, meta: Any, config: dict) -> list[dict]:
     """The NetworkPolicies of one team's namespace; ``meta(name)`` gives each one's metadata."""
     monitoring = config.get("monitoring_namespace") or "monitoring"
@@ -132,7 +128,9 @@ def team_policies(team: str, meta: Any, config: dict) -> list[dict]:
     endpoints = [e for e in config.get("egress_endpoints") or [] if team in (e.get("teams") or [team])]
     if endpoints:
         allow = policy("allow-endpoints", {"policyTypes": ["Egress"], "egress": [
-            {"to": [{"ipBlock": {"cidr": _cidr(e["cidr"])}}], "ports": _ports(e["ports"])} for e in endpoints]})
+            {"to": [{"ipBlock": {"cidr": _cidr(e["cidr"])}}],
+             "ports": [{"protocol": str(p.get("protocol", "TCP")), "port": int(p["port"])} for p in e["ports"]]}
+            for e in endpoints]})
         # the names the inventory gives, for review (an ipBlock has no name of its own)
         allow["metadata"]["annotations"] = {"gpuops.io/endpoints": "; ".join(
             f"{e.get('name') or 'endpoint'} {_cidr(e['cidr'])}" for e in endpoints)}

@@ -19,13 +19,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import QUOTA_K
 LABEL_TEAM = "gpuops.io/team"
 
 
-def quantity_problem(variable: str, value: object, example: str) -> str | None:
-    if parse_quantity(value) is not None:
-        return None
-    return (f"{variable} is {value!r}: not a Kubernetes quantity; expected e.g. {example!r} (digits with an optional "
-            "suffix m, k, M, G, T, Ki, Mi, Gi, Ti); fix: quote it in YAML and use one of those units")
-
-
 def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int, pvc_size: Any) -> list[str]:
     """What a Kubernetes namespace needs of a team beyond the one team rule (``team.team_problems``, which the
     boilerplate play and grow run): every quota set, a GPU quota within the cluster, room for the member PVCs."""
@@ -64,7 +57,9 @@ def problems(config: dict) -> list[str]:
     for key, example in (("limit_default", "8Gi"), ("limit_default_request", "500m")):
         quantities += [(f"kube_tenancy_{key}.{name}", value, example)
                        for name, value in sorted((config.get(key) or {}).items())]
-    found = [problem for problem in (quantity_problem(*entry) for entry in quantities) if problem]
+    found = [f"{variable} is {value!r}: not a Kubernetes quantity; expected e.g. {example!r} (digits with an optional "
+             "suffix m, k, M, G, T, Ki, Mi, Gi, Ti); fix: quote it in YAML and use one of those units"
+             for variable, value, example in quantities if parse_quantity(value) is None]
     namespaces = config.get("namespaces") or {}
     cluster_gpus = sum(int(node.get("gpu_count") or 0) for node in config.get("gpu_nodes") or [])
     for index, team in enumerate(teams):

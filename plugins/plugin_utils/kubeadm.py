@@ -22,11 +22,6 @@ def node_registration(name: str, registration: Mapping) -> dict:
             "on this host first"
         )
     labels, taints = registration["labels"], registration["taints"]
-    if not isinstance(labels, Mapping) or not isinstance(taints, list):
-        raise ValueError(
-            f"the node registration of {name} has labels {labels!r} and taints {taints!r}: expected a mapping of "
-            "label names to values and a list of taints (key, value, effect)"
-        )
     section: dict = {"name": name, "criSocket": CRI_SOCKET, "taints": list(taints)}
     if labels:
         value = ",".join(f"{key}={label}" for key, label in labels.items())

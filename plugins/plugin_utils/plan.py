@@ -457,13 +457,6 @@ def _gpu_operator_on(hostvars: Any) -> bool:
     return str(_setting(hostvars, "kube_addons_gpu_operator")).lower() in ("true", "yes", "on", "1")
 
 
-def _reservations(hostvars: Any) -> dict:
-    """This host's reservations (kube_plan.RESERVATIONS names them): the inventory's, else kube_node's defaults, typed
-    as kube_node's argument spec types them."""
-    return {keyword: kind(_setting(hostvars, name, role_default=True))
-            for keyword, (name, kind) in kube_plan.RESERVATIONS.items()}
-
-
 def _team(members: Any, teams: Any) -> dict:
     members = members if isinstance(members, list) else []
     teams = teams if isinstance(teams, list) else []
@@ -589,8 +582,10 @@ def host_part(
     fabric_manager, fabric_manager_reason = _fabric_manager(gpu, hostvars)
     policy = None
     if platform == "kubernetes" and pool in kube_plan.POOLS:
-        try:
-            policy = kube_plan.kubelet_policy(topology, pool, **_reservations(hostvars))
+        try:  # the reservations: the inventory's, else kube_node's defaults, typed as kube_node's spec types them
+            policy = kube_plan.kubelet_policy(topology, pool, **{
+                keyword: kind(_setting(hostvars, name, role_default=True))
+                for keyword, (name, kind) in kube_plan.RESERVATIONS.items()})
         except (TypeError, ValueError) as exc:
             policy = {"error": str(exc)}
     ifname = str(_setting(hostvars, "training_stack_socket_ifname") or "")
@@ -736,8 +731,6 @@ def _os_facts(hostvars: Any) -> dict:
     """The host's OS facts where this play has them: gpu_facts' (gpu_host.os, set by preflight), else setup's, whose
     names they share (memtotal_mb, processor_vcpus); {} when no facts were gathered (the inventory alone)."""
     facts = get_var(hostvars, "ansible_facts", {}) or {}
-    if not hasattr(facts, "get"):
-        return {}
     return dict((facts.get("gpu_host") or {}).get("os") or {}) or {
         name: facts.get(name) for name in ("memtotal_mb", "processor_vcpus") if name in facts}
 

@@ -49,20 +49,13 @@ def _count(value: object, name: str, minimum: int) -> int:
     return value
 
 
-def _flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"{name} must be a real boolean (true or false), got {_type_name(value)} {value!r}; "
-            "write true/false unquoted in YAML"
-        )
-    return value
-
-
 def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node_training: object) -> tuple[str, str]:
     """(platform, one-sentence reason). team_size >= 1, gpu_count >= 0, multi_node_training a real bool."""
     team = _count(team_size, "team_size", 1)
     gpus = _count(gpu_count, "gpu_count", 0)
-    multi = _flag(multi_node_training, "multi_node_training")
+    if not isinstance(multi_node_training, bool):
+        raise TypeError(f"multi_node_training must be a real boolean (true or false), got "
+                        f"{_type_name(multi_node_training)} {multi_node_training!r}; write true/false unquoted in YAML")
     if team < SMALL_TEAM_BELOW and gpus < SMALL_GPUS_BELOW:
         return COMPOSE, (
             f"a team of {team} (< {SMALL_TEAM_BELOW}) with {gpus} GPUs (< {SMALL_GPUS_BELOW}) is small: Docker Compose"
@@ -72,7 +65,7 @@ def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node
             f"a team of {team} with {gpus} GPUs is large (more than {LARGE_TEAM_ABOVE} people or more than "
             f"{LARGE_GPUS_ABOVE} GPUs): Kubernetes"
         )
-    if multi:
+    if multi_node_training:
         return KUBERNETES, (
             f"a mid-size setup (team of {team}, {gpus} GPUs) with frequent multi-node training: Kubernetes"
         )
@@ -101,9 +94,7 @@ def _decide_host(request: dict, fleet_gpus: int | None, unknown: list[str], coun
         where = f"the sum of the GPUs detected on {counted} gpu_nodes host{'s' if counted != 1 else ''}"
     try:
         multi = request.get("multi_node_training")
-        platform, reason = choose_platform_with_reason(
-            request.get("team_size"), gpus, bool(multi) if multi is None else multi
-        )
+        platform, reason = choose_platform_with_reason(request.get("team_size"), gpus, multi is not None and multi)
     except (TypeError, ValueError) as exc:
         return {"ok": False, "platform": None, "source": "error", "reason": f"cannot decide the platform: {exc}"}
     return {"ok": True, "platform": platform, "source": "auto", "reason": f"{reason} (GPUs: {where})"}

