@@ -53,18 +53,15 @@ class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         if list(terms) not in ([], ["health_state"]):
             raise AnsibleLookupError(f"report_dir: unknown term(s) {list(terms)!r}; expected none, or health_state")
-        folder = self._folder(variables or {})
-        return [os.path.join(folder, STATE_FILE) if terms else folder]
-
-    def _folder(self, variables):
-        chosen = variables.get("gpuops_report_dir")
-        if chosen is not None:
-            chosen = self._templar.template(chosen)
-        if chosen:
-            return os.path.abspath(os.path.expanduser(str(chosen)))
+        variables = variables or {}
+        chosen = self._templar.template(variables.get("gpuops_report_dir"))
         playbook_dir = variables.get("playbook_dir")
-        if not playbook_dir:
+        if chosen:
+            folder = os.path.abspath(os.path.expanduser(str(chosen)))
+        elif playbook_dir:
+            folder = os.path.realpath(os.path.join(str(playbook_dir), "..", "reports"))
+        else:
             raise AnsibleLookupError(
                 "report_dir: no gpuops_report_dir and no playbook_dir (not run from a playbook); "
                 "fix: set gpuops_report_dir to the report folder")
-        return os.path.realpath(os.path.join(str(playbook_dir), "..", "reports"))
+        return [os.path.join(folder, STATE_FILE) if terms else folder]

@@ -210,9 +210,7 @@ def parse_size(value: Any, name: str = "min_free") -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
-def human(size: float | None) -> str:
-    if size is None:
-        return "unknown"
+def human(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(size) < 1024:  # noqa: PLR2004 -- the next binary unit
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
