@@ -64,7 +64,7 @@ def test_each_answer_is_reported_with_its_status_and_json_none_judged(server, ca
         {"name": "html", "url": f"{server}/", "json": True},
         {"name": "down", "url": f"http://127.0.0.1:{closed_port()}/", "json": True},
     ]
-    code, result = run_main(module, {"checks": checks, "timeout": 5}, capsys)
+    code, result = run_main(module, {"checks": checks}, capsys)
     assert (code, result["changed"]) == (0, False), "an unexpected answer is reported, not a failure"
     r = result["answers"]
     assert (r["rules"]["status"], r["rules"]["ok"], r["rules"]["json"]) == (200, True, RULES)
