@@ -7,24 +7,17 @@ Documentation in kernel_headers.yml, kernel_holds.yml and newest_kernel.yml next
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 _rule = lazy("kernel")
 
 
 def kernel_headers(installed, pkg_mgr: str = "apt") -> list[str]:
-    try:
-        return _rule.header_packages(installed, pkg_mgr)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return _rule.header_packages(installed, pkg_mgr)
 
 
 def kernel_holds(installed, pkg_mgr: str = "apt") -> list[str]:
-    try:
-        return _rule.hold_packages(installed, pkg_mgr)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return _rule.hold_packages(installed, pkg_mgr)
 
 
 def newest_kernel(releases) -> str:

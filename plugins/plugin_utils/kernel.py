@@ -26,20 +26,12 @@ _DNF_HOLD = ("kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "
 _DNF_VERSIONED = re.compile(r"^kernel-core-(?P<release>[0-9].*)$")
 
 
-def _names(installed, pkg_mgr: str) -> list[str]:
-    if pkg_mgr not in ("apt", "dnf"):
-        raise ValueError(f"pkg_mgr is {pkg_mgr!r}; expected apt or dnf")
-    if isinstance(installed, dict):
-        return sorted(installed)
-    return sorted(str(n) for n in installed)
-
-
 def header_packages(installed, pkg_mgr: str = "apt") -> list[str]:
     """Headers to install: one per installed kernel, one per installed kernel metapackage (apt).
 
     For dnf, ``installed`` may also hold ``kernel-core-<version-release.arch>`` strings (from rpm -q).
     """
-    names = _names(installed, pkg_mgr)
+    names = sorted(map(str, installed))
     if pkg_mgr == "dnf":
         wanted = {f"kernel-devel-{m['release']}" for n in names if (m := _DNF_VERSIONED.match(n))}
         return sorted(wanted)
@@ -59,7 +51,7 @@ def header_packages(installed, pkg_mgr: str = "apt") -> list[str]:
 
 def hold_packages(installed, pkg_mgr: str = "apt") -> list[str]:
     """Installed kernel metapackages to hold so that no new kernel arrives (nvidia_driver_hold_kernel)."""
-    names = _names(installed, pkg_mgr)
+    names = sorted(map(str, installed))
     if pkg_mgr == "dnf":
         return [n for n in _DNF_HOLD if n in names]
     return [n for n in names if _APT_HOLD.match(n)]
