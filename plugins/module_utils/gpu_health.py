@@ -23,10 +23,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_verdict 
 )
 
 
-class GpuHealthError(GpuFactsError):
-    """Input the module refuses, or a named backend that cannot answer: the message says what and how to fix."""
-
-
 def _gpu_entry(record: dict, findings: list) -> dict:
     own = [item for item in findings if item["gpu"] == record["index"]]
     return {
@@ -57,10 +53,11 @@ def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary inje
     kern_log: str = "/var/log/kern.log",
     boot_id_path: str = BOOT_ID_PATH,
 ) -> dict:
-    """One host's health: see the module doc. Raises GpuHealthError (or GpuFactsError) for refused input;
+    """One host's health: see the module doc. Raises GpuFactsError for refused input or a named backend that cannot
+    answer;
     ``dcgm_level`` is one of 0-3 by both callers' argument choices (the module's, the sweep program's)."""
     if expected_gpus is not None and expected_gpus < 0:
-        raise GpuHealthError(
+        raise GpuFactsError(
             f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
             "gpuops_plan.hosts[host].gpu_count); leave it unset to skip the missing-GPU check"
         )

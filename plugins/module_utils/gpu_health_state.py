@@ -96,21 +96,6 @@ def smi_not_supported(value) -> bool:
     return isinstance(value, str) and value.strip().lower() in _SMI_NOT_SUPPORTED
 
 
-def unread_counters(state: dict, not_supported) -> list:
-    """The ``COUNTERS`` of a GPU that are null and not reported as not supported."""
-    return [key for key in COUNTERS if state[key] is None and key not in not_supported]
-
-
-def _reasons(state: dict, mask: int | None) -> None:
-    if mask is None:
-        return
-    state["gpu_idle"] = bool(mask & _REASON_IDLE)
-    state["throttle_thermal"] = bool(mask & (_REASON_HW_THERMAL | _REASON_SW_THERMAL))
-    state["throttle_power"] = bool(mask & _REASON_HW_POWER_BRAKE)
-    state["throttle_sw_power_cap"] = bool(mask & _REASON_SW_POWER_CAP)
-    state["throttle_hw_slowdown"] = bool(mask & _REASON_HW_SLOWDOWN)
-
-
 # --------------------------------------------------------------------------- NVML
 
 
@@ -157,7 +142,12 @@ def nvml_health(calls, label: str, handle, links: dict) -> dict:
     mask = calls.call(label, "nvmlDeviceGetCurrentClocksEventReasons", handle, unsupported=_NOT_SUPPORTED)
     if mask is None or mask is _NOT_SUPPORTED:
         mask = read(_REASON_KEYS, "nvmlDeviceGetCurrentClocksThrottleReasons")
-    _reasons(state, mask)
+    if mask is not None:
+        state["gpu_idle"] = bool(mask & _REASON_IDLE)
+        state["throttle_thermal"] = bool(mask & (_REASON_HW_THERMAL | _REASON_SW_THERMAL))
+        state["throttle_power"] = bool(mask & _REASON_HW_POWER_BRAKE)
+        state["throttle_sw_power_cap"] = bool(mask & _REASON_SW_POWER_CAP)
+        state["throttle_hw_slowdown"] = bool(mask & _REASON_HW_SLOWDOWN)
     for key, name in (
         ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
         ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
@@ -323,12 +313,11 @@ def _nvml_records(nvml_loader, warnings: list) -> list:
 def _answer(source: str, gpus: list, warnings: list, notes: list) -> dict:
     """The state of a backend that answered: each GPU's ``unread`` counters, and ``read_ok`` false when any."""
     for record in gpus:
-        record["unread"] = unread_counters(record["state"], record["not_supported"])
+        state, unsupported = record["state"], record["not_supported"]
+        record["unread"] = [key for key in COUNTERS if state[key] is None and key not in unsupported]
         if record["unread"]:
-            notes.append(
-                f"GPU {record['index']}: {', '.join(record['unread'])} not read ({source}); read_ok is false "
-                "(see the warnings for why)"
-            )
+            notes.append(f"GPU {record['index']}: {', '.join(record['unread'])} not read ({source}); read_ok is false "
+                         "(see the warnings for why)")
     read_ok = not any(record["unread"] for record in gpus)
     return {"source": source, "read_ok": read_ok, "gpus": gpus, "warnings": warnings, "notes": notes}
 
