@@ -22,15 +22,13 @@ APT_LOCK_FILES = (
     "/var/cache/apt/archives/lock",
 )
 COMMAND_LIMIT = 200  # characters of a holder's command line quoted in a message
-_FIELDS = 6  # "<n>: <kind> <advisory> <mode> <pid> <major:minor:inode> ..."
+_FIELDS = 6  # "<n>: <kind: POSIX, FLOCK, OFDLCK...> <advisory> <mode: READ, WRITE> <pid> <major:minor:inode> ..."
 
 
 class Lock(NamedTuple):
-    """One granted lock from /proc/locks (waiters, the "->" lines, are left out)."""
+    """One granted lock from /proc/locks (waiters, the "->" lines, are left out), of any kind and mode."""
 
     pid: int  # in the reader's PID namespace; 0 outside it, -1 for an open file description lock
-    kind: str  # POSIX, FLOCK, OFDLCK, LEASE...
-    mode: str  # READ or WRITE
     major: int
     minor: int
     inode: int
@@ -53,7 +51,7 @@ def parse_proc_locks(text: str) -> list[Lock]:
             continue
         try:
             major, minor, inode = fields[5].split(":")
-            locks.append(Lock(int(fields[4]), fields[1], fields[3], int(major, 16), int(minor, 16), int(inode)))
+            locks.append(Lock(int(fields[4]), int(major, 16), int(minor, 16), int(inode)))
         except ValueError:
             continue
     return locks
@@ -94,11 +92,8 @@ def describe(holder: Holder) -> str:
     elif holder.pid == 0:
         who = "a process outside this PID namespace (the host or another container)"
     else:
-        parts = [holder.command or "command unknown, it may just have exited"]
-        if holder.unit:
-            parts.append(f"unit {holder.unit}")
-        details = "; ".join(parts)
-        who = f"pid {holder.pid} ({details})"
+        unit = f"; unit {holder.unit}" if holder.unit else ""
+        who = f"pid {holder.pid} ({holder.command or 'command unknown, it may just have exited'}{unit})"
     return f"{holder.path} by {who}"
 
 
