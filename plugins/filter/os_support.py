@@ -16,11 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 os_support = lazy("os_support")
 
 
-def os_refusal(role_path: object, facts: object) -> str:
-    if not isinstance(role_path, str) or not role_path:
-        raise AnsibleFilterError(f"os_refusal needs the role's path (role_path), got {role_path!r}")
-    if not hasattr(facts, "get"):
-        raise AnsibleFilterError(f"os_refusal needs the host's ansible_facts, got {type(facts).__name__}")
+def os_refusal(role_path: str, facts: dict) -> str:
     try:
         supported = os_support.role_supported(role_path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
