@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.burnin import burnin_node, burnin_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin as B
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import burnin_membw as M
@@ -125,7 +124,7 @@ def test_fewer_gpus_measured_than_the_node_has_fails() -> None:
     assert result["detail"] == "nvbandwidth measured 8 of the node's 9 GPUs"
 
 
-def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> None:
+def test_the_node_filter_judges_its_nvbandwidth_run() -> None:
     gpu = {"count": 8, "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]}
     config = {"burnin_membw_floor": "0.7", "burnin_membw_expected_gbps": "0",
               "burnin_nvbandwidth": "/opt/nvbw/nvbandwidth"}
@@ -133,8 +132,6 @@ def test_the_node_filter_judges_its_nvbandwidth_run_and_checks_its_input() -> No
     assert node["membw"]["status"] == "ok", node["membw"]["detail"]
     assert burnin_node({"skipped": True}, node="hgx-01", gpu=gpu, config=config)["membw"]["detail"].startswith(
         "skipped: nvbandwidth not found (/opt/nvbw/nvbandwidth;")
-    with pytest.raises(AnsibleFilterError, match=r"gpu\.gpus, gpu_facts' list of GPUs"):
-        burnin_node({"skipped": True}, node="hgx-01", gpu={"count": 8})
 
 
 def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing() -> None:
@@ -152,8 +149,6 @@ def test_the_report_judges_each_node_from_its_runs_and_says_why_a_run_is_missing
     kube = burnin_report({}, nodes=nodes[1:], config=config, platform="kubernetes")["singles"][0]
     assert kube["status"] == "failed"
     assert "no Job ran" in kube["detail"]
-    with pytest.raises(AnsibleFilterError, match="a node's gpu"):
-        burnin_report({}, nodes=[{"node": "x"}], config=config)
 
 
 def test_the_pair_expectation_and_floor_are_the_settings_as_given() -> None:
