@@ -33,7 +33,6 @@ class Mount(NamedTuple):
     root: str  # path inside the filesystem that is mounted here ("/" unless a bind mount)
     mount_point: str
     mount_options: tuple[str, ...]  # per-mount (VFS) options: rw, noatime, ...
-    optional: tuple[str, ...]  # shared:N, master:N, ...
     fstype: str
     source: str
     super_options: tuple[str, ...]  # per-superblock (filesystem) options
@@ -79,7 +78,6 @@ def parse_mountinfo(text: str, origin: str = "/proc/self/mountinfo") -> list[Mou
                 root=unescape(fields[3]),
                 mount_point=unescape(fields[4]),
                 mount_options=_options(fields[5]),
-                optional=tuple(fields[MOUNTINFO_MIN_FIELDS:separator]),
                 fstype=unescape(fields[separator + 1]),
                 source=unescape(fields[separator + 2]),
                 super_options=_options(fields[separator + 3]) if len(fields) > separator + 3 else (),
@@ -114,13 +112,6 @@ def _top(stack: list[Mount]) -> Mount:
     covered = {m.parent_id for m in stack}
     visible = [m for m in stack if m.mount_id not in covered]
     return visible[-1] if visible else stack[-1]
-
-
-def _by_mount_point(mounts: list[Mount]) -> dict[str, list[Mount]]:
-    table: dict[str, list[Mount]] = {}
-    for mount in mounts:
-        table.setdefault(mount.mount_point, []).append(mount)
-    return table
 
 
 def _containing(path: str, table: dict[str, list[Mount]]) -> tuple[str, Mount] | None:
@@ -160,20 +151,6 @@ def validate_params(
         raise ValueError(f"min_free_gib is {min_free_gib:g}; expected 0 or more GiB")
     if min_volumes < 0:
         raise ValueError(f"min_volumes is {min_volumes}; expected 0 or more")
-
-
-def _volume(vpath: str) -> dict[str, Any]:
-    return {
-        "path": vpath,
-        "device": None,
-        "devno": None,
-        "fstype": None,
-        "options": [],
-        "size": None,
-        "free": None,
-        "ok": False,
-        "problems": [],
-    }
 
 
 def _check_mount(
@@ -268,13 +245,25 @@ def check_local_volumes(  # the module's options (their defaults are its spec's)
         problems.append(f"discovery directory {path} {state}: create it and mount one filesystem per volume under it")
         return _summarise(result, min_volumes)
 
-    table = _by_mount_point(mounts)
+    table: dict[str, list[Mount]] = {}
+    for mount in mounts:
+        table.setdefault(mount.mount_point, []).append(mount)
     root = _top(table["/"]) if "/" in table else None
     settings = {"allowed_fstypes": allowed_fstypes, "required_options": required_options, "sys_root": sys_root}
     visible: dict[str, Mount] = {}
     for name in sorted(os.listdir(path)):
         vpath = os.path.join(path, name)
-        volume = _volume(vpath)
+        volume = {
+            "path": vpath,
+            "device": None,
+            "devno": None,
+            "fstype": None,
+            "options": [],
+            "size": None,
+            "free": None,
+            "ok": False,
+            "problems": [],
+        }
         volumes.append(volume)
         if not os.path.isdir(vpath):
             volume["problems"].append(

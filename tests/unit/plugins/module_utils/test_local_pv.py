@@ -263,11 +263,10 @@ def test_parse_mountinfo_fields():
     first, second, third = parse_mountinfo(text)
     assert (first.mount_id, first.parent_id) == (36, 35)
     assert (first.devno, first.root, first.mount_point) == ("98:0", "/mnt1", "/mnt/parent")
-    assert (first.mount_options, first.optional) == (("rw", "noatime"), ("master:1",))
+    assert first.mount_options == ("rw", "noatime")
     assert (first.fstype, first.source, first.super_options) == ("ext3", "/dev/root", ("rw", "errors=continue"))
-    assert second.mount_point == "/mnt/disks/my vol"
-    assert second.optional == ("shared:30", "master:2", "propagate_from:1")
-    assert (third.optional, third.fstype, third.super_options) == ((), "tmpfs", ("rw", "size=100k", "mode=700"))
+    assert (second.mount_point, second.fstype, second.source) == ("/mnt/disks/my vol", "xfs", "/dev/nvme1n1")
+    assert (third.fstype, third.super_options) == ("tmpfs", ("rw", "size=100k", "mode=700"))
 
 
 @pytest.mark.parametrize(
