@@ -120,12 +120,11 @@ class ActionModule(ActionBase):
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
         plan_files = write_plan(plan, run_dir, args["report_dir"])
 
-        warnings: list[str] = []
         summary = [f"fleet: platform {fleet.get('platform')} ({fleet.get('source')}): {fleet.get('reason')}"]
-        for host, record in records.items():
-            summary.append(summary_line(host, record, written[host]))
-            # A rule the inventory turned into a warning (status warn) is an Ansible warning too.
-            warnings.extend(f"preflight: {c['msg']}" for c in record["result"]["checks"] if c["status"] == "warn")
+        summary += [summary_line(host, record, written[host]) for host, record in records.items()]
+        # A rule the inventory turned into a warning (status warn) is an Ansible warning too.
+        warnings = [f"preflight: {check['msg']}" for record in records.values()
+                    for check in record["result"]["checks"] if check["status"] == "warn"]
         refused = [
             f"preflight refused {host}: "
             + " || ".join(c["msg"] for c in record["result"]["checks"] if c["ok"] is False)
@@ -133,12 +132,7 @@ class ActionModule(ActionBase):
             for host, record in records.items()
             if not record["result"]["ok"]
         ]
-        result.update(
-            changed=False,
-            summary="\n".join(summary),
-            plan=plan,
-            plan_files=plan_files,
-        )
+        result.update(changed=False, summary="\n".join(summary), plan=plan, plan_files=plan_files)
         if warnings:
             result["warnings"] = warnings
         if refused:
