@@ -115,9 +115,8 @@ def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
     return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
 
 
-_NO_STEP_WHY = ("gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action could not be "
-                "read from the message); an operator reads the line")
-_NO_STEP = _fixed("review", _NO_STEP_WHY)
+_NO_STEP = _fixed("review", "gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action "
+                  "could not be read from the message); an operator reads the line")
 _SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
 
 # bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus
@@ -369,7 +368,7 @@ def build_plan(sweeps: dict[str, dict], state: dict, max_unavailable: int, overr
             hosts[host].update(status="held", gpus_back=[], restart=[],
                                reason=f"{hosts[host]['reason']} (held: {guard['reason']})")
         by = bounds.get("by") or "unknown"
-        guard["record"] = bounds_rules.breaker_state(state, guard, bounds["now"], by).get("breaker")
+        guard["record"] = bounds_rules.breaker_state(state, guard, bounds["now"], by)
         # the audit log's lines for it (health_record, host none): a reset, then a trip by this plan
         done = [("breaker_reset", "health_breaker_reset=true")] if guard["reset"] else []
         done += [("breaker_tripped", guard["reason"])] if guard["tripped_now"] else []

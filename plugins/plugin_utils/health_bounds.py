@@ -139,11 +139,11 @@ def admit(guard: dict, host: str) -> bool:
     return False
 
 
-def breaker_state(state: dict, guard: dict, now: str, by: str) -> dict:
-    """The state's ``breaker`` after the plan: tripped now (time, reason) or reset (time, who; audited)."""
+def breaker_state(state: dict, guard: dict, now: str, by: str) -> dict | None:
+    """The state's ``breaker`` after the plan: tripped now (time, reason) or reset (time, who; audited); else None."""
     record = dict((state or {}).get("breaker") or {})
     if guard.get("reset"):
         record.update(tripped=False, reason="", resets=[*(record.get("resets") or []), {"time": now, "by": by}])
     if guard.get("tripped_now"):
         record.update(tripped=True, since=now, reason=guard["reason"])
-    return {**(state or {}), "breaker": record} if record else dict(state or {})
+    return record or None

@@ -114,13 +114,12 @@ def _thresholds(sweep: dict, nccl: Any, nvbandwidth: Any, overrides: dict) -> di
                   checks=verdict["checks"])
 
 
-def validation(sweep: Any, gpus: Any = None, dcgm_level: int = 2, nccl: Any = None, nvbandwidth: Any = None,
+def validation(sweep: dict, gpus: Any = None, dcgm_level: int = 2, nccl: Any = None, nvbandwidth: Any = None,
                overrides: dict | None = None) -> dict:
     """The validation of one node: {ok, checks: [{check, status, detail}], failed: [check], summary}.
 
     ``sweep``: the gpu_health result run with dcgm_level; ``gpus``: the GPU indexes going back; ``nccl`` and
     ``nvbandwidth``: the registered results of all_reduce_perf and nvbandwidth (skipped where absent)."""
-    sweep = sweep if isinstance(sweep, dict) else {}
     back = [str(g) for g in gpus or []]
     checks = [_gpu_health(sweep, back), _dcgm(sweep, int(dcgm_level))]
     checks.append(_thresholds(sweep, nccl, nvbandwidth, overrides or {}) if sweep.get("read_ok") else
