@@ -47,10 +47,7 @@ def nvlink_count(cell: str) -> int | None:
 
 def link_rank(cell: str) -> int | None:
     """Rank of a matrix cell in the order above (0 = self, smaller = closer); None when not a link type."""
-    rank = _RANK.get(cell)
-    if rank is None and nvlink_count(cell) is not None:
-        return _NV_RANK
-    return rank
+    return _NV_RANK if nvlink_count(cell) else _RANK.get(cell)
 
 
 def gpu_index(label: str) -> int | None:
