@@ -103,17 +103,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _ansible_args(args: argparse.Namespace) -> list[str]:
-    extra = []
-    for value in args.extra_vars:
-        extra += ["-e", value]
-    if args.limit:
-        extra += ["--limit", args.limit]
-    if args.tags:
-        extra += ["--tags", args.tags]
-    return extra
-
-
 def run(args: argparse.Namespace) -> int:
     playbook, root = resolve_playbook(args.playbook)
     inventory = args.inventory if "," in args.inventory else str(Path(args.inventory).resolve())
@@ -131,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
     env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
     env |= {"ANSIBLE_NOCOLOR": "true", "ANSIBLE_FORCE_COLOR": "false"}
     check_inventory(inventory, root, env)
-    extra = _ansible_args(args)
+    extra = [arg for value in args.extra_vars for arg in ("-e", value)]
+    for flag, value in (("--limit", args.limit), ("--tags", args.tags)):
+        if value:
+            extra += [flag, value]
     fold = RunFold()
     cmdline = shlex.join([*extra, *(["--check"] if args.check else [])])
     print(f"gpuops-run: {playbook} -i {inventory} {cmdline}".rstrip(), flush=True)
