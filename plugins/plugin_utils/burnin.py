@@ -13,7 +13,7 @@ from statistics import median
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.burnin_jobs import pair_nccl
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output, ran
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.validate import judge_nccl, parse_all_reduce
 
 # Below this share of the expected pair bus bandwidth a pair is slow.
@@ -132,8 +132,7 @@ def _fix(platform: str, hcas: str, ifname: str) -> str:
 
 def _pair_row(pair: list[str], result: dict, expected: float | None, floor_share: float, rdma: bool,
               fix: str) -> dict:
-    text = output(result)
-    rc = result.get("rc")
+    rc, text = ran(result)
     parsed = parse_all_reduce(text)
     used = transport(text)
     row = {"pair": list(pair), "measured": parsed["peak_busbw"], "expected": expected,

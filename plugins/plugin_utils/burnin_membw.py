@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 import yaml
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import output
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import ran
 
 TESTCASE = "device_local_copy"
 # A GPU whose copy traffic is below this share of its HBM peak fails (a healthy H100 SXM reaches ~0.9:
@@ -109,11 +109,11 @@ def judge_membw(node: str, result: dict | None, gpu_names: list[str], options: d
         where = options.get("binary") or "nvbandwidth in PATH"
         row["detail"] = f"skipped: nvbandwidth not found ({where}; set burnin_nvbandwidth to its path)"
         return row
-    parsed = parse_nvbandwidth(output(result))
+    rc, text = ran(result)
+    parsed = parse_nvbandwidth(text)
     copies = (parsed["results"].get(TESTCASE) or {}).get("values") or []
-    rc = result.get("rc")
     if rc not in (0, None) or not copies:
-        lines = [ln.strip() for ln in output(result).splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         why = (parsed["errors"] or lines or ["no output"])[-1]
         row.update(status="failed", detail=f"nvbandwidth -t {TESTCASE} gave no result (exit {rc}): {why[:200]}")
         return row

@@ -330,19 +330,21 @@ def output(value) -> str:
     return "\n".join(str(x) for x in (value.get("stdout"), value.get("stderr")) if x)
 
 
+def ran(value) -> tuple[int | None, str]:
+    """A registered command result's exit status and output; (None, "") where it did not run."""
+    if not isinstance(value, dict) or value.get("skipped"):
+        return None, ""
+    return value.get("rc"), output(value)
+
+
 def _out(outputs: dict, name: str) -> str:
     return output(outputs.get(name))
-
-
-def _rc(outputs: dict, name: str) -> int | None:
-    value = outputs.get(name)
-    return value.get("rc") if isinstance(value, dict) else None
 
 
 def node_links(outputs: dict, pin: str = "") -> list[dict]:
     """nvidia-smi -> loaded driver vs packages (-> Fabric Manager, kubernetes only): the links every node has."""
     return [
-        nvidia_smi(_rc(outputs, "nvidia_smi"), _out(outputs, "nvidia_smi")),
+        nvidia_smi(*ran(outputs.get("nvidia_smi"))),
         driver_versions(_out(outputs, "proc_version"), _out(outputs, "packages"), pin),
     ]
 
@@ -378,7 +380,7 @@ def chain(outputs: dict, platform: str, expected_gpus, node: str = "", pin: str 
     if sees_no_gpu(outputs):
         return no_gpu_chain(outputs, pin)
     if platform == "compose":
-        top = [workspace_gpus(_rc(outputs, "workspace"), _out(outputs, "workspace"), expected_gpus),
+        top = [workspace_gpus(*ran(outputs.get("workspace")), expected_gpus),
                docker_runtime(_out(outputs, "docker_runtimes"), _out(outputs, "daemon_json")),
                toolkit_cdi(_out(outputs, "ctk_version"), _out(outputs, "cdi_list"),
                            int((outputs.get("gpu_facts") or {}).get("count") or 0))]

@@ -13,8 +13,8 @@ import re
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import (
     allocatable,
     docker_runtime,
-    output,
     parse_json,
+    ran,
     workspace_gpus,
 )
 
@@ -69,12 +69,6 @@ def _why(text: str) -> str:
     return line[:240]
 
 
-def _out(value) -> tuple[int | None, str]:
-    if not isinstance(value, dict) or value.get("skipped"):
-        return None, ""
-    return value.get("rc"), output(value)
-
-
 def _because(cause: str, evidence: str, fix: str) -> str:
     return f"{cause}: {evidence}{'' if evidence.endswith(('.', '?', '!')) else '.'} Fix: {fix}"
 
@@ -89,7 +83,7 @@ def _registry(image: str) -> str:
 def docker_down(probe) -> str | None:
     """Docker itself, from the probe: not installed (exit 127) or its daemon not answering; None when docker info
     answered or there was no probe."""
-    rc, text = _out(probe)
+    rc, text = ran(probe)
     if rc in (None, 0):
         return None
     if rc == _NOT_FOUND:
@@ -104,7 +98,7 @@ def docker_down(probe) -> str | None:
 
 def _runtimes(probe) -> tuple[str, str]:
     """docker info's runtimes and CDI spec directories as evidence, and the fix (the diagnose link's)."""
-    rc, text = _out(probe)
+    rc, text = ran(probe)
     info = parse_json(text) if rc == 0 else None
     if not isinstance(info, dict):
         return ("docker info gave no runtimes", docker_runtime({})["fix"])
@@ -121,7 +115,7 @@ def _runtimes(probe) -> tuple[str, str]:
 
 def container_failure(step: str, value, probe) -> str:
     """Why the container step ``step`` failed: its named cause, else its exit status and first error line."""
-    rc, text = _out(value)
+    rc, text = ran(value)
     return named_cause(step, value, probe) or f"exit {rc}: {_why(text)}"
 
 
@@ -132,7 +126,7 @@ def named_cause(step: str, value, probe) -> str | None:
     down = docker_down(probe)
     if down:
         return down
-    _rc, text = _out(value)
+    _rc, text = ran(value)
     missing = _MISSING_IMAGE.search(text)
     if missing and any(sign in text for sign in _UNREACHABLE):
         image, registry = missing.group(1), _registry(missing.group(1))
@@ -208,26 +202,26 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
     and host_uuids (index -> UUID, gpu_facts'); members: [{name, gpus}] on this host."""
     rows = []
     probe = outputs.get("docker")
-    rc, text = _out(outputs.get("cuda_smi"))
+    rc, text = ran(outputs.get("cuda_smi"))
     listed = len(re.findall(r"^GPU \d+:", text, re.M))
     rows.append(row(COMPOSE_STEPS[0], "ok" if rc == 0 and listed == gpu_count else "failed",
                     f"{listed} of {gpu_count} GPUs listed" if rc == 0
                     else container_failure("cuda_smi", outputs.get("cuda_smi"), probe)))
-    rc, text = _out(outputs.get("cuda_check"))
+    rc, text = ran(outputs.get("cuda_check"))
     passed = rc == 0 and "Test PASSED" in text
     rows.append(row(COMPOSE_STEPS[1], "ok" if passed else "failed",
                     "vectorAdd: Test PASSED" if passed else
                     f"exit 0 without Test PASSED: {_why(text)}" if rc == 0 else
                     container_failure("cuda_check", outputs.get("cuda_check"), probe)))
     if gpu_count > 1:
-        rc, text = _out(outputs.get("nccl"))
+        rc, text = ran(outputs.get("nccl"))
         rows.append(judge_nccl(text, rc, expected_busbw(topology, list(range(gpu_count)), pcie_gen), probe))
     else:
         rows.append(row(COMPOSE_STEPS[2], "skipped", "skipped: one GPU, nothing to all-reduce across"))
     uuids = {str(index): uuid for index, uuid in (outputs.get("host_uuids") or {}).items()}
     results = []
     for member in members:
-        rc, text = _out((outputs.get("workspaces") or {}).get(member["name"]))
+        rc, text = ran((outputs.get("workspaces") or {}).get(member["name"]))
         want = [uuids.get(str(g), f"GPU{g}?") for g in member.get("gpus", [])]
         link = workspace_gpus(rc, text, want)
         results.append((member["name"], link))
@@ -244,7 +238,7 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
 
 
 def _json(value):
-    return parse_json(_out(value)[1])
+    return parse_json(ran(value)[1])
 
 
 def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1, mig: bool = False) -> list[dict]:
@@ -258,7 +252,7 @@ def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1,
     not_ready = sorted({n["metadata"]["name"] for n in nodes} - set(ready))
     rows.append(row(KUBERNETES_STEPS[0], "ok" if nodes and not not_ready else "failed",
                     f"{len(ready)}/{len(nodes)} Ready" + (f"; not Ready: {', '.join(not_ready)}" if not_ready else "")))
-    alloc = allocatable(_out(outputs.get("node"))[1], gpu_count if mig else gpu_count * replicas, mig)
+    alloc = allocatable(ran(outputs.get("node"))[1], gpu_count if mig else gpu_count * replicas, mig)
     expected = (f"at least {gpu_count}: {gpu_count} GPUs, MIG devices of each" if mig
                 else f"{gpu_count} GPUs x {replicas} replicas")
     rows.append(row(KUBERNETES_STEPS[1], "ok" if alloc["status"] == "ok" else "failed",
@@ -270,7 +264,7 @@ def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1,
     rows.append(row(KUBERNETES_STEPS[2], "ok" if pods and not unhealthy else "failed",
                     f"{len(pods) - len(unhealthy)}/{len(pods)} healthy" +
                     (f"; unhealthy: {', '.join(unhealthy)}" if unhealthy else "")))
-    rc, text = _out(outputs.get("gpu_pod"))
+    rc, text = ran(outputs.get("gpu_pod"))
     listed = len(re.findall(r"^GPU \d+:", text, re.M))
     rows.append(row(KUBERNETES_STEPS[3], "ok" if rc == 0 and listed else "failed",
                     f"the pod completed and listed {listed} GPU(s) on {node}" if rc == 0 and listed
