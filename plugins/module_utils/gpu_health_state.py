@@ -126,12 +126,16 @@ def nvml_health(calls, label: str, handle, links: dict) -> dict:
             return None
         return value
 
-    uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
-    for key, counter in (
-        ("ecc_uncorrectable_volatile", "NVML_VOLATILE_ECC"),
-        ("ecc_uncorrectable_aggregate", "NVML_AGGREGATE_ECC"),
+    ecc = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+    for key, name, *args in (
+        ("ecc_uncorrectable_volatile", "nvmlDeviceGetTotalEccErrors", ecc, getattr(nvml, "NVML_VOLATILE_ECC", None)),
+        ("ecc_uncorrectable_aggregate", "nvmlDeviceGetTotalEccErrors", ecc, getattr(nvml, "NVML_AGGREGATE_ECC", None)),
+        ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+        ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+        ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
     ):
-        value = read((key,), "nvmlDeviceGetTotalEccErrors", uncorrected, getattr(nvml, counter, None))
+        value = read((key,), name, *args)
         state[key] = None if value is None else int(value)
     remapped = read(("row_remap_pending", "row_remap_failure"), "nvmlDeviceGetRemappedRows")
     if remapped is not None:
@@ -148,14 +152,6 @@ def nvml_health(calls, label: str, handle, links: dict) -> dict:
         state["throttle_power"] = bool(mask & _REASON_HW_POWER_BRAKE)
         state["throttle_sw_power_cap"] = bool(mask & _REASON_SW_POWER_CAP)
         state["throttle_hw_slowdown"] = bool(mask & _REASON_HW_SLOWDOWN)
-    for key, name in (
-        ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
-        ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
-        ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
-        ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
-    ):
-        value = read((key,), name)
-        state[key] = None if value is None else int(value)
     _nvml_links(calls, label, handle, links, state)
     if state["nvlink_links_active"] is None:  # no link answered: a GPU without NVLink
         not_supported.extend(_NVLINK_KEYS)
