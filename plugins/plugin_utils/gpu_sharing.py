@@ -60,7 +60,6 @@ TRAINING_POOL = "training"      # kube_plan.POOLS: training, inference
 # Data-center GPUs of compute capability below 7.5 (Volta 7.0, Pascal 6.x, Maxwell 5.x, Kepler 3.x), matched as
 # whole words in the upper-cased product name: an MPS server takes 16 clients on them, not 48.
 _BEFORE_7_5 = re.compile(r"(?<![A-Z0-9])(V100|TITAN V|P100|P40|P4|P6|K80|K40|M60|M40|M10|M4)(?![A-Z0-9])")
-_KEYS = ("mps_replicas", "time_slicing_replicas")
 # What each replica of a pool gets (pool_sharing); the plan's gpu_sharing.<pool> adds mig_profile, gpu_memory_mib,
 # nodes and reason.
 SHARE_KEYS = ("strategy", "replicas", "memory_isolation", "memory_per_replica_mib", "thread_percentage")
@@ -100,17 +99,12 @@ def _mps_problems(var: str, name: str, pool: dict, nodes: list[dict], rule: mps.
     if _bad_count(replicas):
         return [*found, f"{var}.mps_replicas is {replicas!r}: the device plugin needs >= {MIN_REPLICAS} replicas per "
                         "GPU (1 is a whole GPU); fix: set 2 or more (default 4), or remove it for whole GPUs"]
-    for node in nodes:
+    for node in nodes or [{}]:  # no node known: the limit of compute capability 7.5 and newer
         limit = max_mps_clients(node.get("gpu_model"))
+        where = f" on node {node['name']} ({node.get('gpu_model') or 'GPU model unknown'})" if node else ""
         if replicas > limit:
-            found.append(
-                f"{var}.mps_replicas is {replicas} but an MPS server on node {node['name']} "
-                f"({node.get('gpu_model') or 'GPU model unknown'}) takes at most {limit} clients per GPU; "
-                f"fix: set mps_replicas to {limit} or fewer"
-            )
-    if not nodes and replicas > MPS_MAX_CLIENTS:
-        found.append(f"{var}.mps_replicas is {replicas}: an MPS server takes at most {MPS_MAX_CLIENTS} clients per "
-                     f"GPU; fix: set mps_replicas to {MPS_MAX_CLIENTS} or fewer")
+            found.append(f"{var}.mps_replicas is {replicas} but an MPS server{where} takes at most {limit} clients per "
+                         f"GPU; fix: set mps_replicas to {limit} or fewer")
     found.extend(_memory_problems(var, pool, replicas, nodes, rule))
     return found
 
@@ -152,7 +146,7 @@ def sharing_problems(name: str, pool: dict, nodes: list[dict], mps_limits: mps.L
     """Every refusal of pool ``name``'s sharing settings (``nodes``: the pool's GPU nodes, kube_gpu.gpu_nodes;
     ``mps_limits``: the MPS cap rule's settings, None for the defaults)."""
     var = f"gpu_operator_pools.{name}"
-    shares, slicing = (pool.get(key) for key in _KEYS)
+    shares, slicing = pool.get("mps_replicas"), pool.get("time_slicing_replicas")
     found = []
     if shares is not None and slicing is not None:
         found.append(f"{var} sets both mps_replicas ({shares!r}) and time_slicing_replicas ({slicing!r}); the device "

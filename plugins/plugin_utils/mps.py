@@ -38,11 +38,6 @@ class Limits:
     reserve_mib: int
     min_usable_mib: int
 
-    @property
-    def min_cap_mib(self) -> int:
-        """The smallest cap that passes."""
-        return self.reserve_mib + self.min_usable_mib
-
 
 def _mib(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

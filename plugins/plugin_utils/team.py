@@ -222,7 +222,8 @@ def _shared_gpu_problems(members: Any, owner: dict[int, str], rule: mps.Limits) 
             short = cap and mps.cap_problem(
                 f"member {label}'s MPS cap on GPU {gpu} (gpuops_members[{i}].shared_gpus memory "
                 f"{show(entry['memory'])})", cap, rule, f"raise {label}'s memory on GPU {gpu} to "
-                f"{format_mib(rule.min_cap_mib)} or more, or give {label} an exclusive GPU (gpus) instead")
+                f"{format_mib(rule.reserve_mib + rule.min_usable_mib)} or more, or give {label} an exclusive GPU "
+                "(gpus) instead")
             if short:
                 problems.append(short)
     return problems

@@ -29,7 +29,7 @@ from conftest import shared_path
 CAPTURE = ("nvidia-smi", "h200-driver580", "mps-pinned-mem-limit.txt")
 CAPTURE_LINE = re.compile(r"^cap (\d+)G -> .*allocated MiB (\d+);")
 DEFAULTS = mps.limits()
-SMALLEST = DEFAULTS.min_cap_mib
+SMALLEST = DEFAULTS.reserve_mib + DEFAULTS.min_usable_mib
 TEAMS = [{"name": "research"}]
 TOPOLOGY = {"gpus": [{"index": 0, "cpu_affinity": "0-3", "numa_node": 0},
                      {"index": 1, "cpu_affinity": "4-7", "numa_node": 0}]}
