@@ -7,7 +7,6 @@ Thin: the links and the walk live in plugins/plugin_utils/diagnose.py; documenta
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 diagnose = lazy("diagnose")
@@ -15,19 +14,11 @@ diagnose = lazy("diagnose")
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "",
                    sharing=None) -> dict:
-    if not isinstance(outputs, dict):
-        raise AnsibleFilterError(f"diagnose_chain needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
         return diagnose.chain(outputs, platform, list(expected_gpus or []), pin=pin or "")
-    if platform == "kubernetes":
-        try:
-            count = int(expected_gpus or 0)
-        except (TypeError, ValueError) as exc:
-            raise AnsibleFilterError(f"diagnose_chain: expected_gpus must be a number on kubernetes, got "
-                                     f"{expected_gpus!r}") from exc
-        replicas, mig = diagnose.node_sharing(sharing, node)
-        return diagnose.chain(outputs, platform, count if mig else count * replicas, node, pin or "", mig)
-    raise AnsibleFilterError(f"diagnose_chain: platform '{platform}' is not compose or kubernetes")
+    count = int(expected_gpus or 0)
+    replicas, mig = diagnose.node_sharing(sharing, node)
+    return diagnose.chain(outputs, platform, count if mig else count * replicas, node, pin or "", mig)
 
 
 class FilterModule:

@@ -7,7 +7,6 @@ Thin: the judgements live in plugins/plugin_utils/validate.py; documentation in 
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 validate = lazy("validate")
@@ -17,16 +16,9 @@ diagnose = lazy("diagnose")
 def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917
                   node: str = "", sharing=None, pcie_gen: int = 4, no_gpu_reason: str = "") -> list:
     """Keyword arguments mirror the filter's documented options (validate_rows.yml)."""
-    if platform not in ("compose", "kubernetes"):
-        raise AnsibleFilterError(f"validate_rows: platform '{platform}' is not compose or kubernetes")
-    try:
-        gpu_count, pcie_gen = int(gpu_count), int(pcie_gen)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"validate_rows: gpu_count and pcie_gen must be numbers: {exc}") from exc
+    gpu_count, pcie_gen = int(gpu_count), int(pcie_gen)
     if gpu_count == 0:
         return validate.no_gpu_rows(platform, no_gpu_reason)
-    if not isinstance(outputs, dict):
-        raise AnsibleFilterError(f"validate_rows needs a dict of command outputs, got {type(outputs).__name__}")
     if platform == "compose":
         return validate.compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
     return validate.kubernetes_rows(outputs, node, gpu_count, *diagnose.node_sharing(sharing, node))
