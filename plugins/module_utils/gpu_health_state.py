@@ -262,12 +262,8 @@ def add_nvlink(records: list, status_text: str | None, errors_text: str | None) 
         state = by_uuid.get(gpu["uuid"]) if gpu["uuid"] else by_index.get(gpu["index"])
         if state is None or not gpu["counters"]:
             continue
-        for key, word in (
-            ("nvlink_crc_errors", "crc"),
-            ("nvlink_replay_errors", "replay"),
-            ("nvlink_recovery_errors", "recovery"),
-        ):
-            found = [count for name, count in gpu["counters"].items() if word in name]
+        for key in ("nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors"):
+            found = [count for name, count in gpu["counters"].items() if key.split("_")[1] in name]
             state[key] = sum(found) if found else None
 
 
