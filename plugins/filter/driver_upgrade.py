@@ -7,7 +7,6 @@ Thin: the decisions live in plugins/plugin_utils/driver_upgrade.py; documentatio
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 driver_upgrade = lazy("driver_upgrade")
@@ -15,11 +14,6 @@ driver_upgrade = lazy("driver_upgrade")
 
 def driver_upgrade_plan(dpkg_output, target: str = "", allow_downgrade: bool = False, processes_output: str = "",
                         processes_rc=None, force: bool = False) -> dict:
-    if not target:
-        raise AnsibleFilterError("driver_upgrade_plan needs target, the new pinned driver version (e.g. 550.90.07)")
-    for name, value in (("allow_downgrade", allow_downgrade), ("force", force)):
-        if not isinstance(value, bool):
-            raise AnsibleFilterError(f"{name} must be a real boolean (true/false), got {value!r}")
     rc = None if processes_rc in (None, "") else int(processes_rc)
     processes = driver_upgrade.gpu_processes(str(processes_output or ""), rc)
     return driver_upgrade.plan(str(dpkg_output or ""), str(target), allow_downgrade, processes, force)
