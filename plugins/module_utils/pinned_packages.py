@@ -116,13 +116,8 @@ def parse_stanzas(text):
 
 def read_index(path):
     """Text of a Packages file, plain or compressed (.gz, .xz)."""
-    if path.endswith(".gz"):
-        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    if path.endswith(".xz"):
-        with lzma.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    opener = gzip.open if path.endswith(".gz") else lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         return handle.read()
 
 
