@@ -15,7 +15,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 
 gpu_operator = lazy("gpu_operator")
 gpu_sharing = lazy("gpu_sharing")
-images = lazy("images")
 kube_gpu = lazy("kube_gpu")
 kube_tenancy = lazy("kube_tenancy")
 training_jobs = lazy("training_jobs")
@@ -48,8 +47,7 @@ def pytorchjob_template(pool: Any, config: Any) -> dict:
 
 def kube_mirror_images(objects: Any, mirror: Any = "") -> list[dict]:
     try:
-        return training_jobs.mirror_manifest_images(kube_gpu.plain(list(objects or [])),
-                                                    lambda ref: images.mirror_image(ref, str(mirror or "")))
+        return training_jobs.mirror_manifest_images(kube_gpu.plain(list(objects or [])), str(mirror or ""))
     except ValueError as exc:
         raise AnsibleFilterError(f"kube_mirror_images: {exc}") from exc
 

@@ -572,7 +572,7 @@ def host_part(
     host: dict | None = None,
 ) -> dict:
     """``hosts.<name>`` (SCHEMA says what each key holds). ``driver``: the pin preflight judged, else None (the
-    inventory's); ``driver_judged``: preflight.judged_driver's; ``host``: the OS facts gpu_facts read, else None."""
+    inventory's); ``driver_judged``: preflight.host_checks'; ``host``: the OS facts gpu_facts read, else None."""
     topology, source = gpu.get("topology"), "preflight"
     if not isinstance(topology, dict) or not topology:
         declared = _setting(hostvars, "gpuops_gpu_topology")

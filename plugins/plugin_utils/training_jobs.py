@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Callable
+from typing import Any
+
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import images
 
 _PLACEHOLDER = re.compile(r"^NIC[0-9]+$")
 
@@ -113,13 +115,11 @@ def pytorchjob(pool: str, config: dict) -> dict[str, Any]:
 _POD_TEMPLATE_KINDS = frozenset(("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"))
 
 
-def mirror_manifest_images(objects: list[dict], rewrite: Callable[[str], str]) -> list[dict]:
-    """Upstream manifests (e.g. the Training Operator's) with every container image passed through ``rewrite``
-    (the registry-mirror rule of the images helpers)."""
+def mirror_manifest_images(objects: list[dict], mirror: str) -> list[dict]:
+    """Upstream manifests (e.g. the Training Operator's) with every container image through ``mirror``
+    (``images.mirror_image``, the one registry-mirror rule)."""
     out = []
     for original in objects:
-        if not isinstance(original, dict):
-            continue
         obj = copy.deepcopy(original)
         spec = obj.get("spec") or {}
         if obj.get("kind") in _POD_TEMPLATE_KINDS:
@@ -127,6 +127,6 @@ def mirror_manifest_images(objects: list[dict], rewrite: Callable[[str], str]) -
             for key in ("initContainers", "containers"):
                 for container in pod.get(key) or []:
                     if container.get("image"):
-                        container["image"] = rewrite(container["image"])
+                        container["image"] = images.mirror_image(container["image"], mirror)
         out.append(obj)
     return out

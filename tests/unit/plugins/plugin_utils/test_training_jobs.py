@@ -153,9 +153,9 @@ def test_mirror_manifest_images() -> None:
         "containers": [{"name": "training-operator", "image": "kubeflow/training-operator:v1-855e096"}],
         "initContainers": [{"name": "init", "image": "registry.k8s.io/pause:3.10"}]}}}}
     service = {"kind": "Service", "spec": {"ports": [{"port": 8080}]}}
-    out = mirror_manifest_images([deployment, service], lambda ref: f"mirror/{ref}")
+    out = mirror_manifest_images([deployment, service], "mirror.lan:5000")
     pod = out[0]["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "mirror/kubeflow/training-operator:v1-855e096"
-    assert pod["initContainers"][0]["image"] == "mirror/registry.k8s.io/pause:3.10"
+    assert pod["containers"][0]["image"] == "mirror.lan:5000/kubeflow/training-operator:v1-855e096"
+    assert pod["initContainers"][0]["image"] == "mirror.lan:5000/pause:3.10"
     assert out[1] == service
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith("kubeflow/"), "input kept"
