@@ -50,35 +50,10 @@ class SlowdownInputError(ValueError):
     """A signal or threshold that is not usable; the message names it, the value, what is allowed and the fix."""
 
 
-def _number(name: str, value, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise SlowdownInputError(f"{where} {name} is {value!r} ({type(value).__name__}); expected a number or null. "
-                                 "Fix: pass the window mean as a number, null when it was not measured")
-    if math.isnan(value) or value < 0:
-        raise SlowdownInputError(f"{where} {name} is {value!r}; expected a number >= 0. "
-                                 "Fix: pass the window mean, null when it was not measured")
-    return float(value)
-
-
-def _named(given, what: str, kind: str, allowed: list[str]) -> None:
-    """Refuse ``given`` unless it is a dict of ``what`` whose names (each a ``kind``) are all ``allowed``."""
-    if not isinstance(given, dict):
-        raise SlowdownInputError(f"training_slowdown needs a dict of {what}, got {type(given).__name__}. "
-                                 f"Fix: pass a subset of {allowed}")
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
-        raise SlowdownInputError(f"training_slowdown: unknown {kind}(s) {unknown}; allowed: {allowed}. "
-                                 "Fix: correct the name")
-
-
-def check_signals(signals) -> dict:
-    """The signals as floats (or None), refused when not a dict, unknown, negative or a fraction above 1."""
-    _named(signals, "window means", "signal", list(SIGNALS))
-    out = {name: _number(name, signals.get(name), "signal") for name in SIGNALS}
-    if out["gpu_count"] is not None:
-        out["gpu_count"] = int(out["gpu_count"])
+def check_signals(signals: dict) -> dict:
+    """The window means (slowdown_query.window_means: a number each, None where unmeasured), refused where a
+    fraction is above 1."""
+    out = {name: signals.get(name) for name in SIGNALS}
     for name in FRACTIONS:
         if out[name] is not None and out[name] > 1.0:
             raise SlowdownInputError(
@@ -88,18 +63,19 @@ def check_signals(signals) -> dict:
     return out
 
 
-def check_thresholds(overrides) -> dict:
-    """THRESHOLDS with the overrides applied; unknown names and non-numbers are refused."""
-    if overrides is None:
-        return dict(THRESHOLDS)
-    _named(overrides, "thresholds", "threshold", sorted(THRESHOLDS))
+def check_thresholds(overrides: dict | None) -> dict:
+    """THRESHOLDS with the overrides (diagnose_thresholds, a dict by its spec) applied; unknown names and anything
+    but a number >= 0 are refused."""
+    unknown = sorted(set(overrides or {}) - set(THRESHOLDS))
+    if unknown:
+        raise SlowdownInputError(f"training_slowdown: unknown threshold(s) {unknown}; allowed: {sorted(THRESHOLDS)}. "
+                                 "Fix: correct the name")
     merged = dict(THRESHOLDS)
-    for name, value in overrides.items():
-        number = _number(name, value, "threshold")
-        if number is None:
-            raise SlowdownInputError(f"threshold {name} is null; expected a number. Fix: remove it for the default "
-                                     f"({THRESHOLDS[name]})")
-        merged[name] = number
+    for name, value in (overrides or {}).items():
+        if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or value < 0:
+            raise SlowdownInputError(f"threshold {name} is {value!r}; expected a number >= 0. Fix: set a number, or "
+                                     f"remove it for the default ({THRESHOLDS[name]})")
+        merged[name] = float(value)
     return merged
 
 

@@ -133,16 +133,13 @@ def test_thresholds_are_overridable():
 
 
 @pytest.mark.parametrize(("signals", "thresholds", "message"), [
-    ([0.5], None, "needs a dict of window means, got list"),
-    ({"memory_bw": 0.5}, None, r"unknown signal\(s\) \['memory_bw'\]"),
-    ({"memory_bandwidth_util": "0.5"}, None, "memory_bandwidth_util is '0.5' \\(str\\)"),
-    ({"memory_bandwidth_util": True}, None, "expected a number or null"),
-    ({"gpu_temp_c": -3}, None, "expected a number >= 0"),
-    ({"pcie_util": float("nan")}, None, "expected a number >= 0"),
     ({"pcie_util": 1.4}, None, "pcie_util is 1.400, above 1.*diagnose_pcie_gbps"),
     (HEALTHY, {"memory_min": 0.5}, r"unknown threshold\(s\) \['memory_min'\]"),
-    (HEALTHY, {"gpu_temp_c_max": None}, "threshold gpu_temp_c_max is null"),
-    (HEALTHY, [1], "needs a dict of thresholds, got list"),
+    (HEALTHY, {"gpu_temp_c_max": None}, r"threshold gpu_temp_c_max is None; expected a number >= 0.*default \(80.0\)"),
+    (HEALTHY, {"gpu_temp_c_max": "80"}, "threshold gpu_temp_c_max is '80'; expected a number >= 0"),
+    (HEALTHY, {"pcie_util_min": True}, "threshold pcie_util_min is True; expected a number >= 0"),
+    (HEALTHY, {"pcie_util_min": -0.1}, "threshold pcie_util_min is -0.1; expected a number >= 0"),
+    (HEALTHY, {"pcie_util_min": float("nan")}, "threshold pcie_util_min is nan; expected a number >= 0"),
 ])
 def test_refused_input_says_what_and_the_fix(signals, thresholds, message):
     with pytest.raises(SlowdownInputError, match=message) as raised:
