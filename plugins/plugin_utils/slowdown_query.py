@@ -78,8 +78,6 @@ def selectors(platform: str, job: str = "", gpus=None, members: dict | None = No
               hosts: list[str] | None = None) -> list[str]:
     """The label matchers (without braces) that pick the job's GPUs: one string, or two alternatives joined with
     ``or`` by the queries (Kubernetes pod labels, with and without Prometheus's ``exported_`` prefix)."""
-    if platform not in ("compose", "kubernetes"):
-        raise SlowdownInputError(f"platform '{platform}' is not compose or kubernetes")
     if gpus:
         wanted = gpu_list(gpus)
         index = [g for g in wanted if g.isdigit()]
@@ -231,9 +229,6 @@ def build(platform: str, options: dict) -> dict:
     """The filter slowdown_queries: the window (``window``, else the last ``lookback_s`` before ``now``), the job's
     selectors, the capacities (``pcie_gbps``, else (0 or None) from ``pcie_gen``; ``nvlink_peak_gbps``, else from
     ``topologies``, else NVLink is not judged) and the queries; a ROLE_SETTINGS option left out: its role's default."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise SlowdownInputError(f"unknown option(s) {unknown}; allowed: {sorted(OPTIONS)}")
     o = {**OPTIONS, **options}
     o.update({key: role_defaults(role)[name] for key, (role, name) in ROLE_SETTINGS.items() if o[key] is None})
     now = float(o["now"])
@@ -243,8 +238,7 @@ def build(platform: str, options: dict) -> dict:
     pcie = float(o["pcie_gbps"]) if o["pcie_gbps"] not in (None, "", 0) else pcie_gbps(o["pcie_gen"])
     peak = o["nvlink_peak_gbps"]
     if peak in (None, "", 0):
-        peak = max((p for p in (nvlink_peak_gbps(t) for t in o["topologies"] or [] if isinstance(t, dict)) if p),
-                   default=None)
+        peak = max((p for p in map(nvlink_peak_gbps, o["topologies"] or []) if p), default=None)
     known = peak is not None
     return {**span, "start_utc": utc(span["start"]), "end_utc": utc(span["end"]), "selectors": sels,
             "pcie_gbps": pcie, "nvlink_peak_gbps": float(peak) if known else None, "nvlink_capacity_known": known,
