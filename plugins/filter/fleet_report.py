@@ -8,19 +8,13 @@ fleet_report_html.yml next to this file.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 fleet_report = lazy("fleet_report")
 
 
 def fleet_report_html(reports, generated: str = "", title: str = "gpuops.cluster fleet report", burnin=None) -> str:
-    if not isinstance(reports, list) or not all(isinstance(r, dict) for r in reports):
-        raise AnsibleFilterError("fleet_report_html needs a list of per-host report dicts (preflight's JSON shape)")
-    if burnin is not None and not isinstance(burnin, dict):
-        raise AnsibleFilterError(f"fleet_report_html: burnin must be the burn-in report (a dict), got "
-                                 f"{type(burnin).__name__}")
-    return fleet_report.render_fleet_report(reports, str(generated), str(title), burnin or None)
+    return fleet_report.render_fleet_report(reports, str(generated), str(title), burnin)
 
 
 class FilterModule:

@@ -241,7 +241,7 @@ def slowdown_section(reports: list[dict]) -> str:
     out = []
     for report in reports:
         answer = report.get("slowdown")
-        if not isinstance(answer, dict):
+        if not answer:
             continue
         job = escape(str(answer.get("job", "")))
         signals = ", ".join(f"{k} {v}" for k, v in (answer.get("signals") or {}).items() if v is not None)
@@ -263,7 +263,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
                         burnin: dict | None = None) -> str:
     """The whole page. ``reports`` as described in the module docstring; ``generated`` a UTC timestamp;
     ``burnin`` the burn-in report, rendered as the ``burnin`` section after the fleet table."""
-    rows = [host_row(r) for r in sorted(reports, key=lambda r: str(r.get("host", "")))]
+    reports = sorted(reports, key=lambda r: str(r.get("host", "")))
+    rows = [host_row(r) for r in reports]
     total_gpus = sum(int((r.get("gpu") or {}).get("count") or 0) for r in reports)
     bad = sum(1 for r in rows if not r["ok"])
     head = ["Host", "GPUs", "Driver (pin)", "CUDA", "Fabric Manager", "Platform", "Pool", "Warnings", "Validate"]
@@ -279,8 +280,7 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
     for row in rows:
         pin = f" (pin {escape(row['pin'])})" if row["pin"] and row["pin"] != row["driver"] else ""
         good_cuda = row["cuda"] in ("native", "minor_version")
-        cuda = f"{escape(row['cuda_version'])} {_badge('ok' if good_cuda else 'warn', row['cuda'])}"
-        cuda = cuda if row["cuda"] else ""
+        cuda = row["cuda"] and f"{escape(row['cuda_version'])} {_badge('ok' if good_cuda else 'warn', row['cuda'])}"
         warns = "".join(f"<li>{escape(w)}</li>" for w in row["warnings"])
         warns = f"<ul class='w'>{warns}</ul>" if warns else ""
         cells.append(
@@ -292,8 +292,8 @@ def render_fleet_report(reports: list[dict], generated: str = "", title: str = "
             + (f"<td class='health'>{_badge(row['health_status'], row['health'])}</td>" if health else "") + "</tr>")
     html.append(_table("fleet", head, cells, attr="id"))
     html += burnin_section(burnin)
-    html.append(slowdown_section(sorted(reports, key=lambda r: str(r.get("host", "")))))
-    for report in sorted(reports, key=lambda r: str(r.get("host", ""))):
+    html.append(slowdown_section(reports))
+    for report in reports:
         name = str(report.get("host", "?"))
         svg = topology_svg(report.get("topology"), f"{name}: GPU, NVLink, NUMA and NIC topology")
         html.append(f"<section class='host' id='host-{escape(name)}'><h2>{escape(name)}</h2>")
