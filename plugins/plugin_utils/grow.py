@@ -305,8 +305,7 @@ def stale_problems(created: Any, sources: dict) -> list[str]:
     if not isinstance(created, (int, float)):
         return [f"the plan file has no creation time ({_show(created)}); expected one written by grow.yml with "
                 "grow_plan_only=true. Fix: write the plan again"]
-    newer = sorted(path for path, mtime in (sources or {}).items()
-                   if isinstance(mtime, (int, float)) and mtime > created)
+    newer = sorted(path for path, mtime in (sources or {}).items() if mtime > created)
     if newer:
         return [f"the plan file is older than {', '.join(newer)}, changed since the plan was made; the plan may no "
                 "longer match the site. Fix: write the plan again (grow.yml -e grow_plan_only=true), review it, "
@@ -317,38 +316,35 @@ def stale_problems(created: Any, sources: dict) -> list[str]:
 def markdown(grow_plan: dict) -> str:
     """plan.md: the plan for review, in the order it applies."""
     lines = ["# Growth plan: Compose site -> Kubernetes platform", ""]
-    if grow_plan.get("problems"):
+    if grow_plan["problems"]:
         lines += ["## Refused (nothing will change until these are fixed)", ""]
         lines += [f"- {p}" for p in grow_plan["problems"]] + [""]
     lines += ["## Teams (namespace, GPU quota = the GPUs the members held on Compose)", "",
               "| team | namespace | GPU quota | members |", "|---|---|---|---|"]
     lines += [f"| {t['name']} | {t['namespace']} | {t['gpu_quota']} | {', '.join(t['members'])} |"
-              for t in grow_plan.get("teams", [])]
+              for t in grow_plan["teams"]]
     lines += ["", "## Members (uids carry over)", "", "| member | uid | gid | team | GPUs |", "|---|---|---|---|---|"]
     lines += [f"| {m['name']} | {m['uid']} | {m['gid']} | {m['team']} | {m['gpus']} |"
-              for m in grow_plan.get("members", [])]
+              for m in grow_plan["members"]]
     lines += ["", "## Datasets (NFS, ReadOnlyMany; one PV per namespace, same server and path)", "",
               "| dataset | server:path | namespaces | PVs |", "|---|---|---|---|"]
     lines += [f"| {d['name']} | {d['server']}:{d['path']} | {', '.join(d['namespaces'])} | "
-              f"{', '.join(d['persistent_volumes'])} |" for d in grow_plan.get("datasets", [])]
+              f"{', '.join(d['persistent_volumes'])} |" for d in grow_plan["datasets"]]
     lines += ["", "## Workspaces (ReadWriteOnce PVs bound to each member's workspace PVC)", "",
               "| member | namespace | claim | PV | storage |", "|---|---|---|---|---|"]
     lines += [f"| {w['member']} | {w['namespace']} | {w['claim']} | {w['persistent_volume']} | {w['storage']} "
-              f"{w['source']} |" for w in grow_plan.get("workspaces", [])]
-    mlflow = grow_plan.get("mlflow") or {}
-    if mlflow:
-        src, dst = mlflow["source"], mlflow["target"]
-        lines += ["", "## MLflow", "",
-                  f"- source: {src['host']} {src['image']} (MLflow {src['version']}), {src['backend']} and "
-                  f"{src['artifacts']}",
-                  f"- target: namespace {dst['namespace']}, {dst['image']} (MLflow {dst['version']}), PVC "
-                  f"{dst['pvc']} ({dst['backend']}, {dst['artifacts']})",
-                  f"- users carried over (one per member, named as the member): {', '.join(mlflow.get('users', []))}"]
-    hosts = grow_plan.get("hosts") or {}
-    if hosts:
-        schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""
-        workers = ", ".join(f"{w['name']} ({w['gpu_count']} GPUs, pool {w['pool']})" for w in hosts["gpu_workers"])
-        lines += ["", "## Hosts", "", f"- control planes: {', '.join(hosts['control_planes'])}{schedulable}",
-                  f"- GPU workers: {workers}", "",
-                  "What each step of the apply carries over, and what stops when: docs/growth.md, section 2."]
+              f"{w['source']} |" for w in grow_plan["workspaces"]]
+    mlflow, hosts = grow_plan["mlflow"], grow_plan["hosts"]
+    src, dst = mlflow["source"], mlflow["target"]
+    lines += ["", "## MLflow", "",
+              f"- source: {src['host']} {src['image']} (MLflow {src['version']}), {src['backend']} and "
+              f"{src['artifacts']}",
+              f"- target: namespace {dst['namespace']}, {dst['image']} (MLflow {dst['version']}), PVC "
+              f"{dst['pvc']} ({dst['backend']}, {dst['artifacts']})",
+              f"- users carried over (one per member, named as the member): {', '.join(mlflow['users'])}"]
+    schedulable = " (schedulable: the Compose host runs GPU work)" if hosts["control_plane_schedulable"] else ""
+    workers = ", ".join(f"{w['name']} ({w['gpu_count']} GPUs, pool {w['pool']})" for w in hosts["gpu_workers"])
+    lines += ["", "## Hosts", "", f"- control planes: {', '.join(hosts['control_planes'])}{schedulable}",
+              f"- GPU workers: {workers}", "",
+              "What each step of the apply carries over, and what stops when: docs/growth.md, section 2."]
     return "\n".join(lines) + "\n"
