@@ -368,18 +368,6 @@ def probe_repository(module, scratch, label, result):
     return os.path.join(scratch, "lists")
 
 
-def probe_dnf(module, label, result):
-    """The dnf probe: the repository's key into a scratch directory (keyring_current), then module_utils."""
-    p = module.params
-    scratch = tempfile.mkdtemp(prefix="gpuops-pin.")
-    try:
-        if p["repo_url"]:
-            write_key(module, os.path.join(scratch, "key"), label, result)
-        ppd.probe(module, p, result, label, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def apt_errors(text):
     """apt's E:/W:/Err: lines; an Err: line with the reason apt prints indented below it (404, timeout...)."""
     lines = text.splitlines()
@@ -502,27 +490,30 @@ def main():
                          "key_url and key_fingerprint. Fix: give the repository's key URL, the key's full fingerprint "
                          "and (apt) its suites.")
 
-    if p["key_dest"] and not p["repo_url"]:
-        write_key(module, p["key_dest"], label, result)
-    elif dnf:
-        if not ppd.HAS_DNF:
-            module.fail_json(msg=label + missing_required_lib("python3-dnf (dnf 4)"),
-                             exception=str(ppd.DNF_IMPORT_ERROR))
-        if p["verify"] is not None:
-            ppd.verify(module, p, result, label)
-        elif p["versions"]:
-            probe_dnf(module, label, result)
-    else:
-        probe_apt(module, label, result)
+    scratch = tempfile.mkdtemp(prefix="gpuops-pin.")  # a probe's key and index; removed whatever happens
+    try:
+        if p["key_dest"] and not p["repo_url"]:
+            write_key(module, p["key_dest"], label, result)
+        elif dnf:
+            if not ppd.HAS_DNF:
+                module.fail_json(msg=label + missing_required_lib("python3-dnf (dnf 4)"),
+                                 exception=str(ppd.DNF_IMPORT_ERROR))
+            if p["verify"] is not None:
+                ppd.verify(module, p, result, label)
+            elif p["versions"]:
+                if p["repo_url"]:
+                    write_key(module, os.path.join(scratch, "key"), label, result)  # keyring_current
+                ppd.probe(module, p, result, label, scratch)
+        else:
+            probe_apt(module, scratch, label, result)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     module.exit_json(**result)
 
 
-def probe_apt(module, label, result):
+def probe_apt(module, scratch, label, result):
     p = module.params
-    reads_status = p["repo_url"] or p["lists_dir"] or p["installed_only"] or p["verify"] is not None
-    status = []
-    if reads_status and os.path.exists(p["status_file"]):
-        status = pp.parse_stanzas(pp.read_index(p["status_file"]))
+    status = pp.parse_stanzas(pp.read_index(p["status_file"])) if os.path.exists(p["status_file"]) else []
     if p["verify"] is not None:
         verify(module, status, result)
     if p["installed_only"]:
@@ -531,11 +522,7 @@ def probe_apt(module, label, result):
         describe(out, pp.installed_versions(status), status, result)
         result["complete"] = bool(versions) and not out["errors"] and not result["missing"]
     elif p["repo_url"]:
-        scratch = tempfile.mkdtemp(prefix="gpuops-pin.")
-        try:
-            resolve_lists(module, probe_repository(module, scratch, label, result), status, label, result)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        resolve_lists(module, probe_repository(module, scratch, label, result), status, label, result)
     elif p["lists_dir"]:
         resolve_lists(module, p["lists_dir"], status, label, result)
     apt_files(module, result)
