@@ -16,9 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 plan = lazy("plan")
 
 
-def inventory_plan(gpu_hosts: Any, hostvars: Any, platform: Any = None) -> dict:
-    if not isinstance(gpu_hosts, list):
-        raise AnsibleFilterError(f"inventory_plan: expected the list of gpu_nodes hosts, got {gpu_hosts!r}")
+def inventory_plan(gpu_hosts: list, hostvars: Any, platform: Any = None) -> dict:
     try:
         return plan.inventory_plan([str(h) for h in gpu_hosts], hostvars, platform or None)
     except (TypeError, ValueError, KeyError) as exc:
