@@ -219,7 +219,7 @@ def _load_state(path: str) -> dict:
         with open(path, encoding="utf-8") as stream:
             state = json.load(stream)
     except FileNotFoundError:
-        return {"cursor": None, "events": [], "held": [], "released": []}
+        state = {}
     return {"cursor": state.get("cursor"), "events": state.get("events", []), "held": state.get("held", []),
             "released": state.get("released", [])}
 
