@@ -153,21 +153,12 @@ _WHEEL_VERSION = re.compile(r"-([0-9]+(?:[.][0-9]+)+)-py3")
 STAMP = ".gpuops-built"
 
 
-def _probe(text: str) -> dict[str, str]:
-    return {k.strip(): v.strip() for k, _eq, v in (ln.partition("=") for ln in (text or "").splitlines()) if _eq}
-
-
-def _version(url: str, pattern: re.Pattern) -> str:
-    found = pattern.search(str(url).rsplit("/", 1)[-1])
-    return found.group(1) if found else "unknown"
-
-
 def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     """What this host runs the single-node checks with, and what burn-in builds for it: the filter
     gpuops.cluster.burnin_tools (plugins/filter/burnin_tools.yml documents the probe's keys and the answer).
     config: _burnin_config (roles/burnin/vars). nccl-tests is needed on Compose with two GPUs or more (Kubernetes
     runs it in a Job of burnin_image)."""
-    found = _probe(probe)
+    found = {k.strip(): v.strip() for k, _eq, v in (ln.partition("=") for ln in (probe or "").splitlines()) if _eq}
     cuda, release = found.get("cuda", ""), found.get("cuda_release", "")
     archs = sorted({c.replace(".", "") for c in found.get("caps", "").split() if re.fullmatch(r"[0-9]+[.][0-9]+", c)})
     tools_dir = str(config["burnin_tools_dir"]).rstrip("/")
@@ -175,7 +166,8 @@ def tools(probe: str, config: dict, gpus: int, platform: str) -> dict:
     wheel = ({"url": str(config["burnin_nccl_wheel_url"]),
               "checksum": str(config.get("burnin_nccl_wheel_checksum") or "")}
              if config.get("burnin_nccl_wheel_url") else (config.get("nccl_wheels") or {}).get(arch))
-    wheel_version = _version(wheel["url"], _WHEEL_VERSION) if wheel else "unknown"
+    named = _WHEEL_VERSION.search(str(wheel["url"]).rsplit("/", 1)[-1]) if wheel else None
+    wheel_version = named.group(1) if named else "unknown"
     nccl_home = str(config.get("burnin_nccl_home") or f"{tools_dir}/nccl-{wheel_version}/nvidia/nccl")
     nccl_version = found.get("nccl_version") if config.get("burnin_nccl_home") else wheel_version
     sm = "sm" + "-".join(archs)

@@ -122,7 +122,7 @@ def queries(sels: list[str], pcie_gbps: float, nvlink_peak_gbps: float, rate_win
     direction of each GPU, averaged over the GPUs. nvlink_peak_gbps: a GPU's NVLink total, both directions
     (600 A100, 900 H100/H200), as DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (MiB/s) counts both."""
     for name, value in (("diagnose_pcie_gbps", pcie_gbps), ("diagnose_nvlink_peak_gbps", nvlink_peak_gbps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if value <= 0:  # build passes floats: diagnose_pcie_gbps or the PCIe generation's, the NVLink peak or 1.0
             raise SlowdownInputError(f"{name} is {value!r}; expected GB/s > 0. Fix: e.g. {name}=63")
     if not re.fullmatch(r"\d+[smh]", str(rate_window)):
         raise SlowdownInputError(f"diagnose_rate_window '{rate_window}' is not a duration like 5m")
