@@ -108,11 +108,6 @@ def exit_code(report: dict) -> int:
     return 0 if report["passed"] else 1
 
 
-def environment() -> dict:
-    # the locale: module doc; PY_COLORS keeps pytest's colour out of the logs
-    return playbook_env(bin_dir=VENV / "bin", extra={"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PY_COLORS": "0"})
-
-
 def _last_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
     return lines[-1].strip()[:300] if lines else "no output"
@@ -247,7 +242,8 @@ def run(wheels: Path | None, out: Path, step_timeout: int | None = None) -> dict
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    env = environment()
+    # the locale: module doc; PY_COLORS keeps pytest's colour out of the logs
+    env = playbook_env(bin_dir=VENV / "bin", extra={"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PY_COLORS": "0"})
     if step_timeout:
         env["GPU_CHECK_STEP_TIMEOUT"] = str(step_timeout)
     steps = [run_commands("setup", setup_commands(wheels, ensurepip=has_ensurepip()), out, env, gpu=False)]
