@@ -234,10 +234,6 @@ def _duration(seconds: int) -> str:
     return f"{seconds // 60} min {seconds % 60} s"
 
 
-def _found(summary: dict) -> str:
-    return f"set-up found: {summary.get('setup_found') or 'not recorded'}"
-
-
 def _cpu(summary: dict) -> str:
     cpu = summary.get("cpu")
     if not isinstance(cpu, dict) or cpu.get("busy_share") is None:
@@ -266,11 +262,12 @@ def _test_line(summary: dict, title: str) -> str:
                        for name, stage in summary["stages"].items())
     wall = (f"; {_duration(summary['make_seconds'])} from `make` to the end, set-up included"
             if summary.get("make_seconds") is not None else "")
+    found = summary.get("setup_found") or "not recorded"
     return (f"{title} (`{summary['_file']}`): commit {_commit(summary)}, "
             f"{summary['started']} to {summary['ended']}, **{summary['passed']} passed, {summary['failed']} failed, "
             f"{summary['skipped']} skipped** in {_duration(summary['seconds'])} of stages{wall}, on {summary['cores']} "
-            f"cores ({_found(summary)}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} at "
-            f"the end{_cpu(summary)}{_probe(summary)}; CI: {'yes' if summary['ci'] else 'no'}{bound}). "
+            f"cores (set-up found: {found}; 1-minute load {summary['load_start']} at the start, {summary['load_end']} "
+            f"at the end{_cpu(summary)}{_probe(summary)}; CI: {'yes' if summary['ci'] else 'no'}{bound}). "
             f"Stages: {stages}.")
 
 
