@@ -62,10 +62,10 @@ def role_supported(role_path: str | Path) -> dict[str, list[str]]:
     return supported_from_platforms((data.get("galaxy_info") or {}).get("platforms"), str(meta))
 
 
-def run_roles(path: str | Path = RUN_ROLES_FILE) -> dict[str, list[str]]:
+def run_roles() -> dict[str, list[str]]:
     """The roles a site.yml run uses, per layer and platform (``_gpuops_run_roles`` of playbooks/vars/run_roles.yml,
     the file the plays read)."""
-    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
+    return yaml.load(RUN_ROLES_FILE.read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
 
 
 def platforms_with_play() -> list[str]:
@@ -73,20 +73,16 @@ def platforms_with_play() -> list[str]:
     return [name for name in run_roles() if name != HOST_LAYER]
 
 
-def host_roles(platform: str | None, roles: dict[str, list[str]] | None = None) -> list[str]:
+def host_roles(platform: str | None) -> list[str]:
     """The roles a GPU node runs: the host layer's, then the platform's (none while no platform is decided)."""
-    roles = run_roles() if roles is None else roles
+    roles = run_roles()
     return list(roles.get(HOST_LAYER) or []) + (list(roles.get(platform) or []) if platform else [])
 
 
-def release_matches(version: str, releases: list[str]) -> bool:
+def is_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> bool:
     """A host's version matches a release when it equals it or starts with it and a dot (12 matches 12.7)."""
     version = str(version or "")
-    return any(r in ("all", version) or version.startswith(r + ".") for r in releases)
-
-
-def is_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> bool:
-    return release_matches(version, supported.get(distribution or "", []))
+    return any(r in ("all", version) or version.startswith(r + ".") for r in supported.get(distribution or "", []))
 
 
 def listing(supported: dict[str, list[str]]) -> str:
