@@ -32,6 +32,4 @@ class LazyModule:
         return f"<lazy {self.__dict__['_module_name']}>"
 
 
-def lazy(name: str) -> LazyModule:
-    """The proxy of ``plugin_utils.<name>``."""
-    return LazyModule(name)
+lazy = LazyModule  # lazy("<name>"): the proxy of plugin_utils.<name>
