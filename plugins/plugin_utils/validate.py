@@ -219,21 +219,18 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
     else:
         rows.append(row(COMPOSE_STEPS[2], "skipped", "skipped: one GPU, nothing to all-reduce across"))
     uuids = {str(index): uuid for index, uuid in (outputs.get("host_uuids") or {}).items()}
-    results = []
-    for member in members:
-        rc, text = ran((outputs.get("workspaces") or {}).get(member["name"]))
-        want = [uuids.get(str(g), f"GPU{g}?") for g in member.get("gpus", [])]
-        link = workspace_gpus(rc, text, want)
-        results.append((member["name"], link))
+    probed = outputs.get("workspaces") or {}
+    links = {m["name"]: workspace_gpus(*ran(probed.get(m["name"])), [uuids.get(str(g), f"GPU{g}?") for g in m["gpus"]])
+             for m in members}
     down = docker_down(probe)
-    if not results:
+    if not links:
         rows.append(row(COMPOSE_STEPS[3], "skipped", "no member workspace on this host"))
     elif down:
-        rows.append(row(COMPOSE_STEPS[3], "failed", f"{len(results)} workspace(s) not probed: {down}"))
+        rows.append(row(COMPOSE_STEPS[3], "failed", f"{len(links)} workspace(s) not probed: {down}"))
     else:
-        bad = [f"{name}: {link['evidence']}" for name, link in results if link["status"] != "ok"]
+        bad = [f"{name}: {link['evidence']}" for name, link in links.items() if link["status"] != "ok"]
         rows.append(row(COMPOSE_STEPS[3], "failed" if bad else "ok",
-                        "; ".join(bad) if bad else f"{len(results)} workspace(s), each sees exactly its GPUs"))
+                        "; ".join(bad) if bad else f"{len(links)} workspace(s), each sees exactly its GPUs"))
     return rows
 
 
