@@ -84,12 +84,8 @@ def host_markdown(record: dict) -> str:
     lines += [f"| {c['name']} | {c['status']} | {_cell(c['msg'])} |" for c in result["checks"]]
     if gpu.get("gpus"):
         lines += ["", "| GPU | name | bus | memory MiB | MIG | NUMA | NVLink |", "|---|---|---|---|---|---|---|"]
-        lines += [
-            f"| {g.get('index')} | {_cell(g.get('name'))} | {_cell(g.get('pci_bus_id'))} | "
-            f"{_cell(g.get('memory_total_mib'))} | {_cell(g.get('mig_mode'))} | {_cell(g.get('numa_node'))} | "
-            f"{_cell(g.get('nvlink'))} |"
-            for g in gpu["gpus"]
-        ]
+        keys = ("index", "name", "pci_bus_id", "memory_total_mib", "mig_mode", "numa_node", "nvlink")
+        lines += ["| " + " | ".join(_cell(g.get(key)) for key in keys) + " |" for g in gpu["gpus"]]
     for section in (record.get("sections") or {}).values():
         lines += ["", f"## {section.get('title') or section.get('name')}", "", "| | |", "|---|---|"]
         lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in section.get("rows") or []]
