@@ -34,8 +34,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut, on
 
 TOPOLOGY_COMMAND = "nvidia-smi topo -m"
 
-# --------------------------------------------------------------------------- fabric manager + orchestration
-
 
 def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which) -> dict:
     """``facts["fabric_manager"]``; its service and version are asked only where it is required, to keep the common
@@ -60,9 +58,6 @@ def fabric_manager_facts(gpus: list, nvswitch_count: int, run, which) -> dict:
         _rc, out, err = run([binary, "--version"])
         facts["version"] = parse_fabricmanager_version(f"{out or ''}\n{err or ''}")
     return facts
-
-
-# --------------------------------------------------------------------------- topology (nvidia-smi topo -m)
 
 
 def _gpus(count: int) -> str:

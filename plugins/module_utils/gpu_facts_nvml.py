@@ -32,9 +32,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
 _NVML_FABRIC_STATES = {0: FABRIC_NOT_SUPPORTED, 1: FABRIC_NOT_STARTED, 2: FABRIC_IN_PROGRESS, 3: FABRIC_COMPLETED}
 
 
-# --------------------------------------------------------------------------- NVML backend
-
-
 def _nvml_errors(nvml, *names: str) -> tuple:
     return tuple(cls for cls in (getattr(nvml, name, None) for name in names) if isinstance(cls, type))
 
