@@ -111,17 +111,16 @@ def _xid_event(match, line: str) -> dict:
     return event
 
 
-def _sxid_event(match, line: str, headers: set | None) -> dict | None:
+def _sxid_event(match, line: str, headers: set) -> dict | None:
     """The SXid event of a line; None for a continuation line whose header (same device and code) is in
     ``headers``, the SXid headers read before it (added to here)."""
     rest = match.group("rest").strip()
     code = int(match.group("code"))
     key = ((match.group("device") or "").strip(), code)
-    if _SXID_CONTINUATION_RE.match(rest):
-        if headers is not None and key in headers:
-            return None
-    elif headers is not None:
+    if not _SXID_CONTINUATION_RE.match(rest):
         headers.add(key)
+    elif key in headers:
+        return None
     lowered = rest.lower()
     fatal = True if lowered.startswith("fatal") else False if lowered.startswith(("non-fatal", "nonfatal")) else None
     return _event(KIND_SXID, code, match.group("device"), line, match, fatal=fatal)
@@ -146,7 +145,7 @@ def parse_line(line: str, previous: list | None = None, sxid_headers: set | None
         return _xid_event(match, line)
     match = _SXID_RE.search(line)
     if match:
-        return _sxid_event(match, line, sxid_headers)
+        return _sxid_event(match, line, set() if sxid_headers is None else sxid_headers)
     match = _FALLEN_RE.search(line)
     if match:
         return _fallen_event(match, line, previous or [])
