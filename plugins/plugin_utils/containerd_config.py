@@ -66,12 +66,6 @@ def config_version(text: str) -> int:
     return 1
 
 
-def runc_tables(version: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The runc runtime table and its options table for a config version."""
-    runc = ("plugins", CRI_PLUGIN[version], "containerd", "runtimes", "runc")
-    return runc, (*runc, "options")
-
-
 def systemd_cgroup_on(text: str) -> str:
     """``text`` with runc's ``SystemdCgroup = true``; the same text when it is already on.
 
@@ -86,7 +80,8 @@ def systemd_cgroup_on(text: str) -> str:
             f"containerd config.toml has version = {version}: expected 2 (containerd 1.x) or 3 (containerd 2.x); "
             "migrate it with `containerd config migrate`"
         )
-    runc, options = runc_tables(version)
+    runc = ("plugins", CRI_PLUGIN[version], "containerd", "runtimes", "runc")
+    options = (*runc, "options")
     lines = text.splitlines(keepends=True)
     headers = []  # (line index, key parts, indent)
     for index, line in enumerate(lines):
