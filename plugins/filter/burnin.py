@@ -25,10 +25,8 @@ def burnin_schedule(nodes) -> list:
 
 
 def _text(result) -> str | None:
-    """A registered command's output, or None where it did not run."""
-    if not isinstance(result, dict) or result.get("skipped") or "rc" not in result:
-        return None
-    return _diagnose.output(result)
+    """A registered command's output, or None where it did not run (skipped, or no result at all)."""
+    return _diagnose.output(result) if result and "rc" in result and not result.get("skipped") else None
 
 
 def burnin_node(result, node: str = "", gpu=None, config=None, health=None, nvbandwidth=None,

@@ -28,11 +28,9 @@ def result(link: str, status: str, evidence: str, fix: str = "") -> dict:
 def parse_json(text):
     if isinstance(text, (dict, list)):
         return text
-    if not text or not str(text).strip():
-        return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return json.loads(text) if text else None
+    except ValueError:  # blank or not JSON
         return None
 
 
