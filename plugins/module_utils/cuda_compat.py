@@ -17,6 +17,9 @@ Sources (facts copied, in this project's own structure):
   select NGC Server Ready RTX SKUs and Jetson only.
 - Supported data-center driver branches: NVIDIA "Supported Drivers and CUDA Toolkit Versions"
   (https://docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html), Table 2.
+- Fabric Manager must match the driver's full version: NVIDIA Fabric Manager User Guide, and the real
+  nv-fabricmanager error "fabric manager NVIDIA GPU driver interface version 530.30.02 don't match with
+  driver version 530.41.03" (NVIDIA/gpu-operator issue #544).
 The same facts, with quotes, are collected in ../shared/data/cuda/ and ../shared/data/rules.md, which the
 unit tests read to check this table row by row.
 """
@@ -31,6 +34,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.versions import (
     format_version,
     parse_cuda_version,
     parse_driver_version,
+    version_eq,
     version_ge,
 )
 
@@ -222,6 +226,20 @@ def classify_gpu(gpu_name: str | None) -> tuple[bool | None, str]:
     return False, f"'{gpu_name}' is not a known data-center GPU model"
 
 
+def _fabric_manager(driver_text: str, driver: Version, fm_text: str | None) -> tuple[bool | None, list[str]]:
+    if fm_text is None:
+        return None, []
+    fabric = parse_driver_version(fm_text, name="fabric_manager_version")
+    if version_eq(fabric, driver):
+        return True, [f"fabric manager {fm_text.strip()} matches driver {driver_text} exactly"]
+    return False, [
+        f"fabric manager {fm_text.strip()} does not match driver {driver_text}: nv-fabricmanager compares the full "
+        "version and refuses to start ('fabric manager NVIDIA GPU driver interface version ... don't match with "
+        "driver version ...'), leaving NVSwitch systems with cudaErrorSystemNotReady (802); install "
+        f"nvidia-fabricmanager {driver_text} (same full version as the driver) and hold both packages"
+    ]
+
+
 def _forward_compat(driver_text: str, driver: Version, cuda: Version, gpu_name: str | None) -> tuple[bool, list[str]]:
     """Whether the cuda-compat package path exists, and why: (possible, reasons)."""
     datacenter, why = classify_gpu(gpu_name)
@@ -255,7 +273,12 @@ def _forward_compat(driver_text: str, driver: Version, cuda: Version, gpu_name: 
     return False, [refusal]
 
 
-def check_compat(driver_version: str, cuda_version: str, gpu_name: str | None = None) -> dict[str, Any]:
+def check_compat(
+    driver_version: str,
+    cuda_version: str,
+    gpu_name: str | None = None,
+    fabric_manager_version: str | None = None,
+) -> dict[str, Any]:
     """How (and whether) CUDA ``cuda_version`` runs on driver ``driver_version``: the cuda_compat module's return
     values (its RETURN)."""
     driver = parse_driver_version(driver_version)
@@ -328,12 +351,15 @@ def check_compat(driver_version: str, cuda_version: str, gpu_name: str | None = 
                 f"later updates need a newer driver for native support ({needs}): pin the full toolkit version "
                 f"(e.g. {format_version(newer[-1].version)}) to check the release you will run"
             )
+    fm_match, fm_reasons = _fabric_manager(driver_text, driver, fabric_manager_version)
+    reasons.extend(fm_reasons)
 
     return {
         "compatible": mode != "incompatible",
         "mode": mode,
         "min_driver": release.min_driver,
         "max_cuda": max_cuda,
+        "fabric_manager_match": fm_match,
         "datacenter_gpu": datacenter,
         "cuda_release": release.label,
         "reasons": reasons,

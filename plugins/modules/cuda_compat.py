@@ -24,6 +24,9 @@ description:
   - V(incompatible) otherwise. Incompatibility is an answer (RV(compatible=false)), not a task failure.
   - A bare O(cuda_version) such as V(12.4) is checked as that minor's GA release (what C(nvidia-smi) reports as
     "CUDA Version"); give V(12.4.1) to check an update exactly.
+  - When O(fabric_manager_version) is given it is compared with the driver's full dotted version (V(530.30.02) vs
+    V(530.41.03) is a mismatch that nv-fabricmanager refuses). This is reported in RV(fabric_manager_match) and
+    does not change RV(compatible).
   - Pure computation; it reads nothing from and changes nothing on the target. The table lives in
     C(plugins/module_utils/cuda_compat.py) with its sources.
   - Fails only on malformed input (a bare branch such as V(550), a package version, a CUDA release the table does
@@ -52,6 +55,11 @@ options:
       - GPU product name as C(nvidia-smi --query-gpu=name) prints it, for example V(NVIDIA A100-SXM4-80GB).
       - Needed to establish forward compatibility, which applies only to data-center GPUs.
     type: str
+  fabric_manager_version:
+    description:
+      - Installed C(nvidia-fabricmanager) version on NVSwitch systems (HGX/DGX). It must equal the driver version
+        exactly.
+    type: str
 seealso:
   - name: NVIDIA CUDA Compatibility guide
     description: Minor-version and forward compatibility rules.
@@ -64,11 +72,14 @@ EXAMPLES = r"""
     driver_version: "550.90.07"
     cuda_version: "12.4.1"
     gpu_name: "NVIDIA H100 80GB HBM3"
+    fabric_manager_version: "550.90.07"
   register: __preflight_cuda
 
 - name: Refuse before changing anything
   ansible.builtin.assert:
-    that: __preflight_cuda.compatible
+    that:
+      - __preflight_cuda.compatible
+      - __preflight_cuda.fabric_manager_match is not false
     fail_msg: "{{ __preflight_cuda.reasons | join('; ') }}"
 """
 
@@ -98,6 +109,11 @@ max_cuda:
   returned: success
   type: str
   sample: "12.2"
+fabric_manager_match:
+  description: Whether O(fabric_manager_version) equals the driver's full version; V(null) when it was not given.
+  returned: success
+  type: bool
+  sample: false
 datacenter_gpu:
   description: Whether O(gpu_name) qualifies for forward compatibility; V(null) when it was not given.
   returned: success
@@ -128,6 +144,7 @@ def main() -> None:
             "driver_version": {"type": "str", "required": True},
             "cuda_version": {"type": "str", "required": True},
             "gpu_name": {"type": "str"},
+            "fabric_manager_version": {"type": "str"},
         },
         supports_check_mode=True,
     )

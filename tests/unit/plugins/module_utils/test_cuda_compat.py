@@ -244,6 +244,23 @@ def test_max_cuda(driver, expected):
     assert check_compat(driver, "10.0")["max_cuda"] == expected
 
 
+# --- Fabric Manager --------------------------------------------------------------------------------------------
+
+
+def test_fabric_manager_same_branch_different_version_is_a_mismatch():
+    # NVIDIA/gpu-operator issue #544: "fabric manager ... version 530.30.02 don't match with driver version 530.41.03"
+    result = check_compat("530.41.03", "12.1", fabric_manager_version="530.30.02")
+    assert result["fabric_manager_match"] is False
+    assert result["compatible"] is True  # the CUDA answer is separate
+    assert "530.30.02 does not match driver 530.41.03" in result["reasons"][-1]
+
+
+def test_fabric_manager_nvtrust_mismatch_and_match():
+    assert check_compat("550.107.02", "12.4", fabric_manager_version="550.90.07")["fabric_manager_match"] is False
+    assert check_compat("550.90.07", "12.4", fabric_manager_version="550.90.07")["fabric_manager_match"] is True
+    assert check_compat("550.90.07", "12.4")["fabric_manager_match"] is None
+
+
 # --- GPU classes -----------------------------------------------------------------------------------------------
 
 
@@ -332,25 +349,26 @@ def test_a100_sxm4_80gb_mig_enabled_1of4gpus_xml():
 
 
 @pytest.mark.parametrize(
-    ("driver", "cuda", "message"),
+    ("driver", "cuda", "fabric", "message"),
     [
-        ("550", "12.4", r"driver_version '550' is a branch, not a version: pin the full version .* 550\.90\.07"),
-        ("550.90.07-0ubuntu1", "12.4", r"looks like a package version; .* '550\.90\.07'"),
-        ("", "12.4", r"driver_version '' is not a dotted version"),
-        ("550.90.07.1", "12.4", r"has 4 parts; at most 3"),
-        ("r550", "12.4", r"'r550' is not a dotted version of digits"),
-        ("550.90.07", "12", r"cuda_version '12' names only a CUDA major"),
-        ("550.90.07", "v12.4", r"cuda_version 'v12\.4' is not a dotted version"),
-        ("550.90.07", "12.4.1.1", r"at most 3"),
-        ("550.90.07", "12.7", r"there is no CUDA 12\.7 release; known CUDA 12 releases are 12\.0, .*12\.9"),
-        ("550.90.07", "14.0", r"newer than the compatibility table, which ends at CUDA 13\.2 Update 2"),
-        ("550.90.07", "9.2", r"older than CUDA 10\.0"),
-        ("550.90.07", "12.4.2", r"known releases: 12\.4\.0 \(12\.4 GA\), 12\.4\.1 \(12\.4 Update 1\)"),
+        ("550", "12.4", None, r"driver_version '550' is a branch, not a version: pin the full version .* 550\.90\.07"),
+        ("550.90.07-0ubuntu1", "12.4", None, r"looks like a package version; .* '550\.90\.07'"),
+        ("", "12.4", None, r"driver_version '' is not a dotted version"),
+        ("550.90.07.1", "12.4", None, r"has 4 parts; at most 3"),
+        ("r550", "12.4", None, r"'r550' is not a dotted version of digits"),
+        ("550.90.07", "12", None, r"cuda_version '12' names only a CUDA major"),
+        ("550.90.07", "v12.4", None, r"cuda_version 'v12\.4' is not a dotted version"),
+        ("550.90.07", "12.4.1.1", None, r"at most 3"),
+        ("550.90.07", "12.7", None, r"there is no CUDA 12\.7 release; known CUDA 12 releases are 12\.0, .*12\.9"),
+        ("550.90.07", "14.0", None, r"newer than the compatibility table, which ends at CUDA 13\.2 Update 2"),
+        ("550.90.07", "9.2", None, r"older than CUDA 10\.0"),
+        ("550.90.07", "12.4.2", None, r"known releases: 12\.4\.0 \(12\.4 GA\), 12\.4\.1 \(12\.4 Update 1\)"),
+        ("550.90.07", "12.4", "550", r"fabric_manager_version '550' is a branch"),
     ],
 )
-def test_malformed_input_fails_clearly(driver, cuda, message):
+def test_malformed_input_fails_clearly(driver, cuda, fabric, message):
     with pytest.raises(ValueError, match=message):
-        check_compat(driver, cuda)
+        check_compat(driver, cuda, fabric_manager_version=fabric)
 
 
 def test_numbers_instead_of_strings_are_refused():

@@ -12,6 +12,7 @@ def test_module_reports_without_changing(capsys):
     )
     assert code == 0
     assert (result["changed"], result["compatible"], result["mode"]) == (False, True, "minor_version")
+    assert result["fabric_manager_match"] is None
 
 
 def test_module_incompatible_is_an_answer_not_a_failure(capsys):
