@@ -1,6 +1,6 @@
-"""The upgrade role's drain and undrain on Kubernetes: the node is cordoned and drained before the driver moves and
-uncordoned after, unless it was cordoned before the upgrade (an operator's cordon, or health's quarantine), which
-the upgrade leaves as it found it.
+"""The upgrade role's drain and undrain on Kubernetes: the node is drained (kubectl drain cordons it first) before the
+driver moves and uncordoned after, unless it was cordoned before the upgrade (an operator's cordon, or health's
+quarantine), which the upgrade leaves as it found it.
 
 kubectl is a LABELLED TEST STAND-IN first on PATH: it records its arguments and answers the node's
 ``.spec.unschedulable`` as the test says (``true``, or nothing for a schedulable node, as kubectl's jsonpath prints
@@ -18,7 +18,6 @@ REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "upgrade_drain.yml"
 NODE = "localhost"
 GET = ["kubectl", "get", "node", NODE, "-o", "jsonpath={.spec.unschedulable}"]
-CORDON = ["kubectl", "cordon", NODE]
 DRAIN = ["kubectl", "drain", NODE, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
 UNCORDON = ["kubectl", "uncordon", NODE]
 
@@ -32,12 +31,12 @@ def run_drain(tmp_path: Path, unschedulable: str) -> tuple[int, list[list[str]],
 def test_a_schedulable_node_is_cordoned_drained_and_uncordoned(tmp_path: Path) -> None:
     rc, calls, out = run_drain(tmp_path, "")
     assert rc == 0, out[-3000:]
-    assert calls == [GET, CORDON, DRAIN, UNCORDON]
+    assert calls == [GET, DRAIN, UNCORDON]
 
 
 @pytest.mark.parametrize("unschedulable", ["true", "true\n"])
 def test_a_node_cordoned_before_the_upgrade_stays_cordoned(tmp_path: Path, unschedulable: str) -> None:
     rc, calls, out = run_drain(tmp_path, unschedulable)
     assert rc == 0, out[-3000:]
-    assert calls == [GET, CORDON, DRAIN], "the upgrade uncordoned a node someone else had cordoned"
+    assert calls == [GET, DRAIN], "the upgrade uncordoned a node someone else had cordoned"
     assert "was cordoned before the upgrade, so it stays cordoned" in out
