@@ -45,20 +45,18 @@ def _nics_svg(topology: dict, nics: list[str], x_of: dict[int, float], width: fl
     out: list[str] = []
     # NICs in the order of the GPUs they are nearest to (fewer crossing lines), evenly spaced.
     near: dict[str, list[float]] = {name: [] for name in nics}
-    for gpu in topology["gpus"]:
-        for name in gpu.get("nearest_nics") or []:
-            if name in near and gpu.get("index") in x_of:
-                near[name].append(x_of[gpu["index"]])
+    links = [(gpu, name) for gpu in topology["gpus"] for name in gpu.get("nearest_nics") or []
+             if name in near and gpu.get("index") in x_of]
+    for gpu, name in links:
+        near[name].append(x_of[gpu["index"]])
     order = sorted(nics, key=lambda n: (not near[n], sum(near[n]) / len(near[n]) if near[n] else 0, nics.index(n)))
     step = (width - 2 * PAD) / len(nics)
     nic_x = {name: PAD + step * i + step / 2 for i, name in enumerate(order)}
-    for gpu in topology["gpus"]:
-        for name in gpu.get("nearest_nics") or []:
-            if name in nic_x and gpu.get("index") in x_of:
-                gx = x_of[gpu["index"]] + GPU_W / 2
-                out.append(f'<line class="niclink" x1="{gx:.0f}" y1="{gpu_bottom:.0f}" x2="{nic_x[name]:.0f}" '
-                           f'y2="{nic_y:.0f}"><title>GPU{gpu["index"]} - {escape(name)}: '
-                           f'{escape(str(gpu.get("nearest_nic_link") or "?"))}</title></line>')
+    for gpu, name in links:
+        gx = x_of[gpu["index"]] + GPU_W / 2
+        out.append(f'<line class="niclink" x1="{gx:.0f}" y1="{gpu_bottom:.0f}" x2="{nic_x[name]:.0f}" '
+                   f'y2="{nic_y:.0f}"><title>GPU{gpu["index"]} - {escape(name)}: '
+                   f'{escape(str(gpu.get("nearest_nic_link") or "?"))}</title></line>')
     for name, cx in nic_x.items():
         w = min(max(8 * len(name), 40), step - 4)
         out.append(f'<g class="nic"><rect x="{cx - w / 2:.0f}" y="{nic_y:.0f}" width="{w:.0f}" height="22" rx="4"/>'
