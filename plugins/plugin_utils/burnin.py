@@ -197,9 +197,7 @@ def judge_fleet(singles: list[dict], pairs: dict, options: dict) -> dict:
         findings.append(f"every pair is below expectation or failed (expectation {gbps_cell(expected) or 'none'} GB/s, "
                         f"{source}): a fabric-wide problem or a wrong expectation, not one node"
                         + (f"; {why}" if why else ""))
-    for row in rows:
-        if row["status"] == "tcp_fallback":
-            findings.append(f"{row['pair'][0]}-{row['pair'][1]}: {row['detail']}")
+    findings += [f"{r['pair'][0]}-{r['pair'][1]}: {r['detail']}" for r in rows if r["status"] == "tcp_fallback"]
     failed_singles = [s for s in singles if s["status"] == "failed"]
     findings += [f"{s['node']} single-node: {s['detail']}" for s in failed_singles]
     node_rows = []
