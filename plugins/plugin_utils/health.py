@@ -401,7 +401,7 @@ def _stale_why(record: dict, age: float, settings: dict) -> str | None:
     return None
 
 
-def sweep_record(read: Any, settings: dict) -> dict:
+def sweep_record(read: dict, settings: dict) -> dict:
     """Whether a host's sweep is the scheduled sweep's last result (``health_sweep_results: last``) or a new
     gpu_health call, and why: the health_sweep_record filter's input, options (``settings``) and result. The
     record's events are the whole boot's (the health state's handled keys say which were acted on)."""
@@ -412,7 +412,6 @@ def sweep_record(read: Any, settings: dict) -> dict:
         return again("health_sweep_results is fresh: gpu_health swept this host")
     if settings.get("replay"):
         return again("health_kernel_log_text or health_state_text is given: gpu_health swept that text")
-    read = read if isinstance(read, dict) else {}
     clock, _newline, text = str(read.get("stdout") or "").partition("\n")
     if read.get("rc") != 0 or not text.strip():
         return again(f"no sweep result at {settings.get('path')} on this host (is the scheduled sweep installed? "

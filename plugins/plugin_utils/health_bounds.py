@@ -102,7 +102,7 @@ def escalation(entry: dict, now: datetime, after: int, window: int) -> str | Non
     """Why the host's next remediation is escalated to "service required" (it was remediated ``after`` times or more
     within ``window``), else None."""
     done = recent(entry, now, window)
-    if len(done) < after or after < 0:
+    if len(done) < after:
         return None
     causes = "; ".join(f"{r.get('time')} {r.get('action')} ({r.get('cause')})" for r in done[-3:])
     return (f"service required: remediated {len(done)} time(s) within {window}s before this one (health_escalate_after "

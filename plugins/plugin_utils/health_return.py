@@ -17,10 +17,6 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 DCGM_ABSENT = "dcgmi is not installed"
 NOT_RUN = "NOT_RUN"
 ABSENT_RC = 127  # sh: command not found (step.yml runs a benchmark only where its tool is on the PATH)
-# the single-node tools the validation runs where they are on the node's PATH, and their arguments (Azure's NHC
-# checks: all_reduce_perf up to 16G over every GPU of the node; nvbandwidth's three copy-engine testcases)
-ALL_REDUCE_ARGS = ["-b", "8G", "-e", "16G", "-f", "2", "-g"]
-NVBANDWIDTH_ARGS = ["-t", thresholds.H2D, thresholds.D2H, thresholds.P2P]
 
 
 def settings_problems(overrides: Any) -> list[str]:
@@ -46,8 +42,9 @@ def bench_runs(gpu_count: int) -> list[dict]:
     plan's sweep lost (Xid 79, no UUID) included."""
     if gpu_count <= 0:
         return []
-    return [{"tool": "all_reduce_perf", "argv": ["all_reduce_perf", *ALL_REDUCE_ARGS]},
-            {"tool": "nvbandwidth", "argv": ["nvbandwidth", *NVBANDWIDTH_ARGS]}]
+    # as Azure's NHC checks: all_reduce_perf up to 16G over every GPU; nvbandwidth's three copy-engine testcases
+    return [{"tool": "all_reduce_perf", "argv": ["all_reduce_perf", "-b", "8G", "-e", "16G", "-f", "2", "-g"]},
+            {"tool": "nvbandwidth", "argv": ["nvbandwidth", "-t", thresholds.H2D, thresholds.D2H, thresholds.P2P]}]
 
 
 def _check(name: str, status: str, detail: str, **extra: Any) -> dict:
