@@ -51,11 +51,10 @@ def _others_on(event: dict, others: list) -> list:
     return [o for o in others if o is not event and (event.get("gpu") is None or o.get("gpu") in (None, event["gpu"]))]
 
 
-def _solo(solo: tuple[str, str], not_solo: tuple[str, str]) -> Decision:
-    def decide(event: dict, others: list) -> tuple[str, str]:
-        return not_solo if _others_on(event, others) else solo
-
-    return decide
+def _sympathetic(event: dict, others: list) -> tuple[str, str]:
+    if _others_on(event, others):
+        return "none", "sympathetic: resolve the other events first"
+    return "review", "seen alone: REPORT_ISSUE"
 
 
 def _repeated(times: int, repeated: tuple[str, str], once: tuple[str, str]) -> Decision:
@@ -109,15 +108,13 @@ def _nvlink5(event: dict, _others: list) -> tuple[str, str]:
 
 
 def _nvlink_failure(event: dict, others: list) -> tuple[str, str]:
-    down = [o for o in others if o.get("check") == "nvlink_down"]
-    if down:
+    if any(o.get("check") == "nvlink_down" for o in others):
         return "none", "CHECK_NVLINK_FAILURE_FLOW: a link is down; this is its by-product, resolve the link"
     return "review", "CHECK_NVLINK_FAILURE_FLOW: no link-down seen: REPORT_ISSUE"
 
 
 _NO_STEP = _fixed("review", "gpu_health's verdict names no step for this workflow (for Xid 154: the recovery action "
                   "could not be read from the message); an operator reads the line")
-_SYMPATHETIC = _solo(("review", "seen alone: REPORT_ISSUE"), ("none", "sympathetic: resolve the other events first"))
 
 # bucket -> decision. Every bucket of NVIDIA's resolution-buckets sheet has one (tests/unit checks the file), plus
 # NVSentinel's SXid actions (sxid-catalog.csv) and UNKNOWN (a code not in the catalog).
@@ -143,8 +140,8 @@ BUCKETS: dict[str, Decision] = {
     "INVESTIGATE_HOST": _fixed("review", "INVESTIGATE_HOST: a secondary indicator; check the host's other logs"),
     "REPORT_ISSUE (if seen >1 per day)": _repeated(2, ("review", "seen more than once: REPORT_ISSUE"),
                                                    ("none", "seen once: nothing yet")),
-    "IGNORE (sympathetic)": _SYMPATHETIC,
-    "SYMPATHETIC_REPORT_SOLO": _SYMPATHETIC,
+    "IGNORE (sympathetic)": _sympathetic,
+    "SYMPATHETIC_REPORT_SOLO": _sympathetic,
     "N/A Informational only regarding another Xid": _fixed("none", "informational; the other Xid carries the action"),
     "WORKFLOW_XID_45": _NO_STEP,
     "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": _NO_STEP,

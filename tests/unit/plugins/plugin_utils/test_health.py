@@ -121,6 +121,20 @@ def test_xid_45_restarts_fabric_manager_only_alone():
     assert H.decide(pre, [pre, other])[0] == "none"
 
 
+@pytest.mark.parametrize("bucket", ["IGNORE (sympathetic)", "SYMPATHETIC_REPORT_SOLO"])
+def test_a_sympathetic_event_follows_the_others_on_its_gpu_and_alone_is_reviewed(bucket):
+    item, other = {"bucket": bucket, "gpu": 0}, {"kind": "xid", "code": 79, "gpu": 0, "bucket": "RESTART_BM"}
+    assert H.decide(item, [item])[0] == "review"
+    assert H.decide(item, [item, {**other, "gpu": 1}])[0] == "review"  # another GPU's event is no cause
+    assert H.decide(item, [item, other])[0] == "none"
+
+
+def test_an_nvlink_failure_follows_a_link_down_and_without_one_is_reviewed():
+    item = {"bucket": "CHECK_NVLINK_FAILURE_FLOW", "gpu": 0}
+    assert H.decide(item, [item])[0] == "review"
+    assert H.decide(item, [item, {"check": "nvlink_down", "gpu": 0}])[0] == "none"
+
+
 def test_xid_13_once_tells_the_owner_and_repeated_asks_for_diagnostics():
     one = {"kind": "xid", "code": 13, "gpu": 1, "bucket": "WORKFLOW_XID_13"}
     two = dict(one)
