@@ -253,24 +253,23 @@ def next_state(state: dict, host: str | None, hplan: dict, done: list[dict], cur
     for key in ("stopped", "stopped_containers", "cordoned_by"):
         if not entry.get(key):
             entry.pop(key, None)
-    record = _remediation(hplan, done, now) if done else None
+    record = _remediation(hplan, done, now)
     if record:
         entry["remediations"] = [*(entry.get("remediations") or []), record][-REMEDIATIONS_KEPT:]
         for gpu in out.values():
             gpu.setdefault("by", "gpuops")
-    if record and hplan.get("operator_cordon"):  # who took the node out: someone else's cordon, never undone here
-        entry["cordoned_by"] = "operator"
-    if hplan.get("escalated") and record:
-        entry["service_required"] = {"since": now, "reason": hplan["escalated"]}
+        if hplan.get("operator_cordon"):  # who took the node out: someone else's cordon, never undone here
+            entry["cordoned_by"] = "operator"
+        if hplan.get("escalated"):
+            entry["service_required"] = {"since": now, "reason": hplan["escalated"]}
     if release and not failed:  # serviced (health_release) and validated: its GPUs go back
         entry.pop("service_required", None)
         for gpu in out.values():
             gpu["pending"] = None
     if not failed:
-        handled = set(entry.get("handled") or []) | {i["key"] for i in hplan.get("items") or []}
-        # a GPU back in service forgets its state findings, so a recurrence is acted on again
         live = {i["key"] for i in hplan.get("items") or []}
-        entry["handled"] = sorted(k for k in handled if not k.startswith("finding:") or k in live)
+        # a GPU back in service forgets its state findings, so a recurrence is acted on again
+        entry["handled"] = sorted(live | {k for k in entry.get("handled") or [] if not k.startswith("finding:")})
         if cursor:
             entry["cursor"] = cursor
     if json.dumps({k: v for k, v in entry.items() if k != "updated"}, sort_keys=True) != before:

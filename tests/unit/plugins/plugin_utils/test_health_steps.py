@@ -385,6 +385,15 @@ def test_the_sweep_after_a_reset_says_whether_the_reboot_after_it_is_needed():
     assert S.step_result(sweep, {"resweep": bad})["healthy"] is False
 
 
+def test_a_state_finding_no_longer_seen_is_forgotten_so_a_recurrence_is_acted_on_again():
+    finding, event = "finding:row_remap_pending:0", "xid:79:0:t1"
+    state = {"hosts": {"a": {"handled": [finding, event]}}}
+    gone = {"status": "clear", "action": "none", "items": []}
+    assert S.next_state(state, "a", gone, [], "c3", "t2")["hosts"]["a"]["handled"] == [event]
+    seen = {**gone, "items": [{"key": finding}]}
+    assert S.next_state(state, "a", seen, [], "c3", "t2")["hosts"]["a"]["handled"] == [finding, event]
+
+
 def test_a_run_with_nothing_new_leaves_the_state_byte_for_byte():
     hplan = plan_of(79, "RESTART_BM")
     steps = S.host_steps("node-a", hplan, "compose", MEMBERS, {**HOST_SETTINGS, "reboot": False})
