@@ -18,8 +18,8 @@ description:
     O(required_options), writable, with nothing mounted inside it, not sharing its filesystem with another entry,
     and with at least O(min_free_gib) GiB free.
   - Reads C(/proc/self/mountinfo), C(/sys/dev/block) and C(statvfs) only; it never changes anything.
-  - Problems fail the task, with every return value below (RV(ok=false)); so do bad parameters and an unreadable
-    mount table.
+  - Problems are an answer (RV(ok=false)) unless O(fail_on_problems=true). Bad parameters and an unreadable mount
+    table fail the task.
 author:
   - gpuops.cluster maintainers (@gpuops)
 extends_documentation_fragment:
@@ -54,6 +54,10 @@ options:
         accept it.
     type: int
     default: 1
+  fail_on_problems:
+    description: Fail the task when RV(ok) is false, instead of only reporting it.
+    type: bool
+    default: false
 notes:
   - Block-mode volumes (device files or symlinks to them in the discovery directory) are not checked; such entries
     are reported as problems.
@@ -64,15 +68,22 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Refuse, with the problems found, local volumes unfit for the provisioner
+- name: Check the local volumes before deploying the provisioner
   gpuops.cluster.local_pv:
     path: /mnt/disks
     min_free_gib: 100
     min_volumes: 2
+  register: __local_pv_check
 
-- name: The same check, accepting btrfs
+- name: Refuse with the problems found
+  ansible.builtin.assert:
+    that: __local_pv_check.ok
+    fail_msg: "{{ __local_pv_check.msg }}"
+
+- name: Or fail in the module itself, accepting btrfs
   gpuops.cluster.local_pv:
     allowed_fstypes: [xfs, ext4, btrfs]
+    fail_on_problems: true
 """
 
 RETURN = r"""
@@ -154,6 +165,7 @@ ARGUMENT_SPEC = {
     "required_options": {"type": "list", "elements": "str", "default": ["noatime"]},
     "min_free_gib": {"type": "float", "default": 10},
     "min_volumes": {"type": "int", "default": 1},
+    "fail_on_problems": {"type": "bool", "default": False},
     **HOST_ROOTS_ARGS,
 }
 
@@ -173,7 +185,7 @@ def main() -> None:
         )
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    if not result["ok"]:
+    if params["fail_on_problems"] and not result["ok"]:
         module.fail_json(changed=False, **result)
     module.exit_json(changed=False, **result)
 

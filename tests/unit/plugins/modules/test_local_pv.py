@@ -1,4 +1,4 @@
-"""local_pv module: main() fails on problems with every return value, answers ok volumes, refuses bad parameters."""
+"""local_pv module: main() reports problems as an answer, fails on them when asked, and refuses bad parameters."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ def tree(tmp_path) -> Tree:
     return Tree(tmp_path)
 
 
-def test_module_fails_on_problems_with_every_return_value(tree, capsys):
+def test_module_reports_problems_without_failing(tree, capsys):
     tree.volume("vol1")  # a plain directory
     tree.check()  # writes proc/self/mountinfo
     args = {"path": str(tree.disks), "_proc_root": str(tree.tmp / "proc"), "_sysfs_root": str(tree.tmp / "sys")}
     code, result = run_main(module, {**args, "_ansible_check_mode": True}, capsys)
-    assert (code, result["failed"], result["changed"], result["ok"]) == (1, True, False, False)
+    assert (code, result["changed"], result["ok"]) == (0, False, False)
     assert result["volumes"][0]["problems"][0].startswith("not a mount point")
+    code, result = run_main(module, {**args, "fail_on_problems": True}, capsys)
+    assert (code, result["failed"]) == (1, True)
     assert result["msg"].startswith(f"0 of 1 local volume(s) under {tree.disks} are usable; problems: ")
 
 
