@@ -93,7 +93,7 @@ def _verify(host) -> tuple[int, dict]:
     for side in ("compose", "cluster"):
         host.run(f"install -m 0600 /dev/null /root/.{side} && printf %s '{_password(side)}' > /root/.{side}")
     result = host.run(f"python3 {TOOL} verify http://mlflow:5000 http://mlflow.mlflow.svc:5000 --user admin "
-                      "--password-file /root/.compose --target-password-file /root/.cluster")
+                      "--password-file /root/.compose --target-user admin --target-password-file /root/.cluster")
     host.run("rm -f /root/.compose /root/.cluster")
     return result.rc, json.loads(result.stdout)
 

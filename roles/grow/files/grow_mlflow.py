@@ -10,7 +10,7 @@ step keeps, merges and refuses, and why: docs/growth.md (steps 3 and 4, "MLflow 
       online backup API), artifacts/ and auth/basic_auth.db (the source's users merged into the target's, which is
       backed up first as auth/basic_auth.db.before-grow). A target holding runs or experiments is refused unless
       --replace. Run `mlflow db upgrade` with the target image afterwards.
-  grow_mlflow.py verify SOURCE_URL TARGET_URL [--user U --password-file F]
+  grow_mlflow.py verify SOURCE_URL TARGET_URL --user U --password-file F --target-user U --target-password-file F
       Both servers read through MLflow's REST API and compared; prints a JSON report; exit status 1 when anything
       differs, 2 on an error.
 """
@@ -232,12 +232,10 @@ def _merge_users(source: sqlite3.Connection, dst_auth: Path, skip: set[str], own
 class Server:
     """MLflow's REST API, read-only."""
 
-    def __init__(self, url: str, user: str | None, password: str | None) -> None:
+    def __init__(self, url: str, user: str, password: str) -> None:
         self.url = url.rstrip("/")
-        self.headers = {"Content-Type": "application/json"}
-        if user:
-            token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
-            self.headers["Authorization"] = f"Basic {token}"
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.headers = {"Content-Type": "application/json", "Authorization": f"Basic {token}"}
 
     def _open(self, path: str, body: dict | None = None, query: dict | None = None):
         url = self.url + path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
@@ -386,20 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     vf = sub.add_parser("verify")
     vf.add_argument("source")
     vf.add_argument("target")
-    vf.add_argument("--user")
-    vf.add_argument("--password-file", type=Path)
-    vf.add_argument("--target-user")
-    vf.add_argument("--target-password-file", type=Path)
+    vf.add_argument("--user", required=True)
+    vf.add_argument("--password-file", type=Path, required=True)
+    vf.add_argument("--target-user", required=True)
+    vf.add_argument("--target-password-file", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "copy":
         print(json.dumps(copy_store(args.source, args.target, args.replace, args.owner, tuple(args.skip_user))))
         return 0
-    password = args.password_file.read_text().strip() if args.password_file else None
-    target_password = args.target_password_file.read_text().strip() if args.target_password_file else password
     try:
-        report = verify(Server(args.source, args.user, password),
-                        Server(args.target, args.target_user or args.user, target_password),
-                        tuple(dict.fromkeys(name for name in (args.user, args.target_user) if name)))
+        report = verify(Server(args.source, args.user, args.password_file.read_text().strip()),
+                        Server(args.target, args.target_user, args.target_password_file.read_text().strip()),
+                        (args.user, args.target_user))
     except (OSError, ValueError) as exc:
         print(json.dumps({"equal": False, "error": f"{type(exc).__name__}: {exc}"}))
         return 2
