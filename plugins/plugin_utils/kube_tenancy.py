@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_netpol
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import QUOTA_KEYS, parse_quantity
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.team import parse_quantity
 
 LABEL_TEAM = "gpuops.io/team"
 
@@ -25,16 +25,12 @@ def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int,
     var = f"gpuops_teams[{index}] ({team.get('name')})"
     found = []
     gpus = team.get("gpu_quota")
-    if gpus is None:
-        found.append(f"{var}.gpu_quota is not set: a namespace's ResourceQuota needs it; fix: e.g. gpu_quota: 8")
-    elif cluster_gpus and isinstance(gpus, int) and gpus > cluster_gpus:
+    if cluster_gpus and isinstance(gpus, int) and gpus > cluster_gpus:
         found.append(f"{var}.gpu_quota is {gpus}, more than the cluster's {cluster_gpus} GPUs; fix: lower it to "
                      f"at most {cluster_gpus}, or add GPU nodes first")
-    examples = {"cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti"}
-    for key in QUOTA_KEYS:
-        if team.get(key) is None:
-            found.append(f"{var}.{key} is not set: a namespace's ResourceQuota needs it; fix: e.g. "
-                         f"{key}: {examples[key]!r}")
+    examples = {"gpu_quota": 8, "cpu_quota": "96", "memory_quota": "768Gi", "storage_quota": "4Ti"}
+    found += [f"{var}.{key} is not set: a namespace's ResourceQuota needs it; fix: e.g. {key}: {example!r}"
+              for key, example in examples.items() if team.get(key) is None]
     storage = parse_quantity(team.get("storage_quota"))
     size = parse_quantity(pvc_size)
     if storage is not None and size is not None and member_count * size > storage:
@@ -45,7 +41,7 @@ def _team_problems(index: int, team: dict, cluster_gpus: int, member_count: int,
 
 def _members(config: dict) -> list[dict]:
     """The members of ``config``, the plan's mapping member name -> ``{team, gpus}`` (``gpuops_plan.team.members``)."""
-    return [{**entry, "name": name} for name, entry in (config.get("members") or {}).items() if isinstance(entry, dict)]
+    return [{**entry, "name": name} for name, entry in (config.get("members") or {}).items()]
 
 
 def problems(config: dict) -> list[str]:
