@@ -12,8 +12,6 @@ from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
 
-_TITLE = "Kubernetes kubelet policy"
-
 
 def kubelet_section(host: str, record: dict, hostvars: Any) -> dict | None:
     """``{"name": "kubelet", ...}`` for a kubernetes GPU node, else None."""
@@ -23,19 +21,15 @@ def kubelet_section(host: str, record: dict, hostvars: Any) -> dict | None:
         return None
     part = record["planned"]
     policy = part.get("kubelet_policy")
+    section = {"name": "kubelet", "title": "Kubernetes kubelet policy"}
     if policy is None:
-        return {
-            "name": "kubelet",
-            "title": _TITLE,
-            "rows": [["policy", "none: the node has no gpuops_pool (training or inference); the plan refuses it"]],
-            "data": {"pool": part.get("pool")},
-        }
+        why = "none: the node has no gpuops_pool (training or inference); the plan refuses it"
+        return {**section, "rows": [["policy", why]], "data": {"pool": part.get("pool")}}
     if "error" in policy:
-        return {"name": "kubelet", "title": _TITLE, "rows": [["policy", f"not derived: {policy['error']}"]]}
+        return {**section, "rows": [["policy", f"not derived: {policy['error']}"]]}
     source = "this preflight" if part.get("topology_source") == "preflight" else part.get("topology_source")
     return {
-        "name": "kubelet",
-        "title": _TITLE,
+        **section,
         "rows": [
             ["pool", part["pool"]],
             ["topologyManagerPolicy", policy["topology_manager_policy"]],
