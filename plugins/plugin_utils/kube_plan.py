@@ -81,11 +81,9 @@ def kube_version_problem(version: object, name: str = "kube_version") -> str | N
 
 def control_plane_problem(count: int, endpoint: str, name: str = "kube_control_plane") -> str | None:
     """1 control plane, or 3 with an endpoint (stacked etcd needs an odd quorum)."""
-    if count == 1:
+    if count == 1 or (count == 3 and endpoint):  # noqa: PLR2004
         return None
     if count == 3:  # noqa: PLR2004
-        if endpoint:
-            return None
         return (
             f"{name} has 3 hosts but kube_control_plane_endpoint is empty: 3 control planes need a stable "
             "address (a load balancer or VIP, host:port) that every node joins through; set "
@@ -293,23 +291,23 @@ def cluster_problems(plan: dict) -> list[str]:
     shape = control_plane_problem(len(control_planes), str(plan.get("endpoint") or ""))
     if shape:
         problems.append(f"{shape} (hosts: {', '.join(control_planes) or 'none'})")
+    schedulable = plan.get("schedulable") or {}
     for host, pool in sorted((plan.get("pools") or {}).items()):
         if pool not in POOLS:
             problems.append(f"gpuops_pool of {host} is {json.dumps(pool)}: expected {' or '.join(POOLS)}; set "
                             "gpuops_pool for this GPU node (its host_vars or a group)")
-        if host in control_planes and plan.get("schedulable", {}).get(host) is not True:
+        if host in control_planes and schedulable.get(host) is not True:
             problems.append(
                 f"{host} is in kube_control_plane and gpu_nodes but kube_control_plane_schedulable is "
-                f"{plan.get('schedulable', {}).get(host)!r}: a control plane runs no workloads unless you say so; "
+                f"{schedulable.get(host)!r}: a control plane runs no workloads unless you say so; "
                 f"set kube_control_plane_schedulable: true for {host}, or take it out of gpu_nodes"
             )
     for host, registration in sorted((plan.get("registrations") or {}).items()):
         tainted = CONTROL_PLANE_TAINT in (registration or {}).get("taints", [])
-        schedulable = plan.get("schedulable", {}).get(host)
         # The rule that made it, on the value read as plan.nodes_part reads it (-e gives the string "true").
-        now = node_registration(None, "", host in control_planes, bool(schedulable))
+        now = node_registration(None, "", host in control_planes, bool(schedulable.get(host)))
         if tainted != (CONTROL_PLANE_TAINT in now["taints"]):
             problems.append(f"gpuops_plan.nodes.registration.{host} {'has' if tainted else 'lacks'} the control-plane "
-                            f"taint, but kube_control_plane_schedulable is {schedulable!r} now: {STALE_PLAN}")
+                            f"taint, but kube_control_plane_schedulable is {schedulable.get(host)!r} now: {STALE_PLAN}")
     problems.extend(cidr_problems(plan.get("pod_cidr", ""), plan.get("service_cidr", ""), plan.get("addresses") or {}))
     return problems
