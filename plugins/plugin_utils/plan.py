@@ -457,9 +457,7 @@ def _gpu_operator_on(hostvars: Any) -> bool:
     return str(_setting(hostvars, "kube_addons_gpu_operator")).lower() in ("true", "yes", "on", "1")
 
 
-def _team(members: Any, teams: Any) -> dict:
-    members = members if isinstance(members, list) else []
-    teams = teams if isinstance(teams, list) else []
+def _team(members: list, teams: list) -> dict:
     return {
         "members": {
             str(m["name"]): {"team": m.get("team"), "gpus": [int(g) for g in m.get("gpus") or [] if isinstance(g, int)]}
