@@ -18,7 +18,6 @@ _PACKAGE_SUFFIX = re.compile(r"^([0-9]+(?:\.[0-9]+)+)[-+~]\S*$")
 def parse_version(
     value: object,
     name: str = "version",
-    min_parts: int = 1,
     max_parts: int | None = None,
     example: str = "550.90.07",
 ) -> Version:
@@ -38,8 +37,6 @@ def parse_version(
             )
         raise ValueError(f"{name} '{text}' is not a dotted version of digits, e.g. '{example}'")
     parts = tuple(int(part) for part in text.split("."))
-    if len(parts) < min_parts:
-        raise ValueError(f"{name} '{text}' has {len(parts)} part(s); at least {min_parts} are needed, e.g. '{example}'")
     if max_parts is not None and len(parts) > max_parts:
         raise ValueError(f"{name} '{text}' has {len(parts)} parts; at most {max_parts} are expected, e.g. '{example}'")
     return parts
@@ -54,7 +51,7 @@ def parse_driver_version(value: object, name: str = "driver_version") -> Version
             "e.g. 550.90.07 (see `nvidia-smi --query-gpu=driver_version --format=csv,noheader` on the host, "
             f"or `apt-cache madison nvidia-driver-{branch}`)"
         )
-    return parse_version(value, name=name, min_parts=2, max_parts=3, example="550.90.07")
+    return parse_version(value, name=name, max_parts=3, example="550.90.07")
 
 
 def parse_cuda_version(value: object, name: str = "cuda_version") -> Version:
@@ -64,7 +61,7 @@ def parse_cuda_version(value: object, name: str = "cuda_version") -> Version:
             f"{name} '{value.strip()}' names only a CUDA major; give major.minor or major.minor.update, "
             "e.g. '12.4' or '12.4.1'"
         )
-    return parse_version(value, name=name, min_parts=2, max_parts=3, example="12.4.1")
+    return parse_version(value, name=name, max_parts=3, example="12.4.1")
 
 
 def compare_versions(left: VersionLike, right: VersionLike) -> int:
