@@ -293,13 +293,11 @@ def resolve(index, requested, follow="all", installed=None):
     done = set()
     while queue:
         parent = queue.pop(0)
-        version = resolved.get(parent)
-        if version is None or (parent, version) in done:
+        version = resolved[parent]
+        if (parent, version) in done:
             continue
         done.add((parent, version))
-        stanza = next((s for s in index.get(parent, []) if s["Version"] == version), None)
-        if stanza is None:
-            continue
+        stanza = next(s for s in index.get(parent) if s["Version"] == version)  # every version placed is offered
         groups = parse_depends(stanza.get("Pre-Depends", "")) + parse_depends(stanza.get("Depends", ""))
         for group in groups:
             alts = [a for a in group if a[1] == "="] if follow == "exact" else group
