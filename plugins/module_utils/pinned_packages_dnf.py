@@ -242,14 +242,12 @@ def _closure(available, resolved, reasons, installed, follow, cmp):
     """Add to resolved every package of `available` that the set requires (breadth first); return problems."""
     problems = []
     queue = list(resolved)
-    chosen_pkgs = {}
     while queue:
         name = queue.pop(0)
         evr = resolved[name]
         pkg = next((pkg for pkg in available.filter(name=name) if _evr(pkg) == evr), None)
         if pkg is None:
             continue
-        chosen_pkgs[name] = pkg
         for req in pkg.requires:
             text = str(req)
             if ignored_requirement(text) or (follow == "exact" and not requirement_is_exact(text)):
