@@ -438,11 +438,10 @@ _ARMOR_RE = re.compile(
 
 
 def dearmor(data):
-    """Binary OpenPGP data from an armored or binary key file (all armored blocks concatenated)."""
-    text = data.decode("ascii", errors="replace") if isinstance(data, bytes) else data
-    blocks = _ARMOR_RE.findall(text)
+    """Binary OpenPGP data from the bytes of an armored or binary key file (all armored blocks concatenated)."""
+    blocks = _ARMOR_RE.findall(data.decode("ascii", errors="replace"))
     if not blocks:
-        return data if isinstance(data, bytes) else data.encode()
+        return data
     out = b""
     for block in blocks:
         lines = [ln.strip() for ln in block.strip().splitlines() if ln.strip() and not ln.startswith("=")]
