@@ -114,7 +114,7 @@ class ActionModule(ActionBase):
                 "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
                 "planned": part,
             }
-            add_sections(host, record, hostvars[host])
+            add_sections(record, hostvars[host])
             records[host] = record
         written = write_reports(run_dir, records, fleet)
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).

@@ -6,8 +6,7 @@
 fleet)`` writes ``<host>.json`` and ``<host>.md`` for every host and
 ``fleet.json`` and the fleet report page ``index.html`` (plugin_utils/fleet_report.py) for the run. A record
 is one host's judged preflight (see ``preflight_fleet``). A section (``add_sections``: the kubelet policy of a
-Kubernetes GPU node, plugin_utils/kube_report.py) lands in the JSON under ``sections[name]`` and as a table in the
-Markdown.
+Kubernetes GPU node, ``kubelet_section``) lands in the JSON under ``sections[name]`` and as a table in the Markdown.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import os
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
-from ansible_collections.gpuops.cluster.plugins.plugin_utils.kube_report import kubelet_section
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import get_var
 
 FILE_MODE = 0o640
 DIR_MODE = 0o750
@@ -108,9 +107,42 @@ def summary_line(host: str, record: dict, report: str) -> str:
     )
 
 
-def add_sections(host: str, record: dict, hostvars: Any) -> None:
+def kubelet_section(record: dict, hostvars: Any) -> dict | None:
+    """``{"name": "kubelet", ...}`` for a Kubernetes GPU node: the kubelet policy it will get, and why, as the host's
+    part of ``gpuops_plan`` holds it (``record["planned"]``, set by preflight_fleet; nothing here derives it again);
+    else None."""
+    platform = ((record.get("result") or {}).get("platform") or {}).get("platform")
+    if platform != "kubernetes" or "gpu_nodes" not in (get_var(hostvars, "group_names", []) or []):
+        return None
+    part = record["planned"]
+    policy = part.get("kubelet_policy")
+    section = {"name": "kubelet", "title": "Kubernetes kubelet policy"}
+    if policy is None:
+        why = "none: the node has no gpuops_pool (training or inference); the plan refuses it"
+        return {**section, "rows": [["policy", why]], "data": {"pool": part.get("pool")}}
+    if "error" in policy:
+        return {**section, "rows": [["policy", f"not derived: {policy['error']}"]]}
+    source = "this preflight" if part.get("topology_source") == "preflight" else part.get("topology_source")
+    return {
+        **section,
+        "rows": [
+            ["pool", part["pool"]],
+            ["topologyManagerPolicy", policy["topology_manager_policy"]],
+            ["topologyManagerScope", policy["topology_manager_scope"]],
+            ["cpuManagerPolicy", policy["cpu_manager_policy"]],
+            ["reservedSystemCPUs", policy["reserved_system_cpus"]],
+            ["memoryManagerPolicy", policy["memory_manager_policy"]],
+            ["gpuops.io/nvlink-domains", policy["nvlink_domains_label"]],
+            ["reason", policy["reason"]],
+            ["topology from", source],
+        ],
+        "data": dict(policy, topology_source=source),
+    }
+
+
+def add_sections(record: dict, hostvars: Any) -> None:
     """The record gets ``sections`` (name -> {title, rows, data}): the kubelet section where it applies."""
-    section = kubelet_section(host, record, hostvars)
+    section = kubelet_section(record, hostvars)
     record["sections"] = {section["name"]: {"title": section.get("title"), "rows": section.get("rows") or [],
                                             "data": section.get("data")}} if section else {}
 

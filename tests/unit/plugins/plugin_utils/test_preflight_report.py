@@ -67,7 +67,7 @@ def test_every_host_gets_json_and_markdown_and_the_run_a_fleet_file(tmp_path):
 
 
 def test_a_section_lands_in_json_and_markdown(tmp_path, monkeypatch):
-    def kubelet(host, rec, hostvars):
+    def kubelet(rec, hostvars):
         return {
             "name": "kubelet",
             "title": "Kubelet policy",
@@ -77,7 +77,7 @@ def test_a_section_lands_in_json_and_markdown(tmp_path, monkeypatch):
 
     monkeypatch.setattr(preflight_report, "kubelet_section", kubelet)
     rec = record("n1")
-    preflight_report.add_sections("n1", rec, {"policy": "single-numa-node"})
+    preflight_report.add_sections(rec, {"policy": "single-numa-node"})
     preflight_report.write_reports(str(tmp_path), {"n1": rec}, {})
     assert json.loads((tmp_path / "n1.json").read_text())["sections"]["kubelet"]["data"] == {"p": 1}
     assert "## Kubelet policy" in (tmp_path / "n1.md").read_text()

@@ -1,8 +1,8 @@
-"""The preflight report's kubelet section (preflight_report.add_sections), on the host's plan part."""
+"""The preflight report's kubelet section (preflight_report.kubelet_section, add_sections), on the host's plan part."""
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_report, plan, preflight_report
+from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan, preflight_report
 
 TOPOLOGY = {
     "nvlink_domains": [[0, 1, 2, 3, 4, 5, 6, 7]],
@@ -15,14 +15,14 @@ def _section(platform: str, hostvars: dict, topology: dict | None = None) -> dic
     gpu = {"topology": topology}
     record = {"result": {"platform": {"platform": platform}}, "gpu": gpu,
               "planned": plan.host_part(platform, gpu, hostvars)}
-    return kube_report.kubelet_section("gpu1", record, hostvars)
+    return preflight_report.kubelet_section(record, hostvars)
 
 
 def test_the_preflight_report_adds_it():
     record = {"result": {"platform": {"platform": "kubernetes"}}, "gpu": {"topology": TOPOLOGY}}
     hostvars = {"group_names": ["gpu_nodes"], "gpuops_pool": "training"}
     record["planned"] = plan.host_part("kubernetes", record["gpu"], hostvars)
-    preflight_report.add_sections("gpu1", record, hostvars)
+    preflight_report.add_sections(record, hostvars)
     assert record["sections"]["kubelet"]["data"]["topology_manager_policy"] == "restricted"
 
 
