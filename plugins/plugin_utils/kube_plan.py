@@ -8,7 +8,7 @@ and the fix; the callers refuse the run with them before any host changes.
 
 Kubelet policy (one decision per node, from the node's topology (gpu_facts') or the inventory's
 ``gpuops_gpu_topology`` declaration, which has the same shape: ``nvlink_domains``, ``numa_groups`` and
-optionally ``gpus`` with ``cpu_affinity``, ``numa_groups[].cpus`` and ``placements``):
+optionally ``gpus`` with ``cpu_affinity`` and ``numa_groups[].cpus``):
 
 * inference pool: ``best-effort`` (a serving pod's GPU need not share a NUMA node with its CPUs);
 * training pool, every NVLink domain inside one NUMA node: ``single-numa-node`` with the memory manager's
@@ -232,7 +232,6 @@ def kubelet_policy(
         "reserved_memory": _reserved_memory(gpu_nodes or [0], reserved_memory_mib) if policy == SINGLE_NUMA else [],
         "system_reserved_memory": f"{reserved_memory_mib - eviction_memory_mib}Mi",
         "nvlink_domains_label": nvlink_domains_label(domains),
-        "placements": json.dumps(topology.get("placements") or [], separators=(",", ":")),
         "reason": f"{reason}; {cpu_reason}",
     }
 
@@ -248,13 +247,13 @@ def node_registration(policy: dict | None, pool: str, control_plane: bool = Fals
                       health_sweep: str | None = None) -> dict:
     """The labels, annotations and taints a node registers with (kube_node's ``kube_node_registration``).
 
-    ``policy``: the node's kubelet policy (``kubelet_policy``) on a GPU node, None on a CPU node or control plane.
-    A GPU node gets the GPU taint and labels naming its pool, NVLink domains and topology policy, with its
-    placements and the policy's reason as annotations; a control plane that is not ``schedulable`` gets the
-    control-plane taint. ``health_sweep``: the GPU node's sweep form the plan decided (plan.health_sweep's
-    ``form``), its ``HEALTH_SWEEP_LABEL``: kube_monitoring's DaemonSet selects the nodes labelled ``daemonset``, so a
-    node whose form is ``timer`` or ``none`` gets no pod. Every GPU node carries its form (not only ``daemonset``):
-    a node moved to the timer is relabelled, where a label only removed would stay (labels are merged).
+    ``policy``: the node's kubelet policy (``kubelet_policy``) on a GPU node, None on a CPU node or control plane. A
+    GPU node gets the GPU taint, labels naming its pool, NVLink domains and topology policy, and the policy's reason
+    as an annotation; a control plane that is not ``schedulable`` gets the control-plane taint. ``health_sweep``:
+    the GPU node's sweep form the plan decided (plan.health_sweep's ``form``), its ``HEALTH_SWEEP_LABEL``:
+    kube_monitoring's DaemonSet selects the nodes labelled ``daemonset``, so a node whose form is ``timer`` or
+    ``none`` gets no pod. Every GPU node carries its form (not only ``daemonset``): a node moved to the timer is
+    relabelled, where a label only removed would stay (labels are merged).
     """
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
@@ -268,7 +267,7 @@ def node_registration(policy: dict | None, pool: str, control_plane: bool = Fals
         }
         if health_sweep:
             labels[HEALTH_SWEEP_LABEL] = str(health_sweep)
-        annotations = {"gpuops.io/placements": policy["placements"], "gpuops.io/kubelet-policy": policy["reason"]}
+        annotations = {"gpuops.io/kubelet-policy": policy["reason"]}
         taints.append(dict(GPU_TAINT))
     if control_plane and not schedulable:
         taints.append(dict(CONTROL_PLANE_TAINT))

@@ -73,7 +73,7 @@ def test_gpu_nodes_register_tainted_and_labelled(rendered_objects):
         assert labels["gpuops.io/nvlink-domains"] == "0-7"
         assert labels == nodes[host]["metadata"]["labels"]
         assert nodes[host]["spec"]["taints"] == registration["taints"]
-        assert nodes[host]["metadata"]["annotations"]["gpuops.io/placements"] == "[[0,1],[2,3],[4,5],[6,7]]"
+        assert list(nodes[host]["metadata"]["annotations"]) == ["gpuops.io/kubelet-policy"]
         assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "192.0.2.10:6443"
 
 
@@ -218,7 +218,7 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
         "topology_manager_policy": "single-numa-node", "topology_manager_scope": "pod", "cpu_manager_policy": "static",
         "reserved_system_cpus": "0-3,52-55", "memory_manager_policy": "Static",
         "reserved_memory": [{"numaNode": 0, "limits": {"memory": "4096Mi"}}], "system_reserved_memory": "3596Mi",
-        "nvlink_domains_label": "0-3_4-7", "placements": "[]",
+        "nvlink_domains_label": "0-3_4-7",
         "reason": "this test's plan",
     }
     hosts, nodes = {}, _planned_nodes()

@@ -111,11 +111,9 @@ def test_declared_topology_with_numa_cpus_and_explicit_cpus():
     declared = {
         "nvlink_domains": [[0, 1, 2, 3]],
         "numa_groups": [{"numa_node": 0, "gpus": [0, 1, 2, 3], "cpus": "0-31"}],
-        "placements": [[0, 1], [2, 3]],
     }
     derived = kubelet_policy(declared, "training", reserved_cpus_per_numa=4)
     assert derived["reserved_system_cpus"] == "0-3"
-    assert derived["placements"] == "[[0,1],[2,3]]"
     explicit = kubelet_policy(declared, "training", reserved_system_cpus="0,16")
     assert explicit["reserved_system_cpus"] == "0,16"
     assert "set in the inventory" in explicit["reason"]

@@ -7,7 +7,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import kubeadm
 
 GPU_NODE = {
     "labels": {"nvidia.com/gpu": "true", "gpuops.io/pool": "training"},
-    "annotations": {"gpuops.io/placements": "[]"},
+    "annotations": {"gpuops.io/kubelet-policy": "training pool: restricted"},
     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
 }
 

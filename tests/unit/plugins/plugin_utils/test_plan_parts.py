@@ -147,7 +147,7 @@ def _expected_registration(host: str, pool: str, sweep: str = "daemonset") -> di
     return {
         "labels": {"nvidia.com/gpu": "true", "gpuops.io/pool": pool, "gpuops.io/nvlink-domains": "0-7",
                    "gpuops.io/topology-policy": policy, "gpuops.io/gpu-health-sweep": sweep},
-        "annotations": {"gpuops.io/placements": "[]", "gpuops.io/kubelet-policy": reason},
+        "annotations": {"gpuops.io/kubelet-policy": reason},
         "taints": [GPU_TAINT],
     }
 
