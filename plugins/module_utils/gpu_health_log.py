@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text as read_host_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import one_line
 
 SOURCE_JOURNAL = "journalctl"
@@ -94,15 +95,6 @@ def read_journal(binary: str, since_cursor: str | None, run, notes: list) -> dic
 
 
 # --------------------------------------------------------------------------- dmesg
-
-
-def boot_id(path: str = BOOT_ID_PATH) -> str | None:
-    """The kernel's boot id, None where it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip() or None
-    except OSError:
-        return None
 
 
 def read_dmesg(binary: str, since_cursor: str | None, run, boot_id: str, notes: list) -> dict | None:
@@ -182,7 +174,7 @@ def read_kernel_log(
         notes.append("journalctl is not in PATH")
     dmesg = which("dmesg")
     if dmesg:
-        found = read_dmesg(dmesg, since_cursor, run, boot_id(boot_id_path) or "unknown", notes)
+        found = read_dmesg(dmesg, since_cursor, run, read_host_file(boot_id_path) or "unknown", notes)
         if found:
             return found
     else:

@@ -293,17 +293,7 @@ def main(argv=None) -> int:
                                                time.time())
             sys.stdout.write(json.dumps({"gpus": request, "changed": changed}) + "\n")
             return 0
-        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
-        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import (  # noqa: PLC0415
-            BOOT_ID_PATH,
-            boot_id,
-        )
-        from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import (  # noqa: PLC0415
-            write_result,
-        )
-
-        args.boot_id_file = args.boot_id_file or BOOT_ID_PATH
-        return _one_run(args, sweep, write_result, boot_id)
+        return _one_run(args)
 
 
 @contextlib.contextmanager
@@ -319,13 +309,20 @@ def _locked(directory: str):
         os.close(handle)  # closing the descriptor releases the lock
 
 
-def _one_run(args, sweep, write_result, read_boot_id) -> int:
+def _one_run(args) -> int:
+    """One sweep; what it needs beyond this file is imported here, so ``--release`` runs without it."""
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health import sweep  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_log import BOOT_ID_PATH  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_result import write_result  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text  # noqa: PLC0415
+
+    args.boot_id_file = args.boot_id_file or BOOT_ID_PATH
     state = _load_state(args.state_file)
     result = sweep(_run, shutil.which, since_cursor=state["cursor"], expected_gpus=args.expected_gpus,
                    dcgm_level=args.dcgm_level, boot_id_path=args.boot_id_file)
     now = time.time()
     seen = count_events(state["events"], result["events"], result["gpus"], now)
-    boot_id = read_boot_id(args.boot_id_file)  # None: no held finding then ends by a reboot
+    boot_id = read_text(args.boot_id_file) or None  # None: no held finding then ends by a reboot
     request = os.path.join(os.path.dirname(os.path.abspath(args.state_file)), CLEAR_REQUEST)
     held, cleared = hold(state["held"], result, boot_id, now, _take_request(request))
     released = [f"gpu_health released: GPU {entry['gpu']} ({entry['uuid']}) {entry['check']} {entry['action']}, "
