@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """The hidden /sys and /proc roots: their argument spec (documented by the doc fragment gpuops.cluster.host_roots) and
-the one reader of a text file under them (gpu_facts_sysfs, host_facts and local_pv read with it)."""
+the one reader of a text file under them (gpu_facts_sysfs, host_facts, local_pv, package_lock, the health sweep)."""
 
 from __future__ import annotations
 

@@ -76,9 +76,9 @@ def unit_from_cgroup(text: str) -> str:
     return ""
 
 
-def command_from_cmdline(data: bytes) -> str:
+def command_from_cmdline(text: str) -> str:
     """/proc/<pid>/cmdline (NUL-separated) as one line (whitespace folded), cut after COMMAND_LIMIT characters."""
-    text = " ".join((data or b"").replace(b"\0", b" ").decode("utf-8", errors="replace").split())
+    text = " ".join((text or "").replace("\0", " ").split())
     return text if len(text) <= COMMAND_LIMIT else text[:COMMAND_LIMIT] + "..."
 
 

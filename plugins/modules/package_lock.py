@@ -86,14 +86,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.package_lock import
 SLEEP = 2  # seconds between two looks
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
 def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
     found = {}
     for path in paths:
@@ -108,7 +100,7 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int, int]]:
 def look(paths: tuple[str, ...] | list[str]) -> list[Holder]:
     """The holders now, with their command line and unit."""
     held = holders_of(parse_proc_locks(read_text("/proc/locks") or ""), _files(paths))
-    return [Holder(path, pid, command_from_cmdline(_cmdline(pid)) if pid > 0 else "",
+    return [Holder(path, pid, command_from_cmdline(read_text(f"/proc/{pid}/cmdline") or "") if pid > 0 else "",
                    unit_from_cgroup(read_text(f"/proc/{pid}/cgroup") or "") if pid > 0 else "")
             for path, pid in held]
 

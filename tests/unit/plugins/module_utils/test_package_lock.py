@@ -51,11 +51,11 @@ def test_unit_and_command_line():
     assert unit_from_cgroup("0::/system.slice/apt-daily-upgrade.service\n") == "apt-daily-upgrade.service"
     assert unit_from_cgroup("9:name=systemd:/user.slice/user-0.slice/session-3.scope\n") == "session-3.scope"
     assert unit_from_cgroup("0::/docker/98b68329b0fa\n") == ""
-    assert command_from_cmdline(b"/usr/bin/python3\0/usr/bin/unattended-upgrade\0") == (
+    assert command_from_cmdline("/usr/bin/python3\0/usr/bin/unattended-upgrade\0") == (
         "/usr/bin/python3 /usr/bin/unattended-upgrade")
-    assert command_from_cmdline(b"x" * (COMMAND_LIMIT + 5)) == "x" * COMMAND_LIMIT + "..."
-    assert command_from_cmdline(b"") == ""
-    assert command_from_cmdline(b"python3\0-c\0import time\ntime.sleep(9)\0") == "python3 -c import time time.sleep(9)"
+    assert command_from_cmdline("x" * (COMMAND_LIMIT + 5)) == "x" * COMMAND_LIMIT + "..."
+    assert command_from_cmdline("") == ""
+    assert command_from_cmdline("python3\0-c\0import time\ntime.sleep(9)\0") == "python3 -c import time time.sleep(9)"
 
 
 def test_describe_names_pid_command_and_unit():
