@@ -33,8 +33,8 @@ _DOTTED = re.compile(r"^\d+(\.\d+)*$")
 PROBE_TIMEOUT_MAX = 30.0
 
 
-def parse_os_release(text: str) -> dict[str, str]:
-    """KEY=value lines of os-release(5), quotes removed."""
+def parse_key_values(text: str) -> dict[str, str]:
+    """KEY=value lines, as os-release(5) and a sysfs ``uevent`` file hold them, quotes removed."""
     values = {}
     for raw in (text or "").splitlines():
         line = raw.strip()
@@ -75,7 +75,7 @@ def processor_count(cpuinfo: str) -> int | None:
 
 def os_facts(root: str = "/", sysfs_root: str = "/sys", uname=os.uname, proc_root: str = "/proc") -> dict:
     """The OS facts preflight needs, named as in ansible_facts."""
-    release = parse_os_release(read_text(os.path.join(root, "etc/os-release")) or "")
+    release = parse_key_values(read_text(os.path.join(root, "etc/os-release")) or "")
     os_id = release.get("ID", "").lower()
     distribution, family = _DISTRIBUTIONS.get(os_id, (release.get("NAME") or os_id or None, None))
     version = release.get("VERSION_ID") or None

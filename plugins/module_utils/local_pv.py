@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import free_space
+from ansible_collections.gpuops.cluster.plugins.module_utils.host_facts import free_space, parse_key_values
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_roots import read_text
 
 GIB = 1024**3
@@ -99,12 +99,9 @@ def device_name(mount: Mount, sys_root: str) -> str:
     """A readable device for a mount: its /dev source, else DEVNAME from /sys/dev/block/<major:minor>/uevent."""
     if mount.source.startswith("/dev/") and mount.source != "/dev/root":
         return mount.source
-    uevent = os.path.join(sys_root, "dev", "block", mount.devno, "uevent")
-    for line in (read_text(uevent) or "").splitlines():
-        key, _sep, value = line.strip().partition("=")
-        if key == "DEVNAME" and value:
-            return "/dev/" + value
-    return mount.source
+    uevent = read_text(os.path.join(sys_root, "dev", "block", mount.devno, "uevent"))
+    name = parse_key_values(uevent or "").get("DEVNAME")
+    return "/dev/" + name if name else mount.source
 
 
 def _top(stack: list[Mount]) -> Mount:
