@@ -25,6 +25,7 @@ API = "/api/2.0/mlflow/"
 CREATED, PASSWORD_SET, UNCHANGED = "created", "password set", "unchanged"
 OK, UNAUTHORIZED, NOT_FOUND = 200, 401, 404
 ARGS = 3  # the script, MLflow's URL, the secrets directory
+TIMEOUT = 30  # seconds to wait for each answer
 
 
 class MlflowUsersError(Exception):
@@ -35,7 +36,7 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def _request(base_url: str, method: str, path: str, authorization: str, body: dict | None, timeout: float):
+def _request(base_url: str, method: str, path: str, authorization: str, body: dict | None):
     """One call; returns (status, text). Never through a proxy (MLflow is on the host or in the cluster)."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Authorization": authorization}
@@ -44,7 +45,7 @@ def _request(base_url: str, method: str, path: str, authorization: str, body: di
     request = urllib.request.Request(base_url.rstrip("/") + API + path, data=data, method=method, headers=headers)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=timeout) as answer:
+        with opener.open(request, timeout=TIMEOUT) as answer:
             return answer.status, answer.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode(errors="replace")
@@ -57,10 +58,9 @@ def _refused(what: str, status: int, text: str) -> MlflowUsersError:
     return MlflowUsersError(f"{what}: MLflow answered {status} {text.strip()[:300]}")
 
 
-def _admin_get(base_url: str, admin_user: str, admin: str, name: str, timeout: float, request) -> tuple[int, str]:
+def _admin_get(base_url: str, admin_user: str, admin: str, name: str) -> tuple[int, str]:
     """``users/get`` of ``name`` as the admin: (status, text); a refused admin login is an error."""
-    status, text = request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin, None,
-                           timeout)
+    status, text = _request(base_url, "GET", "users/get?" + urllib.parse.urlencode({"username": name}), admin, None)
     if status == UNAUTHORIZED:
         raise MlflowUsersError(f"MLflow refused the admin login {admin_user!r} (401). Fix: the admin password "
                                "must be the one MLflow's user store holds (it is only read when the store is "
@@ -68,22 +68,20 @@ def _admin_get(base_url: str, admin_user: str, admin: str, name: str, timeout: f
     return status, text
 
 
-def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dict, check_mode: bool = False,
-                 timeout: float = 30, request=_request) -> dict:
+def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dict, check_mode: bool = False) -> dict:
     """Make each user of ``users`` (name -> password) exist with that password; return name -> what was done
     (``created``, ``password set``, ``unchanged``; in check mode, what would be done)."""
     admin = _basic(admin_user, admin_password)
     admin_checked = False
     done = {}
     for name, password in sorted(users.items()):
-        status, text = request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password), None,
-                               timeout)
+        status, text = _request(base_url, "GET", "experiments/search?max_results=1", _basic(name, password), None)
         if status == OK:
             done[name] = UNCHANGED
             continue
         if status != UNAUTHORIZED:
             raise _refused(f"trying user {name!r}'s password", status, text)
-        status, text = _admin_get(base_url, admin_user, admin, name, timeout, request)
+        status, text = _admin_get(base_url, admin_user, admin, name)
         admin_checked = True
         if status == NOT_FOUND:
             action = CREATED
@@ -93,12 +91,12 @@ def ensure_users(base_url: str, admin_user: str, admin_password: str, users: dic
             raise _refused(f"reading user {name!r} as {admin_user!r}", status, text)
         if not check_mode:
             method, path = ("POST", "users/create") if action == CREATED else ("PATCH", "users/update-password")
-            status, text = request(base_url, method, path, admin, {"username": name, "password": password}, timeout)
+            status, text = _request(base_url, method, path, admin, {"username": name, "password": password})
             if status != OK:
                 raise _refused(f"{method} {path} for user {name!r}", status, text)
         done[name] = action
     if users and not admin_checked:
-        status, text = _admin_get(base_url, admin_user, admin, admin_user, timeout, request)
+        status, text = _admin_get(base_url, admin_user, admin, admin_user)
         if status != OK:
             raise _refused(f"reading the admin {admin_user!r} as itself", status, text)
     return done

@@ -148,7 +148,7 @@ def test_no_answer_names_the_url_and_the_fix():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with pytest.raises(logic.MlflowUsersError, match=f"MLflow at http://127.0.0.1:{port} did not answer.*Fix:"):
-        logic.ensure_users(f"http://127.0.0.1:{port}", *ADMIN, WANTED, timeout=5)
+        logic.ensure_users(f"http://127.0.0.1:{port}", *ADMIN, WANTED)
 
 
 def test_the_file_runs_as_a_script_with_the_kubernetes_secret_layout(mlflow, tmp_path):
