@@ -1,15 +1,24 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filter: ``outputs | gpuops.cluster.diagnose_chain(platform=..., ...)``.
+"""The diagnose role's filters:
 
-Thin: the links and the walk live in plugins/plugin_utils/diagnose.py; documentation in diagnose_chain.yml.
+* ``outputs | gpuops.cluster.diagnose_chain(platform=..., ...)``: the chain of links, walked to the first broken one;
+* the two steps of roles/diagnose/tasks/slowdown.yml: ``slowdown_queries`` (which series, which window) and
+  ``slowdown_answer`` (Prometheus's answers -> window means -> the rule's causes).
+
+Thin: the links and the walk live in plugins/plugin_utils/diagnose.py, the slowdown rule in training_slowdown.py
+(docs/operations.md, "Is training slow?") and its Prometheus side in slowdown_query.py; documentation in
+diagnose_chain.yml, slowdown_queries.yml and slowdown_answer.yml.
 """
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 diagnose = lazy("diagnose")
+sq = lazy("slowdown_query")
+_training_slowdown = lazy("training_slowdown")
 
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "",
@@ -21,8 +30,29 @@ def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node:
     return diagnose.chain(outputs, platform, count if mig else count * replicas, node, pin or "", mig)
 
 
+def slowdown_queries(platform, **options) -> dict:
+    try:
+        return sq.build(str(platform), options)
+    except (TypeError, ValueError) as exc:  # SlowdownInputError is a ValueError
+        raise AnsibleFilterError(f"slowdown_queries: {exc}") from exc
+
+
+def slowdown_answer(answers, nvlink_capacity_known=True, thresholds=None, about=None) -> dict:
+    try:
+        signals = _training_slowdown.check_signals(sq.window_means(dict(answers or {}), bool(nvlink_capacity_known)))
+        causes = _training_slowdown.training_slowdown(signals, thresholds)
+    except _training_slowdown.SlowdownInputError as exc:
+        raise AnsibleFilterError(f"slowdown_answer: {exc}") from exc
+    measured = [k for k, v in signals.items() if v is not None]
+    verdict = "no data" if not measured else ("slow" if causes else "healthy")
+    answer = {**dict(about or {}), "signals": signals, "causes": causes, "verdict": verdict,
+              "not_measured": [k for k, v in signals.items() if v is None], "means": sq.means_text(signals)}
+    return {**answer, "lines": sq.answer_lines(answer)}
+
+
 class FilterModule:
-    """gpuops.cluster diagnose filters."""
+    """gpuops.cluster diagnose filters (the chain, and "is training slow?")."""
 
     def filters(self) -> dict:
-        return {"diagnose_chain": diagnose_chain}
+        return {"diagnose_chain": diagnose_chain, "slowdown_queries": slowdown_queries,
+                "slowdown_answer": slowdown_answer}

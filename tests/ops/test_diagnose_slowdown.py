@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer, slowdown_queries
+from ansible_collections.gpuops.cluster.plugins.filter.diagnose import slowdown_answer, slowdown_queries
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
 from ansible_env import playbook_env
 

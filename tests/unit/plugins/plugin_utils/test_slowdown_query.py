@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer, slowdown_queries
+from ansible_collections.gpuops.cluster.plugins.filter.diagnose import slowdown_answer, slowdown_queries
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import slowdown_query as sq
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import SlowdownInputError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.training_slowdown import slowdown_answer
+from ansible_collections.gpuops.cluster.plugins.filter.diagnose import slowdown_answer
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.training_slowdown import (
     FIXES,
     SlowdownInputError,
