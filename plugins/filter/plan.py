@@ -1,9 +1,16 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filter: ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``.
+"""The plan core's filters:
+
+* ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``: the plan from the inventory alone;
+* ``team_size | gpuops.cluster.choose_platform(gpu_count=N, multi_node_training=bool)``: the platform rule;
+* ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
+  wrong with the team list that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for
+  their defaults).
 
 Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
-read); documentation in inventory_plan.yml next to this file.
+read), the platform rule in platform.py (shared with preflight), the team rules in team.py; documentation in
+inventory_plan.yml, choose_platform.yml and team_problems.yml next to this file.
 """
 
 from __future__ import annotations
@@ -13,7 +20,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
+mps = lazy("mps")
 plan = lazy("plan")
+platform_rule = lazy("platform")
+team = lazy("team")
+
+_MISSING = object()
 
 
 def inventory_plan(gpu_hosts: list, hostvars: Any, platform: Any = None) -> dict:
@@ -23,8 +35,34 @@ def inventory_plan(gpu_hosts: list, hostvars: Any, platform: Any = None) -> dict
         raise AnsibleFilterError(f"inventory_plan: {exc}") from exc
 
 
+def choose_platform(team_size: object, gpu_count: object = _MISSING, multi_node_training: object = _MISSING) -> str:
+    missing = [
+        name
+        for name, value in (("gpu_count", gpu_count), ("multi_node_training", multi_node_training))
+        if value is _MISSING
+    ]
+    if missing:
+        raise AnsibleFilterError(
+            f"choose_platform needs {' and '.join(missing)}: "
+            "team_size | gpuops.cluster.choose_platform(gpu_count=8, multi_node_training=false)"
+        )
+    try:
+        return platform_rule.choose_platform_with_reason(team_size, gpu_count, multi_node_training)[0]
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def team_problems(teams: object, members: object = None, mps_context_reserve: object = None,
+                  mps_min_usable: object = None) -> list:
+    try:
+        rule = mps.limits(mps_context_reserve, mps_min_usable)
+    except ValueError as exc:
+        return [str(exc)]
+    return team.team_problems(teams, members, rule)
+
+
 class FilterModule:
-    """gpuops.cluster plan filter."""
+    """gpuops.cluster plan, platform and team filters."""
 
     def filters(self) -> dict:
-        return {"inventory_plan": inventory_plan}
+        return {"inventory_plan": inventory_plan, "choose_platform": choose_platform, "team_problems": team_problems}

@@ -15,7 +15,7 @@ import textwrap
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.platform import FilterModule
+from ansible_collections.gpuops.cluster.plugins.filter.plan import FilterModule
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import choose_platform_with_reason
 from conftest import COLLECTIONS
 

@@ -14,7 +14,7 @@ import re
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.filter.team import team_problems as team_problems_filter
+from ansible_collections.gpuops.cluster.plugins.filter.plan import team_problems as team_problems_filter
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
     gpu_operator,
     gpu_sharing,
