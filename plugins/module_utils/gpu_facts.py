@@ -107,9 +107,9 @@ def gather_topology(
 def _gather_nvml(nvml_loader, warnings: list) -> dict:
     """The NVML backend, its code imported only once pynvml is (the module doc)."""
     nvml = load_pynvml(nvml_loader)
-    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml  # noqa: PLC0415
+    from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import gather_nvml  # noqa: PLC0415
 
-    return load_and_gather_nvml(lambda: nvml, warnings)
+    return gather_nvml(nvml, warnings)
 
 
 def _gather_nvidia_smi(run, which, notes: list) -> dict:

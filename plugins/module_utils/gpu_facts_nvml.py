@@ -24,7 +24,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     cuda_version_from_int,
     fabric_record,
     gpu_record,
-    load_pynvml,
     value_or_none,
 )
 
@@ -157,15 +156,15 @@ def _nvml_gpu(calls: NvmlCalls, index: int, per_gpu=None) -> dict:
         fabric=calls.fabric(label, handle),
     )
     if per_gpu is not None:
-        record["health"] = per_gpu(calls, label, handle, links)
+        record.update(per_gpu(calls, label, handle, links))
     return record
 
 
-def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
+def _nvml_session(nvml, warnings: list, per_gpu=None) -> dict:
     """Everything through NVML in one session; nvmlShutdown always runs once nvmlInit succeeded.
 
     ``per_gpu(calls, label, handle, links)``, when given, is called for each GPU inside the session (``links``:
-    ``NvmlCalls.nvlink_states``, read once); what it returns is the record's ``health`` key.
+    ``NvmlCalls.nvlink_states``, read once); the keys it returns are added to the GPU's record.
     """
     try:
         nvml.nvmlInit()
@@ -196,12 +195,11 @@ def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
 PYNVML_MISMATCH = (AttributeError, TypeError, ValueError, ctypes.ArgumentError)
 
 
-def load_and_gather_nvml(nvml_loader, warnings: list, per_gpu=None) -> dict:
-    """``gather_nvml`` on the pynvml ``nvml_loader()`` returns; BackendUnavailable when pynvml is not importable,
-    NVML does not answer, or the installed nvidia-ml-py's API differs (then nvidia-smi can still answer)."""
-    nvml = load_pynvml(nvml_loader)
+def gather_nvml(nvml, warnings: list, per_gpu=None) -> dict:
+    """``_nvml_session`` on the loaded pynvml ``nvml`` (``gpu_facts_common.load_pynvml``); BackendUnavailable when NVML
+    does not answer, or the installed nvidia-ml-py's API differs (then nvidia-smi can still answer)."""
     try:
-        return gather_nvml(nvml, warnings, per_gpu)
+        return _nvml_session(nvml, warnings, per_gpu)
     except PYNVML_MISMATCH as err:
         warnings.append(f"the NVML backend raised {type(err).__name__}: {err}; falling back to nvidia-smi")
         raise BackendUnavailable(f"pynvml API mismatch ({type(err).__name__}: {err})") from err

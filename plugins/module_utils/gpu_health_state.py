@@ -35,10 +35,11 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_common im
     first_backend,
     import_pynvml,
     int_or_none,
+    load_pynvml,
     parse_flag,
     value_or_none,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import load_and_gather_nvml
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_nvml import gather_nvml
 from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_facts_smi import (
     parse_nvidia_smi_nvlink,
     q_get,
@@ -292,13 +293,10 @@ def gather_smi_state(run, which, notes: list) -> list:
 
 
 def _nvml_records(nvml_loader, warnings: list) -> list:
-    result = load_and_gather_nvml(nvml_loader, warnings, per_gpu=nvml_health)
-    records = []
-    for record in result["gpus"]:
-        health = record.pop("health", None) or {"state": empty_state(), "not_supported": []}
-        state = health["state"]
-        state["persistence_mode"] = record["persistence_mode"]
-        records.append({**record, "state": state, "not_supported": health["not_supported"]})
+    records = gather_nvml(load_pynvml(nvml_loader), warnings, per_gpu=nvml_health)["gpus"]
+    for record in records:  # a GPU without a handle has no state read
+        record.setdefault("state", empty_state())["persistence_mode"] = record["persistence_mode"]
+        record.setdefault("not_supported", [])
     return records
 
 

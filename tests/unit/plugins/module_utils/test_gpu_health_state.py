@@ -279,6 +279,14 @@ def test_an_nvml_error_other_than_not_supported_is_unread_and_read_ok_false():
     assert any("nvmlDeviceGetRemappedRows" in warning for warning in state["warnings"])
 
 
+def test_a_gpu_nvml_gives_no_handle_for_is_listed_with_every_counter_unread():
+    lost = FakeGpu(errors={"nvmlDeviceGetHandleByIndex": ERRORS["NVMLError_GpuIsLost"]})
+    state = hs.gather_state("nvml", Commands().run, Commands().which, nvml_loader=lambda: make_fake_pynvml([lost]))
+    (gpu,) = state["gpus"]
+    assert (state["read_ok"], gpu["unread"], gpu["not_supported"]) == (False, list(hs.COUNTERS), [])
+    assert gpu["state"] == hs.empty_state()
+
+
 def test_a_gpu_without_nvlink_and_with_ecc_off_has_those_keys_not_supported():
     """NVML answers NotSupported for ECC when ECC is off (FakeGpu ecc_uncorrected=None); no NVLink answers."""
     plain = FakeGpu(ecc_uncorrected=None, nvlink_states=[])
