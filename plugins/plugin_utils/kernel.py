@@ -6,7 +6,7 @@ DKMS builds a module for a kernel only when that kernel's headers are installed.
 never boots a node without its GPU driver, the role either installs headers for every installed kernel plus
 the headers metapackage of every installed kernel metapackage (each new kernel then arrives with its headers
 and DKMS builds for it at install time), or holds the kernel metapackages (nvidia_driver_hold_kernel).
-Pure functions over installed package names; used by plugins/filter/kernel.py.
+Pure functions over installed package names; used by plugins/filter/driver.py.
 """
 
 from __future__ import annotations

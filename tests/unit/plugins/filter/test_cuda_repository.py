@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.filter.cuda_repository import FilterModule
+from ansible_collections.gpuops.cluster.plugins.filter.driver import FilterModule
 
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 APT_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"

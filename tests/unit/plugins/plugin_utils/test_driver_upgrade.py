@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import diagnose_recorded as R
 import pytest
-from ansible_collections.gpuops.cluster.plugins.filter.driver_upgrade import driver_upgrade_plan
+from ansible_collections.gpuops.cluster.plugins.filter.driver import driver_upgrade_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import driver_upgrade as U
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import dcgm_cuda_major
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.filter.kernel import FilterModule
+from ansible_collections.gpuops.cluster.plugins.filter.driver import FilterModule
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.kernel import (
     header_packages,
     hold_packages,
