@@ -17,6 +17,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.diagnose import (
     ran,
     workspace_gpus,
 )
+from ansible_collections.gpuops.cluster.plugins.plugin_utils.images import split_reference
 
 NO_GPU = "skipped: no GPU"
 # Unidirectional GB/s per NVLink (NVLink 3 on A100 and NVLink 4 on H100 both give 25 GB/s per link per
@@ -73,13 +74,6 @@ def _because(cause: str, evidence: str, fix: str) -> str:
     return f"{cause}: {evidence}{'' if evidence.endswith(('.', '?', '!')) else '.'} Fix: {fix}"
 
 
-def _registry(image: str) -> str:
-    """The registry an image reference pulls from (Docker's rule: a first part with a dot or a port, or
-    localhost, is a registry; otherwise Docker Hub)."""
-    first, _slash, rest = image.partition("/")
-    return first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
-
-
 def docker_down(probe) -> str | None:
     """Docker itself, from the probe: not installed (exit 127) or its daemon not answering; None when docker info
     answered or there was no probe."""
@@ -129,7 +123,8 @@ def named_cause(step: str, value, probe) -> str | None:
     _rc, text = ran(value)
     missing = _MISSING_IMAGE.search(text)
     if missing and any(sign in text for sign in _UNREACHABLE):
-        image, registry = missing.group(1), _registry(missing.group(1))
+        image = missing.group(1)  # the role's image, which mirror_image has read as a reference already
+        registry = split_reference(image)["registry"]
         return _because(IMAGE_UNREACHABLE,
                         f"{image} is not on this host and its registry {registry} cannot be reached ({_why(text)})",
                         f"make {registry} reachable from this host, or set {IMAGE_VARS[step]} (or "
