@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """gpu_health for gpuops.cluster: one read-only sweep of a host's GPUs (``sweep``), its result the module's RETURN
 (docs/modules/gpu_health.md) plus ``warnings``. The GPUs are read first, so that the kernel log's events map to them.
-Everything that touches the host is injected (``run``, ``which``, ``nvml_loader``, paths).
+The host's commands run through ``run`` and ``which`` (a test's stand-ins, or the module's and the script's own).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _gpu_entry(record: dict, findings: list) -> dict:
     }
 
 
-def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary injected for tests
+def sweep(  # noqa: PLR0913 -- the module's options, the sweep script's boot-id file, and the command runner
     run,
     which,
     *,
@@ -48,9 +48,6 @@ def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary inje
     dcgm_level: int = 1,
     backend: str = "auto",
     state_text: str | None = None,
-    nvml_loader=None,
-    sysfs_root: str = "/sys",
-    kern_log: str = "/var/log/kern.log",
     boot_id_path: str = BOOT_ID_PATH,
 ) -> dict:
     """One host's health: see the module doc. Raises GpuFactsError for refused input or a named backend that cannot
@@ -61,11 +58,11 @@ def sweep(  # noqa: PLR0913 -- the module's options, and each host boundary inje
             f"expected_gpus is {expected_gpus}: it must be 0 or more (the GPU count the plan expects on this host, "
             "gpuops_plan.hosts[host].gpu_count); leave it unset to skip the missing-GPU check"
         )
-    state = gather_state(backend, run, which, nvml_loader=nvml_loader, state_text=state_text)
-    log = read_kernel_log(since_cursor, run, which, text=kernel_log_text, kern_log=kern_log, boot_id_path=boot_id_path)
+    state = gather_state(backend, run, which, state_text=state_text)
+    log = read_kernel_log(since_cursor, run, which, text=kernel_log_text, boot_id_path=boot_id_path)
     events = map_gpus(parse_events(log["lines"]), state["gpus"])
     dcgm = run_dcgm(dcgm_level, run, which)
-    pci_gpus = scan_pci(sysfs_root)["gpus"] if state_text is None else []
+    pci_gpus = scan_pci("/sys")["gpus"] if state_text is None else []
     findings = event_findings(events)
     for record in state["gpus"]:
         findings.extend(state_findings(record))
