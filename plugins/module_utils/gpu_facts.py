@@ -121,10 +121,10 @@ def _gather_nvidia_smi(run, which, notes: list) -> dict:
 
 
 def gather_gpu_facts(
+    run,
+    which,
     backend: str = "auto",
     nvml_loader=None,
-    run=None,
-    which=None,
     sysfs_root: str = "/sys",
     proc_root: str = "/proc",
     *,
@@ -138,8 +138,6 @@ def gather_gpu_facts(
             "set it to how many GPUs one job uses (e.g. 4), or leave it unset"
         )
     nvml_loader = nvml_loader or import_pynvml
-    run = run or (lambda argv: (127, "", f"no command runner given for {argv[0]}"))
-    which = which or (lambda name: None)
     warnings: list = []
     notes: list = []
     pci = scan_pci(sysfs_root)

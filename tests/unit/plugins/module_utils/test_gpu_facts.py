@@ -252,7 +252,7 @@ def test_topology_output_without_matrix_warns_with_raw_output(hgx_sysfs):
 @pytest.mark.parametrize("size", [0, -2])
 def test_gpus_per_job_below_one_is_refused(size):
     with pytest.raises(gf.GpuFactsError, match=f"gpus_per_job is {size}: expected a number of GPUs greater than 0"):
-        gf.gather_gpu_facts(which=lambda name: None, topology=True, gpus_per_job=size)
+        gf.gather_gpu_facts(run=None, which=None, topology=True, gpus_per_job=size)
 
 
 def test_topology_h100x8_sxm_2numa_noNIC_against_two_listed_gpus_is_noted(capture):

@@ -211,6 +211,7 @@ def test_real_pynvml_without_libnvidia_ml_falls_back(tmp_path):
         pynvml.nvmlShutdown()
         skip_by_design("libnvidia-ml is loadable here: tests/gpu covers the real library")
     facts, warnings = gf.gather_gpu_facts(
+        run=None,
         nvml_loader=lambda: importlib.import_module("pynvml"),
         which=lambda name: None,
         sysfs_root=str(tmp_path),
