@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import yaml
-from ansible_collections.gpuops.cluster.plugins.filter.kube_addons import (
+from ansible_collections.gpuops.cluster.plugins.filter.kube import (
     gpu_operator_default_pools,
     gpu_operator_plan,
 )
