@@ -1,14 +1,15 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The diagnose role's filters:
+"""The filters of the day-2 checks, validate's and diagnose's (plugin_utils/validate.py judges with diagnose's links):
 
+* ``outputs | gpuops.cluster.validate_rows(platform=..., gpu_count=..., ...)``: validate.yml's result rows;
 * ``outputs | gpuops.cluster.diagnose_chain(platform=..., ...)``: the chain of links, walked to the first broken one;
 * the two steps of roles/diagnose/tasks/slowdown.yml: ``slowdown_queries`` (which series, which window) and
   ``slowdown_answer`` (Prometheus's answers -> window means -> the rule's causes).
 
-Thin: the links and the walk live in plugins/plugin_utils/diagnose.py, the slowdown rule in training_slowdown.py
-(docs/operations.md, "Is training slow?") and its Prometheus side in slowdown_query.py; documentation in
-diagnose_chain.yml, slowdown_queries.yml and slowdown_answer.yml.
+Thin: the judgements live in plugins/plugin_utils/validate.py, the links and the walk in diagnose.py, the slowdown
+rule in training_slowdown.py (docs/operations.md, "Is training slow?") and its Prometheus side in slowdown_query.py;
+documentation in validate_rows.yml, diagnose_chain.yml, slowdown_queries.yml and slowdown_answer.yml.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import 
 diagnose = lazy("diagnose")
 sq = lazy("slowdown_query")
 _training_slowdown = lazy("training_slowdown")
+validate = lazy("validate")
+
+
+def validate_rows(outputs, platform: str = "compose", gpu_count: int = 0, topology=None, members=None,  # noqa: PLR0913, PLR0917
+                  node: str = "", sharing=None, pcie_gen: int = 4, no_gpu_reason: str = "") -> list:
+    """Keyword arguments mirror the filter's documented options (validate_rows.yml)."""
+    gpu_count, pcie_gen = int(gpu_count), int(pcie_gen)
+    if gpu_count == 0:
+        return validate.no_gpu_rows(platform, no_gpu_reason)
+    if platform == "compose":
+        return validate.compose_rows(outputs, gpu_count, topology, list(members or []), pcie_gen)
+    return validate.kubernetes_rows(outputs, node, gpu_count, *diagnose.node_sharing(sharing, node))
 
 
 def diagnose_chain(outputs, platform: str = "compose", expected_gpus=None, node: str = "", pin: str = "",
@@ -51,8 +64,8 @@ def slowdown_answer(answers, nvlink_capacity_known=True, thresholds=None, about=
 
 
 class FilterModule:
-    """gpuops.cluster diagnose filters (the chain, and "is training slow?")."""
+    """gpuops.cluster validate and diagnose filters (the rows, the chain, and "is training slow?")."""
 
     def filters(self) -> dict:
-        return {"diagnose_chain": diagnose_chain, "slowdown_queries": slowdown_queries,
+        return {"validate_rows": validate_rows, "diagnose_chain": diagnose_chain, "slowdown_queries": slowdown_queries,
                 "slowdown_answer": slowdown_answer}

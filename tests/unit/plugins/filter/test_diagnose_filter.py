@@ -4,8 +4,7 @@ results are read as they are, the node's pool sharing from the plan's gpu_sharin
 from __future__ import annotations
 
 import diagnose_recorded as R
-from ansible_collections.gpuops.cluster.plugins.filter.diagnose import diagnose_chain
-from ansible_collections.gpuops.cluster.plugins.filter.validate import validate_rows
+from ansible_collections.gpuops.cluster.plugins.filter.diagnose import diagnose_chain, validate_rows
 
 
 def registered(stdout, rc=0, stderr=""):
