@@ -1,26 +1,30 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The plan core's filters:
+"""The filters over the rules preflight judges too, each shared with it:
 
 * ``groups['gpu_nodes'] | gpuops.cluster.inventory_plan(hostvars)``: the plan from the inventory alone;
 * ``team_size | gpuops.cluster.choose_platform(gpu_count=N, multi_node_training=bool)``: the platform rule;
 * ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
   wrong with the team list that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for
-  their defaults).
+  their defaults);
+* ``role_path | gpuops.cluster.os_refusal(ansible_facts)``: a role's refusal of the host's OS, from the role's table
+  (its meta/main.yml platforms).
 
 Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
-read), the platform rule in platform.py (shared with preflight), the team rules in team.py; documentation in
-inventory_plan.yml, choose_platform.yml and team_problems.yml next to this file.
+read), the platform rule in platform.py, the team rules in team.py, the OS tables in os_support.py; documentation
+in inventory_plan.yml, choose_platform.yml, team_problems.yml and os_refusal.yml next to this file.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 mps = lazy("mps")
+os_support = lazy("os_support")
 plan = lazy("plan")
 platform_rule = lazy("platform")
 team = lazy("team")
@@ -61,8 +65,17 @@ def team_problems(teams: object, members: object = None, mps_context_reserve: ob
     return team.team_problems(teams, members, rule)
 
 
+def os_refusal(role_path: str, facts: dict) -> str:
+    try:
+        supported = os_support.role_supported(role_path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"os_refusal: cannot read the OS table of {role_path}: {exc}") from exc
+    return os_support.os_refusal(Path(role_path).name, supported, dict(facts))
+
+
 class FilterModule:
-    """gpuops.cluster plan, platform and team filters."""
+    """gpuops.cluster plan, platform, team and OS filters."""
 
     def filters(self) -> dict:
-        return {"inventory_plan": inventory_plan, "choose_platform": choose_platform, "team_problems": team_problems}
+        return {"inventory_plan": inventory_plan, "choose_platform": choose_platform, "team_problems": team_problems,
+                "os_refusal": os_refusal}

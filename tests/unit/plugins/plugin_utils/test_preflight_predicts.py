@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.filter.os_support import os_refusal
+from ansible_collections.gpuops.cluster.plugins.filter.plan import os_refusal
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import os_support, plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import evaluate, finish, host_checks
 from conftest import shared_path
