@@ -13,13 +13,12 @@ documentation in the .yml files next to this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 alert_rules = lazy("alert_rules")
 images = lazy("images")
+platform = lazy("platform")
 
 
 def mirror_image(ref: object, mirror: object = "") -> str:
@@ -46,14 +45,13 @@ def cap_rule_for(rules: object, maximum: object = "") -> dict:
 # The well-known defaults of MIN_LENGTH characters or more (shorter ones are refused for their length).
 KNOWN_DEFAULTS = frozenset({"password1234"})
 MIN_LENGTH = 12
-NOT_TEXT = ((bool, "bool"), (int, "int"), (float, "float"), (Mapping, "dict"), (list, "list"))
 
 
 def weak_secrets(secrets: object) -> list:
     problems = []
     for name, value in dict(secrets or {}).items():
-        kind = "NoneType" if value is None else next((kind for cls, kind in NOT_TEXT if isinstance(value, cls)), "")
-        if kind:
+        kind = platform.type_name(value)
+        if kind != "str":
             why = f"of type {kind}, not a string"
         elif len(str(value)) < MIN_LENGTH:
             why = f"{len(str(value))} characters long"

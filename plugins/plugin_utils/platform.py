@@ -29,8 +29,8 @@ LARGE_TEAM_ABOVE = 10  # a team of more people is large
 LARGE_GPUS_ABOVE = 16  # more GPUs is large
 
 
-def _type_name(value: object) -> str:
-    """The builtin type behind a value (Ansible hands over tagged subclasses such as _AnsibleTaggedStr)."""
+def type_name(value: object) -> str:
+    """The builtin type behind a value, as refusals name it (Ansible hands over tagged subclasses of them)."""
     for cls in type(value).__mro__:
         if cls.__module__ == "builtins" and cls is not object:
             return cls.__name__
@@ -41,7 +41,7 @@ def _count(value: object, name: str, minimum: int) -> int:
     # bool is a subclass of int; True is not a team of one
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
-            f"{name} must be an integer >= {minimum}, got {_type_name(value)} {value!r}; "
+            f"{name} must be an integer >= {minimum}, got {type_name(value)} {value!r}; "
             "set it as a YAML number (6, not '6'); with -e, pass JSON so it stays a number: -e '{\"var\": 6}'"
         )
     if value < minimum:
@@ -55,7 +55,7 @@ def choose_platform_with_reason(team_size: object, gpu_count: object, multi_node
     gpus = _count(gpu_count, "gpu_count", 0)
     if not isinstance(multi_node_training, bool):
         raise TypeError(f"multi_node_training must be a real boolean (true or false), got "
-                        f"{_type_name(multi_node_training)} {multi_node_training!r}; write true/false unquoted in YAML")
+                        f"{type_name(multi_node_training)} {multi_node_training!r}; write true/false unquoted in YAML")
     if team < SMALL_TEAM_BELOW and gpus < SMALL_GPUS_BELOW:
         return COMPOSE, (
             f"a team of {team} (< {SMALL_TEAM_BELOW}) with {gpus} GPUs (< {SMALL_GPUS_BELOW}) is small: Docker Compose"
