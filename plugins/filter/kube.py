@@ -1,7 +1,7 @@
 # Copyright: gpuops.cluster contributors
 # Apache License 2.0 (see galaxy.yml)
 """Filters of the Kubernetes platform's roles (kube_*, gpu_operator, kube_tenancy, training_stack) and
-playbooks/render.yml, thin over plugin_utils kube_plan, containerd_config, kube_ca, kubeadm, kube_gpu, gpu_sharing,
+playbooks/render.yml, thin over plugin_utils kube_plan, containerd_config, kube_ca, kube_gpu, gpu_sharing,
 gpu_operator, kube_tenancy and training_jobs; each is documented in the .yml file of its name next to this one."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ kube_ca = lazy("kube_ca")
 kube_gpu = lazy("kube_gpu")
 kube_plan = lazy("kube_plan")
 kube_tenancy = lazy("kube_tenancy")
-kubeadm = lazy("kubeadm")
 training_jobs = lazy("training_jobs")
 
 
@@ -53,7 +52,7 @@ def kube_ca_cert_hash(pem: str | bytes) -> str:
 
 def kubeadm_node_registration(registration: object, name: object) -> dict:
     try:
-        return kubeadm.node_registration(str(name), registration)  # type: ignore[arg-type]
+        return kube_plan.kubeadm_registration(str(name), registration)  # type: ignore[arg-type]
     except ValueError as exc:
         raise AnsibleFilterError(f"kubeadm_node_registration: {exc}") from exc
 

@@ -19,7 +19,7 @@ optionally ``gpus`` with ``cpu_affinity`` and ``numa_groups[].cpus``):
 
 A node's registration (``node_registration``: labels, annotations, taints) follows from its policy and, on a GPU
 node, the plan's sweep form (``gpuops.io/gpu-health-sweep``); kube_node's render and the plan
-(``gpuops_plan.hosts[<host>].node``) both call it.
+(``gpuops_plan.hosts[<host>].node``) both call it. ``kubeadm_registration`` is kubeadm's section of it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Mapping
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cpu_list import format_cpu_list, parse_cpu_list
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import role_defaults
@@ -237,6 +238,7 @@ def kubelet_policy(
 
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 # A plan part that no longer matches the settings it was made from (plan.json read back, the inventory changed).
 STALE_PLAN = ("the plan was made before the inventory changed; fix: run playbooks/preflight.yml again (it writes a "
@@ -272,6 +274,26 @@ def node_registration(policy: dict | None, pool: str, control_plane: bool = Fals
     if control_plane and not schedulable:
         taints.append(dict(CONTROL_PLANE_TAINT))
     return {"labels": labels, "annotations": annotations, "taints": taints}
+
+
+def kubeadm_registration(name: str, registration: Mapping) -> dict:
+    """kubeadm v1beta4's ``nodeRegistration`` for node ``name`` from its registration (labels, annotations, taints:
+    ``node_registration``'s), the section kube_control_plane's init and kube_join's join both render (filter
+    gpuops.cluster.kubeadm_node_registration). The labels travel as the kubelet's ``--node-labels``
+    (``kubeletExtraArgs``), left out when there are none.
+    """
+    if not isinstance(registration, Mapping) or "labels" not in registration or "taints" not in registration:
+        raise ValueError(
+            f"the node registration of {name} is {registration!r}: expected a mapping with labels, annotations "
+            "and taints. Fix: run the kube_node role (or its render entry point, which sets kube_node_registration) "
+            "on this host first"
+        )
+    labels, taints = registration["labels"], registration["taints"]
+    section: dict = {"name": name, "criSocket": CRI_SOCKET, "taints": list(taints)}
+    if labels:
+        value = ",".join(f"{key}={label}" for key, label in labels.items())
+        section["kubeletExtraArgs"] = [{"name": "node-labels", "value": value}]
+    return section
 
 
 def cluster_problems(plan: dict) -> list[str]:
