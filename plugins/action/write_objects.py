@@ -21,6 +21,7 @@ ARGUMENT_SPEC = {
     "files": {"type": "dict", "default": {}},
     "dest": {"type": "path", "required": True},
     "default_name": {"type": "str"},
+    "mode": {"type": "str", "default": "0644"},
 }
 
 
@@ -66,26 +67,32 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         dest = Path(args["dest"])
         planned = planned_files(args["objects"], args["files"], args["default_name"])
+        # A leading 0 is required: YAML reads an unquoted 0640 as the number 416, which would pass as "416".
+        if not re.fullmatch(r"0[0-7]{3}", args["mode"]):
+            raise AnsibleActionFail(f"write_objects: mode {args['mode']!r} is not a quoted octal file mode such as "
+                                    "'0640'")
+        mode = int(args["mode"], 8)
+        directory_mode = mode | (mode & 0o444) >> 2  # x wherever r is set: 0640 -> 0750
         created = not dest.is_dir()
         if created and not self._task.check_mode:
-            dest.mkdir(parents=True, exist_ok=True, mode=0o755)
+            dest.mkdir(parents=True, exist_ok=True, mode=directory_mode)
         written = []
         for name, text in planned.items():
             path = dest / name
             try:
-                current = path.read_text(encoding="utf-8")
+                current = path.read_text(encoding="utf-8"), path.stat().st_mode & 0o777
             except OSError:
                 current = None
-            if current == text:
+            if current == (text, mode):
                 continue
             written.append(str(path))
             if not self._task.check_mode:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                path.parent.mkdir(parents=True, exist_ok=True, mode=directory_mode)
                 # A temporary name of its own: the hosts of a play write into one directory at the same time.
                 fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
                 with os.fdopen(fd, "w", encoding="utf-8") as tmp_file:
                     tmp_file.write(text)
-                os.chmod(tmp_name, 0o644)
+                os.chmod(tmp_name, mode)
                 os.replace(tmp_name, path)
         result.update(changed=created or bool(written), written=written, files=sorted(str(dest / n) for n in planned))
         return result

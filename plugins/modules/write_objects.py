@@ -14,8 +14,9 @@ description:
   - Each object of O(objects) is written to C(<dest>/<kind>-<name>.yaml) (lower-case kind); an object without
     C(metadata.name) takes O(default_name); two objects with the same kind and name are refused.
   - Each entry of O(files) is written as is to C(<dest>/<name>) (Helm values, for example).
-  - A file whose content is unchanged is not rewritten; files are replaced atomically, mode 0644. O(dest) is
-    created (0755) when missing, even with nothing to write.
+  - A file whose content and mode are unchanged is not rewritten; files are replaced atomically, with O(mode).
+    O(dest) and any directory under it are created when missing, even with nothing to write, with O(mode) plus
+    the search bit wherever it grants read (0644 gives 0755, 0640 gives 0750); an existing one is left as it is.
 options:
   objects:
     description: Kubernetes objects, each with C(kind) and C(metadata.name) (or see O(default_name)).
@@ -37,6 +38,12 @@ options:
     description: Controller directory; created when missing.
     type: path
     required: true
+  mode:
+    description: >-
+      The written files' mode, a quoted octal string with its leading zero (C("0640") for a plan or a report that
+      names hosts and people).
+    type: str
+    default: "0644"
 attributes:
   action:
     support: full

@@ -82,9 +82,21 @@ PLAY = """
       gpuops.cluster.write_objects: {objects: "{{ objects }}", default_name: node-1, dest: "{{ out }}/checked"}
       check_mode: true
       register: checked
+    - name: A private file (0640) in a directory the action makes (0750)
+      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private", mode: "0640"}
+    - name: Its mode loosened by hand
+      ansible.builtin.file: {path: "{{ out }}/private/sub/plan.json", mode: "0644"}
+    - name: The same content again, the mode set back
+      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private", mode: "0640"}
+      register: remoded
+    - name: A mode that is not octal
+      gpuops.cluster.write_objects: {dest: "{{ out }}/bad", mode: 0640}
+      register: bad_mode
+      ignore_errors: true
     - name: Results
       ansible.builtin.copy:
-        content: "{{ {'first': first, 'again': again, 'empty': empty, 'checked': checked} | to_json }}"
+        content: "{{ {'first': first, 'again': again, 'empty': empty, 'checked': checked, 'remoded': remoded,
+                     'bad_mode': bad_mode} | to_json }}"
         dest: "{{ out }}/results.json"
         mode: "0644"
 """
@@ -110,3 +122,10 @@ def test_the_action_writes_once_makes_its_directory_and_writes_nothing_in_check_
     assert results["checked"]["changed"] is True
     assert len(results["checked"]["written"]) == len(names)
     assert not (tmp_path / "checked").exists(), "check mode writes nothing"
+    private = tmp_path / "private"
+    assert [oct(path.stat().st_mode & 0o777) for path in (private, private / "sub")] == ["0o750", "0o750"]
+    assert oct((private / "sub" / "plan.json").stat().st_mode & 0o777) == "0o640"
+    assert results["remoded"]["written"] == [str(private / "sub" / "plan.json")]
+    assert results["bad_mode"]["failed"] is True
+    assert "mode '416' is not a quoted octal file mode" in results["bad_mode"]["msg"], "unquoted 0640 is 416"
+    assert not (tmp_path / "bad").exists()
