@@ -2,6 +2,7 @@
 
 test_small_team_plan runs playbooks/grow.yml -e grow_plan_only=true on inventories/small-team, whose host is a
 documentation address (192.0.2.10, RFC 5737) that nothing answers: the run passes only if no host is contacted.
+The same on inventories/cluster is tests/render/test_grow_plan.py's run (beside the render it is compared with).
 Every object of the plan is validated with kubernetes-validate (strict) at the cluster inventory's kube_version.
 """
 
@@ -152,19 +153,33 @@ def test_stale_and_versions() -> None:
     assert grow.version_tuple("3.1") == (3, 1)
 
 
-def test_small_team_plan(tmp_path: Path) -> None:
+# the report folder, the run, plan.json and plan.md (small_team_plan)
+SmallTeamPlan = tuple[Path, subprocess.CompletedProcess, str, str]
+
+
+@pytest.fixture(scope="module")
+def small_team_plan(tmp_path_factory: pytest.TempPathFactory) -> SmallTeamPlan:
+    """One grow.yml -e grow_plan_only=true on inventories/small-team, the plan written to its default folder (under
+    the report folder): (the report folder, the run, plan.json and plan.md as the run wrote them). The plan's tests
+    and the stale check's apply share it."""
     playbook = BIN / "ansible-playbook"
     if not playbook.exists():
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    reports = tmp_path_factory.mktemp("small-team-reports")
     env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
     run = subprocess.run([str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
-                          "-e", "grow_plan_only=true", "-e", f"grow_plan_dir={tmp_path}",
-                          "-e", f"gpuops_report_dir={tmp_path / 'reports'}"],
+                          "-e", "grow_plan_only=true", "-e", f"gpuops_report_dir={reports}"],
                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    folder = reports / "grow"
+    return reports, run, (folder / "plan.json").read_text(), (folder / "plan.md").read_text()
+
+
+def test_small_team_plan(small_team_plan: SmallTeamPlan) -> None:
+    _reports, run, plan_json, plan_md = small_team_plan
     assert "unreachable=0" in run.stdout
-    plan = json.loads((tmp_path / "plan.json").read_text())
-    assert (tmp_path / "plan.md").read_text().startswith("# Growth plan")
+    plan = json.loads(plan_json)
+    assert plan_md.startswith("# Growth plan")
     team_vars = yaml.safe_load((SMALL_TEAM / "group_vars/all/team.yml").read_text())
     data_vars = yaml.safe_load((SMALL_TEAM / "group_vars/gpu_nodes/data.yml").read_text())
     members = team_vars["gpuops_members"]
@@ -193,41 +208,17 @@ def test_small_team_plan(tmp_path: Path) -> None:
     assert plan["mlflow"]["source"]["backend"] == "/srv/gpuops/mlflow/backend/mlflow.db"
 
 
-def test_plan_only_skips_the_apply_plays_without_contacting_a_host(tmp_path: Path) -> None:
-    """inventories/cluster has control planes and workers (documentation addresses): the imported apply plays,
-    kubernetes.yml's fact gathering among them, are skipped, so the run passes with nothing unreachable."""
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, cache="memory", extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
-    run = subprocess.run([str(playbook), "-i", str(REPO / "inventories" / "cluster"),
-                          str(REPO / "playbooks" / "grow.yml"), "-e", "grow_plan_only=true",
-                          "-e", f"grow_plan_dir={tmp_path}", "-e", f"gpuops_report_dir={tmp_path / 'reports'}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    recaps = [line for line in run.stdout.splitlines() if "unreachable=" in line]
-    assert len(recaps) == 4  # noqa: PLR2004 - cp-01 and the three GPU nodes
-    assert all("unreachable=0" in line and "failed=0" in line for line in recaps)
-    assert json.loads((tmp_path / "plan.json").read_text())["problems"] == []
-
-
-def test_a_fresh_plan_passes_the_stale_check(tmp_path: Path) -> None:
+def test_a_fresh_plan_passes_the_stale_check(small_team_plan: SmallTeamPlan) -> None:
     """The plan written to the default folder (under the report folder, which the check also reads) is not taken
     for a source newer than itself: the apply gets past the controller's checks and stops only at the Compose host,
     which nothing answers here."""
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
+    reports, _planned, _plan_json, _plan_md = small_team_plan
     extra = {"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_TIMEOUT": "3"}
     env = playbook_env(REPO, cache="memory", extra=extra)
-    base = [str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
-            "-e", f"gpuops_report_dir={tmp_path}"]
-    planned = subprocess.run([*base, "-e", "grow_plan_only=true"], cwd=REPO, env=env, capture_output=True,
-                             text=True, check=False, timeout=300)
-    assert planned.returncode == 0, planned.stdout[-3000:]
-    assert (tmp_path / "grow" / "plan.json").is_file()
-    applied = subprocess.run([*base, "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True,
-                             check=False, timeout=300)
+    applied = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(SMALL_TEAM),
+                              str(REPO / "playbooks" / "grow.yml"), "-e", f"gpuops_report_dir={reports}",
+                              "-e", "grow_apply=true"], cwd=REPO, env=env, capture_output=True, text=True, check=False,
+                             timeout=300)
     assert "is not the plan this inventory gives now" not in applied.stdout
     assert "UNREACHABLE" in applied.stdout, applied.stdout[-3000:]
 
