@@ -6,7 +6,8 @@ packages (empty .debs built here with dpkg-deb, no kernel inside), installed and
   * a versioned kernel (linux-image-6.1.0-0-gpuops-standin, with an empty /boot/vmlinuz-<release>): by default
     the install stage wants its headers, and verify refuses it as the newest kernel without a DKMS build;
   * a kernel metapackage (linux-image-amd64): nvidia_driver_hold_kernel holds it, and verify refuses it unheld.
-Each step is one ansible-playbook run of converge.yml with the role's stage tags (molecule/resources/stage_tags.py).
+Each step is one ansible-playbook run of nvidia_driver.yml (converge.yml's nvidia_driver plays) with the role's
+stage tags (molecule/resources/stage_tags.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import stage_tags  # noqa: E402  (shared helper)
 
 testinfra_hosts = ["gpuops-driver-deb12"]
 NODE = "gpuops-driver-deb12"
-VERSION = "535.261.03"  # nvidia_driver_version in converge.yml
+VERSION = "535.261.03"  # nvidia_driver_version in nvidia_driver.yml
 STANDIN_RELEASE = "6.1.0-0-gpuops-standin"
 STANDIN_KERNEL = f"linux-image-{STANDIN_RELEASE}"
 STANDIN_META = "linux-image-amd64"
@@ -45,7 +46,7 @@ def installed_packages(host) -> set[str]:
 
 
 def role(tag: str, *extra: str) -> stage_tags.TagRun:
-    return stage_tags.run_tag(SCENARIO / "converge.yml", tag, "nvidia_driver", extra=("--limit", NODE, *extra))
+    return stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", tag, "nvidia_driver", extra=("--limit", NODE, *extra))
 
 
 def build_standin(host, package: str, files: tuple[str, ...] = ()) -> str:
@@ -101,7 +102,7 @@ def test_dkms_registered_the_driver_without_building_it(host):
 
 def test_verify_says_it_did_not_check_a_dkms_build():
     # The very run test_80_tags_alone.py needs for nvidia_driver_verify (every node, no stand-in yet): made once.
-    run = stage_tags.run_tag(SCENARIO / "converge.yml", "nvidia_driver_verify", "nvidia_driver", reuse=True)
+    run = stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", "nvidia_driver_verify", "nvidia_driver", reuse=True)
     assert run.problems() == [], stage_tags.report(run)
     [said] = run.results("no kernel installed, so no DKMS build to check", NODE)
     assert not said.get("skipped"), said

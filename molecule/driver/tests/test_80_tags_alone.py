@@ -1,9 +1,11 @@
 """One stage rule (issue 11): every documented stage tag of nvidia_driver, nvidia_container_toolkit and gpu_health,
 alone.
 
-One ansible-playbook run of converge.yml per tag against the converged nodes: rc 0, nothing failed, nothing
-changed, and some task of the role ran (the tests: molecule/resources/stage_tags.py, tags_alone_tests). Runs
-before test_90_negative.py and test_95_upgrade.py, which change the nodes.
+One ansible-playbook run per tag against the converged nodes: rc 0, nothing failed, nothing changed, and some task
+of the role ran (the tests: molecule/resources/stage_tags.py, tags_alone_tests). Each role's tags run on the
+playbook of the role's own plays, as converge.yml imports it (nvidia_driver.yml, nvidia_container_toolkit.yml,
+gpu_health.yml): a tag of one role selects no task in another role's play, whose plan and inputs steps would
+only run again. Runs before test_90_negative.py and test_95_upgrade.py, which change the nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ import stage_tags  # noqa: E402  (shared helper, one source for every scenario)
 testinfra_hosts = ["gpuops-driver-deb12"]
 
 # reuse: test_15_kernel.py made the nvidia_driver_verify run already, on the same converged nodes.
-test_every_stage_tag_is_documented, test_tag_alone_on_the_converged_nodes = stage_tags.tags_alone_tests(
-    SCENARIO / "converge.yml", ("nvidia_driver", "nvidia_container_toolkit", "gpu_health"), reuse=True
+test_every_nvidia_driver_stage_tag_is_documented, test_nvidia_driver_tag_alone = stage_tags.tags_alone_tests(
+    SCENARIO / "nvidia_driver.yml", ("nvidia_driver",), reuse=True
+)
+test_every_toolkit_stage_tag_is_documented, test_toolkit_tag_alone = stage_tags.tags_alone_tests(
+    SCENARIO / "nvidia_container_toolkit.yml", ("nvidia_container_toolkit",)
+)
+test_every_gpu_health_stage_tag_is_documented, test_gpu_health_tag_alone = stage_tags.tags_alone_tests(
+    SCENARIO / "gpu_health.yml", ("gpu_health",)
 )
