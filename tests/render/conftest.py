@@ -6,6 +6,7 @@ them with ``validator.problems``.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,23 @@ def rendered(tmp_path_factory) -> Path:
     """The render directory of one render.yml run on inventories/cluster."""
     out = tmp_path_factory.mktemp("render")
     result = run_render(INVENTORY, out)
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+# One render for the tests of three settings, each of which reads only what its own setting changes: the platform
+# decided (the plan then holds gpu_sharing: the session render's inventory plan leaves the platform undecided, no
+# GPU counted), the control plane's API on another port (no kube_control_plane_endpoint: nodes join the first control
+# plane on it), and the GPU health sweep's DaemonSet off (the plan gives every GPU node gpu_health's timer).
+VARIANT = {"gpuops_platform": "kubernetes", "kube_control_plane_bind_port": 8443,
+           "kube_monitoring_gpu_health_sweep": False}
+
+
+@pytest.fixture(scope="session")
+def variant(tmp_path_factory) -> Path:
+    """The render directory of one render.yml run on inventories/cluster with VARIANT's settings."""
+    out = tmp_path_factory.mktemp("render-variant")
+    result = run_render(INVENTORY, out, "-e", json.dumps(VARIANT))
     assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     return out
 

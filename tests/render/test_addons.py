@@ -21,7 +21,7 @@ import jinja2
 import jsonschema
 import pytest
 import yaml
-from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, load_objects, run_render
+from conftest import REPO_ROOT, SHARED_DATA, load_objects
 from validator import crd_schemas, problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
@@ -321,13 +321,11 @@ DEVICE_PLUGIN_CONFIG = "gpu_operator/configmap-gpuops-device-plugin-config.yaml"
 
 
 @pytest.fixture(scope="module")
-def decided(tmp_path_factory) -> Path:
-    """render.yml with the platform decided (-e gpuops_platform=kubernetes), so that the plan holds gpu_sharing: the
-    session render's inventory plan leaves the platform undecided (no GPU counted), and with it the part."""
-    out = tmp_path_factory.mktemp("render-decided")
-    result = run_render(INVENTORY, out, "-e", "gpuops_platform=kubernetes")
-    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-    return out
+def decided(variant) -> Path:
+    """render.yml with the platform decided (VARIANT: gpuops_platform=kubernetes), so that the plan holds
+    gpu_sharing: the session render's inventory plan leaves the platform undecided (no GPU counted), and with it the
+    part."""
+    return variant
 
 
 def test_device_plugin_config_is_the_plans_gpu_sharing(decided):

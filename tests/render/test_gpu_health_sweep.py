@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, load_objects, run_render
+from conftest import INVENTORY, REPO_ROOT, SHARED_DATA, VARIANT, load_objects, run_render
 from validator import problems
 
 if str(REPO_ROOT / "collections") not in sys.path:
@@ -221,16 +221,14 @@ def test_the_plan_makes_the_daemonset_every_gpu_nodes_one_sweep(rendered, render
         "ConfigMap/gpuops-gpu-health-sweep", "DaemonSet/gpuops-gpu-health-sweep", "Namespace/gpuops-gpu-health"]
 
 
-def test_with_the_daemonset_off_the_plan_gives_the_gpu_nodes_the_timer_and_no_sweep_object_is_rendered(tmp_path):
-    """kube_monitoring_gpu_health_sweep: false (issue 38: the nodes then had no scheduled sweep at all): the plan's
-    form of every GPU node is timer (gpu_health's), and kube_monitoring renders no sweep object."""
-    out = tmp_path / "render"
-    result = run_render(INVENTORY, out, "-e", json.dumps({"kube_monitoring_gpu_health_sweep": False}))
-    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-    hosts = json.loads((out / "plan.json").read_text(encoding="utf-8"))["hosts"]
+def test_with_the_daemonset_off_the_plan_gives_the_gpu_nodes_the_timer_and_no_sweep_object_is_rendered(variant):
+    """kube_monitoring_gpu_health_sweep: false (issue 38: the nodes then had no scheduled sweep at all; VARIANT sets
+    it): the plan's form of every GPU node is timer (gpu_health's), and kube_monitoring renders no sweep object."""
+    assert VARIANT["kube_monitoring_gpu_health_sweep"] is False
+    hosts = json.loads((variant / "plan.json").read_text(encoding="utf-8"))["hosts"]
     assert {name: host["health_sweep"]["form"] for name, host in hosts.items()} == dict.fromkeys(hosts, "timer")
     assert sorted(hosts) == ["gpu-infer-01", "gpu-train-01", "gpu-train-02"]
-    objects = load_objects(out)
+    objects = load_objects(variant)
     assert [path for path, _obj in objects if path.startswith("kube_monitoring/")], "kube_monitoring rendered"
     assert _sweep_objects(objects) == []
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import kube_gpu, kube_plan
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan as plan_py
-from conftest import INVENTORY, load_objects, run_render
+from conftest import INVENTORY, VARIANT, load_objects, run_render
 
 
 def _mib(quantity: str) -> int:
@@ -255,12 +255,11 @@ def test_roles_render_the_plans_kubelet_policy_and_pool_nccl(tmp_path):
     assert job["metadata"]["annotations"]["gpuops.io/nccl-notes"] == "planned"
 
 
-def test_nodes_join_on_the_control_planes_bind_port(tmp_path):
-    """Without kube_control_plane_endpoint a node joins the first control plane on the port its API listens on."""
-    out = tmp_path / "render"
-    result = run_render(INVENTORY, out, "-e", '{"kube_control_plane_bind_port": 8443}')
-    assert result.returncode == 0, result.stdout[-4000:]
-    objects = load_objects(out)
+def test_nodes_join_on_the_control_planes_bind_port(variant):
+    """Without kube_control_plane_endpoint a node joins the first control plane on the port its API listens on
+    (VARIANT: kube_control_plane_bind_port 8443; the session render's is the default, 6443)."""
+    assert VARIANT["kube_control_plane_bind_port"] == 8443  # noqa: PLR2004 - the port asserted below
+    objects = load_objects(variant)
     init = _by(objects, "kube_control_plane", "InitConfiguration")["cp-01"]
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.10", "bindPort": 8443}
     joins = _by(objects, "kube_join", "JoinConfiguration")
