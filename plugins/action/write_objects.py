@@ -56,6 +56,14 @@ def planned_files(objects: list[dict], files: dict, default_name: str | None = N
     return planned
 
 
+def _make_dirs(path: Path, mode: int) -> None:
+    """``path`` and every missing directory above it, each with ``mode``, as ansible.builtin.file state=directory
+    makes them (Path.mkdir(parents=True) would give the parents the default mode: a report folder's 0750 parent
+    reports/validate/ came out 0755)."""
+    for directory in reversed([d for d in (path, *path.parents) if not d.is_dir()]):
+        directory.mkdir(mode=mode, exist_ok=True)
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -75,7 +83,7 @@ class ActionModule(ActionBase):
         directory_mode = mode | (mode & 0o444) >> 2  # x wherever r is set: 0640 -> 0750
         created = not dest.is_dir()
         if created and not self._task.check_mode:
-            dest.mkdir(parents=True, exist_ok=True, mode=directory_mode)
+            _make_dirs(dest, directory_mode)
         written = []
         for name, text in planned.items():
             path = dest / name
@@ -87,7 +95,7 @@ class ActionModule(ActionBase):
                 continue
             written.append(str(path))
             if not self._task.check_mode:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=directory_mode)
+                _make_dirs(path.parent, directory_mode)
                 # A temporary name of its own: the hosts of a play write into one directory at the same time.
                 fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
                 with os.fdopen(fd, "w", encoding="utf-8") as tmp_file:

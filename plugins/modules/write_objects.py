@@ -15,7 +15,7 @@ description:
     C(metadata.name) takes O(default_name); two objects with the same kind and name are refused.
   - Each entry of O(files) is written as is to C(<dest>/<name>) (Helm values, for example).
   - A file whose content and mode are unchanged is not rewritten; files are replaced atomically, with O(mode).
-    O(dest) and any directory under it are created when missing, even with nothing to write, with O(mode) plus
+    O(dest), any missing directory above it and any under it are created, even with nothing to write, with O(mode) plus
     the search bit wherever it grants read (0644 gives 0755, 0640 gives 0750); an existing one is left as it is.
 options:
   objects:

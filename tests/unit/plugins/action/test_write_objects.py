@@ -82,12 +82,12 @@ PLAY = """
       gpuops.cluster.write_objects: {objects: "{{ objects }}", default_name: node-1, dest: "{{ out }}/checked"}
       check_mode: true
       register: checked
-    - name: A private file (0640) in a directory the action makes (0750)
-      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private", mode: "0640"}
+    - name: A private file (0640) in a directory the action makes (0750), its parent made too (0750)
+      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private/run", mode: "0640"}
     - name: Its mode loosened by hand
-      ansible.builtin.file: {path: "{{ out }}/private/sub/plan.json", mode: "0644"}
+      ansible.builtin.file: {path: "{{ out }}/private/run/sub/plan.json", mode: "0644"}
     - name: The same content again, the mode set back
-      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private", mode: "0640"}
+      gpuops.cluster.write_objects: {files: {sub/plan.json: "{}"}, dest: "{{ out }}/private/run", mode: "0640"}
       register: remoded
     - name: A mode that is not octal
       gpuops.cluster.write_objects: {dest: "{{ out }}/bad", mode: 0640}
@@ -122,8 +122,9 @@ def test_the_action_writes_once_makes_its_directory_and_writes_nothing_in_check_
     assert results["checked"]["changed"] is True
     assert len(results["checked"]["written"]) == len(names)
     assert not (tmp_path / "checked").exists(), "check mode writes nothing"
-    private = tmp_path / "private"
-    assert [oct(path.stat().st_mode & 0o777) for path in (private, private / "sub")] == ["0o750", "0o750"]
+    private = tmp_path / "private" / "run"
+    made = (private.parent, private, private / "sub")
+    assert [oct(path.stat().st_mode & 0o777) for path in made] == ["0o750", "0o750", "0o750"]
     assert oct((private / "sub" / "plan.json").stat().st_mode & 0o777) == "0o640"
     assert results["remoded"]["written"] == [str(private / "sub" / "plan.json")]
     assert results["bad_mode"]["failed"] is True
