@@ -7,6 +7,7 @@ them with ``validator.problems``.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,34 @@ def variant(tmp_path_factory) -> Path:
     """The render directory of one render.yml run on inventories/cluster with VARIANT's settings."""
     out = tmp_path_factory.mktemp("render-variant")
     result = run_render(INVENTORY, out, "-e", json.dumps(VARIANT))
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+# One render of a changed inventories/cluster for the tests of two layouts, each of which reads only what its own
+# change makes: three control planes behind kube_control_plane_endpoint (their JoinConfigurations), and a mixed
+# cluster where gpu-train-02 opts out of the sweep's DaemonSet in its host_vars (the plan's forms, the Node labels,
+# the DaemonSet's selection).
+EXTRA_CONTROL_PLANES = {"cp-02": {"ansible_host": "192.0.2.11"}, "cp-03": {"ansible_host": "192.0.2.12"}}
+TIMER_NODE = "gpu-train-02"
+ENDPOINT = "api.lab.example:6443"
+
+
+@pytest.fixture(scope="session")
+def layouts(tmp_path_factory) -> Path:
+    """The render directory of one render.yml run on a copy of inventories/cluster with EXTRA_CONTROL_PLANES in
+    kube_control_plane, kube_monitoring_gpu_health_sweep false in TIMER_NODE's host_vars, and
+    kube_control_plane_endpoint ENDPOINT."""
+    base = tmp_path_factory.mktemp("render-layouts")
+    inventory = base / "cluster"
+    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns("credentials"))
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text(encoding="utf-8"))
+    hosts["all"]["children"]["k8s_cluster"]["children"]["kube_control_plane"]["hosts"].update(EXTRA_CONTROL_PLANES)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
+    with (inventory / "host_vars" / f"{TIMER_NODE}.yml").open("a", encoding="utf-8") as host_vars:
+        host_vars.write("kube_monitoring_gpu_health_sweep: false\n")
+    out = base / "render"
+    result = run_render(inventory, out, "-e", f"kube_control_plane_endpoint={ENDPOINT}")
     assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     return out
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -233,18 +232,12 @@ def test_with_the_daemonset_off_the_plan_gives_the_gpu_nodes_the_timer_and_no_sw
     assert _sweep_objects(objects) == []
 
 
-def test_a_mixed_cluster_gives_each_gpu_node_one_sweep(tmp_path):
-    """One GPU node opts out of the DaemonSet in its host_vars (kube_monitoring_gpu_health_sweep: false): the plan
-    gives it gpu_health's timer and the others the DaemonSet, kube_join registers each node with its form
-    (gpuops.io/gpu-health-sweep), and the rendered DaemonSet, valid against the Kubernetes schema, selects exactly
-    the daemonset nodes - never the timer's node, so no node runs two sweeps on one cursor."""
-    inventory = tmp_path / "inventory"
-    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns("credentials"))
-    with (inventory / "host_vars/gpu-train-02.yml").open("a", encoding="utf-8") as host_vars:
-        host_vars.write("kube_monitoring_gpu_health_sweep: false\n")
-    out = tmp_path / "render"
-    result = run_render(inventory, out)
-    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+def test_a_mixed_cluster_gives_each_gpu_node_one_sweep(layouts):
+    """One GPU node opts out of the DaemonSet in its host_vars (conftest's layouts: kube_monitoring_gpu_health_sweep:
+    false for gpu-train-02): the plan gives it gpu_health's timer and the others the DaemonSet, kube_join registers
+    each node with its form (gpuops.io/gpu-health-sweep), and the rendered DaemonSet, valid against the Kubernetes
+    schema, selects exactly the daemonset nodes - never the timer's node, so no node runs two sweeps on one cursor."""
+    out = layouts
     hosts = json.loads((out / "plan.json").read_text(encoding="utf-8"))["hosts"]
     forms = {name: host["health_sweep"]["form"] for name, host in hosts.items()}
     assert forms == {"gpu-infer-01": "daemonset", "gpu-train-01": "daemonset", "gpu-train-02": "timer"}
