@@ -6,7 +6,8 @@ the reason said in the plan. Each case renders inventories/small-team (one compo
 eight GPUs) on the controller and reads <render_dir>/compose_stack/gpu01/compose.yaml and <render_dir>/plan.json.
 The preflight case writes the plan preflight would have left (plan.build_plan with gpu01's GPU facts on the real
 HGX H100 capture ../shared/data/nvidia-smi/topo/h100x8_sxm_2numa_noNIC.txt, and the OS facts gpu_facts reads) as
-<report dir>/plan.json, which render.yml takes as the last preflight's plan.
+<report dir>/plan.json, which render.yml takes as the last preflight's plan. The inventory-alone render
+(inventory_alone, one run) is also the project render.yml writes for review, with placeholders for the secrets.
 """
 
 from __future__ import annotations
@@ -66,7 +67,16 @@ def test_a_preflight_plan_renders_each_workspaces_mem_limit_and_cpus(tmp_path):
     assert (sizing["memory_pool_mb"], sizing["cpus_pool"], sizing["problems"]) == (819200, 208, [])
 
 
-def test_the_inventory_alone_renders_the_pools_it_sets_else_no_limits_and_says_why(tmp_path):
+@pytest.fixture(scope="module")
+def inventory_alone(tmp_path_factory) -> Path:
+    """render.yml on inventories/small-team alone: no pools set, no preflight plan (an empty report folder)."""
+    out = tmp_path_factory.mktemp("small-team") / "render"
+    result = run_render(INVENTORY, out)
+    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def test_the_inventory_alone_renders_the_pools_it_sets_else_no_limits_and_says_why(tmp_path, inventory_alone):
     given = tmp_path / "given"
     pools = {"compose_stack_member_memory_pool_mb": 8192, "compose_stack_member_cpus_pool": 16}
     result = run_render(INVENTORY, given, "-e", json.dumps(pools))
@@ -74,10 +84,29 @@ def test_the_inventory_alone_renders_the_pools_it_sets_else_no_limits_and_says_w
     assert {name: (ws.get("mem_limit"), ws.get("cpus")) for name, ws in _workspaces(given).items()} == {
         "alice": ("2048m", 4.0), "bob": ("2048m", 4.0), "carol": ("3072m", 6.0), "dave": ("1024m", 2.0)}
 
-    unknown = tmp_path / "unknown"
-    result = run_render(INVENTORY, unknown)
-    assert result.returncode == 0, f"render.yml failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    unknown = inventory_alone
     assert not [name for name, ws in _workspaces(unknown).items() if {"mem_limit", "cpus"} & set(ws)]
     sizing = json.loads((unknown / "plan.json").read_text())["hosts"]["gpu01"]["workspaces"]["sizing"]
     assert sizing["memory_pool_mb"] == 0
     assert "unknown: no gpu_facts of this host and compose_stack_member_memory_pool_mb unset" in sizing["source"]
+
+
+def test_the_render_playbook_writes_the_compose_project_for_review(inventory_alone, tmp_path):
+    """playbooks/render.yml on the compose worked example: the project compose_stack writes, on the controller, with
+    placeholders for the secrets; and a plan the role would refuse is refused there too, before the project."""
+    project = inventory_alone / "compose_stack" / "gpu01"
+    services = yaml.safe_load((project / "compose.yaml").read_text())["services"]
+    assert {f"ws-{n}" for n in ("alice", "bob", "carol", "dave")} <= set(services)
+    assert services["ws-alice"]["networks"] == ["ws-alice"]
+    assert (project / "prometheus" / "prometheus.yml").is_file()
+    assert (project / "alertmanager" / "alertmanager.yml").is_file()
+    assert "admin_password = <placeholder" in (project / "secrets" / "mlflow_basic_auth.ini").read_text()
+    assert json.loads((inventory_alone / "plan.json").read_text())["platform"]["name"] == "compose"
+    members = yaml.safe_load((INVENTORY / "group_vars" / "all" / "team.yml").read_text())["gpuops_members"]
+    members[0]["memory"] = "900g"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"gpuops_members": members, "compose_stack_member_memory_pool_mb": 819200}))
+    result = run_render(INVENTORY, tmp_path / "bad", "-e", f"@{bad}")
+    assert result.returncode != 0
+    assert "alice 921600 MiB (memory given)" in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "bad" / "compose_stack").exists()

@@ -18,14 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
-from ansible_env import playbook_env
 from ansible_env import run_playbook as run_localhost
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
 # The review entry point: the same templates without the install stage (for tests that read only compose.yaml).
 REVIEW_PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_review.yml"
-BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 
 def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) -> subprocess.CompletedProcess:
@@ -178,37 +176,6 @@ def test_grafana_declared_but_disabled_by_profile(rendered: Path) -> None:
     grafana = compose(rendered)["services"]["grafana"]
     assert grafana["profiles"] == ["grafana"]
     assert grafana["image"].endswith("grafana/grafana:11.6.0")
-
-
-def test_the_render_playbook_writes_the_compose_project_for_review(tmp_path: Path) -> None:
-    """playbooks/render.yml on the compose worked example: the project compose_stack writes, on the controller, with
-    placeholders for the secrets; and a plan the role would refuse is refused there too, before the project."""
-    playbook = BIN / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
-    env = playbook_env(REPO, extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false"})
-    run = [str(playbook), "-i", str(REPO / "inventories" / "small-team"), str(REPO / "playbooks" / "render.yml")]
-    result = subprocess.run([*run, "-e", f"render_dir={tmp_path}/ok"], cwd=REPO, env=env, capture_output=True,
-                            text=True, check=False, timeout=300)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    project = tmp_path / "ok" / "compose_stack" / "gpu01"
-    services = yaml.safe_load((project / "compose.yaml").read_text())["services"]
-    assert {f"ws-{n}" for n in ("alice", "bob", "carol", "dave")} <= set(services)
-    assert services["ws-alice"]["networks"] == ["ws-alice"]
-    assert (project / "prometheus" / "prometheus.yml").is_file()
-    assert (project / "alertmanager" / "alertmanager.yml").is_file()
-    assert "admin_password = <placeholder" in (project / "secrets" / "mlflow_basic_auth.ini").read_text()
-    assert json.loads((tmp_path / "ok" / "plan.json").read_text())["platform"]["name"] == "compose"
-    members = yaml.safe_load((REPO / "inventories" / "small-team" / "group_vars" / "all" / "team.yml").read_text())
-    members = members["gpuops_members"]
-    members[0]["memory"] = "900g"
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"gpuops_members": members, "compose_stack_member_memory_pool_mb": 819200}))
-    result = subprocess.run([*run, "-e", f"render_dir={tmp_path}/bad", "-e", f"@{bad}"], cwd=REPO, env=env,
-                            capture_output=True, text=True, check=False, timeout=300)
-    assert result.returncode != 0
-    assert "alice 921600 MiB (memory given)" in result.stdout, result.stdout[-3000:]
-    assert not (tmp_path / "bad" / "compose_stack").exists()
 
 
 def test_no_gpu_override_resets_only_gpu_reservations(rendered: Path) -> None:
