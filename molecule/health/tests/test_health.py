@@ -1,10 +1,11 @@
 """health.yml on three nodes: node A logged Xid 79 (RESTART_BM) on GPU 0, node B nothing, node C the same Xid 79
 but opted out (health_remediation false) (molecule.yml).
 
-prepare.yml ran the dry run, converge the apply, idempotence the re-run that changes nothing; these tests read the
-reports, the audit log and the state on the controller, and the stand-in docker's log on each node. The last two
-run the playbook again: an Xid 13 (RESTART_APP) on node B changes nothing on the node, and preflight refuses the
-member given node A's GPU 0, naming the GPU and the event. Then, over time (issue 38 §2): node C is reported,
+prepare.yml ran the dry run, converge the apply; these tests read the reports, the audit log and the state on the
+controller, and the stand-in docker's log on each node. The re-run that changes nothing is a test here (the
+scenario's idempotence: molecule.yml runs no idempotence step of its own). The next two run the playbook again: an
+Xid 13 (RESTART_APP) on node B changes nothing on the node, and preflight refuses the member given node A's GPU 0,
+naming the GPU and the event. Then, over time (issue 38 §2): node C is reported,
 never acted on; the circuit breaker trips on node B's failure (the second node within the window), holds it on a
 re-run, and acts only after -e health_breaker_reset=true, audited; a repeat on node A is escalated to "service
 required" and held on the next run. Back in service only through a validation run (issue 38 §3): health_release is
@@ -87,6 +88,8 @@ def test_the_audit_log_has_one_line_per_step_on_a_and_none_for_b():
 
 
 def test_a_re_run_changes_nothing():
+    """The scenario's idempotence run (molecule.yml has no idempotence step): changed=0, and nothing on the controller
+    or the nodes moved."""
     before = (audit(), (REPORTS / "health" / "state.json").read_text(), docker_log(A), docker_log(B))
     result = playbook("playbooks/health.yml", "-e", "health_apply=true")
     assert result.returncode == 0, result.stdout[-3000:]
