@@ -39,6 +39,6 @@ def _runs_file_module(tmp_path: Path, mode: str) -> bool:
 
 @pytest.mark.parametrize(("mode", "runs"), [("0750", False), ("0755", True)])
 def test_a_directory_already_as_wanted_is_skipped_and_another_mode_is_set(tmp_path: Path, mode: str,
-                                                                           runs: bool) -> None:
+                                                                          runs: bool) -> None:
     os.chmod(tmp_path, 0o750)
     assert _runs_file_module(tmp_path, mode) is runs
