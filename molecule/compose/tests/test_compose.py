@@ -527,7 +527,7 @@ def test_training_image_is_non_root_and_carries_no_data(host) -> None:
 def test_training_image_is_rebuilt_only_when_its_inputs_change(host, tmp_path) -> None:
     """The re-run reads the image's inputs digest and builds nothing; changed code is built, then the original."""
     image = "gpuops-test/training:0.1.0"
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
     def build(*extra: str) -> tuple[str, str, str]:
         run = ["ansible-playbook", "-i", INVENTORY, str(PROJECT / "playbooks" / "training_image.yml"), *extra]
@@ -554,7 +554,7 @@ def test_training_image_is_rebuilt_only_when_its_inputs_change(host, tmp_path) -
 
 def test_check_mode_on_the_converged_stack_changes_nothing() -> None:
     """--check against the converged node runs every task and predicts no change (honest check mode)."""
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     run = ["ansible-playbook", "-i", INVENTORY, str(PROJECT / "playbooks" / "compose.yml"), "--check"]
     result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=600, check=False)
     out = result.stdout + result.stderr
@@ -567,7 +567,7 @@ def test_check_mode_on_the_converged_stack_changes_nothing() -> None:
 
 def test_zz_teardown_keeps_data_unless_asked(host) -> None:
     sh(host, "touch /var/lib/gpuops/scratch/alice/teardown-marker")
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     run = ["ansible-playbook", "-i", INVENTORY, str(SCENARIO / "teardown.yml")]
     result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
