@@ -235,7 +235,7 @@ def _mutated(old: str, new: str) -> str:
     [
         # a decide-hop function that does not read the variable
         (
-            "`plugins/plugin_utils/plan.py` `_fleet_part` (the rule: team.namespace_of)",
+            "`plugins/plugin_utils/plan.py` `build_plan` (the rule: team.namespace_of)",
             "`plugins/plugin_utils/plan.py` `host_part` (the rule: team.namespace_of)",
             "host_part does not read",
         ),
@@ -287,10 +287,10 @@ def test_only_the_plan_reads_the_registry_mirror():
 def test_kube_tenancy_reads_the_members_from_the_plan():
     """gpuops_members: inventory -> plan (team.members) -> kube_tenancy, which reads the plan's team only."""
     code = {path: text for path, text in _role_code().items() if path.startswith("roles/kube_tenancy/")}
-    assert "roles/kube_tenancy/tasks/plan.yml" in code, sorted(code)
+    assert "roles/kube_tenancy/vars/main.yml" in code, sorted(code)
     assert "roles/kube_tenancy/defaults/main.yml" in code, sorted(code)
     assert inventory_readers("gpuops_members", code) == []
-    assert _reads_key(code["roles/kube_tenancy/tasks/plan.yml"], ("team", "members"))
+    assert _reads_key(code["roles/kube_tenancy/vars/main.yml"], ("team", "members"))
 
 
 def test_a_role_reading_the_mirror_itself_is_found():
