@@ -452,9 +452,10 @@ def _setting(hostvars: Any, name: str, role_default: bool = False) -> Any:
     return value
 
 
-def _gpu_operator_on(hostvars: Any) -> bool:
-    """kube_addons_gpu_operator as the play's ``| bool`` reads it (an extra var is the string "true")."""
-    return str(_setting(hostvars, "kube_addons_gpu_operator")).lower() in ("true", "yes", "on", "1")
+def _flag(value: Any) -> bool | None:
+    """A true/false setting as the play's ``| bool`` reads it (an extra var is the string "true"); None: unset."""
+    text = str(value).lower()
+    return True if text in ("true", "yes", "on", "1") else False if text in ("false", "no", "off", "0") else None
 
 
 def _team(members: list, teams: list) -> dict:
@@ -478,7 +479,7 @@ def _node(policy: dict | None, pool: str | None, hostvars: Any, sweep_form: str)
         policy, str(pool), "kube_control_plane" in groups, bool(_setting(hostvars, "kube_control_plane_schedulable")),
         sweep_form,
     )
-    if _gpu_operator_on(hostvars):
+    if _flag(_setting(hostvars, "kube_addons_gpu_operator")):
         pools = _setting(hostvars, "gpu_operator_pools") or {}
         node["labels"].update(gpu_operator.node_labels(dict(pools), [{"name": "", "pool": pool}])[""])
     return node
@@ -513,9 +514,9 @@ def _workspaces(topology: dict | None, gpu: dict, hostvars: Any, host: dict | No
             f"gpuops_members cannot be planned into workspaces ({exc!r}). Fix: correct gpuops_members; site.yml's "
             "boilerplate play names what is wrong (gpuops.cluster.team_problems)"]}
     if not planned["problems"]:  # the GPUs, cpusets and MPS caps hold: size the limits on the host's pools
-        sized = size_workspaces(planned, pools["memory_pool_mb"], pools["cpus_pool"])
-        pools["problems"] += sized["problems"]
-        planned = {**sized, "members": {}, "shared": {}, "problems": pools["problems"]} if pools["problems"] else sized
+        planned = size_workspaces({**planned, "problems": pools["problems"]}, pools["memory_pool_mb"],
+                                  pools["cpus_pool"])
+        pools["problems"] = planned["problems"]
     return {**planned, "sizing": pools}
 
 
@@ -535,18 +536,14 @@ def _fabric_manager(gpu: dict, hostvars: Any) -> tuple[bool | None, str]:
 def health_sweep(platform: str | None, hostvars: Any) -> dict:
     """``hosts.<name>.health_sweep`` (SCHEMA). Never both forms: two sweeps on one node would share one cursor and
     one metrics file."""
-    daemonset = _setting(hostvars, "kube_monitoring_gpu_health_sweep")
-    timer = _setting(hostvars, "gpu_health_sweep_timer_enabled")
-
-    def off(value: Any) -> bool:  # unset reads as on (both roles' default); an extra var may be the string "false"
-        return str(value).lower() in ("false", "no", "off", "0")
-
-    if platform == "kubernetes" and not off(daemonset):
-        unused = "; gpu_health_sweep_timer_enabled: true is not used (one sweep per node)" if timer is True else ""
+    # Unset reads as on, both roles' default.
+    timer = _flag(_setting(hostvars, "gpu_health_sweep_timer_enabled"))
+    if platform == "kubernetes" and _flag(_setting(hostvars, "kube_monitoring_gpu_health_sweep")) is not False:
+        unused = "; gpu_health_sweep_timer_enabled: true is not used (one sweep per node)" if timer else ""
         return {"form": "daemonset", "reason": f"kubernetes: kube_monitoring's DaemonSet{unused}"}
     where = "kubernetes with kube_monitoring_gpu_health_sweep: false" if platform == "kubernetes" else (
         platform or "no platform decided")
-    if off(timer):
+    if timer is False:
         return {"form": "none", "reason": f"{where}, and gpu_health_sweep_timer_enabled: false: no scheduled sweep"}
     return {"form": "timer", "reason": f"{where}: gpu_health's systemd timer"}
 
@@ -657,41 +654,17 @@ def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> d
     """``gpu_sharing`` (SCHEMA) on ``nodes``, the plan's ``nodes.gpu`` (the GPU nodes gpu_operator reads too);
     ``anyvars``: a GPU host's variables. Every Kubernetes plan with the GPU Operator carries it, for gpu_operator
     renders only the plan's."""
-    if platform != "kubernetes" or not _gpu_operator_on(anyvars):
+    if platform != "kubernetes" or not _flag(_setting(anyvars, "kube_addons_gpu_operator")):
         return None
     pools, source = _setting(anyvars, "gpu_operator_pools"), "gpu_operator_pools"
     if not hasattr(pools, "items"):
-        multi_node = str(_setting(anyvars, "gpuops_multi_node_training")).lower() in ("true", "yes", "1")
+        multi_node = _flag(_setting(anyvars, "gpuops_multi_node_training")) is True
         pools, source = gpu_sharing.default_pools(multi_node), "gpu_operator_pools (default)"
     try:
         return gpu_sharing.plan_part(kube_gpu.plain(pools), nodes, source,
                                      mps.limits(*(_setting(anyvars, name) for name in mps.VARIABLES)))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None  # settings gpu_operator cannot read: it refuses them itself, and the plan holds none
-
-
-def _fleet_part(fleet: dict, anyvars: Any, pins: dict | None = None) -> dict:
-    """The fleet part; ``pins``: the driver and CUDA versions preflight judged, else the inventory's."""
-    pins = pins or {
-        "driver": _setting(anyvars, "nvidia_driver_version"),
-        "cuda": _setting(anyvars, "gpuops_cuda_version"),
-    }
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "platform": {
-            "name": fleet.get("platform"),
-            "source": fleet.get("source") or "error",
-            "reason": fleet.get("reason") or "",
-            "ok": bool(fleet.get("ok")),
-            "gpu_count": fleet.get("gpu_count"),
-        },
-        "team": _team(_setting(anyvars, "gpuops_members"), _setting(anyvars, "gpuops_teams")),
-        "pins": {
-            "driver": str(pins.get("driver") or "") or None,
-            "cuda": str(pins.get("cuda") or "") or None,
-            "registry_mirror": str(_setting(anyvars, "gpuops_registry_mirror") or "") or None,
-        },
-    }
 
 
 def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: str | None = None,
@@ -702,10 +675,29 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: st
     ``source``: preflight, or inventory (inventory_plan: no verdict; the pins are the inventory's)."""
     first = next(iter(records), None)
     judged = (records[first].get("plan") or {}) if first else {}
-    pins = {"driver": judged.get("driver_version"), "cuda": judged.get("cuda_version")} if judged else None
     anyvars = hostvars[first] if first else {}
-    plan = _fleet_part(fleet, anyvars, pins)
-    plan.update(source=source, created=created, report_dir=report_dir)
+    # The pins: the driver and CUDA versions preflight judged, else the inventory's.
+    driver, cuda = (judged.get("driver_version"), judged.get("cuda_version")) if judged else (
+        _setting(anyvars, "nvidia_driver_version"), _setting(anyvars, "gpuops_cuda_version"))
+    plan = {
+        "schema_version": SCHEMA_VERSION,
+        "source": source,
+        "created": created,
+        "report_dir": report_dir,
+        "platform": {
+            "name": fleet.get("platform"),
+            "source": fleet.get("source") or "error",
+            "reason": fleet.get("reason") or "",
+            "ok": bool(fleet.get("ok")),
+            "gpu_count": fleet.get("gpu_count"),
+        },
+        "team": _team(_setting(anyvars, "gpuops_members"), _setting(anyvars, "gpuops_teams")),
+        "pins": {
+            "driver": str(driver or "") or None,
+            "cuda": str(cuda or "") or None,
+            "registry_mirror": str(_setting(anyvars, "gpuops_registry_mirror") or "") or None,
+        },
+    }
     plan["hosts"] = {
         host: host_part(
             fleet.get("platform"),

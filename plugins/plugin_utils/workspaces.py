@@ -206,9 +206,8 @@ def plan_workspaces(members: list[dict], topology: dict, gpus_found: Any = None)
             "numa_nodes": nodes,
         }
     shared_plan = _shared_checks(sharers, _gpu_memory(gpus, gpus_found), problems, warnings)
-    if problems:
-        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings, "gpu_total": len(gpus)}
-    return {"members": planned, "shared": shared_plan, "problems": [], "warnings": warnings, "gpu_total": len(gpus)}
+    return {"members": {} if problems else planned, "shared": {} if problems else shared_plan, "problems": problems,
+            "warnings": warnings, "gpu_total": len(gpus)}
 
 
 def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float = 0) -> dict:
@@ -240,9 +239,8 @@ def size_workspaces(workspaces: dict, memory_pool_mb: int = 0, cpus_total: float
     problems += _overcommit("memory", memory, int(memory_pool_mb or 0), "MiB",
                             "memory for workspaces (compose_stack_member_memory_pool_mb)")
     problems += _overcommit("cpus", quota, float(cpus_total or 0), "CPUs", "this host's CPUs")
-    if problems:
-        return {"members": {}, "shared": {}, "problems": problems, "warnings": warnings, "gpu_total": total_gpus}
-    return {"members": planned, "shared": shared, "problems": [], "warnings": warnings, "gpu_total": total_gpus}
+    return {"members": {} if problems else planned, "shared": {} if problems else shared, "problems": problems,
+            "warnings": warnings, "gpu_total": total_gpus}
 
 
 MEMORY_POOL_SHARE = 0.8  # of the host's memory, for workspaces, where compose_stack_member_memory_pool_mb is unset
