@@ -46,9 +46,8 @@ def step_record(
     *,
     gpu: bool,
     log: str | None = None,
-    skips: list | None = None,
 ) -> dict:
-    """One step: ``status`` ok, failed or skipped; ``rc`` null when it did not run; ``skips``: its tests' skips."""
+    """One step: ``status`` ok, failed or skipped; ``rc`` null when it did not run; ``skips`` set by judge_tests."""
     return {
         "name": name,
         "gpu": gpu,
@@ -57,7 +56,7 @@ def step_record(
         "seconds": round(seconds, 1),
         "detail": detail,
         "log": log,
-        "skips": skips or [],
+        "skips": [],
     }
 
 

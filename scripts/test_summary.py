@@ -11,8 +11,7 @@ run", "build/test-summary.json"):
                                     [--probe-start JSON] --out FILE [--lane STAGE,STAGE...]... STAGE...
         FILE (build/test-summary.json), then the closing lines; exits 1 when anything failed or nothing ran.
 
-Standard library only: it runs before and without the virtualenv's packages. The run's stamp (commit, time, load,
-cores) is bench/_meta.py's, the one every recorded figure carries.
+Standard library only: it runs before and without the virtualenv's packages.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from _meta import run_stamp  # the one stamp of a recorded figure, bench/_meta.py
+from _meta import run_stamp  # the run's stamp (commit, time, load, cores), that of every recorded figure
 
 RESULTS = Path("build") / "results"
 
