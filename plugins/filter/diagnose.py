@@ -5,11 +5,14 @@
 * ``outputs | gpuops.cluster.validate_rows(platform=..., gpu_count=..., ...)``: validate.yml's result rows;
 * ``outputs | gpuops.cluster.diagnose_chain(platform=..., ...)``: the chain of links, walked to the first broken one;
 * the two steps of roles/diagnose/tasks/slowdown.yml: ``slowdown_queries`` (which series, which window) and
-  ``slowdown_answer`` (Prometheus's answers -> window means -> the rule's causes).
+  ``slowdown_answer`` (Prometheus's answers -> window means -> the rule's causes);
+* ``reports | gpuops.cluster.fleet_report_html(generated=...)``: the fleet report page that validate, burnin,
+  diagnose's slowdown and health write (index.html).
 
 Thin: the judgements live in plugins/plugin_utils/validate.py, the links and the walk in diagnose.py, the slowdown
-rule in training_slowdown.py (docs/operations.md, "Is training slow?") and its Prometheus side in slowdown_query.py;
-documentation in validate_rows.yml, diagnose_chain.yml, slowdown_queries.yml and slowdown_answer.yml.
+rule in training_slowdown.py (docs/operations.md, "Is training slow?") and its Prometheus side in slowdown_query.py,
+the page in fleet_report.py; documentation in validate_rows.yml, diagnose_chain.yml, slowdown_queries.yml,
+slowdown_answer.yml and fleet_report_html.yml.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.lazy_import import lazy
 
 diagnose = lazy("diagnose")
+fleet_report = lazy("fleet_report")
 sq = lazy("slowdown_query")
 _training_slowdown = lazy("training_slowdown")
 validate = lazy("validate")
@@ -63,9 +67,13 @@ def slowdown_answer(answers, nvlink_capacity_known=True, thresholds=None, about=
     return {**answer, "lines": sq.answer_lines(answer)}
 
 
+def fleet_report_html(reports, generated: str = "", title: str = "gpuops.cluster fleet report", burnin=None) -> str:
+    return fleet_report.render_fleet_report(reports, str(generated), str(title), burnin)
+
+
 class FilterModule:
-    """gpuops.cluster validate and diagnose filters (the rows, the chain, and "is training slow?")."""
+    """gpuops.cluster day-2 filters (validate's rows, diagnose's chain, "is training slow?", the fleet report page)."""
 
     def filters(self) -> dict:
         return {"validate_rows": validate_rows, "diagnose_chain": diagnose_chain, "slowdown_queries": slowdown_queries,
-                "slowdown_answer": slowdown_answer}
+                "slowdown_answer": slowdown_answer, "fleet_report_html": fleet_report_html}

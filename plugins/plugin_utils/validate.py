@@ -229,16 +229,12 @@ def compose_rows(outputs: dict, gpu_count: int, topology: dict | None, members: 
     return rows
 
 
-def _json(value):
-    return parse_json(ran(value)[1])
-
-
 def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1, mig: bool = False) -> list[dict]:
     """outputs: nodes (kubectl get nodes -o json), node (kubectl get node NAME -o json), operator_pods
     (kubectl get pods -n <gpu_operator_namespace> -o json), gpu_pod (the test pod's logs, after it completed);
     ``mig``: a MIG pool, whose allocatable nvidia.com/gpu is at least the GPUs (diagnose.allocatable)."""
     rows = []
-    nodes = (_json(outputs.get("nodes")) or {}).get("items", [])
+    nodes = (parse_json(ran(outputs.get("nodes"))[1]) or {}).get("items", [])
     ready = [n["metadata"]["name"] for n in nodes
              if any(c.get("type") == "Ready" and c.get("status") == "True" for c in n["status"].get("conditions", []))]
     not_ready = sorted({n["metadata"]["name"] for n in nodes} - set(ready))
@@ -249,7 +245,7 @@ def kubernetes_rows(outputs: dict, node: str, gpu_count: int, replicas: int = 1,
                 else f"{gpu_count} GPUs x {replicas} replicas")
     rows.append(row(KUBERNETES_STEPS[1], "ok" if alloc["status"] == "ok" else "failed",
                     f"{alloc['evidence']} (expected {expected})"))
-    pods = (_json(outputs.get("operator_pods")) or {}).get("items", [])
+    pods = (parse_json(ran(outputs.get("operator_pods"))[1]) or {}).get("items", [])
     unhealthy = [p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Running", "Succeeded")
                  or (p["status"].get("phase") == "Running"
                      and not all(c.get("ready") for c in p["status"].get("containerStatuses") or []))]
