@@ -231,8 +231,6 @@ def decide(item: dict, others: list, overrides: dict | None = None) -> tuple[str
         why = f"{bucket}: gpu_health's step {why}"
     elif bucket in BUCKETS:
         action, why = BUCKETS[bucket](item, others)
-    elif bucket in ACTIONS:  # gpu_health named a collection action itself
-        action, why = bucket, f"gpu_health asks for {bucket}"
     else:
         action, why = BUCKETS["UNKNOWN"](item, others)
     key = bucket if bucket in (overrides or {}) else item.get("check")
