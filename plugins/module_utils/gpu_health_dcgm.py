@@ -18,6 +18,7 @@ import json
 from ansible_collections.gpuops.cluster.plugins.module_utils.text import cut, one_line
 
 ROOT_KEYS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
+ABSENT = "dcgmi is not installed"  # the reason's start: health_return reads it as "not run", never as failed
 STATUS_NAMES = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip", "skipped": "skip"}
 
 
@@ -87,7 +88,7 @@ def run_dcgm(level: int, run, which) -> dict:
         return {**outcome, "reason": "dcgm_level is 0: diagnostics not asked for"}
     binary = which("dcgmi")
     if not binary:
-        return {**outcome, "reason": "dcgmi is not installed (package datacenter-gpu-manager): no DCGM diagnostics"}
+        return {**outcome, "reason": f"{ABSENT} (package datacenter-gpu-manager): no DCGM diagnostics"}
     rc, out, err = run([binary, "diag", "-r", str(level), "-j"])
     try:
         parsed = parse_dcgm_json(out)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.gpu_health_dcgm import ABSENT as DCGM_ABSENT
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import thresholds
 
-# gpu_health_dcgm.run_dcgm's reason when dcgmi is absent (tests/unit: the two are held together)
-DCGM_ABSENT = "dcgmi is not installed"
 NOT_RUN = "NOT_RUN"
 ABSENT_RC = 127  # sh: command not found (step.yml runs a benchmark only where its tool is on the PATH)
 
