@@ -175,13 +175,13 @@ def window_means(answers: dict, nvlink_capacity_known: bool = True) -> dict:
     return means
 
 
-def nvlink_peak_gbps(topology: dict | None, per_link_gbps: float = NVLINK_GBPS_PER_LINK) -> float | None:
+def nvlink_peak_gbps(topology: dict | None) -> float | None:
     """A GPU's NVLink total, both directions, from preflight's topology (gpuops_plan.hosts.<h>.topology): the most
     links to one peer (NVSwitch systems report every pair with the GPU's full count, NV12 A100, NV18 H100) x 25 GB/s
     per link per direction x 2. None without NVLink. Direct-attached meshes (NV1/NV2 to several peers) count
     low: set diagnose_nvlink_peak_gbps there."""
     links = [int(v) for g in (topology or {}).get("gpus") or [] for v in (g.get("nvlink_peers") or {}).values()]
-    return max(links) * per_link_gbps * 2 if links and max(links) > 0 else None
+    return max(links) * NVLINK_GBPS_PER_LINK * 2 if links and max(links) > 0 else None
 
 
 def means_text(signals: dict) -> str:
