@@ -77,22 +77,15 @@ class ActionModule(ActionBase):
 
         now = datetime.now(timezone.utc)
         run_dir = os.path.join(args["report_dir"], now.strftime("%Y%m%dT%H%M%SZ"))
-        plan = build_plan(
-            fleet,
-            {
-                h: {"gpu": r["ansible_facts"].get("gpu") or {}, "result": r["preflight"],
-                    "plan": r["preflight"]["plan"], "host": (r["ansible_facts"].get("gpu_host") or {}).get("os")}
-                for h, r in judged.items()
-            },
-            hostvars,
-            now.isoformat(timespec="seconds"),
-            run_dir,
-        )
+        # One record per host, read by the plan, then given the host's verdict for the reports (preflight_report).
+        records = {h: {"host": h, "gpu": r["ansible_facts"].get("gpu") or {}, "plan": r["preflight"]["plan"],
+                       "host_facts": r["ansible_facts"].get("gpu_host"), "result": r["preflight"]}
+                   for h, r in judged.items()}
+        plan = build_plan(fleet, records, hostvars, now.isoformat(timespec="seconds"), run_dir)
         # GPUs health.yml took out of service (<report_dir>/health/state.json): no member may be given one.
         plan = with_out_of_service(plan, args["report_dir"])
-        records = {}
-        for host, registered in judged.items():
-            judged_here, part = registered["preflight"], plan["hosts"][host]
+        for host, record in records.items():
+            judged_here, part = record["result"], plan["hosts"][host]
             # The verdict: the host's checks, then the rules judged on the plan, then the fleet's platform (finish).
             later = (
                 preflight.gpu_health_assignment(judged_here["plan"].get("gpu_assignments"), part["out_of_service"],
@@ -102,20 +95,10 @@ class ActionModule(ActionBase):
             )
             result = {k: judged_here.get(k) for k in ("compat", "driver_pin", "driver_judged", "os")}
             result["checks"] = [*judged_here["checks"], *(check for check in later if check)]
-            result = preflight.finish(result, fleet["hosts"][host])
-            part["ok"] = result["ok"]
-            facts = registered["ansible_facts"]
-            record = {
-                "host": host,
-                "gpu": facts.get("gpu") or {},
-                "host_facts": facts.get("gpu_host"),
-                "plan": judged_here["plan"],
-                "result": result,
-                "fleet": {k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")},
-                "planned": part,
-            }
+            record.update(result=preflight.finish(result, fleet["hosts"][host]), planned=part,
+                          fleet={k: fleet.get(k) for k in ("platform", "source", "reason", "gpu_count")})
+            part["ok"] = record["result"]["ok"]
             add_sections(record, hostvars[host])
-            records[host] = record
         written = write_reports(run_dir, records, fleet)
         # The run's plan, and the last plan in the report folder itself (what day-2 playbooks read).
         plan_files = write_plan(plan, run_dir, args["report_dir"])

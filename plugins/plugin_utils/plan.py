@@ -669,9 +669,10 @@ def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> d
 
 def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: str | None = None,
                report_dir: str | None = None, source: str = "preflight") -> dict:
-    """The plan: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host: its OS facts
-    (gpu_facts' gpu_host.os), and where preflight judged the host, result: its verdict (ok, driver_judged) and plan:
-    the arguments it was judged with (driver_version, cuda_version)}, ``hostvars`` host -> that host's variables.
+    """The plan: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host_facts: gpu_facts'
+    gpu_host (its os: the OS facts), and where preflight judged the host, result: its verdict (ok, driver_judged)
+    and plan: the arguments it was judged with (driver_version, cuda_version)}, ``hostvars`` host -> that host's
+    variables.
     ``source``: preflight, or inventory (inventory_plan: no verdict; the pins are the inventory's)."""
     first = next(iter(records), None)
     judged = (records[first].get("plan") or {}) if first else {}
@@ -706,7 +707,7 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: st
             ok=bool(record["result"].get("ok")) if record.get("result") is not None else None,
             driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
             driver_judged=(record.get("result") or {}).get("driver_judged"),
-            host=record.get("host"),
+            host=(record.get("host_facts") or {}).get("os"),
         )
         for host, record in records.items()
     }
@@ -737,7 +738,7 @@ def inventory_plan(gpu_hosts: list[str], hostvars: Any, platform: str | None = N
     if platform in PLATFORMS and not fleet.get("ok"):
         fleet = {**fleet, "ok": True, "platform": platform, "source": "play",
                  "reason": f"{platform}: the platform this play is for (undecided by the rule: {fleet.get('reason')})"}
-    records = {h: {"gpu": gpus[h], "host": _os_facts(hostvars[h])} for h in hosts}
+    records = {h: {"gpu": gpus[h], "host_facts": {"os": _os_facts(hostvars[h])}} for h in hosts}
     return build_plan(fleet, records, hostvars, source="inventory")
 
 

@@ -45,7 +45,7 @@ def _preflight_plan(reports: Path) -> None:
     hostvars = inventory_vars(INVENTORY)
     records = {"gpu01": {"gpu": {"count": 8, "source": "nvml", "present": True,
                                  "topology": parse_topology(CAPTURE.read_text())},
-                         "host": HOST_OS, "result": {"ok": True},
+                         "host_facts": {"os": HOST_OS}, "result": {"ok": True},
                          "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8,
              "hosts": {}}

@@ -338,7 +338,7 @@ HOST = {"distribution": "Ubuntu", "distribution_version": "22.04", "memtotal_mb"
 def _compose_plan(hostvars: dict, host: dict | None = None) -> dict:
     records = {"gpu01": {"gpu": {"count": 8, "source": "nvml", "fabric_manager": {"required": True},
                                  "topology": _topology("h100x8_sxm_2numa_noNIC")},
-                         "host": host,
+                         "host_facts": {"os": host},
                          "result": {"ok": True}, "plan": {"driver_version": "535.261.03", "cuda_version": "12.2"}}}
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "4 people on 8 GPUs", "gpu_count": 8}
     return _valid(plan.build_plan(fleet, records, hostvars, "2026-12-02T00:00:00+00:00",
