@@ -561,7 +561,6 @@ def host_part(
     platform: str | None,
     gpu: dict,
     hostvars: Any,
-    ok: bool | None = None,
     driver: str | None = None,
     driver_judged: dict | None = None,
     host: dict | None = None,
@@ -587,7 +586,7 @@ def host_part(
     toolkit = _setting(hostvars, "nvidia_container_toolkit_version", role_default=True)
     sweep = health_sweep(platform, hostvars)
     return {
-        "ok": ok,
+        "ok": None,  # preflight_fleet sets its verdict, once judged with the rules on this plan
         "gpu_count": gpu.get("count"),
         "gpu_source": gpu.get("source"),
         "topology": topology,
@@ -670,7 +669,7 @@ def gpu_sharing_part(platform: str | None, nodes: list[dict], anyvars: Any) -> d
 def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: str | None = None,
                report_dir: str | None = None, source: str = "preflight") -> dict:
     """The plan: ``fleet`` from platform.decide_fleet, ``records`` host -> {gpu: its facts, host_facts: gpu_facts'
-    gpu_host (its os: the OS facts), and where preflight judged the host, result: its verdict (ok, driver_judged)
+    gpu_host (its os: the OS facts), and where preflight judged the host, result: its host checks (driver_judged)
     and plan: the arguments it was judged with (driver_version, cuda_version)}, ``hostvars`` host -> that host's
     variables.
     ``source``: preflight, or inventory (inventory_plan: no verdict; the pins are the inventory's)."""
@@ -704,7 +703,6 @@ def build_plan(fleet: dict, records: dict[str, dict], hostvars: Any, created: st
             fleet.get("platform"),
             record.get("gpu") or {},
             hostvars[host],
-            ok=bool(record["result"].get("ok")) if record.get("result") is not None else None,
             driver=str(record["plan"].get("driver_version") or "") if record.get("plan") else None,
             driver_judged=(record.get("result") or {}).get("driver_judged"),
             host=(record.get("host_facts") or {}).get("os"),

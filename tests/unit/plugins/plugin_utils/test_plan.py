@@ -94,9 +94,9 @@ def test_host_part_from_the_dgx_capture_and_the_inventorys_reservation(kube_plan
 
 def test_no_kubelet_policy_on_compose_or_without_a_pool():
     gpu = {"count": 4, "topology": _topology("a10x4_pcie_sys_2nic.txt")}
-    assert plan.host_part("compose", gpu, {"gpuops_pool": "training"}, ok=True)["kubelet_policy"] is None
-    assert plan.host_part("kubernetes", gpu, {}, ok=True)["kubelet_policy"] is None
-    assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"}, ok=True)["packages"] == {
+    assert plan.host_part("compose", gpu, {"gpuops_pool": "training"})["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, {})["kubelet_policy"] is None
+    assert plan.host_part("kubernetes", gpu, {"gpuops_pool": "training"})["packages"] == {
         "driver": None, "fabric_manager_needed": None,
         "fabric_manager_reason": "the GPU facts were not read, so NVSwitches were not looked for",
         "container_toolkit": TOOLKIT, "dcgm_cuda_major": None}
@@ -218,7 +218,7 @@ HOST_SCHEMA = plan.SCHEMA["properties"]["hosts"]["additionalProperties"]
     ],
 )
 def test_the_plan_decides_each_hosts_one_sweep_form_and_why(platform, hostvars, form, why):
-    part = plan.host_part(platform, {"count": 8}, hostvars, ok=True)
+    part = plan.host_part(platform, {"count": 8}, hostvars)
     assert part["health_sweep"]["form"] == form
     assert why in part["health_sweep"]["reason"]
     jsonschema.validate(part, HOST_SCHEMA)

@@ -61,7 +61,7 @@ def _compose_host(case: str | None) -> dict:
         loaded = yaml.safe_load((BAD_INPUT / "cases" / f"{case}.yml").read_text())
         hostvars.update(loaded["vars"])
         expect = loaded["expect"]
-    part = plan.host_part("compose", {}, hostvars, ok=True, host=NODE_OS)
+    part = plan.host_part("compose", {}, hostvars, host=NODE_OS)
     check = P.workspace_sizing(part["workspaces"])
     compose = {"ok": True, "platform": "compose", "source": "explicit", "reason": "gpuops_platform: compose"}
     judged = P.finish({"checks": [DRIVER, *([check] if check else [])]}, compose)

@@ -150,9 +150,7 @@ def test_no_pin_and_no_driver_is_skipped_with_the_reason():
 
 def test_the_plan_records_the_driver_judged_and_whence():
     judged = evaluate(request(cuda_version="13.0"), {"os": DEBIAN12, "gpu": h200_facts()})
-    part = plan.host_part(
-        "compose", h200_facts(), {}, ok=judged["ok"], driver="", driver_judged=judged["driver_judged"]
-    )
+    part = plan.host_part("compose", h200_facts(), {}, driver="", driver_judged=judged["driver_judged"])
     assert part["driver_judged"] == {"version": "580.159.04", "source": "running"}
     assert part["packages"]["driver"] is None  # no pin: nothing is installed at a version
     fleet = {"ok": True, "platform": "compose", "source": "auto", "reason": "small", "gpu_count": 1}
