@@ -31,6 +31,11 @@ DEGRADED = "degraded"
 FAILED = "failed"
 _RANK = {HEALTHY: 0, DEGRADED: 1, FAILED: 2}
 INVESTIGATE = "INVESTIGATE"  # the collection's action for conditions NVIDIA gives no bucket for: report, do nothing
+# Every check of the state, the GPU count and DCGM (the kernel-log events' are their kinds); the health plan's
+# health_action_overrides may name one instead of a bucket (plugin_utils/health.py)
+CHECKS = ("ecc_dbe", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "gpu_missing", "nvlink_down",
+          "dcgm_diag", "throttle_thermal", "throttle_hw_slowdown", "throttle_power", "nvlink_errors", "pcie_degraded",
+          "persistence_off")
 
 _DEGRADED_BUCKETS = ("RESTART_APP", "CHECK_UVM", UNKNOWN)
 _SOLO_FM_BUCKETS = ("WORKFLOW_XID_45", "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)")

@@ -166,12 +166,6 @@ STEPS = {
     "DRAIN_P2P": ("notify_owner", "DRAIN_P2P: the owner drains the peer-to-peer work; nothing on the node"),
 }
 
-# gpu_health's state and DCGM checks: a finding's bucket (gpu_health names one for each, e.g. CHECK_MECHANICALS for
-# pcie_degraded) decides its action as above; health_action_overrides may name the check instead of the bucket.
-CHECKS = ("ecc_dbe", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "gpu_missing", "nvlink_down",
-          "dcgm_diag", "throttle_thermal", "throttle_hw_slowdown", "throttle_power", "nvlink_errors", "pcie_degraded",
-          "persistence_off")
-
 
 def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_source: Any,
                       dcgm_level: Any = None) -> list[str]:
@@ -191,9 +185,11 @@ def settings_problems(max_unavailable: Any, overrides: Any, apply: Any, plan_sou
                         "{RESTART_BM: quarantine}. Fix: write it as a YAML mapping, or leave it out")
     else:
         for bucket, action in overrides.items():
-            if bucket not in BUCKETS and bucket not in CHECKS:
+            # a state or DCGM finding's bucket decides as an event's (gpu_health names one for each, e.g.
+            # CHECK_MECHANICALS for pcie_degraded); an override may name the finding's check instead
+            if bucket not in BUCKETS and bucket not in verdict.CHECKS:
                 problems.append(f"health_action_overrides names {bucket!r}, which is no bucket or check; expected one "
-                                f"of {', '.join(sorted([*BUCKETS, *CHECKS]))}. Fix: spell it as NVIDIA's "
+                                f"of {', '.join(sorted([*BUCKETS, *verdict.CHECKS]))}. Fix: spell it as NVIDIA's "
                                 "catalog does, e.g. RESTART_BM")
             if action not in ACTIONS:
                 problems.append(f"health_action_overrides[{bucket!r}] is {action!r}; expected one of "

@@ -115,38 +115,47 @@ def _record(index=0, fabric=None, **state) -> dict:
     return {"index": index, "fabric": {"state": fabric}, "state": {**empty_state(), **state}}
 
 
-@pytest.mark.parametrize(
-    ("state", "expected"),
-    [
-        (
-            {"ecc_uncorrectable_volatile": 2, "ecc_uncorrectable_aggregate": 5},
-            [("ecc_dbe", "failed", "WORKFLOW_XID_48")],
-        ),
-        ({"ecc_uncorrectable_volatile": 0, "ecc_uncorrectable_aggregate": 5}, []),
-        ({"row_remap_failure": True}, [("row_remap_failure", "failed", "CONTACT_SUPPORT")]),
-        ({"row_remap_pending": True}, [("row_remap_pending", "degraded", "RESET_GPU")]),
-        ({"retired_pages_pending": True}, [("retired_pages_pending", "degraded", "RESET_GPU")]),
-        ({"throttle_thermal": True, "throttle_hw_slowdown": True}, [("throttle_thermal", "degraded", "INVESTIGATE")]),
-        ({"throttle_power": True, "throttle_hw_slowdown": True}, [("throttle_power", "degraded", "INVESTIGATE")]),
-        ({"throttle_hw_slowdown": True}, [("throttle_hw_slowdown", "degraded", "INVESTIGATE")]),
-        ({"throttle_sw_power_cap": True, "gpu_idle": False}, []),
-        ({"nvlink_replay_errors": 3, "nvlink_crc_errors": 0}, [("nvlink_errors", "degraded", "INVESTIGATE")]),
-        ({"nvlink_links_active": [0, 1], "nvlink_links_down": [2]}, [("nvlink_down", "degraded", "INVESTIGATE")]),
-        ({"nvlink_links_active": [], "nvlink_links_down": [0, 1, 2]}, []),  # a PCIe card without a bridge
-        ({"pcie_width_current": 8, "pcie_width_max": 16}, [("pcie_degraded", "degraded", "CHECK_MECHANICALS")]),
-        ({"pcie_gen_current": 1, "pcie_gen_max": 5, "gpu_idle": True}, []),  # an idle GPU slows its link
-        (
-            {"pcie_gen_current": 3, "pcie_gen_max": 5, "gpu_idle": False},
-            [("pcie_degraded", "degraded", "CHECK_MECHANICALS")],
-        ),
-        ({"persistence_mode": False}, [("persistence_off", "degraded", "INVESTIGATE")]),
-        ({"persistence_mode": None}, []),
-    ],
-)
+# state -> the findings of a GPU in that state (check, severity, action)
+STATE_CASES = [
+    (
+        {"ecc_uncorrectable_volatile": 2, "ecc_uncorrectable_aggregate": 5},
+        [("ecc_dbe", "failed", "WORKFLOW_XID_48")],
+    ),
+    ({"ecc_uncorrectable_volatile": 0, "ecc_uncorrectable_aggregate": 5}, []),
+    ({"row_remap_failure": True}, [("row_remap_failure", "failed", "CONTACT_SUPPORT")]),
+    ({"row_remap_pending": True}, [("row_remap_pending", "degraded", "RESET_GPU")]),
+    ({"retired_pages_pending": True}, [("retired_pages_pending", "degraded", "RESET_GPU")]),
+    ({"throttle_thermal": True, "throttle_hw_slowdown": True}, [("throttle_thermal", "degraded", "INVESTIGATE")]),
+    ({"throttle_power": True, "throttle_hw_slowdown": True}, [("throttle_power", "degraded", "INVESTIGATE")]),
+    ({"throttle_hw_slowdown": True}, [("throttle_hw_slowdown", "degraded", "INVESTIGATE")]),
+    ({"throttle_sw_power_cap": True, "gpu_idle": False}, []),
+    ({"nvlink_replay_errors": 3, "nvlink_crc_errors": 0}, [("nvlink_errors", "degraded", "INVESTIGATE")]),
+    ({"nvlink_links_active": [0, 1], "nvlink_links_down": [2]}, [("nvlink_down", "degraded", "INVESTIGATE")]),
+    ({"nvlink_links_active": [], "nvlink_links_down": [0, 1, 2]}, []),  # a PCIe card without a bridge
+    ({"pcie_width_current": 8, "pcie_width_max": 16}, [("pcie_degraded", "degraded", "CHECK_MECHANICALS")]),
+    ({"pcie_gen_current": 1, "pcie_gen_max": 5, "gpu_idle": True}, []),  # an idle GPU slows its link
+    (
+        {"pcie_gen_current": 3, "pcie_gen_max": 5, "gpu_idle": False},
+        [("pcie_degraded", "degraded", "CHECK_MECHANICALS")],
+    ),
+    ({"persistence_mode": False}, [("persistence_off", "degraded", "INVESTIGATE")]),
+    ({"persistence_mode": None}, []),
+]
+
+
+@pytest.mark.parametrize(("state", "expected"), STATE_CASES)
 def test_state_checks(state, expected):
     assert [
         (item["check"], item["severity"], item["action"]) for item in vd.state_findings(_record(**state))
     ] == expected
+
+
+def test_checks_are_every_check_the_verdict_makes():
+    """CHECKS, the names health_action_overrides may give (plugin_utils/health.py), are the state checks above, the
+    missing-GPU check and DCGM's: one added to the verdict without CHECKS fails here."""
+    made = {check for _state, expected in STATE_CASES for check, _severity, _action in expected}
+    assert made | {"gpu_missing", "dcgm_diag"} == set(vd.CHECKS)
+    assert len(vd.CHECKS) == len(set(vd.CHECKS))
 
 
 def test_links_down_count_in_an_nvswitch_fabric_even_with_none_up():
