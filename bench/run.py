@@ -253,8 +253,8 @@ def fleet_hosts(count: int) -> dict[str, list[tuple[dict, dict]]]:
                     "count": 8,
                     "gpus": hgx_gpus,
                     "fabric_manager": {"required": True, "version": "550.90.07"},
+                    "topology": {"nvlink_domains": [list(range(8))]},
                 },
-                "topology": {"nvlink_domains": [list(range(8))]},
             },
         ),
         "PCIe 1 GPU, compose": (

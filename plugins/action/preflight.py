@@ -105,7 +105,6 @@ class ActionModule(ActionBase):
             {
                 "os": {"distribution": os_facts.get("distribution"), "version": os_facts.get("distribution_version")},
                 "gpu": gpu,
-                "topology": gpu.get("topology"),
                 "host": host,
                 "name": (task_vars or {}).get("inventory_hostname"),
                 # A topology the inventory declares satisfies the topology rule (plan.host_part uses it).

@@ -326,11 +326,10 @@ def workspace_sizing(workspaces: dict | None) -> dict[str, Any] | None:
 
 
 def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-    """Every per-host rule (all but the platform, which is the fleet's). ``facts``: os, gpu, topology, host, and
+    """Every per-host rule (all but the platform, which is the fleet's). ``facts``: os, gpu (its topology), host, and
     name (the inventory name) and declared_topology (gpuops_gpu_topology) where known. The OS is judged against the
     host layer's roles here; ``finish`` judges it again with the platform's once the fleet has one."""
     gpu = facts.get("gpu") or {}
-    topology = facts.get("topology")
     os_facts = facts.get("os") or {}
     host = facts.get("host") or {}
     driver = str(plan.get("driver_version") or "").strip()
@@ -347,7 +346,7 @@ def host_checks(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         fabric_manager(gpu, driver),
         topology_readable(str(facts.get("name") or "this host"), gpu, facts.get("declared_topology"),
                           bool(plan.get("topology_required", True))),
-        mig(plan, gpu, topology),
+        mig(plan, gpu, gpu.get("topology")),
         gpu_assignment(plan.get("gpu_assignments"), int(gpu.get("count") or 0)),
     ]
     if "free_space" in plan:

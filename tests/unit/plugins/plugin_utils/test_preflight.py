@@ -134,10 +134,8 @@ def h100_topology() -> dict:
 def test_h100_hgx_mig_enabled_on_an_nvlinked_node_is_refused():
     gpu = h100_hgx_facts()
     gpu["gpus"][0]["mig_mode"] = "Enabled"  # the capture, with MIG turned on for GPU 0
-    result = evaluate(
-        plan(driver_version=gpu["driver_version"], cuda_version=""),
-        {"os": DEBIAN12, "gpu": gpu, "topology": h100_topology()},
-    )
+    gpu["topology"] = h100_topology()
+    result = evaluate(plan(driver_version=gpu["driver_version"], cuda_version=""), {"os": DEBIAN12, "gpu": gpu})
     c = checks(result)["mig"]
     assert c["ok"] is False
     assert "MIG disables NVLink" in c["msg"]
