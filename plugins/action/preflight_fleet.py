@@ -61,14 +61,12 @@ class ActionModule(ActionBase):
                     f"host first (register: {RESULT_VAR}), then this task with run_once: true"
                 )
             judged[host] = registered
-        detected = {}
-        for host in list(task_vars.get("groups", {}).get("gpu_nodes", [])) + hosts:
-            if host in judged:
-                detected[host] = int((judged[host]["ansible_facts"].get("gpu") or {}).get("count") or 0)
-            elif host not in detected:
-                facts = hostvars[host].get("ansible_facts", {}) if host in hostvars else {}
-                count = (facts.get("gpu") or {}).get("count")
-                detected[host] = None if count is None else int(count)
+        detected = {}  # the GPUs each gpu_nodes host's facts found: this run's preflight's, else the cached ones
+        for host in [*task_vars.get("groups", {}).get("gpu_nodes", []), *hosts]:
+            facts = judged[host]["ansible_facts"] if host in judged else (
+                hostvars[host].get("ansible_facts", {}) if host in hostvars else {})
+            count = (facts.get("gpu") or {}).get("count")
+            detected[host] = None if count is None else int(count)
         fleet = decide_fleet({h: r["preflight"]["plan"] for h, r in judged.items()}, detected)
         served = os_support.platforms_with_play()
         if fleet["ok"] and fleet["platform"] not in served:
