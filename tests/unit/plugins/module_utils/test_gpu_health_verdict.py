@@ -151,8 +151,9 @@ def test_state_checks(state, expected):
 
 
 def test_checks_are_every_check_the_verdict_makes():
-    """CHECKS, the names health_action_overrides may give (plugin_utils/health.py), are the state checks above, the
-    missing-GPU check and DCGM's: one added to the verdict without CHECKS fails here."""
+    """CHECKS, the names health_action_overrides may give (plugin_utils/health.py), are exactly the checks the verdict
+    makes in STATE_CASES, the missing-GPU check and DCGM's: a new state check tested there but not added to CHECKS
+    fails here, as does a name in CHECKS that no case sees the verdict make."""
     made = {check for _state, expected in STATE_CASES for check, _severity, _action in expected}
     assert made | {"gpu_missing", "dcgm_diag"} == set(vd.CHECKS)
     assert len(vd.CHECKS) == len(set(vd.CHECKS))
