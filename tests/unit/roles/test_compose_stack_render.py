@@ -107,6 +107,7 @@ def test_a_shared_gpu_gets_one_mps_daemon_and_each_sharer_its_cap(rendered: Path
     assert daemon["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "device_ids": ["5"], "capabilities": ["gpu", "compute", "utility"]}]
     assert daemon["network_mode"] == "none"
+    assert daemon["init"] is True, "docker's init as PID 1: a stop is not the 10 s grace period, MPS servers reaped"
     assert daemon["ipc"] == "shareable"
     assert "set_default_device_pinned_mem_limit 0 20G" in daemon["command"][-1]  # the smallest cap
     assert daemon["environment"] == {"CUDA_MPS_PIPE_DIRECTORY": "/run/gpuops-mps/pipe",
@@ -133,6 +134,7 @@ def test_members_run_as_themselves_with_nccl_limits_and_read_only_data(rendered:
     for name, uid in (("alice", 2001), ("bob", 2002), ("carol", 2003), ("dave", 2004)):
         ws = services[f"ws-{name}"]
         assert ws["user"] == f"{uid}:{uid}"
+        assert ws["init"] is True, "docker's init as PID 1: the command gets SIGTERM, orphans are reaped"
         assert ws.get("shm_size", services["mps-gpu5"]["shm_size"]) == "16g"
         assert ws["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
         assert f"{rendered}/datasets/imagenet:/datasets/imagenet:ro" in ws["volumes"]
