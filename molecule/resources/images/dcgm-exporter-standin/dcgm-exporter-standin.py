@@ -17,7 +17,9 @@ import argparse
 import csv
 import json
 import os
+import signal
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -117,6 +119,9 @@ def main() -> None:
     # Listens on every interface of its own container network namespace, like the real exporter;
     # the compose file publishes it on the loopback address only.
     server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler_for(state, allow_set))
+    # Stops on `docker stop`'s SIGTERM, as the real exporter does (as PID 1 without a handler it was ignored: each
+    # stop waited the 10 s grace period).
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
     server.serve_forever()
 
 
