@@ -53,8 +53,12 @@ MLFLOW = "http://127.0.0.1:5000/api/2.0/mlflow"
 PRIVATE = 0o600
 LOCK_TIMEOUT = 6  # docker_engine_package_lock_timeout for the held-lock case (default 300)
 RUN_OVERHEAD = 120  # the rest of a docker_engine_install run, generously, on a busy 2-core CI machine
-MIN_WAIT = 3  # the short holder lets go 60 s after it started (margin for a slow start of the run on a loaded
-# machine: with 30 s, a run that took 28 s to reach the wait under load 12 found the lock free); the run must wait
+MIN_WAIT = 3  # the run must wait at least this long for the short holder
+# The short holder lets go this long after the run printed the wait task's banner (the task has started), whenever
+# that comes: a fixed hold of 60 s from the holder's start, for a run that took 28 s to reach the wait under load 12,
+# cost ~50 s of waiting on a fast machine. The margin is for the module's start (an exec and a Python) under load.
+RELEASE_AFTER = 10
+WAIT_TASK = "_pinned_packages : Install | the package manager is free"
 # TEST STAND-IN for unattended-upgrades: holds dpkg's locks the way apt does (fcntl write locks on
 # lock-frontend, then lock) for a given number of seconds, in a systemd unit of its own.
 HOLDER_UNIT = "gpuops-fault-apt-holder"
@@ -62,7 +66,9 @@ HOLDER = ("import fcntl, sys, time\n"
           "held = [open(p, 'w') for p in ('/var/lib/dpkg/lock-frontend', '/var/lib/dpkg/lock')]\n"
           "for f in held:\n    fcntl.lockf(f, fcntl.LOCK_EX)\n"
           "time.sleep(float(sys.argv[1]))\n")
-# TEST STAND-IN for a stopped mirror: every apt HTTP(S) fetch goes to a port nothing listens on.
+# TEST STAND-IN for a stopped mirror: every apt HTTP(S) fetch goes to a port nothing listens on, refused at once, and
+# apt does not retry a fetch (Acquire::Retries 0; Debian 13's apt retries each 3 times with backoff, ~8 s a refresh,
+# and the apt module refreshes 5 times): the same failure, fetch by fetch, without ~40 s of apt's own backoff.
 MIRROR_DOWN = "/etc/apt/apt.conf.d/99gpuops-fault-mirror-down"
 EMPTY_CACHE = "/etc/apt/apt.conf.d/99gpuops-fault-empty-cache"
 FAULT_ARCHIVES = "/var/tmp/gpuops-fault-archives"
@@ -135,10 +141,35 @@ def restore_compose_plugin(host) -> None:
 
 
 def hold_lock(host, seconds: int) -> str:
-    """Start the stand-in holder; its PID."""
+    """Start the stand-in holder; its PID, once it holds both locks (one remote call that polls /proc/locks)."""
     sh(host, f"systemd-run --unit={HOLDER_UNIT} --collect /usr/bin/python3 -c {shlex.quote(HOLDER)} {seconds}")
-    time.sleep(2)
-    return sh(host, f"systemctl show --property=MainPID --value {HOLDER_UNIT}").strip()
+    return sh(host, "for i in $(seq 100); do "
+                    f"pid=$(systemctl show --property=MainPID --value {HOLDER_UNIT}); "
+                    '[ "${pid:-0}" != 0 ] && [ "$(grep -c " WRITE *$pid " /proc/locks)" = 2 ] && break; '
+                    'sleep 0.1; done; [ "${pid:-0}" != 0 ] && grep -q " WRITE *$pid " /proc/locks && echo "$pid"'
+              ).strip()
+
+
+def playbook_releasing_holder(host, *args: str) -> tuple[int, str]:
+    """ansible-playbook as playbook() does, streamed: the holder is stopped RELEASE_AFTER s after the wait task began
+    (its banner is printed when it starts), so the run waits for a holder that lets go while it waits."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(["ansible-playbook", "-i", INVENTORY, str(PLAYBOOK), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("TASK [") and WAIT_TASK in line:
+                time.sleep(RELEASE_AFTER)  # the run is in the wait: it prints nothing until the holder lets go
+                host.run(f"systemctl stop {HOLDER_UNIT}")
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, "".join(seen)
 
 
 def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(host) -> None:
@@ -168,9 +199,9 @@ def test_dpkg_lock_held_fails_naming_the_holder_and_a_short_hold_is_waited_for(h
         assert "Install | the closure at its pinned versions" not in out, "apt ran while the lock was held"
         assert package_state(host) == removed
         host.run(f"systemctl stop {HOLDER_UNIT}")
-        # A holder that lets go after 60 s: the default timeout waits for it, and the run converges.
-        hold_lock(host, 60)
-        rc, out, _seconds = playbook("--tags", "docker_engine_install", "-v")
+        # A holder that lets go while the run waits: the default timeout waits for it, and the run converges.
+        hold_lock(host, 600)
+        rc, out = playbook_releasing_holder(host, "--tags", "docker_engine_install", "-v")
         assert rc == 0, out[-3000:]
         waited = [float(value) for value in re.findall(r'"waited": ([0-9.]+)', out)]
         assert waited, out[-3000:]
@@ -191,7 +222,7 @@ def test_mirror_down_fails_clearly_and_the_rerun_converges_when_it_is_back(host)
         sh(host, f"mkdir -p {FAULT_ARCHIVES}/partial && printf 'Dir::Cache::Archives \"{FAULT_ARCHIVES}/\";\\n' "
                  f"> {EMPTY_CACHE}")
         remove_compose_plugin(host)
-        sh(host, f"printf 'Acquire::http::Proxy \"http://127.0.0.1:9/\";\\n' > {MIRROR_DOWN}")
+        sh(host, f"printf 'Acquire::http::Proxy \"http://127.0.0.1:9/\";\\nAcquire::Retries \"0\";\\n' > {MIRROR_DOWN}")
         # An index older than docker_engine's cache_valid_time (3600 s): the run reads the mirror first.
         sh(host, f"touch -c -d '2 hours ago' {APT_STAMPS}")
         removed = package_state(host)
