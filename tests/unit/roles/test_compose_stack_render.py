@@ -1,8 +1,9 @@
 """compose_stack renders the compose project we mean, and refuses bad plans before any change.
 
-Runs the role's own assert/install/render task files with ansible-playbook on localhost
-(tests/unit/roles/playbooks/compose_render.yml) into a temporary directory; no Docker needed. The
-topology is a real capture (HGX H100, 8 GPUs, 2 NUMA nodes) read by the collection's parser.
+Runs the role's own assert/install/render task files with ansible-playbook on the controller
+(tests/unit/roles/playbooks/compose_render.yml) into a temporary directory; no Docker needed. The render and every
+refusal are the hosts of one run (``cases``, case_hosts.py; each its own folders): a refusal stops its own host only.
+The topology is a real capture (HGX H100, 8 GPUs, 2 NUMA nodes) read by the collection's parser.
 The running stack is tested by the `compose` Molecule scenario.
 """
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.topology import parse_topology
 from ansible_env import run_playbook as run_localhost
+from case_hosts import Case, Run, run_cases
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml"
@@ -26,7 +28,7 @@ PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_render.yml
 REVIEW_PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "compose_review.yml"
 
 
-def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) -> subprocess.CompletedProcess:
+def role_variables(tmp_path: Path, extra: dict) -> dict:
     variables = {
         "compose_stack_project_dir": str(tmp_path / "project"),
         "compose_stack_data_dir": str(tmp_path / "data"),
@@ -41,7 +43,11 @@ def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path = PLAYBOOK) ->
     }
     if os.geteuid() != 0:
         pytest.skip("the role's install stage chowns directories to member uids: run as root (as make unit does)")
-    return run_localhost(playbook_file, variables, tmp_path, extra={"NO_COLOR": "1"})
+    return variables
+
+
+def run_playbook(tmp_path: Path, extra: dict, playbook_file: Path) -> subprocess.CompletedProcess:
+    return run_localhost(playbook_file, role_variables(tmp_path, extra), tmp_path, extra={"NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -64,23 +70,75 @@ WORKSPACES = ("alice", "bob", "carol", "dave")
 BOB_VAULT_PASSWORD = "bobs-password-from-vault"
 
 
+# The refusals of bad member MLflow passwords or names: case -> (the case's variables beside MEMBERS, the refusal).
+BAD_MLFLOW = {
+    "password_not_a_string": ({"compose_stack_mlflow_member_passwords": {"alice": 123456789012345}},
+                              "compose_stack_mlflow_member_passwords.alice is of type int, not a string "
+                              "(the value is not shown)"),
+    "password_too_short": ({"compose_stack_mlflow_member_passwords": {"alice": "hunter2"}},
+                           "compose_stack_mlflow_member_passwords.alice is 7 characters long (the value is not shown)"),
+    "password_for_no_member": ({"compose_stack_mlflow_member_passwords": {"mallory": "a-long-enough-password"}},
+                               "compose_stack_mlflow_member_passwords.mallory is given for no member of gpuops_members "
+                               "(alice, bob"),
+    "member_named_admin": ({"gpuops_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
+                           "a member is named admin, the MLflow admin user"),
+}
+
+
+def cases(tmp_path: Path, topology: dict, nfs_port: int) -> dict[str, dict]:
+    """Case (a host of the one run) -> its variables, its folders under ``tmp_path / case``."""
+    found = {
+        "rendered": {
+            "gpuops_members": MEMBERS,
+            "compose_stack_datasets": [{"name": "imagenet", "src": ""}],
+            "gpuops_registry_mirror": "registry.lan:5000",
+            "compose_stack_gpu_enabled": False,
+            "compose_stack_grafana_enabled": False,
+            "compose_stack_prometheus_rule_for_max": "10s",
+            "compose_stack_member_cpus_pool": 208,
+            "compose_stack_mps_dir": str(tmp_path / "rendered" / "mps"),
+            "compose_stack_mlflow_member_passwords": {"bob": BOB_VAULT_PASSWORD},
+        },
+        "gpu_lacked": {"gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]},
+                                          {"name": "bob", "uid": 2002, "gpus": [9]}]},
+        "nfs_probe": {"gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0]}],
+                      "compose_stack_datasets": [{"name": "v6", "src": "[::1]:/export/v6",
+                                                  "opts": f"ro,hard,port={nfs_port}"}]},
+        "unpinned_image": {"gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0],
+                                               "image": "team/alice:latest"}]},
+        **{name: {"gpuops_members": MEMBERS, **extra} for name, (extra, _message) in BAD_MLFLOW.items()},
+    }
+    return {name: role_variables(tmp_path / name, {"gpuops_gpu_topology": topology, **variables})
+            for name, variables in found.items()}
+
+
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> Path:
+def run(tmp_path_factory: pytest.TempPathFactory, h100_topology: dict) -> tuple[Path, Run, int]:
+    """The folder under which each case's folders are (``<case>/project``, ...), the run, and the NFS case's port."""
     tmp_path = tmp_path_factory.mktemp("render")
-    result = run_playbook(tmp_path, {
-        "gpuops_gpu_topology": h100_topology,
-        "gpuops_members": MEMBERS,
-        "compose_stack_datasets": [{"name": "imagenet", "src": ""}],
-        "gpuops_registry_mirror": "registry.lan:5000",
-        "compose_stack_gpu_enabled": False,
-        "compose_stack_grafana_enabled": False,
-        "compose_stack_prometheus_rule_for_max": "10s",
-        "compose_stack_member_cpus_pool": 208,
-        "compose_stack_mps_dir": str(tmp_path / "mps"),
-        "compose_stack_mlflow_member_passwords": {"bob": BOB_VAULT_PASSWORD},
-    })
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    return tmp_path
+    with socket.socket(socket.AF_INET6) as closed:  # a port nothing listens on once this block ends
+        closed.bind(("::1", 0))
+        port = closed.getsockname()[1]
+    return tmp_path, run_cases(PLAYBOOK, cases(tmp_path, h100_topology, port), tmp_path, extra={"NO_COLOR": "1"}), port
+
+
+def refused(run: tuple[Path, Run, int], case: str) -> tuple[Path, Case]:
+    """The case's folder and outcome, once its host was refused."""
+    tmp_path, found, _port = run
+    assert found.cases[case].failed, found.cases[case].text[-3000:]
+    return tmp_path / case, found.cases[case]
+
+
+@pytest.fixture(scope="module")
+def rendered(run: tuple[Path, Run, int]) -> Path:
+    tmp_path, found, _port = run
+    assert not found.cases["rendered"].failed, found.cases["rendered"].text[-4000:]
+    return tmp_path / "rendered"
+
+
+def test_every_case_ran_as_a_host_of_its_own(run) -> None:
+    assert set(run[1].cases) == {"rendered", "gpu_lacked", "nfs_probe", "unpinned_image", *BAD_MLFLOW}
+    assert all(case.statuses for case in run[1].cases.values())
 
 
 def compose(rendered: Path) -> dict:
@@ -216,45 +274,29 @@ def test_secrets_are_private_and_never_a_default(rendered: Path) -> None:
     assert password not in (rendered / "project" / "compose.yaml").read_text()
 
 
-def test_a_gpu_the_host_lacks_fails_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+def test_a_gpu_the_host_lacks_fails_before_any_change(run) -> None:
     """What depends on the host is the plan's (a GPU given twice is the team's rule: test_team, tests/bad_input)."""
-    result = run_playbook(tmp_path, {
-        "gpuops_gpu_topology": h100_topology,
-        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0, 1]}, {"name": "bob", "uid": 2002, "gpus": [9]}],
-    })
-    assert result.returncode != 0
-    assert "member bob is given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7" in result.stdout
-    assert "Nothing was changed" in result.stdout
-    assert not (tmp_path / "project").exists()
-    assert not (tmp_path / "credentials").exists()
+    folder, out = refused(run, "gpu_lacked")
+    assert "member bob is given GPU 9, but this host has GPUs 0, 1, 2, 3, 4, 5, 6, 7" in out.text
+    assert "Nothing was changed" in out.text
+    assert not (folder / "project").exists()
+    assert not (folder / "credentials").exists()
 
 
-def test_the_nfs_probe_takes_the_plans_host_and_port_before_any_change(tmp_path: Path, h100_topology: dict) -> None:
+def test_the_nfs_probe_takes_the_plans_host_and_port_before_any_change(run) -> None:
     """The role probes the server preflight probed (the plan's nfs_servers: port= of opts, an IPv6 src's host), not
     port 2049 of the text before src's first colon."""
-    with socket.socket(socket.AF_INET6) as closed:  # a port nothing listens on once this block ends
-        closed.bind(("::1", 0))
-        port = closed.getsockname()[1]
-    result = run_playbook(tmp_path, {
-        "gpuops_gpu_topology": h100_topology,
-        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0]}],
-        "compose_stack_datasets": [{"name": "v6", "src": "[::1]:/export/v6", "opts": f"ro,hard,port={port}"}],
-    })
-    assert result.returncode != 0
+    folder, out = refused(run, "nfs_probe")
+    port = run[2]
     assert f"dataset v6: NFS server ::1 (compose_stack_datasets) did not answer on port {port} within 10 s" in (
-        result.stdout), result.stdout[-3000:]
-    assert not (tmp_path / "datasets").exists()
+        out.text), out.text[-3000:]
+    assert not (folder / "datasets").exists()
 
 
-def test_unpinned_image_fails(tmp_path: Path, h100_topology: dict) -> None:
-    result = run_playbook(tmp_path, {
-        "gpuops_gpu_topology": h100_topology,
-        "gpuops_members": [{"name": "alice", "uid": 2001, "gpus": [0], "image": "team/alice:latest"}],
-    })
-    assert result.returncode != 0
-    assert 'the image of member alice is \\"team/alice:latest\\"' in result.stdout or \
-        'member alice is "team/alice:latest"' in result.stdout, result.stdout[-3000:]
-    assert not (tmp_path / "project").exists()
+def test_unpinned_image_fails(run) -> None:
+    folder, out = refused(run, "unpinned_image")
+    assert 'member alice is "team/alice:latest"' in out.text, out.text[-3000:]
+    assert not (folder / "project").exists()
 
 
 def test_each_workspace_has_a_network_of_its_own_shared_with_mlflow_only(rendered: Path) -> None:
@@ -318,23 +360,11 @@ def test_each_workspace_mounts_only_its_own_mlflow_login_read_only(rendered: Pat
     assert BOB_VAULT_PASSWORD not in (rendered / "project" / "compose.yaml").read_text()
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ({"compose_stack_mlflow_member_passwords": {"alice": 123456789012345}},
-     "compose_stack_mlflow_member_passwords.alice is of type int, not a string (the value is not shown)"),
-    ({"compose_stack_mlflow_member_passwords": {"alice": "hunter2"}},
-     "compose_stack_mlflow_member_passwords.alice is 7 characters long (the value is not shown)"),
-    ({"compose_stack_mlflow_member_passwords": {"mallory": "a-long-enough-password"}},
-     "compose_stack_mlflow_member_passwords.mallory is given for no member of gpuops_members (alice, bob"),
-    ({"gpuops_members": [*MEMBERS, {"name": "admin", "uid": 2009, "gpus": [7]}]},
-     "a member is named admin, the MLflow admin user"),
-])
-def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(tmp_path: Path, h100_topology: dict,
-                                                                      extra: dict, message: str) -> None:
-    result = run_playbook(tmp_path, {"gpuops_gpu_topology": h100_topology, "gpuops_members": MEMBERS,
-                                     **extra})
-    assert result.returncode != 0
-    assert message in result.stdout, result.stdout[-3000:]
-    assert "hunter2" not in result.stdout, "the value is never shown"
-    assert "123456789012345" not in result.stdout, "the value is never shown"
-    assert not (tmp_path / "project").exists()
-    assert not (tmp_path / "credentials").exists()
+@pytest.mark.parametrize("case", list(BAD_MLFLOW))
+def test_a_bad_member_mlflow_password_or_name_fails_before_any_change(run, case: str) -> None:
+    folder, out = refused(run, case)
+    assert BAD_MLFLOW[case][1] in out.text, out.text[-3000:]
+    assert "hunter2" not in run[1].stdout, "the value is never shown"
+    assert "123456789012345" not in run[1].stdout, "the value is never shown"
+    assert not (folder / "project").exists()
+    assert not (folder / "credentials").exists()
