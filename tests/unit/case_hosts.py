@@ -7,11 +7,12 @@ their own. What a test asserts of its case is read from that host's results alon
 nothing fleet-wide mixes (no run_once, groups or a plan of several hosts) may share a run.
 
 Host variables rank below a role's vars/main.yml and set_fact, where the extra variables of ``run_playbook`` ranked
-above them: a case variable the role also sets itself must be passed some other way.
+above them: a case's value of a role's own variable is an extra variable templated from a host variable.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -60,9 +61,11 @@ def _status(result: dict) -> str:
     return "changed" if result.get("changed") else "ok"
 
 
-def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, **env: Any) -> Run:
-    """Run ``playbook`` once on an inventory of one local host per case (name -> host variables); ``env`` as
-    ``playbook_env`` takes it. Skips the test where the venv has no ansible-playbook."""
+def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, *options: str, extra_vars: dict | None = None,
+              **env: Any) -> Run:
+    """Run ``playbook`` once on an inventory of one local host per case (name -> host variables), with ``options``
+    and ``extra_vars`` (-e, templated per host: a role's own variable a case sets, e.g. ``"{{ case_value }}"``);
+    ``env`` as ``playbook_env`` takes it. Skips the test where the venv has no ansible-playbook."""
     ansible_playbook = BIN / "ansible-playbook"
     if not ansible_playbook.exists():
         pytest.skip(f"ansible-playbook not found at {ansible_playbook} (run make venv)")
@@ -74,7 +77,8 @@ def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, **env: Any) 
     env["callback"] = "ansible.posix.json"
     env["extra"] = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_FORKS": str(max(len(hosts), 1)),
                     **(env.get("extra") or {})}
-    out = subprocess.run([str(ansible_playbook), "-i", str(inventory), str(playbook)], cwd=REPO,
+    extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
+    out = subprocess.run([str(ansible_playbook), "-i", str(inventory), str(playbook), *extra, *options], cwd=REPO,
                          env=playbook_env(REPO, **env), capture_output=True, text=True, check=False, timeout=600)
     document = json_document(out.stdout)
     assert document.get("stats"), out.stdout[-3000:] + out.stderr[-2000:]
