@@ -3,8 +3,9 @@
 The timer's service unit passes ``--expected-gpus <n>`` (gpu_health_metrics' missing-GPU check) from the plan's
 ``hosts.<host>.gpu_count`` (plugins/plugin_utils/plan.py SCHEMA; roles/gpu_health/vars/main.yml
 ``_gpu_health_sweep_expected_gpus``). It read ``gpu.count``, a key the plan does not have, so the check was never
-armed. The unit is rendered here by ansible-playbook on localhost from the role's own template and variables, once
-per case: a plan with a count, a plan that read none (preflight without GPU facts: null), and no plan.
+armed. The unit is rendered here by ansible-playbook on the controller from the role's own template and variables,
+for each case a host of one run (case_hosts.py): a plan with a count, a plan that read none (preflight without GPU
+facts: null), and no plan.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_env import run_playbook
+from case_hosts import run_cases
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "gpu_health_sweep_unit.yml"
@@ -27,15 +28,17 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def exec_starts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    found = {}
+    root = tmp_path_factory.mktemp("sweep_unit")
+    hosts = {}
     for name, part in CASES.items():
-        folder = tmp_path_factory.mktemp(name)
-        variables = {"gpu_health_test_unit": str(folder / "sweep.service")}
+        hosts[name] = {"gpu_health_test_unit": str(root / f"{name}.service")}
         if part is not None:
-            variables["gpuops_plan"] = {"source": "preflight", "hosts": {"localhost": part}}
-        run = run_playbook(PLAYBOOK, variables, folder, cache="memory")
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-        (found[name],) = [line for line in (folder / "sweep.service").read_text().splitlines()
+            hosts[name]["gpuops_plan"] = {"source": "preflight", "hosts": {name: part}}
+    run = run_cases(PLAYBOOK, hosts, root, cache="memory")
+    assert not any(case.failed for case in run.cases.values()), run.stdout[-3000:]
+    found = {}
+    for name in CASES:
+        (found[name],) = [line for line in (root / f"{name}.service").read_text().splitlines()
                           if line.startswith("ExecStart=")]
     return found
 
