@@ -5,6 +5,9 @@ quarantine), which the upgrade leaves as it found it.
 kubectl is a LABELLED TEST STAND-IN first on PATH: it records its arguments and answers the node's
 ``.spec.unschedulable`` as the test says (``true``, or nothing for a schedulable node, as kubectl's jsonpath prints
 them). The real kubectl against an API server is not run here.
+
+Every case is a node, a host of one run (case_hosts.py): the stand-in answers each node's get as its case says, and a
+case's calls are those that name its node.
 """
 
 from __future__ import annotations
@@ -12,31 +15,60 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_env import run_with_kubectl
+from case_hosts import Case, run_cases
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "upgrade_drain.yml"
-NODE = "localhost"
-GET = ["kubectl", "get", "node", NODE, "-o", "jsonpath={.spec.unschedulable}"]
-DRAIN = ["kubectl", "drain", NODE, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
-UNCORDON = ["kubectl", "uncordon", NODE]
+# case (the node) -> what kubectl get prints as its .spec.unschedulable
+CASES = {"schedulable": "", "cordoned": "true", "cordoned-newline": "true\n"}
+KUBECTL = """#!/bin/sh
+# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated); a get answers the node's
+# .spec.unschedulable as its case says.
+printf 'kubectl' >> '{log}'; for a in "$@"; do printf '\\t%s' "$a" >> '{log}'; done; echo >> '{log}'
+[ "$1" = get ] || exit 0
+case "$3" in
+{answers}
+esac
+"""
 
 
-def run_drain(tmp_path: Path, unschedulable: str) -> tuple[int, list[list[str]], str]:
-    """Run drain then undrain with the stand-in answering ``unschedulable`` to the node's get."""
-    answer = f"[ \"$1\" = get ] && printf '{unschedulable}'\nexit 0"
-    return run_with_kubectl(PLAYBOOK, {"upgrade_drain_timeout": 600}, tmp_path, answer)
+def get(node: str) -> list[str]:
+    return ["kubectl", "get", "node", node, "-o", "jsonpath={.spec.unschedulable}"]
 
 
-def test_a_schedulable_node_is_cordoned_drained_and_uncordoned(tmp_path: Path) -> None:
-    rc, calls, out = run_drain(tmp_path, "")
-    assert rc == 0, out[-3000:]
-    assert calls == [GET, DRAIN, UNCORDON]
+def drain(node: str) -> list[str]:
+    return ["kubectl", "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
 
 
-@pytest.mark.parametrize("unschedulable", ["true", "true\n"])
-def test_a_node_cordoned_before_the_upgrade_stays_cordoned(tmp_path: Path, unschedulable: str) -> None:
-    rc, calls, out = run_drain(tmp_path, unschedulable)
-    assert rc == 0, out[-3000:]
-    assert calls == [GET, DRAIN], "the upgrade uncordoned a node someone else had cordoned"
-    assert "was cordoned before the upgrade, so it stays cordoned" in out
+def uncordon(node: str) -> list[str]:
+    return ["kubectl", "uncordon", node]
+
+
+@pytest.fixture(scope="module")
+def drained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Case, list[list[str]]]]:
+    """Drain then undrain on every case's node: each case's outcome and the kubectl calls that name its node."""
+    root = tmp_path_factory.mktemp("upgrade_drain")
+    bin_dir, log = root / "bin", root / "kubectl.log"
+    bin_dir.mkdir()
+    answers = "\n".join(f"  {node}) printf '{answer}' ;;" for node, answer in CASES.items())
+    (bin_dir / "kubectl").write_text(KUBECTL.format(log=log, answers=answers))
+    (bin_dir / "kubectl").chmod(0o755)
+    run = run_cases(PLAYBOOK, {node: {"upgrade_drain_timeout": 600} for node in CASES}, root, cache="memory",
+                    bin_dir=bin_dir)
+    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    return {node: (run.cases[node], [call for call in calls if node in call]) for node in CASES}
+
+
+def test_a_schedulable_node_is_cordoned_drained_and_uncordoned(drained) -> None:
+    out, calls = drained["schedulable"]
+    assert not out.failed, out.text[-3000:]
+    assert calls == [get("schedulable"), drain("schedulable"), uncordon("schedulable")]
+
+
+@pytest.mark.parametrize(("unschedulable", "node"), [("true", "cordoned"), ("true\n", "cordoned-newline")])
+def test_a_node_cordoned_before_the_upgrade_stays_cordoned(drained, unschedulable: str, node: str) -> None:
+    assert CASES[node] == unschedulable
+    out, calls = drained[node]
+    assert not out.failed, out.text[-3000:]
+    assert calls == [get(node), drain(node)], "the upgrade uncordoned a node someone else had cordoned"
+    assert "was cordoned before the upgrade, so it stays cordoned" in out.text
