@@ -17,8 +17,8 @@ a parameter:
 ``play_recap`` reads the PLAY RECAP of a run's stdout. ``inventory_vars`` reads an inventory's host variables as a
 play would see them, without running one.
 ``run_playbook`` runs one of the tests' playbooks on localhost with its variables as an extra-vars file: the one
-runner of the role tests under tests/unit/roles that need no inventory; ``run_with_kubectl`` runs one with a
-recording kubectl stand-in.
+runner of the role tests under tests/unit/roles that need no inventory (tests/unit/case_hosts.py runs one on an
+inventory of one host per case).
 
 Importable by name: from tests/ (pyproject's pytest ``pythonpath``), and from bench/, scripts/gpu_check.py and
 molecule/resources/, which put tests/ on ``sys.path``; standard library only until ``inventory_vars`` is called.
@@ -119,20 +119,3 @@ def run_playbook(playbook: Path, variables: dict, folder: Path, **env: Any) -> s
     env["extra"] = {"ANSIBLE_LOCALHOST_WARNING": "false", **(env.get("extra") or {})}
     return subprocess.run([str(ansible_playbook), str(playbook), "-e", f"@{vars_file}"], cwd=REPO,
                           env=playbook_env(REPO, **env), capture_output=True, text=True, check=False, timeout=300)
-
-
-def run_with_kubectl(playbook: Path, variables: dict, folder: Path, answer: str) -> tuple[int, list[list[str]], str]:
-    """``run_playbook`` with a LABELLED TEST STAND-IN kubectl first on PATH: it records each call's argv (one call a
-    line, tab-separated, in ``folder``), then runs ``answer``, shell that sees the call's ``$@`` and gives the call's
-    output and exit status. Returns the playbook's exit status, the kubectl calls in order and the run's output."""
-    bin_dir, log = folder / "bin", folder / "kubectl.log"
-    bin_dir.mkdir(parents=True)
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(
-        "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
-        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
-        f"{answer}\n")
-    kubectl.chmod(0o755)
-    out = run_playbook(playbook, variables, folder, cache="memory", bin_dir=bin_dir)
-    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
-    return out.returncode, calls, out.stdout

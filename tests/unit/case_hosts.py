@@ -43,6 +43,27 @@ class Run:
     stdout: str  # the whole run's output (every host's results)
 
 
+def kubectl_stand_in(folder: Path, answer: str) -> Path:
+    """A LABELLED TEST STAND-IN kubectl in ``folder / "bin"`` (the returned folder, for PATH): it records each call's
+    argv (one call a line, tab-separated, in ``folder / "kubectl.log"``, read by ``kubectl_calls``), then runs
+    ``answer``, shell that sees the call's ``$@`` and gives the call's output and exit status."""
+    bin_dir, log = folder / "bin", folder / "kubectl.log"
+    bin_dir.mkdir(parents=True)
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(
+        "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
+        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
+        f"{answer}\n")
+    kubectl.chmod(0o755)
+    return bin_dir
+
+
+def kubectl_calls(folder: Path) -> list[list[str]]:
+    """The calls the stand-in of ``kubectl_stand_in(folder, ...)`` recorded, in order."""
+    log = folder / "kubectl.log"
+    return [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]

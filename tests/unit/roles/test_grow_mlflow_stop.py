@@ -6,6 +6,9 @@ kubectl is a LABELLED TEST STAND-IN first on PATH: it records its arguments and 
 (the two answers are kubectl's own wording: a pod that outlived the timeout, and no pod left to wait for). The real
 kubectl against an API server is not run here; molecule/grow runs the rollback with a stand-in that stops a real
 MLflow container.
+
+Every case is a host of one run (case_hosts.py), with its own stand-in first on PATH (the play's environment) and its
+own record of calls: a failed wait stops its own host only.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import run_with_kubectl
+from case_hosts import Case, kubectl_calls, kubectl_stand_in, run_cases
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "grow_mlflow_stop.yml"
@@ -25,28 +28,36 @@ WAIT = [*KUBECTL, "wait", "--for=delete", "pod",
         "--selector=app.kubernetes.io/name=mlflow,app.kubernetes.io/managed-by=gpuops", "--timeout=300s"]
 TIMED_OUT = "error: timed out waiting for the condition on pods/mlflow-7d9f8b6c5-x2x4q"
 NO_POD = "error: no matching resources found"
-PLAYBOOK_FAILED = 2  # ansible-playbook's exit status when a task failed
+# case -> the wait's exit status and stderr
+CASES = {"pods-deleted": (0, ""), "no-pod-left": (1, NO_POD), "pod-still-there": (1, TIMED_OUT)}
 
 
-def run_stop(tmp_path: Path, wait_rc: int, wait_stderr: str) -> tuple[int, list[list[str]], str]:
-    """Run mlflow_stop with the stand-in; the wait exits ``wait_rc`` with ``wait_stderr``."""
-    answer = (f"[ \"$5\" = wait ] && {{ echo '{wait_stderr}' >&2; exit {wait_rc}; }}\n"
-              "echo deployment.apps/mlflow scaled")
-    return run_with_kubectl(PLAYBOOK, {}, tmp_path, answer)
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Case, list[list[str]]]]:
+    """mlflow_stop on every case's host, each with its own kubectl stand-in, whose wait exits with the case's status
+    and stderr: each case's outcome and kubectl calls."""
+    root = tmp_path_factory.mktemp("mlflow_stop")
+    hosts = {}
+    for case, (wait_rc, wait_stderr) in CASES.items():
+        answer = (f"[ \"$5\" = wait ] && {{ echo '{wait_stderr}' >&2; exit {wait_rc}; }}\n"
+                  "echo deployment.apps/mlflow scaled")
+        hosts[case] = {"grow_test_bin": str(kubectl_stand_in(root / case, answer))}
+    run = run_cases(PLAYBOOK, hosts, root / "run", cache="memory")
+    return {case: (run.cases[case], kubectl_calls(root / case)) for case in CASES}
 
 
-@pytest.mark.parametrize(("wait_rc", "wait_stderr"), [(0, ""), (1, NO_POD)], ids=["pods-deleted", "no-pod-left"])
-def test_scaled_to_zero_then_its_pods_waited_for(tmp_path: Path, wait_rc: int, wait_stderr: str) -> None:
-    rc, calls, out = run_stop(tmp_path, wait_rc, wait_stderr)
-    assert rc == 0, out[-3000:]
+@pytest.mark.parametrize("case", ["pods-deleted", "no-pod-left"])
+def test_scaled_to_zero_then_its_pods_waited_for(stopped, case: str) -> None:
+    out, calls = stopped[case]
+    assert not out.failed, out.text[-3000:]
     assert calls == [SCALE, WAIT]
 
 
-def test_a_pod_still_there_fails_the_run(tmp_path: Path) -> None:
-    rc, calls, out = run_stop(tmp_path, 1, TIMED_OUT)
-    assert rc == PLAYBOOK_FAILED, out[-3000:]
+def test_a_pod_still_there_fails_the_run(stopped) -> None:
+    out, calls = stopped["pod-still-there"]
+    assert out.failed, out.text[-3000:]
     assert calls == [SCALE, WAIT]
-    assert "timed out waiting for the condition" in out
+    assert "timed out waiting for the condition" in out.text
 
 
 def _tasks_from(task: dict) -> str | None:

@@ -15,21 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from case_hosts import Case, run_cases
+from case_hosts import Case, kubectl_calls, kubectl_stand_in, run_cases
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "tests" / "unit" / "roles" / "playbooks" / "upgrade_drain.yml"
 # case (the node) -> what kubectl get prints as its .spec.unschedulable
 CASES = {"schedulable": "", "cordoned": "true", "cordoned-newline": "true\n"}
-KUBECTL = """#!/bin/sh
-# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated); a get answers the node's
-# .spec.unschedulable as its case says.
-printf 'kubectl' >> '{log}'; for a in "$@"; do printf '\\t%s' "$a" >> '{log}'; done; echo >> '{log}'
-[ "$1" = get ] || exit 0
-case "$3" in
-{answers}
-esac
-"""
 
 
 def get(node: str) -> list[str]:
@@ -48,14 +39,11 @@ def uncordon(node: str) -> list[str]:
 def drained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Case, list[list[str]]]]:
     """Drain then undrain on every case's node: each case's outcome and the kubectl calls that name its node."""
     root = tmp_path_factory.mktemp("upgrade_drain")
-    bin_dir, log = root / "bin", root / "kubectl.log"
-    bin_dir.mkdir()
     answers = "\n".join(f"  {node}) printf '{answer}' ;;" for node, answer in CASES.items())
-    (bin_dir / "kubectl").write_text(KUBECTL.format(log=log, answers=answers))
-    (bin_dir / "kubectl").chmod(0o755)
-    run = run_cases(PLAYBOOK, {node: {"upgrade_drain_timeout": 600} for node in CASES}, root, cache="memory",
+    bin_dir = kubectl_stand_in(root, f'[ "$1" = get ] || exit 0\ncase "$3" in\n{answers}\nesac')
+    run = run_cases(PLAYBOOK, {node: {"upgrade_drain_timeout": 600} for node in CASES}, root / "run", cache="memory",
                     bin_dir=bin_dir)
-    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    calls = kubectl_calls(root)
     return {node: (run.cases[node], [call for call in calls if node in call]) for node in CASES}
 
 
