@@ -29,10 +29,17 @@ class Case:
     failed: bool  # a task failed on this host (or it was unreachable)
     text: str  # every string of the host's results but gathered facts, whitespace flattened
     statuses: dict[str, list[str]] = field(default_factory=dict)  # task name -> ok/changed/failed/skipped, in order
+    results: dict[str, list[dict]] = field(default_factory=dict)  # task name -> this host's results, in order
 
     def status(self, task: str) -> str:
         """The status of the one run on this host of the one task whose name holds ``task``."""
         found = [s for name, runs in self.statuses.items() if task in name for s in runs]
+        assert len(found) == 1, (task, self.statuses)
+        return found[0]
+
+    def result(self, task: str) -> dict:
+        """This host's result of the one run of the one task whose name holds ``task``."""
+        found = [r for name, runs in self.results.items() if task in name for r in runs]
         assert len(found) == 1, (task, self.statuses)
         return found[0]
 
@@ -108,10 +115,12 @@ def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, *options: st
         results = [(task["task"]["name"], task["hosts"][name]) for play in document["plays"]
                    for task in play["tasks"] if name in task["hosts"]]
         statuses: dict[str, list[str]] = {}
+        by_task: dict[str, list[dict]] = {}
         for task, result in results:
             statuses.setdefault(task, []).append(_status(result))
+            by_task.setdefault(task, []).append(result)
         stats = document["stats"].get(name, {})
         text = " ".join(" ".join(_strings([result for _task, result in results])).split())
         found[name] = Case(failed=stats.get("failures", 0) > 0 or stats.get("unreachable", 0) > 0, text=text,
-                           statuses=statuses)
+                           statuses=statuses, results=by_task)
     return Run(cases=found, stdout=out.stdout)
