@@ -111,6 +111,10 @@ printf 'nvbandwidth:\\n\\tprintf "#!/bin/sh\\\\necho stand-in\\\\n" > $@ && chmo
 """
 
 
+# The GPU count, as gpu_facts gives it (an extra variable: the facts of every case host).
+FACTS = {"ansible_facts": {"gpu": {"count": 2}}}
+
+
 def _sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -166,7 +170,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "ansible_python_interpreter": sys.executable,
         "gpuops_plan": {"platform": {"name": "compose"}},
         "validate_pcie_gen": 4,
-        "ansible_facts": {"gpu": {"count": 2}},
         "burnin_tools_dir": str(root / "cache"),
         "burnin_tools_packages": [],
         "burnin_cuda_home": str(root / "cuda-13.0"),
@@ -180,45 +183,99 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "vars": variables}
 
 
-def run(site: dict, name: str, *options: str, **overrides) -> dict:
-    """One ansible-playbook run of the tools stage: {stats, results (task name -> result), log (stand-in argv)}."""
+def run_cases(site: dict, cases: dict[str, dict], *options: str) -> dict[str, dict]:
+    """One ansible-playbook run of the tools stage, each case a host of its own (its variables: the site's, then the
+    case's): case -> {stats, results (task name -> result), log (stand-in argv)}. A failed task stops its own host
+    only; each host has its own stand-in log (STANDIN_LOG, the play's environment) and its own burnin_work_dir, where
+    nccl-tests' release is fetched (a file there is not fetched again)."""
     root = site["root"]
-    log = root / f"{name}.log"
-    log.write_text("")
-    extra = root / f"{name}.json"
-    # Each run its own burnin_work_dir, where nccl-tests' release is fetched (a file there is not fetched again).
-    extra.write_text(json.dumps(site["vars"] | {"burnin_work_dir": str(root / f"work-{name}")} | overrides))
+    hosts = {}
+    for name, overrides in cases.items():
+        log = root / f"{name}.log"
+        log.write_text("")
+        hosts[name] = {"ansible_connection": "local", **site["vars"], "burnin_work_dir": str(root / f"work-{name}"),
+                       "burnin_test_log": str(log), **overrides}
+    inventory = root / f"{'+'.join(cases)}.hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
     env = playbook_env(
         REPO,
         cache="memory",
         callback="ansible.posix.json",
-        extra={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}", "STANDIN_LOG": str(log)},
+        extra={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"},
     )
-    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK), "-e", f"@{extra}", *options]
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "-e", json.dumps(FACTS), *options]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
     document = json_document(proc.stdout)
     assert document.get("stats"), proc.stdout[-3000:] + proc.stderr[-2000:]
-    # By task name, without the "<role> : " the callback may put first.
-    results = {
-        task["task"]["name"].rpartition(" : ")[2]: task["hosts"]["localhost"]
-        for play in document["plays"]
-        for task in play["tasks"]
-        if "localhost" in task["hosts"]
-    }
+    found = {}
+    for name in cases:
+        # By task name, without the "<role> : " the callback may put first.
+        results = {
+            task["task"]["name"].rpartition(" : ")[2]: task["hosts"][name]
+            for play in document["plays"]
+            for task in play["tasks"]
+            if name in task["hosts"]
+        }
+        log = Path(hosts[name]["burnin_test_log"])
+        found[name] = {
+            "stats": document["stats"][name],
+            "results": results,
+            "log": [line for line in log.read_text().splitlines() if line],
+        }
+    return found
+
+
+def run(site: dict, name: str, *options: str, **overrides) -> dict:
+    """One ansible-playbook run of the tools stage on one case's host (``run_cases``)."""
+    return run_cases(site, {name: overrides}, *options)[name]
+
+
+def _tampered(site: dict) -> dict:
+    """The tampered case's variables. LABELLED, made here: nccl-tests 2.19.5's release (git archive of its tag from
+    the local mirror) under 2.19.6's name and folder, as a proxy or a poisoned cache could serve it (without the
+    mirrors: the stand-in release); and nvbandwidth's file under the name of a release no pin covers (0.7)."""
+    root = site["root"]
+    (root / "tampered").mkdir()
+    tampered = root / "tampered" / "nccl-tests-v2.19.6.tar.gz"
+    if REAL_SOURCES:
+        tampered.write_bytes(
+            subprocess.run(
+                ["gzip", "-n"], input=_tar("nccl-tests", "v2.19.5", "2.19.6"), capture_output=True, check=True
+            ).stdout
+        )
+    else:
+        tampered.write_bytes(Path(site["vars"]["burnin_nccl_tests_url"][len("file://") :]).read_bytes())
+    unpinned = root / "tampered" / "nvbandwidth-v0.7.tar.gz"
+    unpinned.write_bytes(Path(site["vars"]["burnin_nvbandwidth_url"][len("file://") :]).read_bytes())
     return {
-        "stats": document["stats"]["localhost"],
-        "results": results,
-        "log": [line for line in log.read_text().splitlines() if line],
+        "burnin_tools_dir": str(root / "cache-tampered"),
+        "burnin_nccl_tests_url": tampered.as_uri(),
+        "burnin_nccl_tests_checksum": "",
+        "burnin_nvbandwidth_url": unpinned.as_uri(),
+        "burnin_nvbandwidth_checksum": "",
     }
 
 
-def test_missing_tools_are_built_once_then_the_stamp_skips_the_build(site: dict) -> None:
+@pytest.fixture(scope="module")
+def first_runs(site: dict) -> dict[str, dict]:
+    """The first build, the refusal without nvcc and the tampered releases: three hosts of one run, each with its own
+    cache (burnin_tools_dir) and work folder."""
+    empty = site["root"] / "no-cuda"
+    empty.mkdir()
+    return run_cases(site, {
+        "first": {},
+        "refused": {"burnin_cuda_home": str(empty), "burnin_tools_dir": str(site["root"] / "cache-refused")},
+        "tampered": _tampered(site),
+    })
+
+
+def test_missing_tools_are_built_once_then_the_stamp_skips_the_build(site: dict, first_runs: dict) -> None:
     cache = site["root"] / "cache"
     nccl_tests = cache / "nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90"
     nvbandwidth = cache / "nvbandwidth-0.8-cuda13.0-sm90"
     nccl_home = cache / "nccl-2.28.9" / "nvidia" / "nccl"
 
-    first = run(site, "first")
+    first = first_runs["first"]
     assert (first["stats"]["failures"], first["stats"]["changed"] > 0) == (0, True), first["results"]
     plan = first["results"][PLAN]["ansible_facts"]["__burnin_tools"]
     assert [b["tool"] for b in plan["build"]] == ["nvbandwidth", "nccl-tests"]
@@ -271,11 +328,10 @@ def test_missing_tools_are_built_once_then_the_stamp_skips_the_build(site: dict)
     assert not any(line.startswith(("cmake", "nvcc -o", "nvcc -c")) for line in second["log"]), second["log"]
 
 
-def test_no_nvcc_is_refused_before_anything_is_fetched(site: dict) -> None:
+def test_no_nvcc_is_refused_before_anything_is_fetched(site: dict, first_runs: dict) -> None:
     empty = site["root"] / "no-cuda"
-    empty.mkdir(exist_ok=True)
     cache = site["root"] / "cache-refused"
-    refused = run(site, "refused", burnin_cuda_home=str(empty), burnin_tools_dir=str(cache))
+    refused = first_runs["refused"]
     assert (refused["stats"]["failures"], refused["stats"]["changed"]) == (1, 0)
     message = refused["results"]["Burn-in | tools - a build needs the CUDA toolkit"]["msg"]
     assert (
@@ -422,35 +478,14 @@ def test_the_default_sources_are_checked_against_their_pins_then_built(site: dic
     assert (cache / "nccl-tests-2.19.6-cuda13.0-nccl2.28.9-sm90" / "build" / "all_reduce_perf").is_file()
 
 
-def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpacked(site: dict) -> None:
+def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpacked(site: dict,
+                                                                                    first_runs: dict) -> None:
     root = site["root"]
     cache = root / "cache-tampered"
-    (root / "tampered").mkdir()
-    # LABELLED, made here: nccl-tests 2.19.5's release (git archive of its tag from the local mirror) under 2.19.6's
-    # name and folder, as a proxy or a poisoned cache could serve it (without the mirrors: the stand-in release);
-    # and nvbandwidth's file under the name of a release no pin covers (0.7).
     tampered = root / "tampered" / "nccl-tests-v2.19.6.tar.gz"
-    if REAL_SOURCES:
-        tampered.write_bytes(
-            subprocess.run(
-                ["gzip", "-n"], input=_tar("nccl-tests", "v2.19.5", "2.19.6"), capture_output=True, check=True
-            ).stdout
-        )
-    else:
-        tampered.write_bytes(Path(site["vars"]["burnin_nccl_tests_url"][len("file://") :]).read_bytes())
     unpinned = root / "tampered" / "nvbandwidth-v0.7.tar.gz"
-    unpinned.write_bytes(Path(site["vars"]["burnin_nvbandwidth_url"][len("file://") :]).read_bytes())
     found = hashlib.sha256(gzip.decompress(tampered.read_bytes())).hexdigest()
-
-    refused = run(
-        site,
-        "tampered",
-        burnin_tools_dir=str(cache),
-        burnin_nccl_tests_url=tampered.as_uri(),
-        burnin_nccl_tests_checksum="",
-        burnin_nvbandwidth_url=unpinned.as_uri(),
-        burnin_nvbandwidth_checksum="",
-    )
+    refused = first_runs["tampered"]
     assert refused["stats"]["failures"] == 1, refused["results"]
     nvbandwidth_msg, nccl_tests_msg = [r["msg"] for r in refused["results"][CHECKED]["results"]]
     nvbandwidth_dir, nccl_tests_dir = (
@@ -460,13 +495,13 @@ def test_another_release_under_a_pinned_name_is_refused_before_anything_is_unpac
     pin = PINS["nccl-tests"]["2.19.6"]
     archive = root / "work-tampered" / "nccl-tests-2.19.6.tar.gz"  # the one file of the release (nccl_tests_source)
     assert nccl_tests_msg.startswith(
-        f"localhost: nccl-tests 2.19.6 from {tampered.as_uri()} is not the release burn-in pins: the sha256 of its tar "
+        f"tampered: nccl-tests 2.19.6 from {tampered.as_uri()} is not the release burn-in pins: the sha256 of its tar "
         f"(gzip -dc {archive} | sha256sum) is {found}; pinned: {pin['tar_sha256']}, the tar of git "
         "archive --format=tar --prefix=nccl-tests-2.19.6/ v2.19.6 of github.com/NVIDIA/nccl-tests "
         f"(commit {pin['commit']}). The file was removed and nothing of it was built."
     ), nccl_tests_msg
     assert nvbandwidth_msg.startswith(
-        f"localhost: nvbandwidth 0.7 from {unpinned.as_uri()} is not the release burn-in pins: it has no checksum, and "
+        f"tampered: nvbandwidth 0.7 from {unpinned.as_uri()} is not the release burn-in pins: it has no checksum, and "
         "burn-in pins no nvbandwidth 0.7 (it pins 0.8). The file was removed"
     ), nvbandwidth_msg
     assert "set burnin_nvbandwidth_checksum to sha256:<hex> of a copy you trust (sha256sum)" in nvbandwidth_msg
@@ -555,7 +590,7 @@ def test_the_pairs_image_refuses_another_release_before_unpacking_it(site: dict)
     assert refused["stats"]["failures"] == 1, refused["results"]
     [message] = [r["msg"] for r in refused["results"][CHECKED]["results"]]
     assert message.startswith(
-        f"localhost: nccl-tests 2.19.6 from {(work.parent / 'nccl-tests-v2.19.6.tar.gz').as_uri()} is not the "
+        f"image-other: nccl-tests 2.19.6 from {(work.parent / 'nccl-tests-v2.19.6.tar.gz').as_uri()} is not the "
         "release burn-in pins: the sha256 of its tar"
     ), message
     assert message.endswith(
