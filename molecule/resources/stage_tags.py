@@ -128,7 +128,8 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
     ``reuse``: return the result of the same run made earlier in this pytest session, if any (one run serves two
     test files that both need the converged state, e.g. the driver's kernel test and its tags-alone test).
     ``gathered``: start from the facts gather_facts found once on the converged hosts (module doc), not a fresh
-    gather; only for runs on hosts that are still as converged.
+    gather; only for runs on hosts where gather_facts would still find the same (as converged, or changed only in what
+    no gathered fact shows, such as test_15_kernel.py's stand-in kernel packages).
     """
     key = (str(playbook), tag, role, inventory, tuple(extra))
     if reuse and key in _RUNS:

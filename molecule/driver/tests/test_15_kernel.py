@@ -6,7 +6,7 @@ packages (empty .debs built here with dpkg-deb, no kernel inside), installed and
   * a versioned kernel (linux-image-6.1.0-0-gpuops-standin, with an empty /boot/vmlinuz-<release>): by default
     the install stage wants its headers, and verify refuses it as the newest kernel without a DKMS build;
   * a kernel metapackage (linux-image-amd64): nvidia_driver_hold_kernel holds it, and verify refuses it unheld.
-Each step is one ansible-playbook run of nvidia_driver.yml (converge.yml's nvidia_driver plays) with the role's
+Each step is one ansible-playbook run of nvidia_driver.yml (converge.yml's nvidia_driver play) with the role's
 stage tags (molecule/resources/stage_tags.py).
 """
 
@@ -25,7 +25,7 @@ import stage_tags  # noqa: E402  (shared helper)
 
 testinfra_hosts = ["gpuops-driver-deb12"]
 NODE = "gpuops-driver-deb12"
-VERSION = "535.261.03"  # nvidia_driver_version in nvidia_driver.yml
+VERSION = "535.261.03"  # gpuops-driver-deb12's nvidia_driver_version (molecule.yml's host_vars)
 STANDIN_RELEASE = "6.1.0-0-gpuops-standin"
 STANDIN_KERNEL = f"linux-image-{STANDIN_RELEASE}"
 STANDIN_META = "linux-image-amd64"
@@ -46,22 +46,23 @@ def installed_packages(host) -> set[str]:
 
 
 def role(tag: str, *extra: str) -> stage_tags.TagRun:
-    return stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", tag, "nvidia_driver", extra=("--limit", NODE, *extra))
+    # gathered: a stand-in kernel package changes no fact gather_facts finds (the role reads the packages itself).
+    return stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", tag, "nvidia_driver", extra=("--limit", NODE, *extra),
+                              gathered=True)
 
 
-def build_standin(host, package: str, files: tuple[str, ...] = ()) -> str:
-    """An empty .deb named like a kernel package (LABELLED stand-in: no kernel inside); its path on the node."""
+def build_standin(package: str, files: tuple[str, ...] = ()) -> str:
+    """The shell commands that build an empty .deb named like a kernel package (LABELLED stand-in: no kernel inside)
+    at <STANDIN_DIR>/<package>.deb on the node."""
     root = f"{STANDIN_DIR}/{package}"
     control = (
         f"Package: {package}\nVersion: 0.0~gpuops.standin\nArchitecture: all\nMaintainer: gpuops tests <none>\n"
         "Description: LABELLED TEST STAND-IN, no kernel inside (molecule/driver/tests/test_15_kernel.py)\n"
     )
-    host.run_expect([0], f"rm -rf {root} && mkdir -p {root}/DEBIAN")
-    host.run_expect([0], f"printf '%s' '{control}' > {root}/DEBIAN/control")
-    for path in files:
-        host.run_expect([0], f"mkdir -p {root}$(dirname {path}) && : > {root}{path}")
-    host.run_expect([0], f"dpkg-deb --build {root} {root}.deb >/dev/null")
-    return f"{root}.deb"
+    steps = [f"rm -rf {root}", f"mkdir -p {root}/DEBIAN", f"printf '%s' '{control}' > {root}/DEBIAN/control"]
+    steps += [f"mkdir -p {root}$(dirname {path}) && : > {root}{path}" for path in files]
+    steps.append(f"dpkg-deb --build {root} {root}.deb >/dev/null")
+    return " && ".join(steps)
 
 
 @pytest.fixture
@@ -70,7 +71,8 @@ def standin(host):
     installed: list[str] = []
 
     def install(package: str, files: tuple[str, ...] = ()) -> None:
-        host.run_expect([0], f"dpkg -i {build_standin(host, package, files)}")
+        # Built and installed in one call on the node.
+        host.run_expect([0], f"set -e; {build_standin(package, files)} && dpkg -i {STANDIN_DIR}/{package}.deb")
         installed.append(package)
 
     yield install
@@ -102,7 +104,8 @@ def test_dkms_registered_the_driver_without_building_it(host):
 
 def test_verify_says_it_did_not_check_a_dkms_build():
     # The very run test_80_tags_alone.py needs for nvidia_driver_verify (every node, no stand-in yet): made once.
-    run = stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", "nvidia_driver_verify", "nvidia_driver", reuse=True)
+    run = stage_tags.run_tag(SCENARIO / "nvidia_driver.yml", "nvidia_driver_verify", "nvidia_driver", reuse=True,
+                             gathered=True)
     assert run.problems() == [], stage_tags.report(run)
     [said] = run.results("no kernel installed, so no DKMS build to check", NODE)
     assert not said.get("skipped"), said
