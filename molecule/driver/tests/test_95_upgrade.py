@@ -54,7 +54,15 @@ def run_upgrade(target: str, limit: str | None = None, **extra) -> subprocess.Co
 
 
 def versions(host) -> dict[str, str]:
-    return {p: host.package(p).version for p in PACKAGES}
+    """Each of PACKAGES -> its installed version (one dpkg-query on the node; as testinfra's host.package(p).version,
+    a package not selected for install or hold fails the test)."""
+    out = host.check_output(f"dpkg-query -W -f '${{Package}} ${{Status}} ${{Version}}\\n' {' '.join(PACKAGES)}")
+    found = {}
+    for line in out.splitlines():
+        package, want, _error, _state, version = line.split()
+        assert want in ("install", "hold"), f"{package} is not installed: {line}"
+        found[package] = version
+    return {p: found[p] for p in PACKAGES}
 
 
 def held(host) -> set[str]:
