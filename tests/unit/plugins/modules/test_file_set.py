@@ -124,9 +124,13 @@ def test_a_path_that_leaves_dest_is_refused_naming_it(tmp_path, capsys, bad):
     assert (code, repr(bad) in result["msg"]) == (1, True)
 
 
-def test_content_is_never_returned_nor_echoed(tmp_path, capsys):
-    """The result (its invocation echo included, which -vvv shows) names the files and masks every content."""
+def test_content_is_never_returned_echoed_nor_logged(tmp_path, capsys, monkeypatch):
+    """The result (its invocation echo included, which -vvv shows) and the host's journal line name the files and
+    hold no content (Ansible's own journal line would hold multi-line content, repr-escaped, unmasked)."""
+    logged = []
+    monkeypatch.setattr(module.AnsibleModule, "log", lambda _self, msg, log_args=None: logged.append(msg))
     code, result = run_main(module, args(tmp_path), capsys)
+    assert logged == [f"Invoked with dest={tmp_path} paths={[f['path'] for f in FILES]}"]
     text = json.dumps(result)
     assert (code, SECRET in text, "services: {}" in text) == (0, False, False)
     echoed = {f["content"] for f in result["invocation"]["module_args"]["files"]}
