@@ -61,17 +61,14 @@ def test_a_pod_still_there_fails_the_run(stopped) -> None:
 
 
 def _tasks_from(task: dict) -> str | None:
-    include = task.get("ansible.builtin.include_role") or {}
-    return include.get("tasks_from") or task.get("ansible.builtin.include_tasks")
+    return task.get("ansible.builtin.include_tasks")
 
 
 def test_the_apply_stops_and_waits_before_its_copy() -> None:
-    plays = yaml.safe_load((REPO / "playbooks" / "grow_apply.yml").read_text(encoding="utf-8"))
-    step = next(task for play in plays for task in play.get("tasks", [])
-                if any(_tasks_from(inner) == "mlflow_copy" for inner in task.get("block", [])))
-    order = [_tasks_from(task) for task in step["block"]]
-    assert order.index("mlflow_stop") < order.index("mlflow_copy"), order
-    stop = step["block"][order.index("mlflow_stop")]
+    steps = yaml.safe_load((REPO / "roles" / "grow" / "tasks" / "apply.yml").read_text(encoding="utf-8"))
+    order = [_tasks_from(task) for task in steps]
+    assert order.index("mlflow_stop.yml") < order.index("mlflow_copy.yml"), order
+    stop = steps[order.index("mlflow_stop.yml")]
     assert stop["vars"]["training_stack_mlflow_namespace"] == "{{ grow_plan_on_file.mlflow.target.namespace }}"
 
 

@@ -290,7 +290,7 @@ def test_an_ipv6_nfs_source_is_read_as_preflight_reads_it() -> None:
 @pytest.mark.parametrize("key", ["pool", "workspace_storage", "workspace_storage_class", "dataset_size",
                                  "mlflow_namespace", "mlflow_admin_user"])
 def test_the_settings_have_no_default_of_their_own(key: str) -> None:
-    """grow.plan takes each role setting as grow_plan.yml passes it: its default is the role's (grow, training_stack),
-    not a second one here; a missing one is an error."""
+    """grow.plan takes each role setting as the grow role's tasks/main.yml passes it: its default is the role's (grow,
+    training_stack), not a second one here; a missing one is an error."""
     with pytest.raises(KeyError, match=key):
         grow.plan({name: value for name, value in config().items() if name != key})
