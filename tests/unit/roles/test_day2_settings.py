@@ -95,6 +95,48 @@ def test_day2_settings_are_role_defaults_not_play_vars(playbook: str) -> None:
         assert settings == [], f"roles/{role}/vars/main.yml holds {settings}: only derived _{role}_* values go there"
 
 
+# Day 2 has one shape (issue 37 section 4): each play of a day-2 playbook picks its hosts and runs roles - the role
+# whose logic it is, other roles' defaults, and the plan entry point (tasks/plan.yml) - and holds no task of its own.
+ROLES_ONLY = [*DAY2, "health.yml", "grow.yml", "grow_apply.yml"]
+
+
+def own_tasks(play: dict) -> list[str]:
+    """The tasks of a play (blocks walked) that are not a role of the collection or the plan entry point."""
+    def walk(tasks: list) -> list[str]:
+        found = []
+        for task in tasks or []:
+            if any(part in task for part in ("block", "rescue", "always")):
+                found += walk(task.get("block")) + walk(task.get("rescue")) + walk(task.get("always"))
+                continue
+            role = task.get("ansible.builtin.import_role") or task.get("ansible.builtin.include_role") or {}
+            if str(role.get("name", "")).startswith("gpuops.cluster."):
+                continue
+            if task.get("ansible.builtin.import_tasks") == "tasks/plan.yml":
+                continue
+            found.append(str(task.get("name")))
+        return found
+    return [name for key in ("pre_tasks", "tasks", "post_tasks", "handlers") for name in walk(play.get(key))]
+
+
+@pytest.mark.parametrize("playbook", ROLES_ONLY)
+def test_day2_playbooks_import_roles_only(playbook: str) -> None:
+    plays = [play for play in yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+             if "ansible.builtin.import_playbook" not in play]
+    assert plays, f"{playbook} has no play"
+    found = {play.get("name"): tasks for play in plays if (tasks := own_tasks(play))}
+    assert found == {}, f"{playbook}: tasks of its own - move them into the role's tasks/ (an entry point per step)"
+
+
+def test_own_tasks_found() -> None:
+    role = {"name": "Run it", "ansible.builtin.import_role": {"name": "gpuops.cluster.grow", "tasks_from": "check"}}
+    plan = {"name": "The plan", "ansible.builtin.import_tasks": "tasks/plan.yml"}
+    stat = {"name": "A stat", "ansible.builtin.stat": {"path": "/x"}}
+    assert own_tasks({"pre_tasks": [plan], "tasks": [role]}) == []
+    assert own_tasks({"tasks": [role, {"block": [stat]}]}) == ["A stat"]
+    assert own_tasks({"tasks": [{"name": "Grow", "ansible.builtin.import_tasks": "tasks/grow_plan.yml"}]}) == ["Grow"]
+    assert own_tasks({"post_tasks": [{"ansible.builtin.include_role": {"name": "other.collection.role"}}]}) == ["None"]
+
+
 def test_the_checks_find_settings_in_vars_files(tmp_path: Path) -> None:
     (tmp_path / "vars").mkdir()
     (tmp_path / "vars" / "b.yml").write_text("__burnin: {}\nburnin_timeout: 5\n")
