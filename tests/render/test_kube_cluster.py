@@ -114,6 +114,10 @@ def _two_control_planes_and_a_poolless_gpu_node(groups):
     del groups["gpu_nodes"]["hosts"]["gpu-infer-01"]["gpuops_pool"]
 
 
+def _one_node_reserving_no_more_than_eviction(groups):
+    groups["gpu_nodes"]["hosts"]["gpu-train-02"]["kube_node_reserved_memory_mib"] = 500
+
+
 @pytest.mark.parametrize(
     ("edit", "extra", "expected"),
     [
@@ -122,17 +126,24 @@ def _two_control_planes_and_a_poolless_gpu_node(groups):
         (None, '{"kube_pod_cidr": "10.96.0.0/16"}', ["overlaps kube_service_cidr"]),
         (_two_control_planes_and_a_poolless_gpu_node, "{}",
          ["2 hosts: expected 1, or 3", 'gpuops_pool of gpu-infer-01 is ""']),
+        # kube_node's inputs (tasks/inputs.yml), on one host: the other hosts write nothing either.
+        (_one_node_reserving_no_more_than_eviction, "{}",
+         ["kube_node on gpu-train-02: kube_node_reserved_memory_mib (500) must exceed the eviction threshold "
+          "kube_node_eviction_memory_mib (500)"]),
     ],
-    ids=["unpinned-version", "pod-cidr-over-nodes", "pod-cidr-over-services", "two-cps-and-no-pool"],
+    ids=["unpinned-version", "pod-cidr-over-nodes", "pod-cidr-over-services", "two-cps-and-no-pool",
+         "one-node-reserved-not-above-eviction"],
 )
 def test_bad_plans_are_refused_before_anything_is_written(tmp_path, edit, extra, expected):
+    """A plan, or a role's input, that a run refuses is refused by render.yml's inputs pass (the run's), and no
+    file is written, plan.json included."""
     inventory = _inventory_with(tmp_path, edit) if edit else INVENTORY
     out = tmp_path / "render"
     result = run_render(inventory, out, "-e", extra)
     assert result.returncode != 0
     for text in expected:
         assert text in result.stdout
-    assert not list(out.rglob("*.yaml"))
+    assert not [path for path in out.rglob("*") if path.is_file()]
 
 
 def test_a_stale_registration_is_refused_before_anything_is_written(rendered, tmp_path):
@@ -199,6 +210,8 @@ def test_a_gpu_node_without_a_planned_kubelet_policy_is_refused(tmp_path):
         # gpu-train-01: a registration but a null kubelet_policy (plan.py writes null for a GPU host without a pool)
         "hosts": {"gpu-train-01": {"topology": _topology("gpu-train-02"), "pool": "training", "kubelet_policy": None,
                                    "node": {"labels": {}, "annotations": {}, "taints": []}}},
+        # the rest as preflight plans it: gpu_operator's inputs (checked first) refuse a plan without it
+        "gpu_sharing": _planned_gpu_sharing(_planned_nodes()["gpu"]),
         "nodes": {**_planned_nodes(), "registration": {}}}}
     out = tmp_path / "render"
     result = run_render(INVENTORY, out, "-e", f"gpuops_report_dir={tmp_path / 'reports'}", "-e", json.dumps(plan))
