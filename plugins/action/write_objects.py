@@ -6,15 +6,14 @@ Documented in plugins/modules/write_objects.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.cluster.plugins.plugin_utils._files import make_dirs, write_file
 
 ARGUMENT_SPEC = {
     "objects": {"type": "list", "elements": "dict", "default": []},
@@ -56,14 +55,6 @@ def planned_files(objects: list[dict], files: dict, default_name: str | None = N
     return planned
 
 
-def _make_dirs(path: Path, mode: int) -> None:
-    """``path`` and every missing directory above it, each with ``mode``, as ansible.builtin.file state=directory
-    makes them (Path.mkdir(parents=True) would give the parents the default mode: a report folder's 0750 parent
-    reports/validate/ came out 0755)."""
-    for directory in reversed([d for d in (path, *path.parents) if not d.is_dir()]):
-        directory.mkdir(mode=mode, exist_ok=True)
-
-
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -80,27 +71,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"write_objects: mode {args['mode']!r} is not a quoted octal file mode such as "
                                     "'0640'")
         mode = int(args["mode"], 8)
-        directory_mode = mode | (mode & 0o444) >> 2  # x wherever r is set: 0640 -> 0750
         created = not dest.is_dir()
         if created and not self._task.check_mode:
-            _make_dirs(dest, directory_mode)
-        written = []
-        for name, text in planned.items():
-            path = dest / name
-            try:
-                current = path.read_text(encoding="utf-8"), path.stat().st_mode & 0o777
-            except OSError:
-                current = None
-            if current == (text, mode):
-                continue
-            written.append(str(path))
-            if not self._task.check_mode:
-                _make_dirs(path.parent, directory_mode)
-                # A temporary name of its own: the hosts of a play write into one directory at the same time.
-                fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-                with os.fdopen(fd, "w", encoding="utf-8") as tmp_file:
-                    tmp_file.write(text)
-                os.chmod(tmp_name, mode)
-                os.replace(tmp_name, path)
+            make_dirs(dest, mode)
+        written = [str(dest / name) for name, text in planned.items()
+                   if write_file(dest / name, text, mode, check=self._task.check_mode)]
         result.update(changed=created or bool(written), written=written, files=sorted(str(dest / n) for n in planned))
         return result

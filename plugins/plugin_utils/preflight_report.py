@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
+from ansible_collections.gpuops.cluster.plugins.plugin_utils._files import write_file
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import get_var
 
 FILE_MODE = 0o640
-DIR_MODE = 0o750
 PLAN_FILE = "plan.json"
 
 
@@ -148,18 +149,14 @@ def add_sections(record: dict, hostvars: Any) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_file(Path(path), text, FILE_MODE)
 
 
 def write_plan(plan: dict, *folders: str) -> list[str]:
-    """plan.json (mode 0640, atomically) in each folder; returns the paths."""
+    """plan.json (mode 0640, atomically; a missing folder 0750) in each folder; returns the paths."""
     text = json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n"
     written = []
     for folder in folders:
-        os.makedirs(folder, mode=DIR_MODE, exist_ok=True)
         path = os.path.join(folder, PLAN_FILE)
         _write(path, text)
         written.append(path)
@@ -167,8 +164,8 @@ def write_plan(plan: dict, *folders: str) -> list[str]:
 
 
 def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[str, str]:
-    """Every host's JSON and Markdown report, and fleet.json; returns host -> Markdown path."""
-    os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
+    """Every host's JSON and Markdown report, and fleet.json (each 0640; a missing folder 0750); returns host ->
+    Markdown path."""
     written = {}
     for host, record in records.items():
         base = os.path.join(run_dir, host)
