@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("roles", "playbooks", "molecule", "inventories", "plugins", "scripts", "bench", "docs")
 SKIP_PARTS = {"__pycache__", "build", ".venv", "collections", "bad_input"}
 TEXT_SUFFIXES = {".yml", ".yaml", ".j2", ".sh", ".py", ".md", ".cfg", ".toml", ".ini", ""}
-FILE_MODULES = {"copy", "template", "file", "get_url", "assemble"}
+FILE_MODULES = {"copy", "template", "file", "get_url", "assemble", "file_set"}
 NO_MODE_STATES = {"absent", "link", "hard"}
-# A templated variable whose name ends in a secret word (kube_join_token_ttl is a duration, not a secret).
-SECRET = re.compile(r"\{\{[^}]*\w_(password|passwd|secret|secret_key|token|private_key)(?!\w)[^}]*\}\}", re.I)
+# A templated variable whose name ends in a secret word, or its plural for a set of them (_compose_stack_secrets);
+# kube_join_token_ttl is a duration, not a secret.
+SECRET = re.compile(r"\{\{[^}]*\w_(password|passwd|secret|secret_key|token|private_key)s?(?!\w)[^}]*\}\}", re.I)
 PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|;]*\|\s*(sudo\s+)?(env\s+\S+\s+)?(ba|z|da|k)?sh\b")
 LATEST = re.compile(r"[\w./-]+:latest\b")
 # The test-node images are built on this machine by scripts/build-images.sh and never pulled (pull: never);
@@ -184,11 +185,14 @@ def test_the_rules_catch_bad_examples() -> None:
     assert not piped_downloads("curl -sf http://127.0.0.1:9090/-/ready | grep ok")
     assert secret_without_no_log({"name": "x", "ansible.builtin.copy": {"content": "{{ grafana_admin_password }}",
                                                                         "dest": "/x", "mode": "0600"}})
+    assert secret_without_no_log({"name": "x", "gpuops.cluster.file_set": {"dest": "/x", "mode": "0600", "files": [
+        {"path": "a", "content": "{{ _compose_stack_secrets['a'] }}"}]}})
     assert not secret_without_no_log({"name": "x", "ansible.builtin.fail": {"msg": "{{ kube_join_token_ttl }}"}})
     assert not secret_without_no_log({"name": "x", "ansible.builtin.fail": {"msg": "{{ 'a join token' }}"}})
     assert not secret_without_no_log({"name": "x", "no_log": True,
                                       "ansible.builtin.copy": {"content": "{{ my_secret }}", "dest": "/x"}})
     assert file_task_without_mode({"name": "x", "ansible.builtin.template": {"src": "a.j2", "dest": "/a"}})
+    assert file_task_without_mode({"name": "x", "gpuops.cluster.file_set": {"dest": "/a", "files": []}})
     assert not file_task_without_mode({"name": "x", "ansible.builtin.file": {"path": "/a", "state": "absent"}})
     assert latest_tags("image: nginx:latest")
     assert not latest_tags("image: nginx:1.27.0  # never :latest-ish")
