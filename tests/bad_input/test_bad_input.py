@@ -4,7 +4,8 @@ One real host for all cases: a Debian 12 systemd container (no GPU), started onc
 docker connection. inventory/ is a valid compose baseline, inventory-kubernetes/ a valid kubernetes one
 (a control plane and a GPU node, both inventory names for the same container). Each cases/<name>.yml
 overrides a few variables (``vars``, passed with -e) and lists fragments the refusal must contain
-(``expect``: the variable, the value found, what is allowed, the fix). ``inventory: kubernetes`` runs a case
+(``expect``: the variable, the value found, what is allowed, the fix), and may list fragments it must not contain
+(``absent``: what a host with no problem of its own must not print). ``inventory: kubernetes`` runs a case
 on the kubernetes baseline; ``hosts:`` gives a group layout of its own (a hosts.yml document, run with the
 kubernetes baseline's group_vars), for the refusals that are about the layout (two control planes...).
 Each case runs the plays site.yml runs before the host layer (until_host_layer.yml: boilerplate,
@@ -277,7 +278,7 @@ def test_the_matrix_has_at_least_30_cases() -> None:
     assert len(CASES) >= MIN_CASES, [c.stem for c in CASES]
     for case in CASES:
         data = yaml.safe_load(case.read_text())
-        assert {"expect"} <= set(data) <= {"expect", "vars", "inventory", "hosts", "playbook"}, case.name
+        assert {"expect"} <= set(data) <= {"expect", "absent", "vars", "inventory", "hosts", "playbook"}, case.name
         assert data.get("playbook", "until_host_layer") in PLAYBOOKS, case.name
         assert data["expect"], case.name
         assert data.get("vars") or data.get("hosts"), case.name
@@ -371,4 +372,6 @@ def test_bad_input_is_refused_before_any_change(matrix, case: Path) -> None:
     missing = [f for f in yaml.safe_load(case.read_text())["expect"] if f not in output]
     errors = "\n".join(line for line in output.splitlines() if "ERROR" in line or "fatal:" in line or "msg" in line)
     assert not missing, f"{case.stem}: missing {missing} in:\n{errors[-4000:]}"
+    found = [f for f in yaml.safe_load(case.read_text()).get("absent", []) if f in output]
+    assert not found, f"{case.stem}: {found} printed in:\n{errors[-4000:]}"
     assert not changes, f"{case.stem}: the host changed:\n" + "\n".join(changes)

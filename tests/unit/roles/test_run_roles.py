@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from task_tree import every_task
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYS = {"host": "host.yml", "compose": "compose.yml", "kubernetes": "kubernetes.yml"}
@@ -180,3 +181,32 @@ def test_every_repository_key_fingerprint_is_refused_by_the_inputs_pass(role: st
 def test_the_repository_callers_are_found() -> None:
     assert {"docker_engine", "kube_node", "nvidia_driver", "nvidia_container_toolkit", "gpu_health"} <= set(
         _repository_callers())
+
+
+# The plays whose inputs pass must stop every host when one host's inputs are refused, before any host changes:
+# playbook -> the start of the play's name.
+STOP_ALL = {"preflight.yml": "Preflight | the inputs", "render.yml": "Render | every cluster host",
+            "kubernetes.yml": "Kubernetes | 0."}
+
+
+def _plays_running_the_inputs_pass() -> dict[str, dict]:
+    """'<playbook>: <play name>' -> play, for each play that runs tasks/inputs.yml, itself or through tasks/plan.yml."""
+    found = {}
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            tasks = every_task([play.get(key) for key in ("pre_tasks", "tasks", "post_tasks")])
+            if any(re.search(r"\btasks/(?:inputs|plan)\.yml\b", str(task)) for task in tasks):
+                found[f"{path.name}: {play['name']}"] = play
+    return found
+
+
+def test_a_play_that_runs_the_inputs_pass_stops_every_host_without_any_errors_fatal() -> None:
+    """any_errors_fatal sends every other host into role_inputs.yml's rescue when one host's inputs are refused: each
+    keeps a '?' problem, with no failure of its own (the bad-input case kube-one-host-node-reserve). max_fail_percentage
+    0 stops every host, and each host names only its own problems."""
+    plays = _plays_running_the_inputs_pass()
+    fatal = [key for key, play in plays.items() if play.get("any_errors_fatal")]
+    assert not fatal, f"any_errors_fatal on a play that runs the inputs pass: {fatal}"
+    for playbook, name in STOP_ALL.items():
+        [play] = [play for key, play in plays.items() if key.startswith(f"{playbook}: {name}")]
+        assert play.get("max_fail_percentage") == 0, f"{playbook}: {name}... goes on with the hosts not refused"
