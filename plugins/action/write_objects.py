@@ -13,7 +13,7 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuops.cluster.plugins.plugin_utils._files import make_dirs, write_file
+from ansible_collections.gpuops.cluster.plugins.module_utils._files import make_dirs, put, searchable
 
 ARGUMENT_SPEC = {
     "objects": {"type": "list", "elements": "dict", "default": []},
@@ -73,8 +73,8 @@ class ActionModule(ActionBase):
         mode = int(args["mode"], 8)
         created = not dest.is_dir()
         if created and not self._task.check_mode:
-            make_dirs(dest, mode)
+            make_dirs(str(dest), searchable(mode))
         written = [str(dest / name) for name, text in planned.items()
-                   if write_file(dest / name, text, mode, check=self._task.check_mode)]
+                   if put(dest / name, text, mode, check=self._task.check_mode)]
         result.update(changed=created or bool(written), written=written, files=sorted(str(dest / n) for n in planned))
         return result

@@ -135,10 +135,9 @@ import grp
 import os
 import pwd
 import re
-import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils._files import put
 
 
 def relative(dest: str, path: str, module: AnsibleModule) -> str:
@@ -173,64 +172,10 @@ def first(value, default):
     return default if value is None else value
 
 
-def make_dirs(directory: str, mode: int) -> None:
-    """``directory`` and each missing one above it, with ``mode`` (os.makedirs gives the parents the umask's mode)."""
-    missing = []
-    while not os.path.isdir(directory):
-        missing.append(directory)
-        directory = os.path.dirname(directory)
-    for directory in reversed(missing):
-        os.mkdir(directory)
-        os.chmod(directory, mode)
-
-
-def write(path: str, data: bytes, mode: int, uid: int, gid: int, directory_mode: int) -> None:
-    """Atomically: a temporary file in the same directory, synced, chown and chmod, renamed over ``path``."""
-    parent = os.path.dirname(path)
-    make_dirs(parent, directory_mode)
-    # mkstemp gives 0600: a secret is never readable by others, even before its chmod.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-            os.fchown(tmp.fileno(), uid, gid)  # before chmod: a chown clears the set-id bits
-            os.fchmod(tmp.fileno(), mode)
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-
-
-def differs(path: str, data: bytes, mode: int, uid: int, gid: int) -> tuple[bool, bool]:
-    """(whether anything differs, whether the content does)."""
-    try:
-        found = os.lstat(path)
-    except FileNotFoundError:
-        return True, True
-    same_content = stat.S_ISREG(found.st_mode) and found.st_size == len(data)
-    if same_content:
-        with open(path, "rb") as current:
-            same_content = current.read() == data
-    same_owner = (stat.S_IMODE(found.st_mode), found.st_uid, found.st_gid) == (mode, uid, gid)
-    return not (same_content and same_owner), not same_content
-
-
 def apply(wanted: dict, doomed: list, directory_mode: int, check_mode: bool, written: list, removed: list) -> None:
     for path, (data, mode, uid, gid) in wanted.items():
-        changed, content_changed = differs(path, data, mode, uid, gid)
-        if not changed:
-            continue
-        written.append(path)
-        if check_mode:
-            continue
-        if content_changed:
-            write(path, data, mode, uid, gid, directory_mode)
-        else:
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
+        if put(path, data, mode, uid, gid, directory_mode, check_mode):
+            written.append(path)
     for path in doomed:
         if os.path.lexists(path) and path not in removed:
             removed.append(path)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from ansible_collections.gpuops.cluster.plugins.plugin_utils._files import write_file
+from ansible_collections.gpuops.cluster.plugins.module_utils._files import put
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.fleet_report import render_fleet_report
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import get_var
 
@@ -148,17 +147,13 @@ def add_sections(record: dict, hostvars: Any) -> None:
                                             "data": section.get("data")}} if section else {}
 
 
-def _write(path: str, text: str) -> None:
-    write_file(Path(path), text, FILE_MODE)
-
-
 def write_plan(plan: dict, *folders: str) -> list[str]:
     """plan.json (mode 0640, atomically; a missing folder 0750) in each folder; returns the paths."""
     text = json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n"
     written = []
     for folder in folders:
         path = os.path.join(folder, PLAN_FILE)
-        _write(path, text)
+        put(path, text, FILE_MODE)
         written.append(path)
     return written
 
@@ -169,8 +164,8 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
     written = {}
     for host, record in records.items():
         base = os.path.join(run_dir, host)
-        _write(f"{base}.json", json.dumps(host_json(record), indent=2, sort_keys=False, default=str) + "\n")
-        _write(f"{base}.md", host_markdown(record))
+        put(f"{base}.json", json.dumps(host_json(record), indent=2, sort_keys=False, default=str) + "\n", FILE_MODE)
+        put(f"{base}.md", host_markdown(record), FILE_MODE)
         written[host] = f"{base}.md"
     summary = {
         **{key: fleet.get(key) for key in ("platform", "source", "reason", "gpu_count")},
@@ -180,8 +175,8 @@ def write_reports(run_dir: str, records: dict[str, dict], fleet: dict) -> dict[s
             for host, r in records.items()
         },
     }
-    _write(os.path.join(run_dir, "fleet.json"), json.dumps(summary, indent=2, default=str) + "\n")
+    put(os.path.join(run_dir, "fleet.json"), json.dumps(summary, indent=2, default=str) + "\n", FILE_MODE)
     # The fleet report page (plugin_utils/fleet_report.py): a row and a topology drawing per host.
     pages = [host_json(records[host]) for host in sorted(records)]
-    _write(os.path.join(run_dir, "index.html"), render_fleet_report(pages, os.path.basename(run_dir)))
+    put(os.path.join(run_dir, "index.html"), render_fleet_report(pages, os.path.basename(run_dir)), FILE_MODE)
     return written

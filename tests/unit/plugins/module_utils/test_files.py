@@ -1,4 +1,4 @@
-"""The one writer of controller files (plugin_utils/_files.py), used by write_objects and the preflight reports:
+"""The one atomic file writer (module_utils/_files.py), used by file_set, write_objects and the preflight reports:
 the mode of every directory it makes, no rewrite of an unchanged file, an atomic replace of a changed one."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils._files import put
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import preflight_report
-from ansible_collections.gpuops.cluster.plugins.plugin_utils._files import write_file
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def test_every_missing_directory_gets_the_mode_and_an_existing_one_is_left(tmp_p
     keep = tmp_path / "keep"
     keep.mkdir(mode=0o711)
     path = keep / "reports" / "run" / "plan.json"
-    assert write_file(path, "{}\n", mode) is True
+    assert put(path, "{}\n", mode) is True
     assert [_mode(d) for d in (keep / "reports", keep / "reports" / "run")] == [directory_mode, directory_mode]
     assert (_mode(keep), _mode(path), path.read_text()) == (0o711, mode, "{}\n")
 
@@ -46,21 +46,23 @@ def test_the_preflight_plan_and_reports_make_their_missing_folders_0750(tmp_path
 
 def test_an_unchanged_file_is_not_rewritten_and_a_changed_one_is_replaced_atomically(tmp_path):
     path = tmp_path / "objects" / "configmap-c.yaml"
-    write_file(path, "a: 1\n", 0o644)
+    put(path, "a: 1\n", 0o644)
     first = path.stat()
-    assert write_file(path, "a: 1\n", 0o644) is False
+    assert put(path, "a: 1\n", 0o644) is False
     assert (path.stat().st_ino, path.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
     with path.open(encoding="utf-8") as reader:  # opened before the replace: it keeps reading the old file
-        assert write_file(path, "a: 2\n", 0o644) is True
+        assert put(path, "a: 2\n", 0o644) is True
         assert reader.read() == "a: 1\n"
     assert path.stat().st_ino != first.st_ino, "a new file renamed over the old one, not the old one rewritten"
     assert (path.read_text(), sorted(p.name for p in path.parent.iterdir())) == ("a: 2\n", ["configmap-c.yaml"])
     path.chmod(0o666)
-    assert write_file(path, "a: 2\n", 0o644) is True, "the same text with another mode is written again"
+    second = path.stat()
+    assert put(path, "a: 2\n", 0o644) is True, "the same text with another mode is fixed"
     assert oct(_mode(path)) == "0o644"
+    assert path.stat().st_ino == second.st_ino, "only its mode changed (chmod), the file was not rewritten"
 
 
 def test_check_writes_nothing(tmp_path):
     path = tmp_path / "new" / "plan.json"
-    assert write_file(path, "{}\n", 0o640, check=True) is True
+    assert put(path, "{}\n", 0o640, check=True) is True
     assert not (tmp_path / "new").exists()
