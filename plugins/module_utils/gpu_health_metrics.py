@@ -201,7 +201,8 @@ def format_metrics(result: dict, seen: list, now: float, held: tuple | list = ()
 
 def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and a rename, so that a reader
-    (node-exporter) sees the old file or the new one, never half of one."""
+    (node-exporter) sees the old file or the new one, never half of one. Not module_utils/_files.write: gpu_health's
+    release runs this file alone (``python -``, on a DaemonSet node too, where no other module_utils file is)."""
     directory = os.path.dirname(path) or "."
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".gpuops_gpu_health.", suffix=".tmp")
     try:

@@ -158,6 +158,7 @@ import tempfile
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils._files import make_dirs, put
 from ansible_collections.gpuops.cluster.plugins.module_utils.docker_daemon import (
     invalid_backup_path,
     plan,
@@ -174,20 +175,13 @@ def _keep_invalid(module: AnsibleModule, path: str, data: bytes, reason: str) ->
     backup = invalid_backup_path(path, data)
     created = False
     if not module.check_mode and not os.path.exists(backup):
-        scratch = None
         try:
-            fd, scratch = tempfile.mkstemp(prefix=".daemon.json.invalid.", dir=os.path.dirname(backup) or ".")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(scratch, backup)  # mkstemp made it 0600
-            scratch, created = None, True
+            put(backup, data, 0o600)
+            created = True
         except OSError as exc:
             module.fail_json(msg=f"{path} is {reason}, and copying it to {backup} failed: {exc}. The file was left "
                              "in place. Fix: check the directory's permissions and free space.",
                              path=path, invalid_backup=backup, invalid_reason=reason)
-        finally:
-            if scratch and os.path.exists(scratch):
-                os.unlink(scratch)
     kept = (f"it would be backed up byte for byte to {backup} (check mode: nothing written)" if module.check_mode
             else f"it was backed up byte for byte to {backup}")
     if module.params["invalid"] == "fail":
@@ -265,7 +259,7 @@ def main() -> None:
 
     directory = os.path.dirname(path) or "."
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        make_dirs(directory, 0o755)
         fd, candidate = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(result["after_text"])
