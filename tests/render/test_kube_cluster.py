@@ -118,6 +118,10 @@ def _one_node_reserving_no_more_than_eviction(groups):
     groups["gpu_nodes"]["hosts"]["gpu-train-02"]["kube_node_reserved_memory_mib"] = 500
 
 
+def _one_node_with_a_bad_local_disk(groups):
+    groups["gpu_nodes"]["hosts"]["gpu-train-02"]["local_pv_disks"] = ["sdb"]
+
+
 @pytest.mark.parametrize(
     ("edit", "extra", "expected"),
     [
@@ -130,9 +134,12 @@ def _one_node_reserving_no_more_than_eviction(groups):
         (_one_node_reserving_no_more_than_eviction, "{}",
          ["kube_node on gpu-train-02: kube_node_reserved_memory_mib (500) must exceed the eviction threshold "
           "kube_node_eviction_memory_mib (500)"]),
+        # An add-on's inputs on every host, switched on or off, as a run's pass checks them (vars/run_roles.yml).
+        (_one_node_with_a_bad_local_disk, '{"kube_addons_local_pv": false}',
+         ["local_pv on gpu-train-02: local_pv_disks has 'sdb': expected a block device path such as /dev/nvme1n1"]),
     ],
     ids=["unpinned-version", "pod-cidr-over-nodes", "pod-cidr-over-services", "two-cps-and-no-pool",
-         "one-node-reserved-not-above-eviction"],
+         "one-node-reserved-not-above-eviction", "add-on-switched-off-bad-on-a-worker"],
 )
 def test_bad_plans_are_refused_before_anything_is_written(tmp_path, edit, extra, expected):
     """A plan, or a role's input, that a run refuses is refused by render.yml's inputs pass (the run's), and no
