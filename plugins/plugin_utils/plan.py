@@ -300,7 +300,8 @@ SCHEMA: dict[str, Any] = {
                     "gpus_present": {
                         "type": ["boolean", "null"],
                         "description": "Whether the GPU facts found an NVIDIA GPU (null: not read). playbooks/host.yml "
-                        "skips the host layer where false (unless nvidia_driver_load_module: false, an image build).",
+                        "skips the host layer where false (unless nvidia_driver_load_module: false, an image build); "
+                        "nvidia_container_toolkit's CDI default (auto) needs it not false.",
                     },
                     "topology": {
                         "type": ["object", "null"],

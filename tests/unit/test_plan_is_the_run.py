@@ -181,12 +181,9 @@ def test_fabric_manager_is_not_decided_again_from_the_gpu_facts():
     assert decides.search("ansible_facts['gpu']['fabric_manager']['required']"), "the pattern finds the old read"
 
 
-# file -> why it still reads the GPU facts' presence itself.
-GPU_PRESENCE_READS_ALLOWED = {
-    "roles/nvidia_container_toolkit/tasks/assert.yml": "CDI auto needs a GPU with the driver loaded now (present and "
-    "driver_loaded, read after the driver role ran): host state, not a plan decision",
-    "roles/nvidia_container_toolkit/tasks/cdi.yml": "the skip message of that CDI choice shows the facts it read",
-}
+# file -> why it still reads the GPU facts' presence itself. (nvidia_container_toolkit's CDI default reads the plan's
+# gpus_present and its own probe of the loaded driver since 2026-12-06.)
+GPU_PRESENCE_READS_ALLOWED: dict[str, str] = {}
 
 
 def test_gpu_presence_is_not_judged_again():
@@ -196,6 +193,7 @@ def test_gpu_presence_is_not_judged_again():
         f"{sorted(found - set(GPU_PRESENCE_READS_ALLOWED))} judge GPU presence from the GPU facts again; the plan "
         "holds it (gpuops_plan.hosts[<host>].gpus_present). Fix: read the plan")
     assert not set(GPU_PRESENCE_READS_ALLOWED) - found, "an allowance no longer used: remove it"
+    assert presence.search("ansible_facts['gpu']['present']"), "the pattern finds the old read"
     host = PARSED["playbooks/host.yml"]
     assert any("gpus_present" in text for text in _strings(host)), "host.yml skips a GPU-less host by the plan"
 
