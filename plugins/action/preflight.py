@@ -19,6 +19,11 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import (
 )
 
 GATHER_MODULE = "gpuops.cluster.gpu_facts"
+# The OS facts of gpu_host.os that setup gives under the same name and meaning: carried into the host's ansible_facts,
+# so the inputs pass (playbooks/tasks/inputs.yml) runs no setup on a host read here. Not _ansible_facts_gathered: a
+# later play's gather_facts (gathering = smart) still gathers every fact.
+SETUP_OS_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release",
+                  "os_family", "kernel", "architecture")
 # The options read from the variable that holds the fact where the task gives none: the driver pin, the CUDA release,
 # the team's GPUs (checked as a whole by the gpuops_* check before this) and the datasets compose_stack mounts.
 HOST_OPTIONS = {"driver_version": "nvidia_driver_version", "cuda_version": "gpuops_cuda_version",
@@ -111,6 +116,10 @@ class ActionModule(ActionBase):
                 "declared_topology": host_vars.get("gpuops_gpu_topology"),
             },
         )
+        # An OS outside host_facts' table (no os_family), which setup names otherwise: none carried, the inputs pass
+        # runs setup. A null (an EL host's release: setup reads it from VERSION's parentheses) is not carried.
+        if os_facts.get("os_family"):
+            facts = {**facts, **{key: os_facts[key] for key in SETUP_OS_FACTS if os_facts.get(key) is not None}}
         result.update(
             changed=False,
             ansible_facts=facts,

@@ -18,7 +18,10 @@ description:
   - The platform is decided for the whole fleet by M(gpuops.cluster.preflight_fleet), run once after this
     task; it reads this task's registered result from every host.
   - A failed check is an answer, not a task failure; M(gpuops.cluster.preflight_fleet) refuses the play.
-  - Sets C(ansible_facts.gpu) and C(ansible_facts.gpu_host) as M(gpuops.cluster.gpu_facts) returns them.
+  - Sets C(ansible_facts.gpu) and C(ansible_facts.gpu_host) as M(gpuops.cluster.gpu_facts) returns them, and the OS
+    facts of C(gpu_host.os) that C(setup) gives under the same names (RV(ansible_facts)), so that the inputs pass
+    after it (C(playbooks/tasks/inputs.yml)) runs no C(setup) on this host. The facts are not marked gathered, so a
+    later play's C(gather_facts) still gathers them all.
 options:
   driver_version:
     description:
@@ -173,7 +176,19 @@ preflight:
         multi_node_training are this host's inputs of the fleet's platform decision.
       type: dict
 ansible_facts:
-  description: C(gpu) and C(gpu_host), as M(gpuops.cluster.gpu_facts) returns them.
+  description:
+    - C(gpu) and C(gpu_host), as M(gpuops.cluster.gpu_facts) returns them.
+    - C(distribution), C(distribution_version), C(distribution_major_version), C(distribution_release), C(os_family),
+      C(kernel) and C(architecture), from C(gpu_host.os), where the OS is one that M(gpuops.cluster.gpu_facts) names
+      as C(setup) does (its C(os_family) is known); a null there (an EL host's release) is not set.
   returned: always
   type: dict
+  sample:
+    distribution: Debian
+    distribution_version: "12.15"
+    distribution_major_version: "12"
+    distribution_release: bookworm
+    os_family: Debian
+    kernel: 6.1.0-41-amd64
+    architecture: x86_64
 """

@@ -17,7 +17,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
+from ansible.plugins.loader import cache_loader
 from ansible.template import Templar, trust_as_template
+from ansible.vars.manager import VariableManager
 from ansible_collections.gpuops.cluster.plugins.action.preflight import ActionModule, spec_options
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.preflight import ARGUMENT_SPEC
 
@@ -243,3 +245,60 @@ def test_the_fleet_sets_no_fact() -> None:
     assert "ansible_facts=" not in source
     assert "preflight_run_dir" not in source
     assert "preflight_result" not in source
+
+
+# gpu_host.os as gpu_facts read it in a gpuops/debian12-systemd container (the bad-input node's image), where setup
+# (min and all) gave the same seven values.
+DEBIAN12_OS = {"distribution": "Debian", "distribution_version": "12.15", "distribution_major_version": "12",
+               "distribution_release": "bookworm", "os_family": "Debian", "kernel": "6.18.44-fc-v1272",
+               "architecture": "x86_64", "secure_boot": False, "memtotal_mb": 24105, "processor_vcpus": 2}
+INPUTS = ROLE.parents[1] / "playbooks" / "tasks" / "inputs.yml"
+
+
+def _facts_with_os(os_facts: dict) -> dict:
+    answer = {"ansible_facts": {**NO_GPU_FACTS["ansible_facts"], "gpu_host": {"os": os_facts}}}
+    with mock.patch.object(ActionModule, "_execute_module", return_value=answer), \
+         mock.patch.object(ActionModule, "_remove_tmp_path"):
+        return _action({}, {}).run(task_vars={})["ansible_facts"]
+
+
+def _inputs_run_setup(facts: dict) -> bool:
+    """Whether the inputs pass's setup task runs on a host with these facts (its `when`, as Ansible evaluates it)."""
+    task = next(t for t in yaml.safe_load(INPUTS.read_text()) if "ansible.builtin.setup" in t)
+    loader = DataLoader()
+    return Templar(loader, variables={"ansible_facts": facts}).evaluate_conditional(trust_as_template(task["when"]))
+
+
+def test_the_os_facts_are_set_under_setups_names_and_the_inputs_pass_runs_no_setup() -> None:
+    facts = _facts_with_os(DEBIAN12_OS)
+    carried = {key: value for key, value in DEBIAN12_OS.items() if key in facts}
+    assert carried == {key: DEBIAN12_OS[key] for key in ("distribution", "distribution_version",
+                                                         "distribution_major_version", "distribution_release",
+                                                         "os_family", "kernel", "architecture")}
+    assert facts["gpu_host"]["os"] == DEBIAN12_OS
+    assert _inputs_run_setup(facts) is False
+    assert _inputs_run_setup({"gpu": facts["gpu"], "gpu_host": facts["gpu_host"]}) is True  # the host's facts before
+
+
+def test_an_os_named_otherwise_than_setup_names_it_is_left_to_setup() -> None:
+    # an ID outside host_facts' table: its NAME, no os_family (setup would say Archlinux, os_family Archlinux)
+    facts = _facts_with_os({**DEBIAN12_OS, "distribution": "Arch Linux", "os_family": None})
+    assert not {"distribution", "os_family", "kernel"} & set(facts)
+    assert _inputs_run_setup(facts) is True
+    # an EL host's release, which gpu_facts does not read (setup: VERSION's parentheses, "Plow"): not set as null
+    facts = _facts_with_os({**DEBIAN12_OS, "distribution": "RedHat", "os_family": "RedHat",
+                            "distribution_version": "9.4", "distribution_major_version": "9",
+                            "distribution_release": None})
+    assert (facts["distribution"], "distribution_release" in facts) == ("RedHat", False)
+
+
+def test_the_os_facts_do_not_stop_a_later_plays_gather() -> None:
+    """gathering = smart gathers unless the host's cached facts say _ansible_facts_gathered, which only the
+    gather_facts action sets: with preflight's facts a later play (gather_facts: true) still gathers all of them
+    (kube_control_plane's advertise address reads default_ipv4, which neither preflight nor setup min gives)."""
+    manager = VariableManager(loader=DataLoader())
+    manager._fact_cache = cache_loader.get("memory")  # never the jsonfile cache
+    manager.set_host_facts("gpu-01", _facts_with_os(DEBIAN12_OS))
+    assert manager._facts_gathered_for_host("gpu-01") is False  # the play iterator's own test
+    manager.set_host_facts("gpu-01", {"_ansible_facts_gathered": True})  # as gather_facts leaves them
+    assert manager._facts_gathered_for_host("gpu-01") is True
