@@ -22,9 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 INVENTORY = REPO_ROOT / "inventories" / "cluster"
 
 
+# The timer callback only: ansible.cfg's profile_tasks (a timestamp per task, the slowest tasks at the end) costs
+# about 7% of a render's CPU, and no test reads it (tests/unit/case_hosts.py does the same).
+CALLBACKS = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
+
+
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run playbooks/render.yml on the controller; returns the finished process (output captured)."""
-    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false"})
+    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false", **CALLBACKS})
     command = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         "-i",
