@@ -50,6 +50,11 @@ class Run:
     stdout: str  # the whole run's output (every host's results)
 
 
+# The timer callback only, for the tests' ansible-playbook runs: ansible.cfg's profile_tasks (a timestamp per task
+# and per host, the slowest tasks at the end) costs CPU, and no test reads it.
+TIMER_ONLY = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
+
+
 def kubectl_stand_in(folder: Path, answer: str) -> Path:
     """A LABELLED TEST STAND-IN kubectl in ``folder / "bin"`` (the returned folder, for PATH): it records each call's
     argv (one call a line, tab-separated, in ``folder / "kubectl.log"``, read by ``kubectl_calls``), then runs
@@ -103,8 +108,7 @@ def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, *options: st
     inventory = folder / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     env["callback"] = "ansible.posix.json"
-    env["extra"] = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_FORKS": str(max(len(hosts), 1)),
-                    **(env.get("extra") or {})}
+    env["extra"] = {**TIMER_ONLY, "ANSIBLE_FORKS": str(max(len(hosts), 1)), **(env.get("extra") or {})}
     extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
     out = subprocess.run([str(ansible_playbook), "-i", str(inventory), str(playbook), *extra, *options], cwd=REPO,
                          env=playbook_env(REPO, **env), capture_output=True, text=True, check=False, timeout=600)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
 from ansible_env import json_document, playbook_env
+from case_hosts import TIMER_ONLY
 
 REPO = Path(__file__).resolve().parents[2]
 # The test plays are written as JSON (YAML): each builds on the same play, plan task and inventory.
@@ -67,7 +68,7 @@ def _play(folder: Path, inventory: dict, plays: list[dict], *options: str) -> tu
         [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"), *options,
          str(folder / "play.yml")],
         capture_output=True, text=True, check=False,
-        env=playbook_env(cache="memory", callback="ansible.posix.json"), timeout=300,
+        env=playbook_env(cache="memory", callback="ansible.posix.json", extra=TIMER_ONLY), timeout=300,
     )
     return run, json_document(run.stdout)["plays"]
 
