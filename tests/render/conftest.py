@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 INVENTORY = REPO_ROOT / "inventories" / "cluster"
 
 
-# The timer callback only: ansible.cfg's profile_tasks (a timestamp per task, the slowest tasks at the end) costs
-# about 7% of a render's CPU, and no test reads it (tests/unit/case_hosts.py does the same).
+# The timer callback only: ansible.cfg's profile_tasks (a timestamp per task, the slowest tasks at the end) is work
+# no test reads (tests/unit/case_hosts.py does the same); its cost per render is within the machine's noise.
 CALLBACKS = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
 
 
