@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import playbook_env
+from ansible_env import TIMER_ONLY, playbook_env
 from shared_data import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 INVENTORY = REPO_ROOT / "inventories" / "cluster"
 
 
-# The timer callback only: ansible.cfg's profile_tasks (a timestamp per task, the slowest tasks at the end) is work
-# no test reads (tests/unit/case_hosts.py does the same); its cost per render is within the machine's noise.
-CALLBACKS = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
-
-
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run playbooks/render.yml on the controller; returns the finished process (output captured)."""
-    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false", **CALLBACKS})
+    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false", **TIMER_ONLY})
     command = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         "-i",

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_env import BIN, REPO, json_document, playbook_env
+from ansible_env import BIN, REPO, TIMER_ONLY, json_document, playbook_env
 
 
 @dataclass
@@ -48,11 +48,6 @@ class Case:
 class Run:
     cases: dict[str, Case]
     stdout: str  # the whole run's output (every host's results)
-
-
-# The timer callback only, for the tests' ansible-playbook runs: ansible.cfg's profile_tasks (a timestamp per task
-# and per host, the slowest tasks at the end) costs CPU, and no test reads it.
-TIMER_ONLY = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
 
 
 def kubectl_stand_in(folder: Path, answer: str) -> Path:

@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
-from ansible_env import json_document, playbook_env
-from case_hosts import TIMER_ONLY
+from ansible_env import TIMER_ONLY, json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[2]
 # The test plays are written as JSON (YAML): each builds on the same play, plan task and inventory.

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import json_document, playbook_env
-from case_hosts import TIMER_ONLY
+from ansible_env import TIMER_ONLY, json_document, playbook_env
 from ci_skips import skip_by_design
 from conftest import shared_path
 

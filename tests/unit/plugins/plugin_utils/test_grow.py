@@ -18,8 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow, preflight
-from ansible_env import json_document, playbook_env
-from case_hosts import TIMER_ONLY
+from ansible_env import TIMER_ONLY, json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[4]
 SMALL_TEAM = REPO / "inventories" / "small-team"
