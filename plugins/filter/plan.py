@@ -7,8 +7,8 @@
 * ``gpuops_teams | gpuops.cluster.team_problems(gpuops_members, mps_context_reserve, mps_min_usable)``: everything
   wrong with the team list that stops a run, all at once (the MPS settings: the gpuops_mps_* variables, unset for
   their defaults);
-* ``role_path | gpuops.cluster.os_refusal(ansible_facts)``: a role's refusal of the host's OS, from the role's table
-  (its meta/main.yml platforms).
+* ``inputs_roles | gpuops.cluster.os_refusal(ansible_facts)``: the one refusal of the host's OS by every role of
+  those named that a run uses, each by its table (its meta/main.yml platforms), as preflight judges it.
 
 Thin: the plan lives in plugins/plugin_utils/plan.py (preflight_fleet builds the same shape from what preflight
 read), the platform rule in platform.py, the team rules in team.py, the OS tables in os_support.py; documentation
@@ -17,7 +17,6 @@ in inventory_plan.yml, choose_platform.yml, team_problems.yml and os_refusal.yml
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -65,12 +64,11 @@ def team_problems(teams: object, members: object = None, mps_context_reserve: ob
     return team.team_problems(teams, members, rule)
 
 
-def os_refusal(role_path: str, facts: dict) -> str:
+def os_refusal(roles: list, facts: dict) -> str:
     try:
-        supported = os_support.role_supported(role_path)
+        return os_support.os_refusal([str(role) for role in roles], dict(facts))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise AnsibleFilterError(f"os_refusal: cannot read the OS table of {role_path}: {exc}") from exc
-    return os_support.os_refusal(Path(role_path).name, supported, dict(facts))
+        raise AnsibleFilterError(f"os_refusal: cannot read the OS tables of {list(roles)}: {exc}") from exc
 
 
 class FilterModule:

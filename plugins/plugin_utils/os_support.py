@@ -2,9 +2,10 @@
 # Apache License 2.0 (see galaxy.yml)
 """Which OS a role supports: one table per role, its ``meta/main.yml`` ``galaxy_info.platforms``.
 
-Read from two places, by the same functions: the role's own assert stage (filter ``gpuops.cluster.os_refusal``) and
-preflight (``preflight.os_supported``), which judges every role the host will run (``playbooks/vars/run_roles.yml``:
-the host layer's on gpu_nodes, then the platform's). So preflight refuses an OS exactly when a role would.
+Read from two places, by the same functions and for the same roles, those a site.yml run uses
+(``playbooks/vars/run_roles.yml``): preflight (``preflight.os_supported``), which judges every role a GPU node will
+run (the host layer's, then the platform's), and the inputs pass (filter ``gpuops.cluster.os_refusal``), which judges
+every role it checks on any host, once, in one refusal. So the two agree on every OS.
 
 Galaxy names a platform as Galaxy does: ``EL`` for the Red Hat Enterprise Linux family, Debian and Ubuntu releases
 by code name. ``GALAXY_DISTRIBUTIONS`` and ``RELEASES`` translate those names into what ``ansible_facts`` says
@@ -113,15 +114,22 @@ def common(tables: list[dict[str, list[str]]]) -> dict[str, list[str]]:
     return result
 
 
-def os_refusal(role: str, supported: dict[str, list[str]], facts: dict[str, Any]) -> str:
-    """The refusal of the host's OS (``ansible_facts`` names) by ``role``: the OS found, what the role supports,
-    where that is written, and the fix; the empty string when the role supports it."""
+def os_refusal(roles: list[str], facts: dict[str, Any]) -> str:
+    """The inputs pass's refusal of the host's OS (``ansible_facts`` names), judged by the table of each of ``roles``
+    that a site.yml run uses (``run_roles()``, the roles preflight judges; another, such as burnin or training_image,
+    which their own playbooks run, is not judged): the OS found, every role that refuses it, what every role judged
+    supports, where that is written, and the fix; the empty string when each supports it."""
+    used = {role for layer in run_roles().values() for role in layer or []}
+    tables = {role: role_supported(ROLES_DIR / role) for role in roles if role in used}
     distribution = str(facts.get("distribution") or "")
     version = str(facts.get("distribution_version") or "")
-    if is_supported(distribution, version, supported):
+    refused = [role for role, table in tables.items() if not is_supported(distribution, version, table)]
+    if not refused:
         return ""
+    found = f"{distribution} {version}".strip() or "an unknown OS"
     return (
-        f"{distribution or 'unknown OS'} {version} is not supported by gpuops.cluster.{role}; supported: "
-        f"{listing(supported)} (roles/{role}/meta/main.yml platforms, which preflight reads too). "
-        "Fix: run this host on one of those releases, or remove it from the group that runs the role."
+        f"{found} is not supported by "
+        f"{', '.join(f'gpuops.cluster.{role}' for role in refused)}; supported by every role this host runs: "
+        f"{listing(common(list(tables.values())))} (each role's meta/main.yml platforms, which preflight reads too). "
+        "Fix: run this host on one of those releases, or remove it from the group that runs those roles."
     )

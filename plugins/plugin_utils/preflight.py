@@ -41,7 +41,7 @@ def _role_table(role: str) -> dict[str, list[str]]:
 
 def os_supported(os_facts: dict[str, Any], platform: str | None) -> dict[str, Any]:
     """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
-    platform's), each read from the role's meta/main.yml as the role's own assert stage reads it."""
+    platform's), each read from the role's meta/main.yml as the inputs pass reads it."""
     tables = {role: _role_table(role) for role in os_support.host_roles(platform)}
     distribution = str(os_facts.get("distribution") or "")
     version = str(os_facts.get("version") or "")

@@ -112,7 +112,7 @@ PATH_CALLS = {"join", "Path", "PurePath", "PosixPath", "joinpath", "open", "glob
 # The one sanctioned reader of another part's files: the lookup that locates the data-only role monitoring_assets,
 # so that no role reads another role's files (docs in the lookup). Listed here, exactly, so nothing else hides.
 # And the one reader of the roles' OS tables: preflight judges a host's OS by the table of every role the host will
-# run (each role's meta/main.yml platforms, which the role's own assert stage reads through the os_refusal filter,
+# run (each role's meta/main.yml platforms, which the inputs pass reads through the os_refusal filter,
 # and the roles per platform in playbooks/vars/run_roles.yml, which the plays read), so that preflight refuses an OS
 # exactly when a role would (issue 36); metadata only, no role's tasks or variables.
 # And the one reader of a role's defaults (platform.role_defaults): a default has one home, its role's defaults file,

@@ -214,31 +214,40 @@ def test_before_the_platform_is_decided_the_host_layer_alone_is_judged():
 
 
 @pytest.mark.parametrize(
-    ("role", "facts", "refused"),
+    ("roles", "facts", "refused"),
     [
-        ("docker_engine", {"distribution": "Rocky", "distribution_version": "9.4"}, True),
-        ("docker_engine", {"distribution": "Debian", "distribution_version": "12.7"}, False),
-        ("nvidia_driver", {"distribution": "Rocky", "distribution_version": "9.4"}, False),
-        ("nvidia_driver", {"distribution": "AlmaLinux", "distribution_version": "9.5"}, False),
-        ("nvidia_driver", {"distribution": "Rocky", "distribution_version": "8.9"}, True),
-        ("nvidia_driver", {"distribution": "Ubuntu", "distribution_version": "20.04"}, True),
-        ("gpu_health", {"distribution": "Fedora", "distribution_version": "40"}, True),
+        (["docker_engine"], {"distribution": "Rocky", "distribution_version": "9.4"}, ["docker_engine"]),
+        (["docker_engine"], {"distribution": "Debian", "distribution_version": "12.7"}, []),
+        (["nvidia_driver"], {"distribution": "Rocky", "distribution_version": "9.4"}, []),
+        (["nvidia_driver"], {"distribution": "AlmaLinux", "distribution_version": "9.5"}, []),
+        (["nvidia_driver"], {"distribution": "Rocky", "distribution_version": "8.9"}, ["nvidia_driver"]),
+        (["nvidia_driver"], {"distribution": "Ubuntu", "distribution_version": "20.04"}, ["nvidia_driver"]),
+        (["gpu_health"], {"distribution": "Fedora", "distribution_version": "40"}, ["gpu_health"]),
+        (["nvidia_driver", "kube_node", "kube_cni"], {"distribution": "Rocky", "distribution_version": "9.4"},
+         ["kube_node", "kube_cni"]),
+        (["nvidia_driver", "kube_node"], {}, ["nvidia_driver", "kube_node"]),  # no facts: an unknown OS
+        # roles no site.yml run uses (day-2 playbooks') are not judged, whatever their tables say
+        (["burnin", "training_image"], {"distribution": "Ubuntu", "distribution_version": "20.04"}, []),
     ],
 )
-def test_the_roles_assert_filter_reads_the_same_table(role, facts, refused):
-    said = os_refusal(str(REPO / "roles" / role), facts)
-    assert bool(said) is refused
+def test_the_inputs_pass_filter_reads_the_same_tables(roles, facts, refused):
+    said = os_refusal(roles, facts)
+    assert bool(said) is bool(refused)
     if refused:
-        assert f"is not supported by gpuops.cluster.{role}; supported: " in said
-        assert f"roles/{role}/meta/main.yml platforms" in said
+        by = ", ".join(f"gpuops.cluster.{role}" for role in refused)
+        assert f" is not supported by {by}; supported by every role this host runs: " in said
+        assert said.count("gpuops.cluster.") == len(refused)  # each refusing role once, no other
+        assert "meta/main.yml platforms" in said
         assert "Fix:" in said
 
 
-def test_the_roles_asserts_call_the_filter_and_keep_no_list_of_their_own():
-    """Each role that checks the OS reads its table through os_refusal; no role keeps a second list in vars."""
-    for role in ("nvidia_driver", "nvidia_container_toolkit", "gpu_health", "docker_engine", "kube_node"):
-        tasks = (REPO / "roles" / role / "tasks" / "inputs.yml").read_text()  # the role's inputs, checked once
-        assert "role_path | gpuops.cluster.os_refusal(ansible_facts)" in tasks, role
+def test_the_os_is_judged_in_one_place_the_inputs_pass_and_no_role_keeps_a_list_of_its_own():
+    """The inputs pass reads every role's table through os_refusal, once per host; no role's tasks judge the OS
+    again, and no role keeps a second list in vars."""
+    inputs = (REPO / "playbooks" / "tasks" / "inputs.yml").read_text()
+    assert inputs.count("inputs_roles | gpuops.cluster.os_refusal(ansible_facts)") == 1
+    for path in (REPO / "roles").glob("*/tasks/**/*.yml"):
+        assert "os_refusal" not in path.read_text(), path
     for path in (REPO / "roles").glob("*/vars/*.yml"):
         assert "_supported_" not in path.read_text(), path
 
