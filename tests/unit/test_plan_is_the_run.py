@@ -15,7 +15,11 @@ template) and fails on a decision made again:
 * GPU presence judged again from the GPU facts in a playbook (gpu.present): the plan holds it
   (hosts.<host>.gpus_present);
 * node lists built again by walking the inventory's groups through hostvars (groups[...] ... extract hostvars) in a
-  role or playbook: the plan's site part holds them (nodes).
+  role or playbook: the plan's site part holds them (nodes);
+* this host's part of the plan looked up by hand (gpuops_plan.hosts[inventory_hostname], .hosts.get(inventory_hostname),
+  (gpuops_plan.hosts | default({}))[inventory_hostname] ...) outside its one definition, gpuops_plan_host
+  (roles/_gpuops_vars/vars/main.yml, which every play imports): one form, one answer where there is no plan or no
+  part for the host.
 
 Each rule lists what it still allows, with the reason; an allowance that no longer matches fails too, so the lists
 only shrink.
@@ -44,10 +48,20 @@ def _yaml_files() -> list[Path]:
     return sorted(p for top in ("roles", "playbooks") for p in (REPO / top).rglob("*.yml") if p.is_file())
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as Ansible reads it: a !unsafe string (validate's and diagnose's vars) is a string to scan too."""
+
+
+_Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+# Files that did not parse (each rule would pass over them unseen): none expected.
+UNPARSED: list[str] = []
+
+
 def _load(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:  # Jinja-templated YAML (templates/): read as text below
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # a SafeLoader subclass
+    except yaml.YAMLError:
+        UNPARSED.append(_rel(path))
         return None
 
 
@@ -105,6 +119,8 @@ def test_the_scan_reads_the_roles_and_playbooks():
     """The rules below pass only on a scan that saw the code: enough files, parsed, with tasks in them."""
     parsed = [path for path, data in PARSED.items() if data is not None]
     assert len(parsed) > MIN_PARSED_FILES, parsed
+    assert not UNPARSED, f"{UNPARSED} did not parse: no rule below would see them"
+    assert "roles/validate/vars/main.yml" in parsed, "a vars file with !unsafe strings is scanned too"
     assert "roles/compose_stack/tasks/inputs.yml" in parsed
     assert _module_uses("ansible.builtin.assert")["roles/compose_stack/tasks/inputs.yml"] >= 1
 
@@ -236,6 +252,57 @@ def test_no_role_default_reads_other_hosts():
 ])
 def test_the_node_list_rule_finds_a_walk(text: str):
     assert NODE_LIST_WALK.search(text)
+
+
+# --- this host's part of the plan is read one way ----------------------------------------------------------------
+
+# The plan's hosts map (.hosts, ['hosts'], .get('hosts'...)), then - across no bracket or brace but an empty {} (a
+# default and the parentheses around it) - this host's name as its subscript, a call's first argument (.get) or its
+# last (selectattr('key', 'eq', ...)); or the name extracted from the map.
+_PLAN_HOSTS = r"""gpuops_plan\s*(?:\.\s*hosts\b|\[\s*['"]hosts['"]\s*\]|\.\s*get\(\s*['"]hosts['"])"""
+_THIS_HOST = r"(?:\[\s*inventory_hostname\s*\]|\(\s*inventory_hostname\b|,\s*inventory_hostname\s*\))"
+_EXTRACTED = r"""\binventory_hostname\s*\]?\s*\|\s*map\(\s*['"]extract['"]\s*,\s*"""
+THIS_HOST_LOOKUP = re.compile(rf"{_PLAN_HOSTS}(?:[^\[\]{{}}]|\{{\s*\}})*?{_THIS_HOST}|{_EXTRACTED}{_PLAN_HOSTS}")
+# Its one definition: gpuops_plan_host, this host's part ({} where there is no plan or no part for the host).
+THIS_HOST_HOME = "roles/_gpuops_vars/vars/main.yml"
+
+
+def test_this_hosts_part_of_the_plan_is_read_through_gpuops_plan_host():
+    found = _matches(THIS_HOST_LOOKUP, CODE)
+    assert THIS_HOST_HOME in found, "the rule finds gpuops_plan_host's own definition (the scan saw it)"
+    assert "gpuops_plan_host" in PARSED[THIS_HOST_HOME], "gpuops_plan_host is defined in the shared vars"
+    others = sorted(found - {THIS_HOST_HOME})
+    assert not others, (
+        f"{others} look up this host's part of the plan by hand; it has one form, gpuops_plan_host "
+        f"({THIS_HOST_HOME}, which every play imports; {{}} where there is no plan or no part for this host). "
+        "Fix: read gpuops_plan_host.<key> (test gpuops_plan is defined where a message must tell 'no plan' apart)")
+
+
+@pytest.mark.parametrize("text", [
+    "{{ gpuops_plan.hosts[inventory_hostname].workspaces }}",
+    "{{ gpuops_plan.hosts[ inventory_hostname ] is defined }}",
+    "{{ (gpuops_plan.hosts.get(inventory_hostname) or {}).get('topology') }}",
+    "{{ ((gpuops_plan.hosts | default({}))[inventory_hostname] | default({})).gpu_count | default(none) }}",
+    "{{ gpuops_plan['hosts'][inventory_hostname] }}",
+    "{{ gpuops_plan.get('hosts', {}).get(inventory_hostname, {}) }}",
+    "{{ (gpuops_plan.hosts | dict2items | selectattr('key', 'eq', inventory_hostname) | first).value }}",
+    "{{ [inventory_hostname] | map('extract', gpuops_plan.hosts) | first }}",
+    "{{ gpuops_plan.hosts\n     [inventory_hostname].packages }}",
+])
+def test_the_this_host_rule_finds_a_lookup_by_hand(text: str):
+    assert THIS_HOST_LOOKUP.search(text)
+
+
+@pytest.mark.parametrize("text", [
+    "{{ gpuops_plan_host.workspaces | default(none) }}",
+    "{{ gpuops_plan.hosts[n].topology | default(none) }}",  # another host's part, in a loop
+    "{{ (gpuops_plan['hosts'] | default({})).values() | selectattr('health_sweep', 'defined') | list }}",
+    "the plan pins {{ inventory_hostname }} (gpuops_plan.hosts.{{ inventory_hostname }}.packages.driver)",
+    "{{ gpuops_plan | combine({'hosts': {inventory_hostname: {'packages': p}}}, recursive=True) }}",
+    "{{ gpuops_plan.hosts | length }} GPU host(s) for {{ inventory_hostname }}",
+])
+def test_the_this_host_rule_leaves_other_reads_alone(text: str):
+    assert not THIS_HOST_LOOKUP.search(text)
 
 
 # --- package pins are the plan's --------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ armed from the plan. This test walks each direct read - ``gpuops_plan`` followed
 teaches it) - down the schema: a literal key must be one of the object's properties (or any key of a map); an
 expression indexes a map (``hosts[inventory_hostname]``) or an array; a dict method (``.get``, ``.items``) ends the
 walk. A read through parentheses (``(gpuops_plan.hosts | default({}))[host].x``) is checked up to the parenthesis
-only.
+only. A read of this host's part through ``gpuops_plan_host`` (roles/_gpuops_vars/vars/main.yml) is walked as
+``gpuops_plan.hosts[inventory_hostname]`` followed by its steps.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import plan
 REPO = Path(__file__).resolve().parents[2]
 TOPS = ("roles", "playbooks", "plugins")
 SUFFIXES = {".yml", ".yaml", ".j2", ".py"}
-READ = re.compile(r"gpuops_plan((?:\.[A-Za-z_]\w*|\[[^\[\]]*\])+)")
+READ = re.compile(r"gpuops_plan(_host)?((?:\.[A-Za-z_]\w*|\[[^\[\]]*\])+)")
+# gpuops_plan_host is gpuops_plan.hosts[inventory_hostname] (roles/_gpuops_vars/vars/main.yml).
+THIS_HOST = ".hosts[inventory_hostname]"
 STEP = re.compile(r"\.([A-Za-z_]\w*)|\[([^\[\]]*)\]")
 LITERAL = re.compile(r"""^\s*(['"])(\w+)\1\s*$""")
 METHODS = {"get", "items", "keys", "values"}
@@ -66,6 +69,11 @@ def wrong_step(path: str) -> str | None:
     return None
 
 
+def reads_in(line: str) -> list[str]:
+    """The path after gpuops_plan of each direct read in ``line`` (one of this host's part from its hosts map)."""
+    return [(THIS_HOST if m.group(1) else "") + m.group(2) for m in READ.finditer(line)]
+
+
 def plan_reads() -> list[tuple[str, str]]:
     """``(file:line, path)`` of each direct read of gpuops_plan under TOPS."""
     found = []
@@ -74,7 +82,7 @@ def plan_reads() -> list[tuple[str, str]]:
             if not file.is_file() or file.suffix not in SUFFIXES:
                 continue
             for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-                found += [(f"{file.relative_to(REPO)}:{number}", m.group(1)) for m in READ.finditer(line)]
+                found += [(f"{file.relative_to(REPO)}:{number}", path) for path in reads_in(line)]
     return found
 
 
@@ -110,3 +118,11 @@ def test_a_key_the_plan_does_not_have_is_named(path: str) -> None:
 ])
 def test_keys_the_plan_has_pass(path: str) -> None:
     assert wrong_step(path) is None
+
+
+def test_a_read_of_this_hosts_part_is_walked_from_the_hosts_map() -> None:
+    line = ("{{ gpuops_plan_host.gpu.count | default(0) }} {{ gpuops_plan.pins.driver }}"
+            " {{ gpuops_plan_host['packages'] }}")
+    assert reads_in(line) == [".hosts[inventory_hostname].gpu.count", ".pins.driver",
+                              ".hosts[inventory_hostname]['packages']"]
+    assert "the plan has no" in (wrong_step(reads_in(line)[0]) or ""), "a wrong key of this host's part is named"

@@ -67,11 +67,14 @@ def _in_schema(key: tuple[str, ...]) -> bool:
 
 
 def _reads_key(text: str, key: tuple[str, ...]) -> bool:
-    """Whether Jinja in ``text`` reads gpuops_plan.<key> (a placeholder: any [subscript] or .name)."""
-    pattern = "gpuops_plan" + "".join(
-        _GAP + (r"(?:\[[^\]]+\]|\.\w+)" if part == "<>" else r"\." + re.escape(part) + r"\b") for part in key
-    )
-    return re.search(pattern, text) is not None
+    """Whether Jinja in ``text`` reads gpuops_plan.<key> (a placeholder: any [subscript] or .name); a key of a host's
+    part (hosts.<>.x) also through gpuops_plan_host, this host's part (roles/_gpuops_vars/vars/main.yml)."""
+    def pattern(start: str, parts: tuple[str, ...]) -> str:
+        return start + "".join(
+            _GAP + (r"(?:\[[^\]]+\]|\.\w+)" if part == "<>" else r"\." + re.escape(part) + r"\b") for part in parts
+        )
+    this_host = key[:2] == ("hosts", "<>") and re.search(pattern(r"\bgpuops_plan_host\b", key[2:]), text)
+    return bool(this_host) or re.search(pattern("gpuops_plan", key), text) is not None
 
 
 def _uncommented(text: str) -> str:
@@ -291,6 +294,16 @@ def test_kube_tenancy_reads_the_members_from_the_plan():
     assert "roles/kube_tenancy/defaults/main.yml" in code, sorted(code)
     assert inventory_readers("gpuops_members", code) == []
     assert _reads_key(code["roles/kube_tenancy/vars/main.yml"], ("team", "members"))
+
+
+@pytest.mark.parametrize(("text", "key", "reads"), [
+    ("{{ gpuops_plan_host.packages | default({}) }}", ("hosts", "<>", "packages"), True),
+    ("{{ (gpuops_plan.hosts | default({}))[inventory_hostname].packages }}", ("hosts", "<>", "packages"), True),
+    ("{{ gpuops_plan_host.workspaces }}", ("hosts", "<>", "packages"), False),
+    ("{{ gpuops_plan_host.packages }}", ("pins", "packages"), False),
+])
+def test_a_read_of_this_hosts_part_counts_as_a_read_of_the_hosts_map(text: str, key: tuple[str, ...], reads: bool):
+    assert _reads_key(text, key) is reads
 
 
 def test_a_role_reading_the_mirror_itself_is_found():

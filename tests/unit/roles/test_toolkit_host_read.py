@@ -22,7 +22,9 @@ VERSION_FILE = "/proc/driver/nvidia/version"
 LOADER = DataLoader()
 ASSERT = LOADER.load_from_file(str(ROLE / "tasks" / "assert.yml"))
 PROBE = next(task for task in ASSERT if task.get("register") == "__nvidia_container_toolkit_host")
-ROLE_VARS = {**LOADER.load_from_file(str(ROLE / "defaults" / "main.yml")),
+# The role's defaults and vars, with the shared ones every play imports (_gpuops_vars: gpuops_plan_host).
+ROLE_VARS = {**LOADER.load_from_file(str(ROLE.parent / "_gpuops_vars" / "vars" / "main.yml")),
+             **LOADER.load_from_file(str(ROLE / "defaults" / "main.yml")),
              **LOADER.load_from_file(str(ROLE / "vars" / "main.yml"))}
 
 
