@@ -14,6 +14,7 @@ by code name. ``GALAXY_DISTRIBUTIONS`` and ``RELEASES`` translate those names in
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,19 @@ def role_supported(role_path: str | Path) -> dict[str, list[str]]:
     meta = Path(role_path) / "meta" / "main.yml"
     data = yaml.load(meta.read_text(encoding="utf-8"), Loader=_LOADER) or {}
     return supported_from_platforms((data.get("galaxy_info") or {}).get("platforms"), str(meta))
+
+
+@cache
+def role_table(role: str) -> dict[str, list[str]]:
+    """This collection's ``role``'s table (``role_supported`` of its folder), read once per process; only read."""
+    return role_supported(ROLES_DIR / role)
+
+
+def refusing(roles: list[str], distribution: str, version: str) -> tuple[dict, dict]:
+    """Each of ``roles``' table, and the tables of those that refuse ``distribution`` ``version``: the one judgement
+    that preflight (``preflight.os_supported``) and the inputs pass (``os_refusal``) each word in their own way."""
+    tables = {role: role_table(role) for role in roles}
+    return tables, {role: table for role, table in tables.items() if not is_supported(distribution, version, table)}
 
 
 def run_roles() -> dict[str, list[str]]:
@@ -120,10 +134,9 @@ def os_refusal(roles: list[str], facts: dict[str, Any]) -> str:
     which their own playbooks run, is not judged): the OS found, every role that refuses it, what every role judged
     supports, where that is written, and the fix; the empty string when each supports it."""
     used = {role for layer in run_roles().values() for role in layer or []}
-    tables = {role: role_supported(ROLES_DIR / role) for role in roles if role in used}
     distribution = str(facts.get("distribution") or "")
     version = str(facts.get("distribution_version") or "")
-    refused = [role for role, table in tables.items() if not is_supported(distribution, version, table)]
+    tables, refused = refusing([role for role in roles if role in used], distribution, version)
     if not refused:
         return ""
     found = f"{distribution} {version}".strip() or "an unknown OS"

@@ -9,7 +9,6 @@ actions ``preflight`` (per host) and ``preflight_fleet`` (once per run: the flee
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Any
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.cuda_compat import check_compat
@@ -33,21 +32,14 @@ def _check(name: str, ok: bool | None, msg: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "status": {True: "ok", False: "failed", None: "skipped"}[ok], "msg": msg}
 
 
-@cache
-def _role_table(role: str) -> dict[str, list[str]]:
-    """A role's OS table (os_support.role_supported: its meta/main.yml platforms), read once per process; only read."""
-    return os_support.role_supported(os_support.ROLES_DIR / role)
-
-
 def os_supported(os_facts: dict[str, Any], platform: str | None) -> dict[str, Any]:
     """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
     platform's), each read from the role's meta/main.yml as the inputs pass reads it."""
-    tables = {role: _role_table(role) for role in os_support.host_roles(platform)}
     distribution = str(os_facts.get("distribution") or "")
     version = str(os_facts.get("version") or "")
+    tables, refused = os_support.refusing(os_support.host_roles(platform), distribution, version)
     found = f"{distribution or 'unknown OS'} {version}"
     runs = ", ".join(tables) + (f" on {platform}" if platform else "; the platform's roles once it is decided")
-    refused = {role: t for role, t in tables.items() if not os_support.is_supported(distribution, version, t)}
     if not refused:
         return _check(
             "os_supported", True, f"{distribution} {version} is supported by every role this host runs ({runs})"
@@ -57,7 +49,7 @@ def os_supported(os_facts: dict[str, Any], platform: str | None) -> dict[str, An
         "os_supported",
         False,
         f"{found} found; supported: {os_support.listing(os_support.common(list(tables.values())))} (every role "
-        f"this host runs: {runs}). Refused by {by}: each role's meta/main.yml platforms, which its assert stage "
+        f"this host runs: {runs}). Refused by {by}: each role's meta/main.yml platforms, which the inputs pass "
         "reads too. Fix: reinstall the host with a supported OS, or remove it from gpu_nodes.",
     )
 
