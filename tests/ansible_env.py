@@ -12,8 +12,9 @@ a parameter:
 - ``callback``: ``ANSIBLE_STDOUT_CALLBACK``, e.g. ``ansible.posix.json`` for molecule/resources/stage_tags.py, which
   reads each run as one JSON document;
 - ``bin_dir``: a folder put first on ``PATH`` (the venv's bin), for playbooks that call the venv's own tools;
-- ``extra``: any other variable, set last (result format, colour, the localhost warning, ...); ``TIMER_ONLY`` there
-  keeps the timer callback only, not ansible.cfg's profile_tasks too, for the tests' runs that read no task timings.
+- ``extra``: any other variable, set last (result format, colour, the localhost warning, ...); ``NO_PROFILE_TASKS``
+  there keeps ansible.cfg's callbacks but profile_tasks (the collection's preload and the timer), for the tests' runs
+  that read no task timings.
 
 ``play_recap`` reads the PLAY RECAP of a run's stdout. ``inventory_vars`` reads an inventory's host variables as a
 play would see them, without running one.
@@ -36,7 +37,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-TIMER_ONLY = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer"}
+NO_PROFILE_TASKS = {"ANSIBLE_CALLBACKS_ENABLED": "gpuops.cluster.preload, ansible.builtin.timer"}
 
 
 def playbook_env(

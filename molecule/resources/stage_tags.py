@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 # tests/ansible_env.py, on sys.path through pyproject's pytest pythonpath
-from ansible_env import json_document, playbook_env
+from ansible_env import NO_PROFILE_TASKS, json_document, playbook_env
 from ci_skips import skip_by_design
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[2]))
@@ -145,7 +145,7 @@ def run_tag(playbook: Path, tag: str, role: str, inventory: str | None = None, e
         callback="ansible.posix.json",
         cache="ansible.builtin.jsonfile" if run_cache else None,
         cache_dir=run_cache,
-        extra={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.timer", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        extra={**NO_PROFILE_TASKS, "ANSIBLE_RETRY_FILES_ENABLED": "0",
                **({"ANSIBLE_GATHERING": "smart"} if run_cache else {})},
     )
     started = time.monotonic()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import TIMER_ONLY, playbook_env
+from ansible_env import NO_PROFILE_TASKS, playbook_env
 from shared_data import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ INVENTORY = REPO_ROOT / "inventories" / "cluster"
 
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run playbooks/render.yml on the controller; returns the finished process (output captured)."""
-    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false", **TIMER_ONLY})
+    env = playbook_env(REPO_ROOT, cache="memory", extra={"ANSIBLE_FORCE_COLOR": "false", **NO_PROFILE_TASKS})
     command = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         "-i",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_env import TIMER_ONLY, playbook_env
+from ansible_env import NO_PROFILE_TASKS, playbook_env
 from conftest import INVENTORY, REPO_ROOT
 
 
@@ -23,7 +23,7 @@ def grow_plan(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     """grow.yml -e grow_plan_only=true on inventories/cluster, once: (the run, its plan.json)."""
     folder = tmp_path_factory.mktemp("grow-plan")
     env = playbook_env(REPO_ROOT, cache="memory",
-                       extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", **TIMER_ONLY})
+                       extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", **NO_PROFILE_TASKS})
     run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY),
                           str(REPO_ROOT / "playbooks" / "grow.yml"), "-e", "grow_plan_only=true",
                           "-e", f"grow_plan_dir={folder}", "-e", f"gpuops_report_dir={folder / 'reports'}"],

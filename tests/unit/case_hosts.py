@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_env import BIN, REPO, TIMER_ONLY, json_document, playbook_env
+from ansible_env import BIN, NO_PROFILE_TASKS, REPO, json_document, playbook_env
 
 
 @dataclass
@@ -103,7 +103,7 @@ def run_cases(playbook: Path, cases: dict[str, dict], folder: Path, *options: st
     inventory = folder / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     env["callback"] = "ansible.posix.json"
-    env["extra"] = {**TIMER_ONLY, "ANSIBLE_FORKS": str(max(len(hosts), 1)), **(env.get("extra") or {})}
+    env["extra"] = {**NO_PROFILE_TASKS, "ANSIBLE_FORKS": str(max(len(hosts), 1)), **(env.get("extra") or {})}
     extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
     out = subprocess.run([str(ansible_playbook), "-i", str(inventory), str(playbook), *extra, *options], cwd=REPO,
                          env=playbook_env(REPO, **env), capture_output=True, text=True, check=False, timeout=600)

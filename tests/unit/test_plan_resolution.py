@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.plan import SCHEMA_VERSION
-from ansible_env import TIMER_ONLY, json_document, playbook_env
+from ansible_env import NO_PROFILE_TASKS, json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[2]
 # The test plays are written as JSON (YAML): each builds on the same play, plan task and inventory.
@@ -67,7 +67,7 @@ def _play(folder: Path, inventory: dict, plays: list[dict], *options: str) -> tu
         [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(folder / "hosts.yml"), *options,
          str(folder / "play.yml")],
         capture_output=True, text=True, check=False,
-        env=playbook_env(cache="memory", callback="ansible.posix.json", extra=TIMER_ONLY), timeout=300,
+        env=playbook_env(cache="memory", callback="ansible.posix.json", extra=NO_PROFILE_TASKS), timeout=300,
     )
     return run, json_document(run.stdout)["plays"]
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_env import TIMER_ONLY, json_document, playbook_env
+from ansible_env import NO_PROFILE_TASKS, json_document, playbook_env
 from ci_skips import skip_by_design
 from conftest import shared_path
 
@@ -201,7 +201,7 @@ def run_cases(site: dict, cases: dict[str, dict], *options: str) -> dict[str, di
         REPO,
         cache="memory",
         callback="ansible.posix.json",
-        extra={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}", **TIMER_ONLY},
+        extra={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}", **NO_PROFILE_TASKS},
     )
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "-e", json.dumps(FACTS), *options]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)

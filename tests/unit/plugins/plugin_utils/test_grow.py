@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.plugin_utils import grow, preflight
-from ansible_env import TIMER_ONLY, json_document, playbook_env
+from ansible_env import NO_PROFILE_TASKS, json_document, playbook_env
 
 REPO = Path(__file__).resolve().parents[4]
 SMALL_TEAM = REPO / "inventories" / "small-team"
@@ -168,7 +168,7 @@ def small_team_plan(tmp_path_factory: pytest.TempPathFactory) -> SmallTeamPlan:
         pytest.skip(f"ansible-playbook not found at {playbook} (run make venv)")
     reports = tmp_path_factory.mktemp("small-team-reports")
     env = playbook_env(REPO, cache="memory",
-                       extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", **TIMER_ONLY})
+                       extra={"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", **NO_PROFILE_TASKS})
     run = subprocess.run([str(playbook), "-i", str(SMALL_TEAM), str(REPO / "playbooks" / "grow.yml"),
                           "-e", "grow_plan_only=true", "-e", f"gpuops_report_dir={reports}"],
                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
@@ -215,7 +215,7 @@ def test_a_fresh_plan_passes_the_stale_check(small_team_plan: SmallTeamPlan) -> 
     for a source newer than itself: the apply gets past the controller's checks and stops only at the Compose host,
     which nothing answers here."""
     reports, _planned, _plan_json, _plan_md = small_team_plan
-    extra = {"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_TIMEOUT": "3", **TIMER_ONLY}
+    extra = {"NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_TIMEOUT": "3", **NO_PROFILE_TASKS}
     env = playbook_env(REPO, cache="memory", extra=extra)
     applied = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(SMALL_TEAM),
                               str(REPO / "playbooks" / "grow.yml"), "-e", f"gpuops_report_dir={reports}",
@@ -246,7 +246,7 @@ def test_apply_gives_the_grown_hosts_a_kubernetes_plan(tmp_path: Path, small_tea
         "kube_version": KUBE_VERSION}}}}
     (tmp_path / "inventory").mkdir()
     (tmp_path / "inventory" / "local.yml").write_text(json.dumps(local))
-    env = playbook_env(REPO, cache="memory", callback="ansible.posix.json", extra=TIMER_ONLY)
+    env = playbook_env(REPO, cache="memory", callback="ansible.posix.json", extra=NO_PROFILE_TASKS)
     base = [str(playbook), "-i", str(SMALL_TEAM), "-i", str(tmp_path / "inventory" / "local.yml"),
             str(REPO / "playbooks" / "grow.yml"), "-e", f"gpuops_report_dir={tmp_path / 'reports'}"]
     shutil.copytree(small_team_plan[0], tmp_path / "reports")
