@@ -29,6 +29,7 @@ from ansible_collections.gpuops.cluster.plugins.plugin_utils import (
 )
 from ansible_collections.gpuops.cluster.plugins.plugin_utils.platform import (  # the rule and its inputs
     PLATFORMS,
+    ReadOnce,
     decide_fleet,
     get_var,
     platform_request,
@@ -728,7 +729,10 @@ def _os_facts(hostvars: Any) -> dict:
 def inventory_plan(gpu_hosts: list[str], hostvars: Any, platform: str | None = None) -> dict:
     """The plan from the inventory alone (no preflight on record): the same platform rule, on the GPU counts the
     hosts' facts hold if any (gpu_facts ran in this play), else gpuops_gpu_count. ``platform``: the platform the play
-    is for (render.yml's Kubernetes plays), planned where the rule leaves the platform undecided (source: play)."""
+    is for (render.yml's Kubernetes plays), planned where the rule leaves the platform undecided (source: play).
+    Each host's variables are read once per call (platform.ReadOnce): the steps below read them many times, and each
+    ``hostvars[host]`` of Ansible's is a full merge of that host's variables."""
+    hostvars = ReadOnce(hostvars)
     hosts = [h for h in gpu_hosts if h in hostvars]
     gpus = {h: get_var(get_var(hostvars[h], "ansible_facts", {}), "gpu", {}) or {} for h in hosts}
     detected = {h: None if gpu.get("count") is None else int(gpu["count"]) for h, gpu in gpus.items()}

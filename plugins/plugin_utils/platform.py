@@ -13,6 +13,7 @@ variable the inventory leaves unset reads as its default from the one home of th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -169,15 +170,18 @@ def get_var(hostvars: Any, name: str, default: Any = None) -> Any:
 
 
 class ReadOnce:
-    """``hostvars`` for one task that reads the same hosts' variables several times (the preflight fleet step:
-    the plan, the pools, the reports): each host's variables are merged once (``hostvars.raw_get``, one
-    VariableManager.get_vars) and each variable templated once, with a templar over that host's variables
-    (``templar_for(variables)``, what ``hostvars[host]`` builds). The names in ``data`` hold module output (a host's
+    """``hostvars`` for one call that reads the same hosts' variables several times (the preflight fleet step: the
+    plan, the pools, the reports; the inventory_plan filter: the fleet, each host's part, the nodes): each host's
+    variables are merged once and each variable templated once. With ``templar_for`` (an action, which has a loader):
+    ``hostvars.raw_get`` (one VariableManager.get_vars) and a templar over that host's variables
+    (``templar_for(variables)``, what ``hostvars[host]`` builds); the names in ``data`` hold module output (a host's
     ``ansible_facts``, a registered result): Ansible keeps it untrusted, so templating would return it unchanged
-    after walking it whole; they are read as they are. Read-only, like hostvars; a read that raises is not kept, so
-    it raises again. Only what the plan's functions use: ``hostvars[host]``, ``host in hostvars``, ``.get(name)``."""
+    after walking it whole; they are read as they are. Without it (a filter, which has no loader): ``hostvars[host]``
+    once, Ansible's own view of the host that templates a variable as it is read (a plain mapping's value: as it is),
+    and each variable read once through it. Read-only, like hostvars; a read that raises is not kept, so it raises
+    again. Only what the plan's functions use: ``hostvars[host]``, ``host in hostvars``, ``.get(name)``."""
 
-    def __init__(self, hostvars: Any, templar_for: Any, data: tuple[str, ...] = ()) -> None:
+    def __init__(self, hostvars: Any, templar_for: Any = None, data: tuple[str, ...] = ()) -> None:
         self._hostvars = hostvars
         self._templar_for = templar_for
         self._data = frozenset(data)
@@ -185,21 +189,31 @@ class ReadOnce:
 
     def __getitem__(self, host: str) -> Any:
         if host not in self._hosts:
-            variables = self._hostvars.raw_get(host) if host in self._hostvars else None
-            if not isinstance(variables, dict):
-                raise KeyError(host)
-            self._hosts[host] = ReadOnceHost(variables, self._templar_for(variables), self._data)
+            self._hosts[host] = self._read(host)
         return self._hosts[host]
 
     def __contains__(self, host: object) -> bool:
         return host in self._hostvars
 
+    def _read(self, host: str) -> ReadOnceHost:
+        if host not in self._hostvars:
+            raise KeyError(host)
+        if self._templar_for is None:
+            view = self._hostvars[host]
+            # get_var reads anything but a mapping as no variables
+            return ReadOnceHost(view if isinstance(view, Mapping) else {}, None, frozenset())
+        variables = self._hostvars.raw_get(host)
+        if not isinstance(variables, dict):
+            raise KeyError(host)
+        return ReadOnceHost(variables, self._templar_for(variables), self._data)
+
 
 class ReadOnceHost:
     """One host's variables, each templated on its first read (module output in ``data`` not at all) and kept for
-    the task (see ReadOnce); also the preflight action's own task variables."""
+    the call (see ReadOnce); also the preflight action's own task variables. ``templar`` None: the values are read
+    as ``variables`` gives them (Ansible's view of a host templates them itself)."""
 
-    def __init__(self, variables: dict, templar: Any, data: frozenset) -> None:
+    def __init__(self, variables: Mapping, templar: Any, data: frozenset) -> None:
         self._vars = variables
         self._templar = templar
         self._data = data
@@ -210,7 +224,7 @@ class ReadOnceHost:
             if name not in self._vars:
                 return default
             value = self._vars[name]
-            self._read[name] = value if name in self._data else self._templar.template(value)
+            self._read[name] = value if self._templar is None or name in self._data else self._templar.template(value)
         return self._read[name]
 
 
