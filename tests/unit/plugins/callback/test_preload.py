@@ -1,7 +1,8 @@
 """plugins/callback/preload.py: constructed in ansible-playbook's own process, it imports the collection's
-controller-side Python there, so the workers forked after it inherit the modules instead of compiling them again;
-a module that fails to import is named in a warning and the run goes on. And every place that configures the
-callbacks of a run enables it."""
+controller-side Python there, and loads the usual connection, shell and become plugins (defining their options), so
+the workers forked after it inherit them instead of loading them again; a module that fails to import, or a plugin
+that fails to load, is named in a warning and the run goes on. And every place that configures the callbacks of a
+run enables it."""
 
 from __future__ import annotations
 
@@ -22,23 +23,40 @@ PLUGINS = REPO / "plugins"
 PACKAGE = "ansible_collections.gpuops.cluster.plugins"
 PRELOAD = "gpuops.cluster.preload"
 KINDS = ("plugin_utils", "filter", "test", "lookup", "action")
+# The plugins a worker loads for its task that the callback loads, as "type name" (the names the runs give them).
+TASK_PLUGINS = ["connection ssh", "connection local", "connection community.docker.docker", "shell sh",
+                "become sudo"]
 
 # In a fresh interpreter, with the collection loader set up as ansible-playbook sets it up (init_plugin_loader over
-# the collection paths), the collection's plugin modules in sys.modules before and after the callback is constructed.
+# the collection paths), before and after the callback is constructed: the collection's plugin modules in
+# sys.modules, and which of TASK_PLUGINS have their options defined in the config manager (under the name a worker's
+# loader resolves theirs to, as it checks before it reads a plugin's documentation).
 _PROBE = """
 import json, sys
-from ansible.plugins.loader import callback_loader, init_plugin_loader
+from ansible import constants as C
+from ansible.plugins.loader import become_loader, callback_loader, connection_loader, init_plugin_loader, shell_loader
 init_plugin_loader([sys.argv[1]])
+LOADERS = {"connection": connection_loader, "shell": shell_loader, "become": become_loader}
 def ours():
     return sorted(name for name in sys.modules if name.startswith("ansible_collections.gpuops.cluster.plugins."))
-before = ours()
+def defined():
+    found = []
+    for plugin in json.loads(sys.argv[2]):
+        kind, name = plugin.split()
+        resolved = LOADERS[kind].find_plugin_with_context(name).plugin_resolved_name
+        if resolved and C.config.has_configuration_definition(kind, resolved):
+            found.append(plugin)
+    return found
+before = {"modules": ours(), "defined": defined()}
 assert callback_loader.get("gpuops.cluster.preload") is not None, "the callback was not found"
-print(json.dumps({"before": before, "after": ours()}))
+print(json.dumps({"before": before["modules"], "after": ours(), "defined_before": before["defined"],
+                  "defined_after": defined()}))
 """
 
 
 def _probe(collections: Path, env: dict[str, str]) -> tuple[dict, str]:
-    run = subprocess.run([sys.executable, "-c", _PROBE, str(collections)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", _PROBE, str(collections), json.dumps(TASK_PLUGINS)],
+                         capture_output=True, text=True,
                          check=False, cwd=collections, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout), run.stderr
@@ -53,14 +71,23 @@ def test_constructing_the_callback_imports_every_controller_side_module():
     assert sorted(expected - set(loaded["after"])) == []
 
 
+def test_constructing_the_callback_defines_the_options_of_the_usual_connection_shell_and_become_plugins():
+    loaded, stderr = _probe(REPO / "collections", playbook_env(REPO))
+    assert loaded["defined_before"] == []
+    assert loaded["defined_after"] == TASK_PLUGINS
+    assert "gpuops.cluster.preload" not in stderr
+
+
 def _collection(root: Path, files: dict[str, str]) -> Path:
-    """A collection gpuops.cluster under root holding this preload callback and ``files`` (path: text)."""
+    """A collection gpuops.cluster under root holding this preload callback and ``files`` (path under root's
+    ansible_collections/gpuops/cluster, or under root when it starts with ansible_collections/: text)."""
     tree = root / "ansible_collections" / "gpuops" / "cluster"
     (tree / "plugins" / "callback").mkdir(parents=True)
     shutil.copy(preload.__file__, tree / "plugins" / "callback" / "preload.py")
     for rel, text in files.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
+        path = root / rel if rel.startswith("ansible_collections/") else tree / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     return root
 
 
@@ -81,6 +108,30 @@ def test_a_module_that_fails_to_import_is_named_in_a_warning_and_the_rest_load(t
     assert "ModuleNotFoundError: No module named 'gpuops_no_such_dependency'" in text
     assert "SyntaxError" in text
     assert "RuntimeError: refused at import" in text
+
+
+def test_a_plugin_that_fails_to_load_is_named_in_a_warning_and_the_rest_load(tmp_path):
+    # this community.docker, first on the collection path, shadows the one the ansible package bundles
+    root = _collection(tmp_path, {
+        "ansible_collections/community/docker/plugins/connection/docker.py": "raise RuntimeError('refused at load')\n",
+    })
+    env = playbook_env(REPO, extra={"ANSIBLE_COLLECTIONS_PATH": str(root)})
+    loaded, stderr = _probe(root, env)
+    assert loaded["defined_after"] == [plugin for plugin in TASK_PLUGINS if "docker" not in plugin]
+    text = " ".join(stderr.split())  # the display wraps long warnings
+    assert re.findall(r"could not (?:import|load) .*?:", text) == [
+        "could not load the connection plugin community.docker.docker:"], stderr
+    assert "RuntimeError: refused at load" in text
+
+
+def test_a_plugin_that_is_not_installed_is_left_out_without_a_warning(tmp_path):
+    root = _collection(tmp_path, {})
+    # only this collection: not the ones the ansible package bundles, community.docker among them
+    env = playbook_env(REPO, extra={"ANSIBLE_COLLECTIONS_PATH": str(root),
+                                    "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false"})
+    loaded, stderr = _probe(root, env)
+    assert loaded["defined_after"] == [plugin for plugin in TASK_PLUGINS if "docker" not in plugin]
+    assert "gpuops.cluster.preload" not in stderr
 
 
 # ---------------------------------------------------------------------------- every run configuration enables it
