@@ -24,7 +24,7 @@ TOPS = ("roles", "playbooks", "plugins", "molecule", "tests", "bench", "scripts"
 SUFFIXES = {".yml", ".yaml", ".j2", ".py", ".cfg"}
 # Top-level names ansible keeps (or that are not facts) and that setup also returns under ansible_facts.
 KEPT = {"local"}
-MIN_FACT_NAMES = 40  # setup's min subset alone returns more; fewer means the run read nothing
+MIN_FACT_NAMES = 40  # fewer names than this from a full setup run means it returned almost nothing
 MIN_SCANNED_FILES = 600
 
 

@@ -100,6 +100,7 @@ def test_the_inventory_plan_filter_merges_each_host_once_per_call(platform: str 
         return merge(self, *args, **kwargs)
 
     gpu_hosts = [host.name for host in inventory.groups["gpu_nodes"].get_hosts()]
+    assert gpu_hosts, "inventories/cluster has no gpu_nodes: the count below would check nothing"
     with mock.patch.object(VariableManager, "get_vars", autospec=True, side_effect=counting):
         built = inventory_plan(gpu_hosts, hostvars, platform)
     assert sorted(built["hosts"]) == sorted(gpu_hosts)
