@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -77,10 +78,12 @@ def refusing(roles: list[str], distribution: str, version: str) -> tuple[dict, d
     return tables, {role: table for role, table in tables.items() if not is_supported(distribution, version, table)}
 
 
-def run_roles() -> dict[str, list[str]]:
+@cache
+def run_roles() -> MappingProxyType[str, tuple[str, ...]]:
     """The roles a site.yml run uses, per layer and platform (``_gpuops_run_roles`` of playbooks/vars/run_roles.yml,
-    the file the plays read)."""
-    return yaml.load(RUN_ROLES_FILE.read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
+    the file the plays read), read once per process and shared read-only (a mapping proxy of tuples)."""
+    layers = yaml.load(RUN_ROLES_FILE.read_text(encoding="utf-8"), Loader=_LOADER)["_gpuops_run_roles"]
+    return MappingProxyType({layer: tuple(roles or ()) for layer, roles in layers.items()})
 
 
 def platforms_with_play() -> list[str]:
@@ -91,7 +94,7 @@ def platforms_with_play() -> list[str]:
 def host_roles(platform: str | None) -> list[str]:
     """The roles a GPU node runs: the host layer's, then the platform's (none while no platform is decided)."""
     roles = run_roles()
-    return list(roles.get(HOST_LAYER) or []) + (list(roles.get(platform) or []) if platform else [])
+    return list(roles.get(HOST_LAYER, ())) + list(roles.get(platform, ()) if platform else ())
 
 
 def is_supported(distribution: str, version: str, supported: dict[str, list[str]]) -> bool:
@@ -133,7 +136,7 @@ def os_refusal(roles: list[str], facts: dict[str, Any]) -> str:
     that a site.yml run uses (``run_roles()``, the roles preflight judges; another, such as burnin or training_image,
     which their own playbooks run, is not judged): the OS found, every role that refuses it, what every role judged
     supports, where that is written, and the fix; the empty string when each supports it."""
-    used = {role for layer in run_roles().values() for role in layer or []}
+    used = {role for layer in run_roles().values() for role in layer}
     distribution = str(facts.get("distribution") or "")
     version = str(facts.get("distribution_version") or "")
     tables, refused = refusing([role for role in roles if role in used], distribution, version)
