@@ -62,7 +62,7 @@ options:
     type: str
   expected_gpus:
     description:
-      - GPUs the plan expects on this host (C(gpuops_plan.hosts[host].gpu_count)); fewer listed by the driver is a
+      - GPUs the plan expects on this host (C(gpuops_plan_host.gpu_count)); fewer listed by the driver is a
         C(gpu_missing) finding naming the GPUs on the PCI bus the driver does not list. 0 or more.
     type: int
   dcgm_level:
@@ -106,7 +106,7 @@ seealso:
 EXAMPLES = r"""
 - name: Sweep this host's GPUs (quick DCGM check where dcgmi is installed)
   gpuops.cluster.gpu_health:
-    expected_gpus: "{{ gpuops_plan.hosts[inventory_hostname].gpu_count }}"
+    expected_gpus: "{{ gpuops_plan_host.gpu_count }}"
   register: health
 
 - name: Next sweep reads only what the kernel logged since

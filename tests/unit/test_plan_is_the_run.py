@@ -278,6 +278,17 @@ def test_this_hosts_part_of_the_plan_is_read_through_gpuops_plan_host():
         "Fix: read gpuops_plan_host.<key> (test gpuops_plan is defined where a message must tell 'no plan' apart)")
 
 
+def test_the_documentation_shows_this_hosts_part_as_gpuops_plan_host():
+    """What a user copies - a plugin's DOCUMENTATION and EXAMPLES (ansible-doc prints them), the docs pages - reads
+    this host's part of the plan through the documented entry point too."""
+    pages = sorted(p for top in ("plugins", "docs") for p in (REPO / top).rglob("*")
+                   if p.suffix in (".py", ".yml", ".md") and p.is_file())
+    assert REPO / "plugins" / "modules" / "gpu_health.py" in pages, "the scan reads the modules"
+    assert REPO / "docs" / "plan.md" in pages, "the scan reads the docs"
+    found = [_rel(p) for p in pages if THIS_HOST_LOOKUP.search(p.read_text(encoding="utf-8"))]
+    assert not found, f"{found} show this host's part of the plan looked up by hand; show gpuops_plan_host.<key>"
+
+
 @pytest.mark.parametrize("text", [
     "{{ gpuops_plan.hosts[inventory_hostname].workspaces }}",
     "{{ gpuops_plan.hosts[ inventory_hostname ] is defined }}",
