@@ -5,7 +5,7 @@
 Read from two places, by the same functions and for the same roles, those a site.yml run uses
 (``playbooks/vars/run_roles.yml``): preflight (``preflight.os_supported``), which judges every role a GPU node will
 run (the host layer's, then the platform's), and the inputs pass (filter ``gpuops.cluster.os_refusal``), which judges
-every role it checks on any host, once, in one refusal. So the two agree on every OS.
+every role it checks on any host, once, in one refusal. So the two agree on every OS, in the same words (``refusal``).
 
 Galaxy names a platform as Galaxy does: ``EL`` for the Red Hat Enterprise Linux family, Debian and Ubuntu releases
 by code name. ``GALAXY_DISTRIBUTIONS`` and ``RELEASES`` translate those names into what ``ansible_facts`` says
@@ -71,13 +71,6 @@ def role_table(role: str) -> dict[str, list[str]]:
     return role_supported(ROLES_DIR / role)
 
 
-def refusing(roles: list[str], distribution: str, version: str) -> tuple[dict, dict]:
-    """Each of ``roles``' table, and the tables of those that refuse ``distribution`` ``version``: the one judgement
-    that preflight (``preflight.os_supported``) and the inputs pass (``os_refusal``) each word in their own way."""
-    tables = {role: role_table(role) for role in roles}
-    return tables, {role: table for role, table in tables.items() if not is_supported(distribution, version, table)}
-
-
 @cache
 def run_roles() -> MappingProxyType[str, tuple[str, ...]]:
     """The roles a site.yml run uses, per layer and platform (``_gpuops_run_roles`` of playbooks/vars/run_roles.yml,
@@ -131,21 +124,28 @@ def common(tables: list[dict[str, list[str]]]) -> dict[str, list[str]]:
     return result
 
 
-def os_refusal(roles: list[str], facts: dict[str, Any]) -> str:
-    """The inputs pass's refusal of the host's OS (``ansible_facts`` names), judged by the table of each of ``roles``
-    that a site.yml run uses (``run_roles()``, the roles preflight judges; another, such as burnin or training_image,
-    which their own playbooks run, is not judged): the OS found, every role that refuses it, what every role judged
-    supports, where that is written, and the fix; the empty string when each supports it."""
-    used = {role for layer in run_roles().values() for role in layer}
-    distribution = str(facts.get("distribution") or "")
-    version = str(facts.get("distribution_version") or "")
-    tables, refused = refusing([role for role in roles if role in used], distribution, version)
+def refusal(roles: list[str], distribution: str, version: str) -> str:
+    """The one refusal of ``distribution`` ``version`` by ``roles``' tables, which preflight (``os_supported``) and the
+    inputs pass (``os_refusal``) both print: the OS found, every role that refuses it, what every role judged supports,
+    where that is written, and the fix; the empty string when each supports it."""
+    tables = {role: role_table(role) for role in roles}
+    refused = [role for role, table in tables.items() if not is_supported(distribution, version, table)]
     if not refused:
         return ""
     found = f"{distribution} {version}".strip() or "an unknown OS"
     return (
-        f"{found} is not supported by "
-        f"{', '.join(f'gpuops.cluster.{role}' for role in refused)}; supported by every role this host runs: "
-        f"{listing(common(list(tables.values())))} (each role's meta/main.yml platforms, which preflight reads too). "
-        "Fix: run this host on one of those releases, or remove it from the group that runs those roles."
+        f"{found} is not supported by {', '.join(f'gpuops.cluster.{role}' for role in refused)}; supported by every "
+        f"role this host runs: {listing(common(list(tables.values())))} (each role's meta/main.yml platforms, read by "
+        "preflight and the inputs pass alike). Fix: run this host on one of those releases, or remove it from the "
+        "group that runs those roles."
     )
+
+
+def os_refusal(roles: list[str], facts: dict[str, Any]) -> str:
+    """The inputs pass's ``refusal`` of the host's OS (``ansible_facts`` names) by each of ``roles`` that a site.yml
+    run uses (``run_roles()``, the roles preflight judges; another, such as burnin or training_image, which their own
+    playbooks run, is not judged)."""
+    used = {role for layer in run_roles().values() for role in layer}
+    distribution = str(facts.get("distribution") or "")
+    version = str(facts.get("distribution_version") or "")
+    return refusal([role for role in roles if role in used], distribution, version)

@@ -34,24 +34,15 @@ def _check(name: str, ok: bool | None, msg: str) -> dict[str, Any]:
 
 def os_supported(os_facts: dict[str, Any], platform: str | None) -> dict[str, Any]:
     """The host's OS against the table of every role it will run (os_support.host_roles: the host layer's, then the
-    platform's), each read from the role's meta/main.yml as the inputs pass reads it."""
+    platform's), refused in the inputs pass's words (os_support.refusal)."""
     distribution = str(os_facts.get("distribution") or "")
     version = str(os_facts.get("version") or "")
-    tables, refused = os_support.refusing(os_support.host_roles(platform), distribution, version)
-    found = f"{distribution or 'unknown OS'} {version}"
-    runs = ", ".join(tables) + (f" on {platform}" if platform else "; the platform's roles once it is decided")
-    if not refused:
-        return _check(
-            "os_supported", True, f"{distribution} {version} is supported by every role this host runs ({runs})"
-        )
-    by = ", ".join(f"gpuops.cluster.{role} (supports {os_support.listing(t)})" for role, t in refused.items())
-    return _check(
-        "os_supported",
-        False,
-        f"{found} found; supported: {os_support.listing(os_support.common(list(tables.values())))} (every role "
-        f"this host runs: {runs}). Refused by {by}: each role's meta/main.yml platforms, which the inputs pass "
-        "reads too. Fix: reinstall the host with a supported OS, or remove it from gpu_nodes.",
-    )
+    roles = os_support.host_roles(platform)
+    refused = os_support.refusal(roles, distribution, version)
+    if refused:
+        return _check("os_supported", False, refused)
+    runs = ", ".join(roles) + (f" on {platform}" if platform else "; the platform's roles once it is decided")
+    return _check("os_supported", True, f"{distribution} {version} is supported by every role this host runs ({runs})")
 
 
 def driver_cuda(judged: dict | None, cuda: str, gpu_name: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -51,7 +51,7 @@ def test_os_support(os_facts, ok):
     c = checks(evaluate(plan(), {"os": os_facts, "gpu": NO_GPU}))["os_supported"]
     assert c["ok"] is ok
     if not ok:
-        assert "supported: Debian 12/13" in c["msg"]
+        assert "supported by every role this host runs: Debian 12/13" in c["msg"]
 
 
 def test_incompatible_cuda_is_refused_with_the_fix():
