@@ -13,6 +13,7 @@ Each rule has a test that feeds it a bad example, so a rule that cannot fail sho
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,12 @@ def _load_tasks(path: Path) -> list[dict]:
         return []
 
 
+@cache
+def _parsed_tasks() -> tuple[tuple[Path, list[dict]], ...]:
+    """(file, its tasks) for every task file, parsed once for the rules that read every task (read, never changed)."""
+    return tuple((path, _load_tasks(path)) for path in _task_files())
+
+
 # ---- the rules, as functions of text or tasks (so each can be shown to fail) -------------------------
 def insecure_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if INSECURE.search(line)]
@@ -127,14 +134,14 @@ NO_LOG_NOT_NEEDED = {
 
 
 def test_every_task_that_templates_a_secret_has_no_log() -> None:
-    found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p in _task_files() for t in _load_tasks(p)
+    found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p, tasks in _parsed_tasks() for t in tasks
              if secret_without_no_log(t)]
     found = [f for f in found if f not in NO_LOG_NOT_NEEDED]
     assert found == []
 
 
 def test_every_file_writing_task_sets_an_explicit_mode() -> None:
-    found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p in _task_files() for t in _load_tasks(p)
+    found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p, tasks in _parsed_tasks() for t in tasks
              if file_task_without_mode(t)]
     assert found == []
 
