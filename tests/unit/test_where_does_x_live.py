@@ -89,9 +89,15 @@ def _code(path: Path) -> str:
     return _uncommented(path.read_text(encoding="utf-8"))
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once (walked, never changed)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _function_reads(path: Path, function: str, variable: str) -> str | None:
     """None when ``function`` in ``path`` reads ``variable``; else why not."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     maps = {
         target.id
         for node in tree.body
