@@ -19,7 +19,7 @@ def test_run_roles_parses_its_file_at_most_once_over_many_calls(monkeypatch) -> 
         return load(text, *args, **kwargs)
 
     monkeypatch.setattr(os_support.yaml, "load", counting)
-    for _ in range(5):
+    for _round in range(5):
         layers = os_support.run_roles()
         os_support.host_roles("kubernetes")
         os_support.platforms_with_play()
