@@ -133,6 +133,22 @@ NO_LOG_NOT_NEEDED = {
 }
 
 
+def test_the_task_scan_reads_every_task_file() -> None:
+    """The two rules below pass on an empty scan: it must hold the role task files, each parsed (a file that YAML
+    refuses would be skipped as having no task)."""
+    parsed = dict(_parsed_tasks())
+    install = REPO / "roles" / "kube_node" / "tasks" / "install.yml"
+    assert install in parsed
+    assert any("ansible.builtin.copy" in task for task in parsed[install])
+    refused = []
+    for path in (path for path, tasks in parsed.items() if not tasks):  # a config or comments-only file, or refused
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            refused.append(str(path.relative_to(REPO)))
+    assert refused == [], f"task files YAML refuses, so the rules below read no task of them: {refused}"
+
+
 def test_every_task_that_templates_a_secret_has_no_log() -> None:
     found = [f"{p.relative_to(REPO)}: {t.get('name')}" for p, tasks in _parsed_tasks() for t in tasks
              if secret_without_no_log(t)]
