@@ -18,16 +18,15 @@ controller), and must:
 
 * fail (a case the plays accept fails here, and nothing downstream ran: the host layer is not in them);
 * print every expected fragment;
-* leave the host as it was: a snapshot of the node taken when the case starts and one taken when it ends
-  both equal the reference taken before any case ran. A snapshot is the node's writable layer (paths under
-  Ansible's own temp dir, /root/.ansible, aside: _layer) and, from one ``docker exec`` of snapshot.py, what that
-  layer cannot show:
-  every path under the tmpfs mounts /run and /tmp with a file's content hash, the systemd units with their
-  states, ``sysctl -a`` (less the kernel's own counters), and the content hash of every file the boot already
-  changed (less the journal, which logs each module Ansible runs). While other cases run, what their running
-  modules hold in /tmp for a moment is left out: the payload directories (/tmp/ansible_*_payload_*) and Python's
-  temp-dir probe (IN_FLIGHT); a snapshot taken once every case has ended must equal the reference with them
-  included.
+* leave the host as it was: a snapshot of the node taken when the case starts (the one the previous case run by the
+  same worker ended with, where there is one) and one taken when it ends both equal the reference taken before any
+  case ran. A snapshot is the node's writable layer (paths under Ansible's own temp dir, /root/.ansible, aside:
+  _layer) and, from one ``docker exec`` of snapshot.py, what that layer cannot show: every path under the tmpfs
+  mounts /run and /tmp with a file's content hash, the systemd units with their states, ``sysctl -a`` (less the
+  kernel's own counters), and the content hash of every file the boot already changed (less the journal, which logs
+  each module Ansible runs). While other cases run, what their running modules hold in /tmp for a moment is left
+  out: the payload directories (/tmp/ansible_*_payload_*) and Python's temp-dir probe (IN_FLIGHT); a snapshot taken
+  once every case has ended must equal the reference with them included.
 
 Every expected fragment must be absent from the output of the baseline the case varies: a fragment that an
 accepted run also prints cannot tell a refusal apart.
@@ -49,6 +48,7 @@ import re
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -219,10 +219,19 @@ def matrix(node, tmp_path_factory, request):
     reference = _snapshot(boot_diff, upper)
     unlisted = {"reference": _unlisted(reference, upper)}
 
+    worker = threading.local()  # .last: the snapshot this worker's previous run ended with
+
     def checked(play):
-        before = _changes(reference, _snapshot(boot_diff, upper))
+        """The run, and what its start and end snapshots show. A worker's run starts with the snapshot its previous run
+        ended with, taken in this worker a few milliseconds before (the next case's file read, nothing run on the
+        node); only a worker's first run takes one of its own. A second snapshot at that moment would see nothing
+        more: a change another worker's case makes shows in that case's end snapshot and in every later one; only a
+        change made and undone within one case would show in neither, and a snapshot of another worker's finds one
+        only by chance, if it falls in between."""
+        start = getattr(worker, "last", None) or _snapshot(boot_diff, upper)
         result = play()
-        return result, [f"at the start: {c}" for c in before] + _changes(reference, _snapshot(boot_diff, upper))
+        worker.last = _snapshot(boot_diff, upper)
+        return result, [f"at the start: {c}" for c in _changes(reference, start)] + _changes(reference, worker.last)
 
     def baseline(name: str):
         inventory, playbook = BASELINES[name]
@@ -258,10 +267,13 @@ def matrix(node, tmp_path_factory, request):
     retired = {inventory: [c for c in chosen if _retired_group(c) == inventory] for inventory in INVENTORIES}
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         wanted = {_baseline_of(yaml.safe_load(c.read_text())) for c in chosen} | set(INVENTORIES)
-        baselines = dict(pool.map(baseline, [b for b in BASELINES if b in wanted]))
+        # every run submitted at once (the baselines, then the shared retired-name runs, then the cases): no worker
+        # waits for the slowest baseline before the cases start
+        baseline_runs = pool.map(baseline, [b for b in BASELINES if b in wanted])
         grouped = [pool.submit(run_retired, inventory, cases) for inventory, cases in retired.items() if cases]
         results = dict(pool.map(run, [c for c in chosen if _retired_group(c) is None]))
         results |= {stem: result for future in grouped for stem, result in future.result()}
+        baselines = dict(baseline_runs)
     last = _snapshot(boot_diff, upper)
     ended = _changes(reference, last, in_flight=False)
     unlisted["every case ended"] = _unlisted(last, upper)
