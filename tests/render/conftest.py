@@ -20,6 +20,9 @@ from shared_data import SHARED_DATA
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 INVENTORY = REPO_ROOT / "inventories" / "cluster"
+# libyaml's safe loader where PyYAML has it (the same documents, read about ten times faster): the rendered objects and
+# the CRDs are read several times per session.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def run_render(inventory: Path, render_dir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -97,7 +100,7 @@ def load_objects(render_dir: Path) -> list[tuple[str, dict]]:
     """(relative path, object) for every YAML document under render_dir."""
     found = []
     for path in sorted(render_dir.rglob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=LOADER):
             if document is not None:
                 found.append((str(path.relative_to(render_dir)), document))
     return found

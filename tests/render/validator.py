@@ -19,10 +19,15 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import yaml
-from conftest import INVENTORY, SHARED_DATA
+from conftest import INVENTORY, LOADER, SHARED_DATA
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CRD_DIRS = ("crds", "gpu-operator")
+# kubernetes-validate lists its schema folders and reads (json.load) the kind's schema and the version's
+# _definitions.json on every call, the same files for every object: read each once per session (the tests validate
+# some hundreds of objects). Read-only use: validate() only reads what they return.
+kubernetes_validate.utils.all_versions = cache(kubernetes_validate.utils.all_versions)
+kubernetes_validate.utils.schema_contents = cache(kubernetes_validate.utils.schema_contents)
 
 
 @cache
@@ -47,7 +52,7 @@ def crd_schemas() -> dict[tuple[str, str], dict]:
     found = {}
     for folder in CRD_DIRS:
         for path in sorted((SHARED_DATA / folder).glob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=LOADER):
                 if not document or document.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = document["spec"]
