@@ -10,9 +10,11 @@ deb12-cuda: proprietary flavour, no NVSwitch. Image-bake mode: nothing is loaded
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import testinfra
 import yaml
 from ci_skips import skip_by_design  # tests/ci_skips.py (pyproject's pytest pythonpath)
 
@@ -96,24 +98,40 @@ def test_upgrade_and_dist_upgrade_move_nothing(host, command):
     assert moved == [], f"{command} would move: {moved}"
 
 
-def test_unattended_upgrades_for_the_mirror_origin_moves_nothing(host):
-    """A real unattended-upgrade run allowed to take everything from the mirror's origin (and nothing else).
-
-    Control: gpuops-test-uu-control (build-mirror.sh), installed at 1-1 from the same repository and neither
-    pinned nor held, must move to 2-1 in that same run; else the run could not have moved anything."""
+def _unattended_upgrade(node: str) -> dict:
+    """On ``node``: the control installed at 1-1, the driver set, one unattended-upgrade run, the set again, the
+    control's version; the node put back as it was (the test below reads the result)."""
+    host = testinfra.get_host(f"docker://{node}")
     host.run(f"printf '%s\\n' '#clear Unattended-Upgrade::Origins-Pattern;' "
              f"'Unattended-Upgrade::Origins-Pattern {{ \"origin=gpuops-test-mirror\"; }};' > {UU_CONF}")
     try:
         host.check_output(f"apt-get install -y -q {CONTROL}=1-1")
         before = _standins(host)
-        assert sorted(before) == sorted(EXPECTED[_name(host)]), "the comparison needs the installed set"
         run = host.run("unattended-upgrade -d")
-        after = _standins(host)
-        control = host.package(CONTROL).version
+        return {"before": before, "run": run, "after": _standins(host), "control": host.package(CONTROL).version}
     finally:
         host.run(f"rm -f {UU_CONF}; apt-get purge -y -q {CONTROL}")
-    log = run.stdout + run.stderr
-    assert run.rc == 0, log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def unattended_upgrades() -> dict[str, Future]:
+    """Each node's unattended-upgrade run (_unattended_upgrade), the nodes at once (a thread each): one node's run
+    touches nothing of the other's, and one after the other their waits on apt and dpkg added up. A node's error is
+    raised by its own test (Future.result)."""
+    with ThreadPoolExecutor(len(testinfra_hosts)) as pool:
+        return {node: pool.submit(_unattended_upgrade, node) for node in testinfra_hosts}
+
+
+def test_unattended_upgrades_for_the_mirror_origin_moves_nothing(host, unattended_upgrades):
+    """A real unattended-upgrade run allowed to take everything from the mirror's origin (and nothing else).
+
+    Control: gpuops-test-uu-control (build-mirror.sh), installed at 1-1 from the same repository and neither
+    pinned nor held, must move to 2-1 in that same run; else the run could not have moved anything."""
+    case = unattended_upgrades[_name(host)].result()
+    before, after, control = case["before"], case["after"], case["control"]
+    assert sorted(before) == sorted(EXPECTED[_name(host)]), "the comparison needs the installed set"
+    log = case["run"].stdout + case["run"].stderr
+    assert case["run"].rc == 0, log[-3000:]
     assert "origin=gpuops-test-mirror" in log, "unattended-upgrade did not read the test's origin pattern"
     assert control == "2-1", f"control: unattended-upgrade left {CONTROL} at {control}\n{log[-3000:]}"
     assert after == before, f"unattended-upgrade moved {set(after.items()) ^ set(before.items())}"
