@@ -53,13 +53,17 @@ class Run:
 def kubectl_stand_in(folder: Path, answer: str) -> Path:
     """A LABELLED TEST STAND-IN kubectl in ``folder / "bin"`` (the returned folder, for PATH): it records each call's
     argv (one call a line, tab-separated, in ``folder / "kubectl.log"``, read by ``kubectl_calls``), then runs
-    ``answer``, shell that sees the call's ``$@`` and gives the call's output and exit status."""
+    ``answer``, shell that sees the call's ``$@`` and gives the call's output and exit status. The line is written
+    with one write (printf of the whole line, O_APPEND): the hosts of one run call kubectl at the same time, and a
+    line written piece by piece interleaved with another host's (seen under load: a call recorded as
+    ``['', 'node', ...]``)."""
     bin_dir, log = folder / "bin", folder / "kubectl.log"
     bin_dir.mkdir(parents=True)
     kubectl = bin_dir / "kubectl"
     kubectl.write_text(
         "#!/bin/sh\n# LABELLED TEST STAND-IN for kubectl: records its argv (one call a line, tab-separated)\n"
-        f"printf 'kubectl' >> '{log}'; for a in \"$@\"; do printf '\\t%s' \"$a\" >> '{log}'; done; echo >> '{log}'\n"
+        "tab=$(printf '\\t'); line=kubectl; for a in \"$@\"; do line=\"$line$tab$a\"; done\n"
+        f"printf '%s\\n' \"$line\" >> '{log}'\n"
         f"{answer}\n")
     kubectl.chmod(0o755)
     return bin_dir
